@@ -1,0 +1,746 @@
+//! The server data path of seed 000 §2 / Figure 1, as explicit stages with state:
+//!
+//! ```text
+//!  inbound DMA ─► RNIC buffer ─► PCIe/IIO ─► commit (globally visible) ─┬─► LLC (DDIO on) ──evict/clwb─┐
+//!  CPU store  ─────────────────────────────────────────────────────────┘   (CPU stores too)           │
+//!                                              DDIO off ─► mesh to IMC (jitter per channel) ◄─────────┘
+//!                                                            └─► WPQ per channel (ADR) ─► PM banks
+//! ```
+//!
+//! Every write is split into cache-line *records*. When a record is created the model
+//! computes, once, the times at which it leaves each stage (`t_arrive` at the RNIC buffer,
+//! `t_visible` when the IIO commits it or the CPU stores it, `t_wpq` when it enters a
+//! memory controller's write-pending queue). The state at any later time follows from
+//! those times, so the model needs no event per stage, and a power failure at `T` keeps
+//! exactly the records the persistence domain protects at `T`:
+//!
+//! | domain | a record survives when |
+//! |---|---|
+//! | DMP (ADR) | `t_wpq <= T` (in the WPQ or PM) |
+//! | MHP (eADR) | `t_visible <= T` (caches and the mesh are flushed) |
+//! | WSP | `t_arrive <= T` (even the RNIC buffer is flushed) |
+//!
+//! Visibility (what a load or an RDMA READ returns) is kept apart from persistence: the
+//! `visible` image is updated at `t_visible`, the `durable` image at `t_wpq`. Visibility is in
+//! IIO order; persistence is not: DDIO lines leave the LLC in a seeded random order, and the
+//! mesh to the memory controllers adds a seeded per-write delay and per-channel WPQ
+//! back-pressure, so under DMP a later write can become durable before an earlier one
+//! (seed 000 §2: "they may become persistent out-of-order"). Writes to the same line always
+//! persist in order.
+//!
+//! Simplifications, stated so nobody relies on more: the WPQ and bank model serves writes
+//! in the order they are scheduled (no FR-FCFS reordering); natural LLC evictions are
+//! background traffic and do not occupy WPQ slots; an RNIC FLUSH or READ waits for every
+//! earlier inbound DMA of the node, not only its own QP's (correct, conservative).
+
+use crate::config::PersistenceDomain;
+use crate::mem::SparseMem;
+use crate::prng::Prng;
+use crate::profile::LatencyProfile;
+use crate::time::{Duration, Instant};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Cache-line size.
+pub const LINE: u64 = 64;
+
+/// Which memory an address is in. DRAM is always volatile.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Space {
+    /// Volatile memory.
+    Dram,
+    /// Persistent memory.
+    Pm,
+}
+
+/// When an inbound DMA write reaches each point of the data path.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct DmaTiming {
+    /// The last line became globally visible.
+    pub visible: Instant,
+}
+
+/// Which guarantee an RNIC FLUSH (or READ used as one) waits for (IBTA FLUSH placement
+/// types; rdma-core `IBV_FLUSH_GLOBAL` / `IBV_FLUSH_PERSISTENT`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum FlushPlacement {
+    /// Prior writes are globally visible.
+    Visibility,
+    /// Prior writes have reached memory. The RNIC cannot write back CPU caches, so with
+    /// DDIO on this is the LLC, which is not persistent under DMP (seed 000 §3.2).
+    Persistence,
+}
+
+/// Counters for reports and tests.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct HierarchyStats {
+    /// Line records created by DMA.
+    pub dma_lines: u64,
+    /// Line records created by CPU stores.
+    pub cpu_lines: u64,
+    /// Lines evicted from the LLC because the DDIO share was full.
+    pub forced_evictions: u64,
+    /// Line records that were written back by `clwb`.
+    pub clwb_lines: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Record {
+    seq: u64,
+    space: Space,
+    line: u64,
+    off: u8,
+    len: u8,
+    data: [u8; LINE as usize],
+    t_arrive: Instant,
+    t_visible: Instant,
+    t_wpq: Instant,
+    in_llc: bool,
+}
+
+impl Record {
+    fn bytes(&self) -> &[u8] {
+        &self.data[self.off as usize..self.off as usize + self.len as usize]
+    }
+    fn addr(&self) -> u64 {
+        self.line + self.off as u64
+    }
+}
+
+#[derive(Default, Debug)]
+struct LineState {
+    /// Pending PM records of this line (alive in the slab).
+    pending: u32,
+    /// Latest `t_wpq` of the line's pending records: later writes may not persist earlier.
+    floor_wpq: Instant,
+    /// Records of this line currently dirty in the LLC; they are written back together.
+    llc: Vec<(u32, u64)>,
+}
+
+#[derive(Debug)]
+struct Channel {
+    /// Times at which admitted WPQ entries drain to a bank (min-heap).
+    draining: BinaryHeap<Reverse<Instant>>,
+    banks: Vec<(Instant, u64)>, // (free at, open row)
+}
+
+/// A multiplicative hasher for line addresses: lookups only, never iterated.
+#[derive(Default)]
+struct LineHasher(u64);
+impl Hasher for LineHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ *b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+type LineMap<V> = HashMap<u64, V, BuildHasherDefault<LineHasher>>;
+
+/// One server's memory system: RNIC buffer and PCIe timing, IIO, LLC with DDIO, the
+/// memory controllers' WPQs under ADR, PM banks, and DRAM.
+#[derive(Debug)]
+pub struct MemoryHierarchy {
+    domain: PersistenceDomain,
+    ddio: bool,
+    p: Params,
+    rng: Prng,
+    pm_durable: SparseMem,
+    pm_visible: SparseMem,
+    dram: SparseMem,
+    records: Vec<Option<Record>>,
+    free: Vec<u32>,
+    next_seq: u64,
+    /// Records waiting to become visible, in `t_visible` order.
+    vis_fifo: VecDeque<(u32, u64)>,
+    /// PM records waiting to reach the WPQ, keyed by `t_wpq` (lazy deletion on change).
+    persist_heap: BinaryHeap<Reverse<(Instant, u64, u32)>>,
+    lines: LineMap<LineState>,
+    llc_fifo: VecDeque<(u32, u64)>,
+    llc_count: u64,
+    channels: Vec<Channel>,
+    rnic_dma_free: Instant,
+    last_visible: Instant,
+    max_dma_visible: Instant,
+    max_dma_wpq: Instant,
+    fence_until: Instant,
+    now: Instant,
+    stats: HierarchyStats,
+}
+
+#[derive(Clone, Debug)]
+struct Params {
+    proc: Duration,
+    pcie: Duration,
+    iio: Duration,
+    llc: Duration,
+    imc: Duration,
+    imc_jitter: u64,
+    residency: u64,
+    ddio_lines: u64,
+    dram: Duration,
+    pm_read: Duration,
+    channels: u64,
+    banks: u64,
+    row_bytes: u64,
+    interleave: u64,
+    wpq: usize,
+    row_hit: Duration,
+    write_conflict: Duration,
+    clwb: Duration,
+    sfence: Duration,
+    pcie_gbps: u64,
+}
+
+impl MemoryHierarchy {
+    /// A fresh, all-zero memory system for a server in `domain`, with DDIO on or off.
+    pub fn new(domain: PersistenceDomain, ddio: bool, profile: &LatencyProfile, rng: Prng) -> Self {
+        let p = Params {
+            proc: Duration::from_nanos(profile.rnic.proc_ns),
+            pcie: Duration::from_nanos(profile.rnic.pcie_ns),
+            iio: Duration::from_nanos(profile.host.iio_ns),
+            llc: Duration::from_nanos(profile.host.llc_ns),
+            imc: Duration::from_nanos(profile.host.imc_ns),
+            imc_jitter: profile.host.imc_jitter_ns,
+            residency: profile.host.llc_residency_ns,
+            ddio_lines: profile.host.ddio_lines,
+            dram: Duration::from_nanos(profile.host.dram_ns),
+            pm_read: Duration::from_nanos(profile.pm.read_ns),
+            channels: profile.pm.channels,
+            banks: profile.pm.banks_per_channel,
+            row_bytes: profile.pm.row_bytes,
+            interleave: profile.pm.interleave_bytes,
+            wpq: profile.pm.wpq_entries as usize,
+            row_hit: Duration::from_nanos(profile.pm.row_hit_ns),
+            write_conflict: Duration::from_nanos(profile.pm.write_conflict_ns),
+            clwb: Duration::from_nanos(profile.cpu.clwb_ns),
+            sfence: Duration::from_nanos(profile.cpu.sfence_ns),
+            pcie_gbps: profile.rnic.pcie_gbps,
+        };
+        let channels = (0..p.channels)
+            .map(|_| Channel {
+                draining: BinaryHeap::new(),
+                banks: vec![(Instant::ZERO, u64::MAX); p.banks as usize],
+            })
+            .collect();
+        MemoryHierarchy {
+            domain,
+            ddio,
+            p,
+            rng,
+            pm_durable: SparseMem::new(),
+            pm_visible: SparseMem::new(),
+            dram: SparseMem::new(),
+            records: Vec::new(),
+            free: Vec::new(),
+            next_seq: 0,
+            vis_fifo: VecDeque::new(),
+            persist_heap: BinaryHeap::new(),
+            lines: LineMap::default(),
+            llc_fifo: VecDeque::new(),
+            llc_count: 0,
+            channels,
+            rnic_dma_free: Instant::ZERO,
+            last_visible: Instant::ZERO,
+            max_dma_visible: Instant::ZERO,
+            max_dma_wpq: Instant::ZERO,
+            fence_until: Instant::ZERO,
+            now: Instant::ZERO,
+            stats: HierarchyStats::default(),
+        }
+    }
+
+    /// The persistence domain.
+    pub fn domain(&self) -> PersistenceDomain {
+        self.domain
+    }
+    /// Whether DDIO is on.
+    pub fn ddio(&self) -> bool {
+        self.ddio
+    }
+    /// Counters.
+    pub fn stats(&self) -> HierarchyStats {
+        self.stats
+    }
+
+    /// PM channel and bank of a byte address (for bank-aware schedulers, seed 004).
+    pub fn pm_location(&self, addr: u64) -> PmLocation {
+        let unit = addr / self.p.interleave;
+        let channel = unit % self.p.channels;
+        let local = (unit / self.p.channels) * self.p.interleave + addr % self.p.interleave;
+        let row_global = local / self.p.row_bytes;
+        PmLocation {
+            channel: channel as u32,
+            bank: (row_global % self.p.banks) as u32,
+            row: row_global / self.p.banks,
+        }
+    }
+
+    // ---------------------------------------------------------------- time
+
+    /// Moves the hierarchy's state forward to `now`: records whose `t_visible` has passed
+    /// become visible, records whose `t_wpq` has passed become durable.
+    pub fn advance(&mut self, now: Instant) {
+        assert!(now >= self.now, "hierarchy time went backwards");
+        self.now = now;
+        while let Some(&(id, seq)) = self.vis_fifo.front() {
+            let Some(r) = self.rec(id, seq) else {
+                self.vis_fifo.pop_front();
+                continue;
+            };
+            if r.t_visible > now {
+                break;
+            }
+            let (space, addr) = (r.space, r.addr());
+            let data = r.data;
+            let (off, len) = (r.off as usize, r.len as usize);
+            self.vis_fifo.pop_front();
+            match space {
+                Space::Pm => self.pm_visible.write(addr, &data[off..off + len]),
+                Space::Dram => {
+                    self.dram.write(addr, &data[off..off + len]);
+                    self.release(id);
+                }
+            }
+        }
+        while let Some(&Reverse((t, seq, id))) = self.persist_heap.peek() {
+            if t > now {
+                break;
+            }
+            self.persist_heap.pop();
+            let Some(r) = self.rec(id, seq) else { continue };
+            if r.t_wpq != t {
+                continue; // rescheduled; a newer heap entry stands for it
+            }
+            debug_assert!(r.t_visible <= t, "persisted before visible");
+            let (line, addr, in_llc) = (r.line, r.addr(), r.in_llc);
+            let data = r.data;
+            let (off, len) = (r.off as usize, r.len as usize);
+            self.pm_durable.write(addr, &data[off..off + len]);
+            if in_llc {
+                self.llc_count -= 1;
+            }
+            let ls = self.lines.get_mut(&line).expect("pending line has state");
+            ls.pending -= 1;
+            ls.llc.retain(|&(i, s)| !(i == id && s == seq));
+            if ls.pending == 0 {
+                self.lines.remove(&line);
+            }
+            self.release(id);
+        }
+    }
+
+    // ---------------------------------------------------------------- RNIC side
+
+    /// An inbound RDMA write of `data` to `addr` in `space` arrived in the RNIC buffer at
+    /// `arrive`; the RNIC DMAs it over PCIe through the IIO. Returns when it is visible.
+    pub fn dma_write(&mut self, arrive: Instant, space: Space, addr: u64, data: &[u8]) -> DmaTiming {
+        self.advance(arrive);
+        let start = (arrive + self.p.proc).max(self.rnic_dma_free);
+        self.rnic_dma_free = start + self.pcie_time(data.len() as u64);
+        let mut done = 0usize;
+        let mut visible = self.last_visible;
+        while done < data.len() {
+            let addr_i = addr + done as u64;
+            let n = ((LINE - addr_i % LINE) as usize).min(data.len() - done);
+            let t_iio = start + self.pcie_time((done + n) as u64) + self.p.pcie;
+            visible = (t_iio + self.p.iio).max(self.last_visible);
+            self.last_visible = visible;
+            self.max_dma_visible = self.max_dma_visible.max(visible);
+            let id = self.new_record(space, addr_i, &data[done..done + n], arrive, visible);
+            self.vis_fifo.push_back((id, self.records[id as usize].as_ref().unwrap().seq));
+            if space == Space::Pm {
+                self.stats.dma_lines += 1;
+                let t_wpq = if self.ddio {
+                    self.enter_llc(id, visible + self.p.llc)
+                } else {
+                    let t = self.to_imc(visible, addr_i);
+                    self.schedule_wpq(id, t)
+                };
+                if !self.ddio {
+                    self.max_dma_wpq = self.max_dma_wpq.max(t_wpq);
+                }
+            }
+            done += n;
+        }
+        DmaTiming { visible }
+    }
+
+    /// When an RNIC FLUSH (or the PCIe read behind an RDMA READ) that the RNIC starts at
+    /// `now` has pushed every earlier inbound write as far as `placement` asks.
+    pub fn flush_done(&mut self, now: Instant, placement: FlushPlacement) -> Instant {
+        self.advance(now);
+        let mut t = (now + self.p.proc + self.p.pcie).max(self.max_dma_visible);
+        let wait_for_imc = match placement {
+            FlushPlacement::Visibility => false,
+            // Under MHP and WSP visibility is persistence; under DMP without DDIO the
+            // data must reach the ADR-protected WPQ. With DDIO it stops in the LLC.
+            FlushPlacement::Persistence => self.domain == PersistenceDomain::Dmp && !self.ddio,
+        };
+        if wait_for_imc {
+            t = t.max(self.max_dma_wpq);
+        }
+        t + self.p.pcie
+    }
+
+    /// An RDMA READ the RNIC starts at `now`: the PCIe read is ordered after every earlier
+    /// inbound write and pushes it to memory (seed 000 §3.4), so it doubles as a FLUSH.
+    /// Returns the data and when the response leaves the RNIC.
+    pub fn dma_read(&mut self, now: Instant, space: Space, addr: u64, len: usize) -> (Vec<u8>, Instant) {
+        self.advance(now);
+        let mut t = (now + self.p.proc + self.p.pcie).max(self.max_dma_visible);
+        if !self.ddio {
+            t = t.max(self.max_dma_wpq);
+        }
+        let media = match (space, self.ddio) {
+            (Space::Dram, _) => self.p.dram,
+            (Space::Pm, true) => self.p.llc,
+            (Space::Pm, false) => self.p.pm_read,
+        };
+        let data = self.read_ordered(space, addr, len);
+        (data, t + media + self.p.pcie + self.pcie_time(len as u64))
+    }
+
+    /// The bytes a read ordered after every inbound DMA so far sees (pending DMA records
+    /// are applied over the visible image).
+    pub fn read_ordered(&mut self, space: Space, addr: u64, len: usize) -> Vec<u8> {
+        let mut out = vec![0u8; len];
+        self.image_of(space).read(addr, &mut out);
+        let end = addr + len as u64;
+        for &(id, seq) in &self.vis_fifo {
+            let Some(r) = self.records[id as usize].as_ref().filter(|r| r.seq == seq) else {
+                continue;
+            };
+            if r.space != space {
+                continue;
+            }
+            let (ra, rb) = (r.addr(), r.addr() + r.len as u64);
+            let (lo, hi) = (ra.max(addr), rb.min(end));
+            if lo < hi {
+                out[(lo - addr) as usize..(hi - addr) as usize]
+                    .copy_from_slice(&r.bytes()[(lo - ra) as usize..(hi - ra) as usize]);
+            }
+        }
+        out
+    }
+
+    // ---------------------------------------------------------------- CPU side
+
+    /// A CPU load at `now` of what is visible.
+    pub fn cpu_load(&mut self, now: Instant, space: Space, addr: u64, buf: &mut [u8]) {
+        self.advance(now);
+        self.image_of(space).read(addr, buf);
+    }
+
+    /// A CPU store at `now`: visible at once, in the LLC (write-back cache) until evicted
+    /// or written back with [`clwb`](Self::clwb).
+    pub fn cpu_store(&mut self, now: Instant, space: Space, addr: u64, data: &[u8]) {
+        self.advance(now);
+        match space {
+            Space::Dram => self.dram.write(addr, data),
+            Space::Pm => {
+                self.pm_visible.write(addr, data);
+                let mut done = 0usize;
+                while done < data.len() {
+                    let a = addr + done as u64;
+                    let n = ((LINE - a % LINE) as usize).min(data.len() - done);
+                    let id = self.new_record(Space::Pm, a, &data[done..done + n], now, now);
+                    self.enter_llc(id, now);
+                    self.stats.cpu_lines += 1;
+                    done += n;
+                }
+            }
+        }
+    }
+
+    /// `clwb`/`clflushopt` of every line overlapping `addr..addr+len` at `now`: dirty lines
+    /// head for the WPQ; [`sfence`](Self::sfence) waits for them. Returns the issue cost.
+    pub fn clwb(&mut self, now: Instant, addr: u64, len: u64) -> Duration {
+        self.advance(now);
+        if len == 0 {
+            return Duration::ZERO;
+        }
+        let first = addr / LINE * LINE;
+        let lines = (addr + len).div_ceil(LINE) - addr / LINE;
+        for i in 0..lines {
+            let line = first + i * LINE;
+            let Some(ls) = self.lines.get_mut(&line) else { continue };
+            if ls.llc.is_empty() {
+                continue;
+            }
+            let recs = std::mem::take(&mut ls.llc);
+            let t_imc = self.to_imc(now + self.p.clwb.mul(i + 1), line);
+            let t = self.admit_wpq(t_imc, line);
+            let ls = self.lines.get_mut(&line).unwrap();
+            let t = t.max(ls.floor_wpq);
+            ls.floor_wpq = t;
+            for (id, seq) in recs {
+                let r = self.records[id as usize].as_mut().filter(|r| r.seq == seq);
+                let r = r.expect("LLC list holds live records");
+                if t < r.t_wpq {
+                    r.t_wpq = t;
+                    self.persist_heap.push(Reverse((t, seq, id)));
+                }
+                r.in_llc = false;
+                self.llc_count -= 1;
+                self.stats.clwb_lines += 1;
+            }
+            self.fence_until = self.fence_until.max(t);
+        }
+        self.p.clwb.mul(lines)
+    }
+
+    /// `sfence` at `now`: returns when the CPU may go on, i.e. when every line written back
+    /// since the last fence is in the WPQ (the ADR domain).
+    pub fn sfence(&mut self, now: Instant) -> Instant {
+        let t = now.max(self.fence_until) + self.p.sfence;
+        self.fence_until = Instant::ZERO;
+        t
+    }
+
+    // ---------------------------------------------------------------- power failure
+
+    /// The PM image that would survive a power failure at `at` (which must not precede the
+    /// last operation), without changing the hierarchy.
+    pub fn crash_image(&mut self, at: Instant) -> SparseMem {
+        self.advance(at);
+        let mut img = self.pm_durable.clone();
+        for (_, r) in self.survivors(at) {
+            img.write(r.addr(), r.bytes());
+        }
+        img
+    }
+
+    /// Power failure at `at`: the persistence domain keeps what it protects, everything
+    /// else (DRAM, caches or buffers outside the domain) is lost, and the machine restarts
+    /// with the surviving PM image visible and durable.
+    pub fn power_fail(&mut self, at: Instant) {
+        let img = self.crash_image(at);
+        self.pm_visible = img.clone();
+        self.pm_durable = img;
+        self.dram.clear();
+        self.records.clear();
+        self.free.clear();
+        self.vis_fifo.clear();
+        self.persist_heap.clear();
+        self.lines.clear();
+        self.llc_fifo.clear();
+        self.llc_count = 0;
+        for c in &mut self.channels {
+            c.draining.clear();
+            c.banks.iter_mut().for_each(|b| *b = (at, u64::MAX));
+        }
+        self.rnic_dma_free = at;
+        self.last_visible = at;
+        self.max_dma_visible = at;
+        self.max_dma_wpq = at;
+        self.fence_until = Instant::ZERO;
+    }
+
+    /// What is durable now (the WPQ and the PM media), for inspection.
+    pub fn durable(&mut self, now: Instant) -> &SparseMem {
+        self.advance(now);
+        &self.pm_durable
+    }
+
+    /// Whether the `len` bytes at PM `addr` hold the same value in the image that would
+    /// survive a crash at `now` as in the visible image.
+    pub fn is_persistent(&mut self, now: Instant, addr: u64, len: usize) -> bool {
+        let img = self.crash_image(now);
+        let mut vis = vec![0u8; len];
+        self.pm_visible.read(addr, &mut vis);
+        img.read_vec(addr, len) == vis && !self.vis_fifo.iter().any(|&(id, seq)| {
+            self.records[id as usize]
+                .as_ref()
+                .filter(|r| r.seq == seq && r.space == Space::Pm)
+                .is_some_and(|r| r.addr() < addr + len as u64 && addr < r.addr() + r.len as u64)
+        })
+    }
+
+    fn survivors(&self, at: Instant) -> Vec<(u64, &Record)> {
+        let mut out: Vec<(u64, &Record)> = self
+            .records
+            .iter()
+            .flatten()
+            .filter(|r| r.space == Space::Pm)
+            .filter(|r| match self.domain {
+                PersistenceDomain::Dmp => r.t_wpq <= at,
+                PersistenceDomain::Mhp => r.t_visible <= at,
+                PersistenceDomain::Wsp => r.t_arrive <= at,
+            })
+            .map(|r| (r.seq, r))
+            .collect();
+        // Same-line writes apply in creation order, which is their version order.
+        out.sort_unstable_by_key(|(seq, _)| *seq);
+        out
+    }
+
+    // ---------------------------------------------------------------- internals
+
+    fn image_of(&self, space: Space) -> &SparseMem {
+        match space {
+            Space::Dram => &self.dram,
+            Space::Pm => &self.pm_visible,
+        }
+    }
+
+    fn pcie_time(&self, bytes: u64) -> Duration {
+        Duration::from_nanos((bytes * 8).div_ceil(self.p.pcie_gbps))
+    }
+
+    fn rec(&self, id: u32, seq: u64) -> Option<&Record> {
+        self.records[id as usize].as_ref().filter(|r| r.seq == seq)
+    }
+
+    fn release(&mut self, id: u32) {
+        self.records[id as usize] = None;
+        self.free.push(id);
+    }
+
+    fn new_record(&mut self, space: Space, addr: u64, bytes: &[u8], arrive: Instant, visible: Instant) -> u32 {
+        let line = addr / LINE * LINE;
+        let off = (addr - line) as usize;
+        assert!(off + bytes.len() <= LINE as usize, "record crosses a line");
+        let mut data = [0u8; LINE as usize];
+        data[off..off + bytes.len()].copy_from_slice(bytes);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let r = Record {
+            seq,
+            space,
+            line,
+            off: off as u8,
+            len: bytes.len() as u8,
+            data,
+            t_arrive: arrive,
+            t_visible: visible,
+            t_wpq: Instant::NEVER,
+            in_llc: false,
+        };
+        if space == Space::Pm {
+            self.lines.entry(line).or_default().pending += 1;
+        }
+        match self.free.pop() {
+            Some(id) => {
+                self.records[id as usize] = Some(r);
+                id
+            }
+            None => {
+                self.records.push(Some(r));
+                (self.records.len() - 1) as u32
+            }
+        }
+    }
+
+    /// The record sits dirty in the LLC from `t`; it is written back with its line's other
+    /// dirty records at a seeded eviction time (or earlier by `clwb` or capacity pressure).
+    fn enter_llc(&mut self, id: u32, t: Instant) -> Instant {
+        let evict = t + Duration::from_nanos(self.rng.range_inclusive(0, 2 * self.p.residency));
+        let r = self.records[id as usize].as_mut().unwrap();
+        let (line, seq) = (r.line, r.seq);
+        r.in_llc = true;
+        self.llc_count += 1;
+        let ls = self.lines.get_mut(&line).unwrap();
+        // A dirty line is written back whole: earlier dirty records of the line go with it.
+        let t_wpq = evict.max(ls.floor_wpq);
+        ls.llc.push((id, seq));
+        let group = ls.llc.clone();
+        for (gid, gseq) in group {
+            let r = self.records[gid as usize].as_mut().unwrap();
+            debug_assert_eq!(r.seq, gseq);
+            r.t_wpq = t_wpq;
+            self.persist_heap.push(Reverse((t_wpq, gseq, gid)));
+        }
+        self.llc_fifo.push_back((id, seq));
+        if self.llc_count > self.p.ddio_lines {
+            self.force_evict(t);
+        }
+        t_wpq
+    }
+
+    fn force_evict(&mut self, now: Instant) {
+        while let Some((id, seq)) = self.llc_fifo.pop_front() {
+            let live = self.rec(id, seq).is_some_and(|r| r.in_llc);
+            if live {
+                let line = self.records[id as usize].as_ref().unwrap().line;
+                self.stats.forced_evictions += 1;
+                self.clwb(now, line, LINE);
+                return;
+            }
+        }
+    }
+
+    /// Time a write leaving the IIO/LLC at `t` reaches its channel's memory controller:
+    /// mesh latency plus a seeded per-write spread.
+    fn to_imc(&mut self, t: Instant, _addr: u64) -> Instant {
+        let jitter = if self.p.imc_jitter == 0 { 0 } else { self.rng.range_inclusive(0, self.p.imc_jitter) };
+        t + self.p.imc + Duration::from_nanos(jitter)
+    }
+
+    /// Admission into the channel's WPQ at or after `t`, waiting for a free entry; books
+    /// the bank that the entry drains to. Returns the admission time.
+    fn admit_wpq(&mut self, t: Instant, addr: u64) -> Instant {
+        let loc = self.pm_location(addr);
+        let (row_hit, conflict, cap) = (self.p.row_hit, self.p.write_conflict, self.p.wpq);
+        let ch = &mut self.channels[loc.channel as usize];
+        let mut t = t;
+        while ch.draining.peek().is_some_and(|Reverse(d)| *d <= t) {
+            ch.draining.pop();
+        }
+        if ch.draining.len() >= cap {
+            let Reverse(d) = ch.draining.pop().unwrap();
+            t = t.max(d);
+        }
+        let bank = &mut ch.banks[loc.bank as usize];
+        let service = if bank.1 == loc.row { row_hit } else { conflict };
+        let drained = t.max(bank.0) + service;
+        *bank = (drained, loc.row);
+        ch.draining.push(Reverse(drained));
+        t
+    }
+
+    /// Schedules a non-LLC PM record's arrival in the WPQ, keeping same-line order.
+    fn schedule_wpq(&mut self, id: u32, t_imc: Instant) -> Instant {
+        let (line, seq) = {
+            let r = self.records[id as usize].as_ref().unwrap();
+            (r.line, r.seq)
+        };
+        let t = self.admit_wpq(t_imc, line);
+        let ls = self.lines.get_mut(&line).unwrap();
+        let t = t.max(ls.floor_wpq);
+        ls.floor_wpq = t;
+        // A DMA write to a line dirty in the LLC snoops it out: the old data goes first.
+        let group = std::mem::take(&mut ls.llc);
+        for (gid, gseq) in group {
+            if let Some(r) = self.records[gid as usize].as_mut().filter(|r| r.seq == gseq) {
+                r.in_llc = false;
+                self.llc_count -= 1;
+                if r.t_wpq > t {
+                    r.t_wpq = t;
+                    self.persist_heap.push(Reverse((t, gseq, gid)));
+                }
+            }
+        }
+        let r = self.records[id as usize].as_mut().unwrap();
+        r.t_wpq = t;
+        self.persist_heap.push(Reverse((t, seq, id)));
+        t
+    }
+}
+
+/// Where a PM address lives: channel, bank and row (seed 004 Table III geometry).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PmLocation {
+    /// Memory channel.
+    pub channel: u32,
+    /// Bank within the channel.
+    pub bank: u32,
+    /// Row within the bank.
+    pub row: u64,
+}

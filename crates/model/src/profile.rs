@@ -1,0 +1,281 @@
+//! Latency profiles: named hardware parameters loaded from TOML (see `profiles/`).
+//!
+//! A profile is data, not code: the simulator predicts latency from it, and a real-time
+//! calibration run can write a new one. Unknown or missing keys are errors, so a typo
+//! cannot silently fall back to a default.
+
+use crate::time::Duration;
+use serde::{Deserialize, Serialize};
+
+/// The profile shipped with remora, cited value by value in `profiles/default.toml`.
+pub const DEFAULT_TOML: &str = include_str!("../../../profiles/default.toml");
+/// seed 000 §4.2's 100 Gb/s ConnectX-4 network with the default host.
+pub const CX4_100G_TOML: &str = include_str!("../../../profiles/cx4-100g.toml");
+
+/// Every latency and size the model uses.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LatencyProfile {
+    /// Profile name, printed in reports.
+    pub name: String,
+    /// The wire.
+    pub network: Network,
+    /// The RNIC and PCIe.
+    pub rnic: Rnic,
+    /// IIO, LLC, memory controller and DRAM.
+    pub host: Host,
+    /// Persistent memory geometry and timing.
+    pub pm: Pm,
+    /// Server software and CPU instruction costs.
+    pub cpu: Cpu,
+}
+
+/// Network parameters.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Network {
+    /// Round trip of a minimal message between two NICs (propagation + switching).
+    pub nic_rtt_ns: u64,
+    /// Link bandwidth in Gb/s.
+    pub link_gbps: u64,
+    /// Header bytes added to every message on the wire.
+    pub header_bytes: u64,
+}
+
+/// RNIC parameters.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rnic {
+    /// Per-message processing time in the RNIC pipeline.
+    pub proc_ns: u64,
+    /// PCIe DMA bandwidth in Gb/s.
+    pub pcie_gbps: u64,
+    /// One-way PCIe latency between the RNIC and the IIO.
+    pub pcie_ns: u64,
+    /// Delay before a requester retries after a receiver-not-ready NAK.
+    pub rnr_retry_delay_ns: u64,
+    /// How long a requester waits for an ACK before declaring the peer dead.
+    pub ack_timeout_ns: u64,
+}
+
+/// Host memory-system parameters.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Host {
+    /// IIO buffer time before an inbound write becomes globally visible.
+    pub iio_ns: u64,
+    /// LLC access time.
+    pub llc_ns: u64,
+    /// Time from IIO/LLC to a memory controller's write-pending queue.
+    pub imc_ns: u64,
+    /// Upper bound of the seeded extra delay on that path, per write.
+    pub imc_jitter_ns: u64,
+    /// Mean residency of a dirty DDIO line in the LLC before eviction.
+    pub llc_residency_ns: u64,
+    /// Capacity of the DDIO share of the LLC, in 64-byte lines.
+    pub ddio_lines: u64,
+    /// DRAM access time.
+    pub dram_ns: u64,
+}
+
+/// Persistent-memory parameters.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pm {
+    /// Memory channels with PM DIMMs.
+    pub channels: u64,
+    /// Banks per channel.
+    pub banks_per_channel: u64,
+    /// Row size in bytes.
+    pub row_bytes: u64,
+    /// Channel interleave granularity in bytes.
+    pub interleave_bytes: u64,
+    /// Write-pending-queue entries per channel (the ADR-protected buffer).
+    pub wpq_entries: u64,
+    /// Read latency seen by a reader.
+    pub read_ns: u64,
+    /// Write latency seen by a writer that waits for the media.
+    pub write_ns: u64,
+    /// Bank busy time for an access that hits the open row.
+    pub row_hit_ns: u64,
+    /// Bank busy time for a read that must open a new row.
+    pub read_conflict_ns: u64,
+    /// Bank busy time for a write that must open a new row.
+    pub write_conflict_ns: u64,
+}
+
+/// CPU and server-software parameters.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cpu {
+    /// Time for a busy-polling thread to notice a completion.
+    pub poll_ns: u64,
+    /// Time to dispatch one received message.
+    pub msg_handle_ns: u64,
+    /// Issue cost of one cache-line write-back.
+    pub clwb_ns: u64,
+    /// Cost of a store fence once its write-backs are done.
+    pub sfence_ns: u64,
+    /// memcpy bandwidth, bytes per nanosecond.
+    pub memcpy_bytes_per_ns: u64,
+}
+
+/// A profile that failed to load.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// Not valid TOML, or a key missing, unknown or of the wrong type.
+    #[error("latency profile is not valid: {0}")]
+    Toml(#[from] toml::de::Error),
+    /// A value outside its range.
+    #[error("latency profile {profile:?}: {field} {why}")]
+    Invalid {
+        /// Profile name.
+        profile: String,
+        /// The offending key.
+        field: &'static str,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+}
+
+impl LatencyProfile {
+    /// Parses and validates a profile.
+    pub fn from_toml(text: &str) -> Result<Self, ProfileError> {
+        let p: LatencyProfile = toml::from_str(text)?;
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// The shipped default profile (seed 001 Table 5, seed 004 Table III).
+    pub fn default_profile() -> Self {
+        Self::from_toml(DEFAULT_TOML).expect("shipped default profile is valid")
+    }
+
+    /// Looks up a shipped profile by name.
+    pub fn builtin(name: &str) -> Option<Self> {
+        match name {
+            "default" => Some(Self::default_profile()),
+            "cx4-100g" => Some(Self::from_toml(CX4_100G_TOML).expect("shipped profile is valid")),
+            _ => None,
+        }
+    }
+
+    /// The profile as TOML.
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("profile serializes")
+    }
+
+    fn validate(&self) -> Result<(), ProfileError> {
+        let bad = |field, why| {
+            Err(ProfileError::Invalid {
+                profile: self.name.clone(),
+                field,
+                why,
+            })
+        };
+        let pow2 = |v: u64| v.is_power_of_two();
+        if self.network.link_gbps == 0 {
+            return bad("network.link_gbps", "must be positive");
+        }
+        if self.rnic.pcie_gbps == 0 {
+            return bad("rnic.pcie_gbps", "must be positive");
+        }
+        if self.pm.channels == 0 || self.pm.banks_per_channel == 0 {
+            return bad("pm.channels/banks_per_channel", "must be positive");
+        }
+        if !pow2(self.pm.row_bytes) || !pow2(self.pm.interleave_bytes) {
+            return bad(
+                "pm.row_bytes/interleave_bytes",
+                "must be powers of two",
+            );
+        }
+        if self.pm.interleave_bytes < 64 {
+            return bad("pm.interleave_bytes", "must be at least one 64-byte line");
+        }
+        if self.pm.wpq_entries == 0 || self.host.ddio_lines == 0 {
+            return bad("pm.wpq_entries/host.ddio_lines", "must be positive");
+        }
+        if self.cpu.memcpy_bytes_per_ns == 0 {
+            return bad("cpu.memcpy_bytes_per_ns", "must be positive");
+        }
+        if self.rnic.ack_timeout_ns == 0 {
+            return bad("rnic.ack_timeout_ns", "must be positive");
+        }
+        Ok(())
+    }
+
+    /// One-way propagation between two NICs: half the round trip.
+    pub fn one_way(&self) -> Duration {
+        Duration::from_nanos(self.network.nic_rtt_ns / 2)
+    }
+
+    /// Time to serialize `bytes` of payload (plus headers) onto a link, rounded up.
+    pub fn wire_time(&self, bytes: u64) -> Duration {
+        let bits = (bytes + self.network.header_bytes) * 8;
+        Duration::from_nanos(bits.div_ceil(self.network.link_gbps))
+    }
+
+    /// Time to move `bytes` across PCIe at its bandwidth (latency excluded), rounded up.
+    pub fn pcie_time(&self, bytes: u64) -> Duration {
+        Duration::from_nanos((bytes * 8).div_ceil(self.rnic.pcie_gbps))
+    }
+
+    /// CPU time to copy `bytes`.
+    pub fn memcpy_time(&self, bytes: u64) -> Duration {
+        Duration::from_nanos(bytes.div_ceil(self.cpu.memcpy_bytes_per_ns))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_profiles_load_and_carry_seed_values() {
+        let p = LatencyProfile::default_profile();
+        assert_eq!(p.network.nic_rtt_ns, 1000);
+        assert_eq!(p.network.link_gbps, 200);
+        assert_eq!((p.pm.read_ns, p.pm.write_ns), (140, 400));
+        assert_eq!(p.host.dram_ns, 100);
+        assert_eq!((p.pm.banks_per_channel, p.pm.row_bytes), (8, 2048));
+        let cx4 = LatencyProfile::builtin("cx4-100g").unwrap();
+        assert_eq!(cx4.network.link_gbps, 100);
+        assert!(LatencyProfile::builtin("nope").is_none());
+    }
+
+    #[test]
+    fn every_shipped_value_has_a_cited_source() {
+        // Each key line must follow a comment naming a seed or saying "assumption".
+        for text in [DEFAULT_TOML, CX4_100G_TOML] {
+            let lines: Vec<&str> = text.lines().collect();
+            for (i, line) in lines.iter().enumerate() {
+                let is_key = line.contains(" = ") && !line.starts_with('#');
+                if is_key && !line.starts_with("name") {
+                    let prev = lines[i - 1];
+                    assert!(
+                        prev.starts_with('#') && (prev.contains("seed") || prev.contains("assumption")),
+                        "value without a source: {line}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn round_trips_through_toml_and_rejects_typos() {
+        let p = LatencyProfile::default_profile();
+        assert_eq!(LatencyProfile::from_toml(&p.to_toml()).unwrap(), p);
+        let typo = DEFAULT_TOML.replace("nic_rtt_ns", "nic_rtt_nss");
+        assert!(LatencyProfile::from_toml(&typo).is_err());
+        let zero = DEFAULT_TOML.replace("link_gbps = 200", "link_gbps = 0");
+        let e = LatencyProfile::from_toml(&zero).unwrap_err().to_string();
+        assert!(e.contains("link_gbps"), "{e}");
+    }
+
+    #[test]
+    fn wire_time_rounds_up() {
+        let p = LatencyProfile::default_profile();
+        // (64 + 64 header) bytes * 8 / 200 Gb/s = 5.12 ns -> 6 ns.
+        assert_eq!(p.wire_time(64), Duration::from_nanos(6));
+    }
+}

@@ -1,0 +1,1076 @@
+//! One node's RNIC as a sans-IO state machine: memory regions, completion queues and
+//! reliable-connection queue pairs, with the ordering rules and completion semantics of
+//! seed 000 §2:
+//!
+//! - posted operations (WRITE, WRITE_WITH_IMM, SEND) are executed in order on arrival;
+//! - non-posted operations (READ, CAS, FETCH_ADD, FLUSH, ATOMIC WRITE, non-posted WRITE) are
+//!   executed only after every earlier operation of the QP took effect, so a posted
+//!   operation that arrives later may take effect before an earlier non-posted one;
+//! - a fenced work request waits at the requester until every earlier non-posted request
+//!   of its QP has completed;
+//! - on InfiniBand and RoCE a posted request completes when the responder's RNIC has
+//!   received it; on iWARP when the requester's transport accepted it (seed 000 §3.2);
+//! - a SEND or WRITE_WITH_IMM that finds no posted receive is refused with a
+//!   receiver-not-ready NAK and retried after a delay (seed 000 §4.3);
+//! - remote access violations complete with an error status and never touch memory.
+//!
+//! The runtime feeds packets in with [`Rnic::handle_packet`], takes packets out with
+//! [`Rnic::poll_transmit`], and calls [`Rnic::handle_timeout`] at [`Rnic::poll_timeout`].
+
+use crate::config::{PersistenceDomain, ServerConfig, Transport};
+use crate::hierarchy::{MemoryHierarchy, Space};
+use crate::mem::SparseMem;
+use crate::prng::Prng;
+use crate::profile::LatencyProfile;
+use crate::time::{Duration, Instant};
+use crate::verbs::*;
+use crate::wire::{Body, NakCode, Packet, Psn};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+
+/// Largest message on a reliable connection (seed 000 §3.2: 1 to 2^31 bytes).
+pub const MAX_MESSAGE: u64 = 1 << 31;
+/// Upper bound on queue depths, as `ibv_query_device` would report.
+pub const MAX_QUEUE_DEPTH: usize = 1 << 16;
+/// `rnr_retry` value meaning "retry forever" (InfiniBand encodes infinite as 7).
+pub const RNR_RETRY_INFINITE: u8 = 7;
+/// A requester asks for an acknowledgement at least every this many posted packets.
+const ACK_EVERY: Psn = 16;
+
+/// A registered memory region as the application sees it (`ibv_mr`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct MrInfo {
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key.
+    pub rkey: u32,
+    /// Start address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// DRAM or PM.
+    pub space: Space,
+    /// Rights.
+    pub access: Access,
+}
+
+/// Queue-pair creation attributes (`ibv_qp_init_attr` and the RNR retry attribute).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct QpAttr {
+    /// Send-queue depth.
+    pub sq_depth: usize,
+    /// Receive-queue depth.
+    pub rq_depth: usize,
+    /// RNR retries before an error; [`RNR_RETRY_INFINITE`] retries forever.
+    pub rnr_retry: u8,
+}
+
+impl Default for QpAttr {
+    fn default() -> Self {
+        QpAttr {
+            sq_depth: 1024,
+            rq_depth: 1024,
+            rnr_retry: RNR_RETRY_INFINITE,
+        }
+    }
+}
+
+/// Something the RNIC did, for the runtime's trace recorder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeEvent {
+    /// When.
+    pub at: Instant,
+    /// What.
+    pub kind: EventKind,
+    /// The QP concerned.
+    pub qp: QpNum,
+    /// Work-request id or PSN.
+    pub id: u64,
+}
+
+/// Kinds of [`NodeEvent`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// A send work request was posted.
+    Posted,
+    /// A request packet left the requester.
+    Transmitted,
+    /// A request was executed at the responder.
+    Executed,
+    /// A completion was made available.
+    Completed,
+    /// A receiver-not-ready NAK was sent.
+    RnrNak,
+    /// A request was refused with an access or invalid-request NAK.
+    AccessNak,
+    /// A packet was dropped (unknown QP, out of sequence, node down).
+    Dropped,
+}
+
+#[derive(Clone, Debug)]
+struct Mr {
+    pd: PdId,
+    space: Space,
+    addr: u64,
+    len: u64,
+    access: Access,
+}
+
+#[derive(Debug, Default)]
+struct Cq {
+    entries: VecDeque<WorkCompletion>,
+    depth: usize,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum QpState {
+    Init,
+    Rts,
+    Error,
+}
+
+impl QpState {
+    fn name(self) -> &'static str {
+        match self {
+            QpState::Init => "INIT",
+            QpState::Rts => "RTS",
+            QpState::Error => "ERROR",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Wqe {
+    wr: SendWr,
+    /// Payload fetched at post time (inline) or when first transmitted (SGE).
+    data: Option<Vec<u8>>,
+    psn: Psn,
+    sent: bool,
+    done: Option<(WcStatus, Instant)>,
+}
+
+#[derive(Debug)]
+struct Qp {
+    pd: PdId,
+    send_cq: CqId,
+    recv_cq: CqId,
+    attr: QpAttr,
+    state: QpState,
+    remote: Option<(NodeId, QpNum)>,
+    // requester
+    sq: VecDeque<Wqe>,
+    next_send: usize,
+    next_psn: Psn,
+    outstanding_np: u32,
+    rnr_left: u8,
+    rnr_waiting: bool,
+    last_progress: Instant,
+    ack_timer_armed: bool,
+    // responder
+    rq: VecDeque<RecvWr>,
+    expected_psn: Psn,
+    np_barrier: Instant,
+    deferred: VecDeque<Packet>,
+    deferred_timer_armed: bool,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
+    Deferred(QpNum),
+    RnrRetry(QpNum),
+    AckTimeout(QpNum),
+}
+
+/// Counters for reports and tests.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct RnicStats {
+    /// Request packets transmitted (retransmissions included).
+    pub requests_sent: u64,
+    /// Requests executed as a responder.
+    pub requests_executed: u64,
+    /// RNR NAKs sent.
+    pub rnr_naks: u64,
+    /// Packets dropped.
+    pub dropped: u64,
+}
+
+/// One node's RNIC and memory system.
+#[derive(Debug)]
+pub struct Rnic {
+    id: NodeId,
+    config: ServerConfig,
+    hier: MemoryHierarchy,
+    up: bool,
+    proc: Duration,
+    pcie: Duration,
+    rnr_delay: Duration,
+    ack_timeout: Duration,
+    pds: u32,
+    mrs: BTreeMap<u32, Mr>,
+    next_key: u32,
+    cqs: Vec<Cq>,
+    qps: Vec<Qp>,
+    outbox: VecDeque<(Instant, Packet)>,
+    tx_free: Instant,
+    timers: BinaryHeap<Reverse<(Instant, u64, Timer)>>,
+    cqe_pending: BinaryHeap<Reverse<(Instant, u64, u32)>>,
+    cqe_store: BTreeMap<u64, WorkCompletion>,
+    seq: u64,
+    alloc_next: [u64; 2],
+    events: Option<Vec<NodeEvent>>,
+    stats: RnicStats,
+}
+
+/// Base of the PM physical range, so DRAM and PM addresses never collide in traces.
+pub const PM_BASE: u64 = 1 << 44;
+
+impl Rnic {
+    /// A node with the given configuration and latency profile.
+    pub fn new(id: NodeId, config: ServerConfig, profile: &LatencyProfile, mut rng: Prng) -> Self {
+        let hier = MemoryHierarchy::new(config.domain, config.ddio, profile, rng.fork());
+        Rnic {
+            id,
+            config,
+            hier,
+            up: true,
+            proc: Duration::from_nanos(profile.rnic.proc_ns),
+            pcie: Duration::from_nanos(profile.rnic.pcie_ns),
+            rnr_delay: Duration::from_nanos(profile.rnic.rnr_retry_delay_ns),
+            ack_timeout: Duration::from_nanos(profile.rnic.ack_timeout_ns),
+            pds: 0,
+            mrs: BTreeMap::new(),
+            next_key: 0x100,
+            cqs: Vec::new(),
+            qps: Vec::new(),
+            outbox: VecDeque::new(),
+            tx_free: Instant::ZERO,
+            timers: BinaryHeap::new(),
+            cqe_pending: BinaryHeap::new(),
+            cqe_store: BTreeMap::new(),
+            seq: 0,
+            alloc_next: [0x1000, PM_BASE],
+            events: None,
+            stats: RnicStats::default(),
+        }
+    }
+
+    /// Node id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+    /// The node's configuration (what a server advertises to clients).
+    pub fn config(&self) -> ServerConfig {
+        self.config
+    }
+    /// The memory system.
+    pub fn hierarchy(&mut self) -> &mut MemoryHierarchy {
+        &mut self.hier
+    }
+    /// Counters.
+    pub fn stats(&self) -> RnicStats {
+        self.stats
+    }
+    /// False between a power failure and [`restart`](Self::restart).
+    pub fn is_up(&self) -> bool {
+        self.up
+    }
+    /// Turns on recording of [`NodeEvent`]s, drained with [`take_events`](Self::take_events).
+    pub fn record_events(&mut self, on: bool) {
+        self.events = if on { Some(Vec::new()) } else { None };
+    }
+    /// Recorded events since the last call.
+    pub fn take_events(&mut self) -> Vec<NodeEvent> {
+        self.events.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    fn event(&mut self, at: Instant, kind: EventKind, qp: QpNum, id: u64) {
+        if let Some(ev) = &mut self.events {
+            ev.push(NodeEvent { at, kind, qp, id });
+        }
+    }
+
+    // ------------------------------------------------------------ resources
+
+    /// Reserves `len` bytes of the node's DRAM or PM, aligned to `align` (a power of two).
+    /// Allocation restarts from the bottom after a restart, so a recovering program that
+    /// allocates in the same order finds its PM data at the same addresses.
+    pub fn alloc(&mut self, space: Space, len: u64, align: u64) -> u64 {
+        assert!(align.is_power_of_two());
+        let cur = &mut self.alloc_next[space as usize];
+        let addr = cur.next_multiple_of(align);
+        *cur = addr + len;
+        addr
+    }
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&mut self) -> PdId {
+        self.pds += 1;
+        PdId(self.pds)
+    }
+
+    /// `ibv_reg_mr` over memory the node owns.
+    pub fn reg_mr(&mut self, pd: PdId, space: Space, addr: u64, len: u64, access: Access) -> Result<MrInfo, VerbsError> {
+        if !self.up {
+            return Err(VerbsError::NodeDown(self.id));
+        }
+        if pd.0 == 0 || pd.0 > self.pds {
+            return Err(VerbsError::NoSuch("protection domain"));
+        }
+        if len == 0 {
+            return Err(VerbsError::BadRegistration("zero length"));
+        }
+        let in_range = match space {
+            Space::Dram => addr.checked_add(len).is_some_and(|e| e <= PM_BASE),
+            Space::Pm => addr >= PM_BASE && addr.checked_add(len).is_some(),
+        };
+        if !in_range {
+            return Err(VerbsError::BadRegistration("range is not in that memory"));
+        }
+        let key = self.next_key;
+        self.next_key += 1;
+        self.mrs.insert(key, Mr { pd, space, addr, len, access });
+        Ok(MrInfo { lkey: key, rkey: key, addr, len, space, access })
+    }
+
+    /// `ibv_dereg_mr`: later accesses with its keys fail.
+    pub fn dereg_mr(&mut self, key: u32) -> Result<(), VerbsError> {
+        self.mrs.remove(&key).map(|_| ()).ok_or(VerbsError::NoSuch("memory region"))
+    }
+
+    /// `ibv_create_cq`.
+    pub fn create_cq(&mut self, depth: usize) -> Result<CqId, VerbsError> {
+        if depth == 0 || depth > MAX_QUEUE_DEPTH {
+            return Err(VerbsError::Invalid("completion queue depth"));
+        }
+        self.cqs.push(Cq { entries: VecDeque::new(), depth });
+        Ok(CqId(self.cqs.len() as u32 - 1))
+    }
+
+    /// `ibv_create_qp` for a reliable connection; the QP starts in INIT.
+    pub fn create_qp(&mut self, pd: PdId, send_cq: CqId, recv_cq: CqId, attr: QpAttr) -> Result<QpNum, VerbsError> {
+        if pd.0 == 0 || pd.0 > self.pds {
+            return Err(VerbsError::NoSuch("protection domain"));
+        }
+        if send_cq.0 as usize >= self.cqs.len() || recv_cq.0 as usize >= self.cqs.len() {
+            return Err(VerbsError::NoSuch("completion queue"));
+        }
+        if attr.sq_depth == 0 || attr.sq_depth > MAX_QUEUE_DEPTH || attr.rq_depth > MAX_QUEUE_DEPTH {
+            return Err(VerbsError::Invalid("queue depth"));
+        }
+        self.qps.push(Qp {
+            pd,
+            send_cq,
+            recv_cq,
+            attr,
+            state: QpState::Init,
+            remote: None,
+            sq: VecDeque::new(),
+            next_send: 0,
+            next_psn: 0,
+            outstanding_np: 0,
+            rnr_left: attr.rnr_retry,
+            rnr_waiting: false,
+            last_progress: Instant::ZERO,
+            ack_timer_armed: false,
+            rq: VecDeque::new(),
+            expected_psn: 0,
+            np_barrier: Instant::ZERO,
+            deferred: VecDeque::new(),
+            deferred_timer_armed: false,
+        });
+        Ok(QpNum(self.qps.len() as u32 - 1))
+    }
+
+    /// Connects a QP to a remote QP and moves it to RTS (the `ibv_modify_qp` sequence
+    /// INIT → RTR → RTS after the connection manager exchanged QP numbers).
+    pub fn connect(&mut self, qp: QpNum, remote: NodeId, remote_qp: QpNum) -> Result<(), VerbsError> {
+        let q = self.qps.get_mut(qp.0 as usize).ok_or(VerbsError::NoSuch("queue pair"))?;
+        if q.state != QpState::Init {
+            return Err(VerbsError::QpState(qp, q.state.name()));
+        }
+        q.remote = Some((remote, remote_qp));
+        q.state = QpState::Rts;
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ posting
+
+    /// `ibv_post_send`. Errors that a real `ibv_post_send` returns at once are returned;
+    /// errors found later (bad keys, remote refusals) complete with an error status.
+    pub fn post_send(&mut self, now: Instant, qp: QpNum, wr: SendWr) -> Result<(), VerbsError> {
+        if !self.up {
+            return Err(VerbsError::NodeDown(self.id));
+        }
+        let caps = self.config.caps;
+        let q = self.qps.get(qp.0 as usize).ok_or(VerbsError::NoSuch("queue pair"))?;
+        if q.state != QpState::Rts {
+            return Err(VerbsError::QpState(qp, q.state.name()));
+        }
+        if q.sq.len() >= q.attr.sq_depth {
+            return Err(VerbsError::QueueFull("send", qp, q.attr.sq_depth));
+        }
+        match wr.opcode {
+            Opcode::Flush { .. } if !caps.native_flush => return Err(VerbsError::Unsupported("RDMA FLUSH")),
+            Opcode::AtomicWrite { .. } if !caps.atomic_write => return Err(VerbsError::Unsupported("RDMA ATOMIC WRITE")),
+            Opcode::NonPostedWrite if !caps.non_posted_write => return Err(VerbsError::Unsupported("non-posted RDMA WRITE")),
+            _ => {}
+        }
+        let needs_remote = !matches!(wr.opcode, Opcode::Send | Opcode::SendWithImm(_));
+        if needs_remote && wr.remote.is_none() {
+            return Err(VerbsError::Invalid("operation needs a remote address and rkey"));
+        }
+        if wr.local.len() > MAX_MESSAGE {
+            return Err(VerbsError::Invalid("message longer than 2^31 bytes"));
+        }
+        let needs_result_buffer = matches!(wr.opcode, Opcode::Read | Opcode::CompareSwap { .. } | Opcode::FetchAdd { .. });
+        if needs_result_buffer && !matches!(wr.local, Payload::Sge(_)) {
+            return Err(VerbsError::Invalid("READ and atomics need a local SGE for the result"));
+        }
+        if matches!(wr.opcode, Opcode::CompareSwap { .. } | Opcode::FetchAdd { .. }) && wr.local.len() != 8 {
+            return Err(VerbsError::Invalid("atomics transfer exactly 8 bytes"));
+        }
+        if matches!(wr.opcode, Opcode::Flush { .. } | Opcode::AtomicWrite { .. }) && !wr.local.is_empty() {
+            return Err(VerbsError::Invalid("FLUSH and ATOMIC WRITE carry no local payload"));
+        }
+        let data = match &wr.local {
+            Payload::Inline(v) => Some(v.clone()),
+            _ => None,
+        };
+        let id = wr.wr_id;
+        let q = &mut self.qps[qp.0 as usize];
+        let psn = q.next_psn;
+        q.next_psn = q.next_psn.wrapping_add(1);
+        q.sq.push_back(Wqe { wr, data, psn, sent: false, done: None });
+        self.event(now, EventKind::Posted, qp, id);
+        self.pump(now, qp);
+        Ok(())
+    }
+
+    /// `ibv_post_recv`.
+    pub fn post_recv(&mut self, now: Instant, qp: QpNum, wr: RecvWr) -> Result<(), VerbsError> {
+        if !self.up {
+            return Err(VerbsError::NodeDown(self.id));
+        }
+        let q = self.qps.get_mut(qp.0 as usize).ok_or(VerbsError::NoSuch("queue pair"))?;
+        if q.state == QpState::Error {
+            return Err(VerbsError::QpState(qp, q.state.name()));
+        }
+        if q.rq.len() >= q.attr.rq_depth {
+            return Err(VerbsError::QueueFull("receive", qp, q.attr.rq_depth));
+        }
+        q.rq.push_back(wr);
+        let _ = now;
+        Ok(())
+    }
+
+    /// `ibv_poll_cq`: moves up to `max` completions into `out`, returns how many.
+    pub fn poll_cq(&mut self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        let Some(c) = self.cqs.get_mut(cq.0 as usize) else { return 0 };
+        let n = max.min(c.entries.len());
+        out.extend(c.entries.drain(..n));
+        n
+    }
+
+    /// Completions waiting in a CQ.
+    pub fn cq_len(&self, cq: CqId) -> usize {
+        self.cqs.get(cq.0 as usize).map_or(0, |c| c.entries.len())
+    }
+
+    // ------------------------------------------------------------ runtime interface
+
+    /// The next packet to put on the wire and the earliest time it may leave.
+    pub fn poll_transmit(&mut self) -> Option<(Instant, Packet)> {
+        self.outbox.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let t = self.timers.peek().map(|Reverse((t, _, _))| *t);
+        let c = self.cqe_pending.peek().map(|Reverse((t, _, _))| *t);
+        match (t, c) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Runs everything due at or before `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.hier.advance(now);
+        while let Some(&Reverse((t, seq, cq))) = self.cqe_pending.peek() {
+            if t > now {
+                break;
+            }
+            self.cqe_pending.pop();
+            let wc = self.cqe_store.remove(&seq).expect("pending completion stored");
+            let c = &mut self.cqs[cq as usize];
+            // A full CQ is an overrun; real RNICs move the QP to error. We keep the newest
+            // bound by refusing growth and flag it loudly rather than growing silently.
+            assert!(c.entries.len() < c.depth, "completion queue {cq} overrun (depth {})", c.depth);
+            c.entries.push_back(wc.clone());
+            self.event(t, EventKind::Completed, wc.qp, wc.wr_id);
+        }
+        while let Some(&Reverse((t, _, timer))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            match timer {
+                Timer::Deferred(qp) => {
+                    self.qps[qp.0 as usize].deferred_timer_armed = false;
+                    self.run_deferred(now, qp);
+                }
+                Timer::RnrRetry(qp) => {
+                    let q = &mut self.qps[qp.0 as usize];
+                    if q.state == QpState::Rts {
+                        q.rnr_waiting = false;
+                        self.pump(now, qp);
+                    }
+                }
+                Timer::AckTimeout(qp) => self.ack_timeout(now, qp),
+            }
+        }
+    }
+
+    /// A packet arrived from the wire at `now`.
+    pub fn handle_packet(&mut self, now: Instant, pkt: Packet) {
+        if !self.up {
+            return;
+        }
+        self.hier.advance(now);
+        let Some(q) = self.qps.get(pkt.dst_qp.0 as usize) else {
+            return self.drop_packet(now, &pkt);
+        };
+        if q.remote != Some((pkt.src, pkt.src_qp)) || q.state == QpState::Error {
+            return self.drop_packet(now, &pkt);
+        }
+        if pkt.is_request() {
+            self.handle_request(now, pkt);
+        } else {
+            self.handle_response(now, pkt);
+        }
+    }
+
+    fn drop_packet(&mut self, now: Instant, pkt: &Packet) {
+        self.stats.dropped += 1;
+        self.event(now, EventKind::Dropped, pkt.dst_qp, pkt.psn as u64);
+    }
+
+    // ------------------------------------------------------------ requester
+
+    fn pump(&mut self, now: Instant, qpn: QpNum) {
+        let iwarp = self.config.transport == Transport::IWarp;
+        loop {
+            let q = &mut self.qps[qpn.0 as usize];
+            if q.state != QpState::Rts || q.rnr_waiting || q.next_send >= q.sq.len() {
+                break;
+            }
+            let idx = q.next_send;
+            let w = &q.sq[idx];
+            if w.wr.fence && q.outstanding_np > 0 {
+                break;
+            }
+            let op = w.wr.opcode;
+            let (remote_node, remote_qp) = q.remote.expect("RTS QP is connected");
+            // Fetch the payload from local memory (a DMA read over PCIe) unless inline.
+            let mut fetch = Duration::ZERO;
+            if self.qps[qpn.0 as usize].sq[idx].data.is_none() {
+                let w = &self.qps[qpn.0 as usize].sq[idx];
+                let fetched = match w.wr.local {
+                    Payload::Sge(sge) if !op.is_non_posted() || op == Opcode::NonPostedWrite => {
+                        match self.check_local(qpn, sge, Access::NONE) {
+                            Ok(space) => {
+                                fetch = self.pcie + self.pcie;
+                                Some(self.hier.read_ordered(space, sge.addr, sge.len as usize))
+                            }
+                            Err(status) => {
+                                self.complete_with_error(now, qpn, idx, status);
+                                return;
+                            }
+                        }
+                    }
+                    _ => Some(Vec::new()),
+                };
+                self.qps[qpn.0 as usize].sq[idx].data = fetched;
+            }
+            let ready = (now + self.proc + fetch).max(self.tx_free);
+            self.tx_free = ready;
+            let q = &mut self.qps[qpn.0 as usize];
+            let last = idx + 1 == q.sq.len();
+            let w = &mut q.sq[idx];
+            let ack_req = w.wr.signaled || last || w.psn % ACK_EVERY == ACK_EVERY - 1;
+            let remote = w.wr.remote;
+            let data = w.data.clone().unwrap_or_default();
+            let body = match (op, remote) {
+                (Opcode::Write, Some(r)) => Body::Write { addr: r.addr, rkey: r.rkey, data, imm: None, ack_req },
+                (Opcode::WriteWithImm(imm), Some(r)) => Body::Write { addr: r.addr, rkey: r.rkey, data, imm: Some(imm), ack_req },
+                (Opcode::Send, _) => Body::Send { data, imm: None, ack_req },
+                (Opcode::SendWithImm(imm), _) => Body::Send { data, imm: Some(imm), ack_req },
+                (Opcode::Read, Some(r)) => Body::Read { addr: r.addr, rkey: r.rkey, len: w.wr.local.len() as u32 },
+                (Opcode::CompareSwap { compare, swap }, Some(r)) => Body::Atomic { addr: r.addr, rkey: r.rkey, compare: Some(compare), operand: swap },
+                (Opcode::FetchAdd { add }, Some(r)) => Body::Atomic { addr: r.addr, rkey: r.rkey, compare: None, operand: add },
+                (Opcode::Flush { placement, len }, Some(r)) => Body::Flush { addr: r.addr, rkey: r.rkey, len, placement },
+                (Opcode::AtomicWrite { value }, Some(r)) => Body::NonPostedWrite { addr: r.addr, rkey: r.rkey, data: value.to_le_bytes().to_vec(), atomic: true },
+                (Opcode::NonPostedWrite, Some(r)) => Body::NonPostedWrite { addr: r.addr, rkey: r.rkey, data, atomic: false },
+                (_, None) => unreachable!("post_send checked the remote address"),
+            };
+            w.sent = true;
+            let psn = w.psn;
+            let wr_id = w.wr.wr_id;
+            if op.is_non_posted() {
+                q.outstanding_np += 1;
+            } else if iwarp {
+                // iWARP: complete once the local transport has the data (seed 000 §3.2).
+                w.done = Some((WcStatus::Success, ready));
+            }
+            q.next_send += 1;
+            self.outbox.push_back((
+                ready,
+                Packet { src: self.id, dst: remote_node, src_qp: qpn, dst_qp: remote_qp, psn, body },
+            ));
+            self.stats.requests_sent += 1;
+            self.event(ready, EventKind::Transmitted, qpn, wr_id);
+            self.arm_ack_timer(now, qpn);
+        }
+        self.retire(qpn);
+    }
+
+    fn check_local(&self, qpn: QpNum, sge: Sge, need: Access) -> Result<Space, WcStatus> {
+        let pd = self.qps[qpn.0 as usize].pd;
+        let mr = self.mrs.get(&sge.lkey).ok_or(WcStatus::LocProtErr)?;
+        if mr.pd != pd || !mr.access.contains(need) {
+            return Err(WcStatus::LocProtErr);
+        }
+        let end = sge.addr.checked_add(sge.len as u64).ok_or(WcStatus::LocLenErr)?;
+        if sge.addr < mr.addr || end > mr.addr + mr.len {
+            return Err(WcStatus::LocLenErr);
+        }
+        Ok(mr.space)
+    }
+
+    fn arm_ack_timer(&mut self, now: Instant, qpn: QpNum) {
+        let q = &mut self.qps[qpn.0 as usize];
+        if q.ack_timer_armed {
+            return;
+        }
+        q.ack_timer_armed = true;
+        q.last_progress = now;
+        let at = now + self.ack_timeout;
+        self.push_timer(at, Timer::AckTimeout(qpn));
+    }
+
+    fn ack_timeout(&mut self, now: Instant, qpn: QpNum) {
+        let timeout = self.ack_timeout;
+        let q = &mut self.qps[qpn.0 as usize];
+        q.ack_timer_armed = false;
+        if q.state != QpState::Rts {
+            return;
+        }
+        let waiting = q.sq.iter().position(|w| w.sent && w.done.is_none());
+        let Some(idx) = waiting else { return };
+        if now < q.last_progress + timeout {
+            q.ack_timer_armed = true;
+            let at = q.last_progress + timeout;
+            self.push_timer(at, Timer::AckTimeout(qpn));
+            return;
+        }
+        self.complete_with_error(now, qpn, idx, WcStatus::RetryExcErr);
+    }
+
+    fn push_timer(&mut self, at: Instant, t: Timer) {
+        self.seq += 1;
+        self.timers.push(Reverse((at, self.seq, t)));
+    }
+
+    fn handle_response(&mut self, now: Instant, pkt: Packet) {
+        let qpn = pkt.dst_qp;
+        let done_at = now + self.proc;
+        let q = &mut self.qps[qpn.0 as usize];
+        q.last_progress = now;
+        let Some(idx) = q.sq.iter().position(|w| w.psn == pkt.psn && w.sent) else {
+            return; // a late response for a retired or rewound request
+        };
+        match pkt.body {
+            Body::Ack => {
+                for w in q.sq.iter_mut().take(idx + 1) {
+                    if w.sent && w.done.is_none() && !w.wr.opcode.is_non_posted() {
+                        w.done = Some((WcStatus::Success, done_at));
+                    }
+                }
+            }
+            Body::Nak(NakCode::Rnr) => {
+                // Every posted request before the refused one was received.
+                for w in q.sq.iter_mut().take(idx) {
+                    if w.sent && w.done.is_none() && !w.wr.opcode.is_non_posted() {
+                        w.done = Some((WcStatus::Success, done_at));
+                    }
+                }
+                if q.rnr_left == 0 {
+                    self.complete_with_error(now, qpn, idx, WcStatus::RnrRetryExcErr);
+                    return;
+                }
+                if q.rnr_left != RNR_RETRY_INFINITE {
+                    q.rnr_left -= 1;
+                }
+                // Go back to the refused request: it and everything after it is resent.
+                for w in q.sq.iter_mut().skip(idx) {
+                    if w.sent && w.done.is_none() {
+                        w.sent = false;
+                    }
+                }
+                q.outstanding_np = q.sq.iter().filter(|w| w.sent && w.done.is_none() && w.wr.opcode.is_non_posted()).count() as u32;
+                q.next_send = q.sq.iter().position(|w| !w.sent && w.done.is_none()).unwrap_or(q.sq.len());
+                q.rnr_waiting = true;
+                let at = now + self.rnr_delay;
+                self.push_timer(at, Timer::RnrRetry(qpn));
+            }
+            Body::Nak(code) => {
+                let status = match code {
+                    NakCode::RemoteAccess => WcStatus::RemAccessErr,
+                    _ => WcStatus::RemInvReqErr,
+                };
+                self.complete_with_error(now, qpn, idx, status);
+                return;
+            }
+            Body::ReadResp(data) => self.finish_np(now, qpn, idx, Some(data)),
+            Body::AtomicResp(orig) => self.finish_np(now, qpn, idx, Some(orig.to_le_bytes().to_vec())),
+            Body::Done => self.finish_np(now, qpn, idx, None),
+            _ => unreachable!("requests are routed to handle_request"),
+        }
+        self.retire(qpn);
+        self.pump(now, qpn);
+    }
+
+    /// A non-posted request's response arrived: place any returned data locally, then
+    /// the request is done.
+    fn finish_np(&mut self, now: Instant, qpn: QpNum, idx: usize, data: Option<Vec<u8>>) {
+        let mut done_at = now + self.proc;
+        if let Some(data) = data {
+            let Payload::Sge(sge) = self.qps[qpn.0 as usize].sq[idx].wr.local else {
+                unreachable!("post_send requires an SGE for results")
+            };
+            match self.check_local(qpn, sge, Access::LOCAL_WRITE) {
+                Ok(space) => {
+                    let n = data.len().min(sge.len as usize);
+                    done_at = done_at.max(self.hier.dma_write(now, space, sge.addr, &data[..n]).visible);
+                }
+                Err(status) => return self.complete_with_error(now, qpn, idx, status),
+            }
+        }
+        let q = &mut self.qps[qpn.0 as usize];
+        q.sq[idx].done = Some((WcStatus::Success, done_at));
+        q.outstanding_np -= 1;
+    }
+
+    /// Pops finished requests off the send queue in order and schedules their completions.
+    fn retire(&mut self, qpn: QpNum) {
+        loop {
+            let q = &mut self.qps[qpn.0 as usize];
+            let Some(Wqe { done: Some((status, at)), .. }) = q.sq.front() else { break };
+            let (status, at) = (*status, *at);
+            let w = q.sq.pop_front().unwrap();
+            q.next_send = q.next_send.saturating_sub(1);
+            let cq = q.send_cq;
+            if w.wr.signaled || status != WcStatus::Success {
+                let wc = WorkCompletion {
+                    wr_id: w.wr.wr_id,
+                    status,
+                    opcode: WcOpcode::of(w.wr.opcode),
+                    byte_len: w.wr.local.len() as u32,
+                    imm: None,
+                    qp: qpn,
+                };
+                self.push_cqe(at, cq, wc);
+            }
+        }
+    }
+
+    fn push_cqe(&mut self, at: Instant, cq: CqId, wc: WorkCompletion) {
+        self.seq += 1;
+        self.cqe_store.insert(self.seq, wc);
+        self.cqe_pending.push(Reverse((at, self.seq, cq.0)));
+    }
+
+    /// Completes request `idx` with an error and moves the QP to ERROR: every later
+    /// request and every posted receive is flushed with `WrFlushErr`.
+    fn complete_with_error(&mut self, now: Instant, qpn: QpNum, idx: usize, status: WcStatus) {
+        let at = now + self.proc;
+        let q = &mut self.qps[qpn.0 as usize];
+        for (i, w) in q.sq.iter_mut().enumerate() {
+            if w.done.is_none() {
+                let s = if i == idx { status } else if i > idx { WcStatus::WrFlushErr } else { continue };
+                w.done = Some((s, at));
+            }
+        }
+        self.to_error(now, qpn);
+        self.retire(qpn);
+    }
+
+    fn to_error(&mut self, now: Instant, qpn: QpNum) {
+        let at = now + self.proc;
+        let q = &mut self.qps[qpn.0 as usize];
+        q.state = QpState::Error;
+        q.deferred.clear();
+        for w in q.sq.iter_mut() {
+            if w.done.is_none() {
+                w.done = Some((WcStatus::WrFlushErr, at));
+            }
+        }
+        let rq: Vec<RecvWr> = q.rq.drain(..).collect();
+        let cq = q.recv_cq;
+        for r in rq {
+            let wc = WorkCompletion { wr_id: r.wr_id, status: WcStatus::WrFlushErr, opcode: WcOpcode::Recv, byte_len: 0, imm: None, qp: qpn };
+            self.push_cqe(at, cq, wc);
+        }
+    }
+
+    // ------------------------------------------------------------ responder
+
+    fn respond(&mut self, at: Instant, req: &Packet, body: Body) {
+        self.outbox.push_back((
+            at,
+            Packet { src: self.id, dst: req.src, src_qp: req.dst_qp, dst_qp: req.src_qp, psn: req.psn, body },
+        ));
+    }
+
+    /// Looks up a remote access: the MR must exist, belong to the QP's PD, grant `need`,
+    /// and contain the whole range.
+    fn check_remote(&self, qpn: QpNum, rkey: u32, addr: u64, len: u64, need: Access) -> Result<Space, NakCode> {
+        let mr = self.mrs.get(&rkey).ok_or(NakCode::RemoteAccess)?;
+        if mr.pd != self.qps[qpn.0 as usize].pd || !mr.access.contains(need) {
+            return Err(NakCode::RemoteAccess);
+        }
+        let end = addr.checked_add(len).ok_or(NakCode::RemoteAccess)?;
+        if addr < mr.addr || end > mr.addr + mr.len {
+            return Err(NakCode::RemoteAccess);
+        }
+        Ok(mr.space)
+    }
+
+    fn nak(&mut self, now: Instant, req: &Packet, code: NakCode) {
+        let kind = if code == NakCode::Rnr { EventKind::RnrNak } else { EventKind::AccessNak };
+        self.event(now, kind, req.dst_qp, req.psn as u64);
+        self.respond(now + self.proc, req, Body::Nak(code));
+        if code != NakCode::Rnr {
+            // A responder that NAKs an access violation also stops executing the QP.
+            self.to_error(now, req.dst_qp);
+        }
+    }
+
+    fn handle_request(&mut self, now: Instant, pkt: Packet) {
+        let qpn = pkt.dst_qp;
+        let q = &mut self.qps[qpn.0 as usize];
+        if pkt.psn != q.expected_psn {
+            // Out of sequence: after an RNR NAK, requests behind the refused one are
+            // dropped until the requester goes back and resends them.
+            return self.drop_packet(now, &pkt);
+        }
+        let is_np = matches!(pkt.body, Body::Read { .. } | Body::Atomic { .. } | Body::Flush { .. } | Body::NonPostedWrite { .. });
+        if is_np {
+            q.expected_psn = q.expected_psn.wrapping_add(1);
+            if q.np_barrier > now || !q.deferred.is_empty() {
+                let at = q.np_barrier;
+                q.deferred.push_back(pkt);
+                if !q.deferred_timer_armed {
+                    q.deferred_timer_armed = true;
+                    self.push_timer(at.max(now), Timer::Deferred(qpn));
+                }
+            } else {
+                self.execute_np(now, pkt);
+            }
+            return;
+        }
+        let ack_at = now + self.proc;
+        match &pkt.body {
+            Body::Write { addr, rkey, data, imm, ack_req } => {
+                let space = match self.check_remote(qpn, *rkey, *addr, data.len() as u64, Access::REMOTE_WRITE) {
+                    Ok(s) => s,
+                    Err(code) => return self.nak(now, &pkt, code),
+                };
+                if imm.is_some() && self.qps[qpn.0 as usize].rq.is_empty() {
+                    self.stats.rnr_naks += 1;
+                    return self.nak(now, &pkt, NakCode::Rnr);
+                }
+                self.qps[qpn.0 as usize].expected_psn += 1;
+                let t = self.hier.dma_write(now, space, *addr, data);
+                if let Some(imm) = imm {
+                    let q = &mut self.qps[qpn.0 as usize];
+                    let r = q.rq.pop_front().unwrap();
+                    let cq = q.recv_cq;
+                    let wc = WorkCompletion { wr_id: r.wr_id, status: WcStatus::Success, opcode: WcOpcode::RecvRdmaWithImm, byte_len: data.len() as u32, imm: Some(*imm), qp: qpn };
+                    self.push_cqe(t.visible + self.proc, cq, wc);
+                }
+                if *ack_req {
+                    self.respond(ack_at, &pkt, Body::Ack);
+                }
+            }
+            Body::Send { data, imm, ack_req } => {
+                let Some(&r) = self.qps[qpn.0 as usize].rq.front() else {
+                    self.stats.rnr_naks += 1;
+                    return self.nak(now, &pkt, NakCode::Rnr);
+                };
+                let space = match self.check_local(qpn, r.sge, Access::LOCAL_WRITE) {
+                    Ok(s) if data.len() <= r.sge.len as usize => s,
+                    Ok(_) | Err(_) => {
+                        // The message does not fit the posted buffer (or the buffer is bad):
+                        // the receive completes with an error and the sender is refused.
+                        let q = &mut self.qps[qpn.0 as usize];
+                        q.rq.pop_front();
+                        let cq = q.recv_cq;
+                        let wc = WorkCompletion { wr_id: r.wr_id, status: WcStatus::LocLenErr, opcode: WcOpcode::Recv, byte_len: data.len() as u32, imm: *imm, qp: qpn };
+                        self.push_cqe(now + self.proc, cq, wc);
+                        return self.nak(now, &pkt, NakCode::InvalidRequest);
+                    }
+                };
+                let q = &mut self.qps[qpn.0 as usize];
+                q.rq.pop_front();
+                q.expected_psn += 1;
+                let cq = q.recv_cq;
+                let t = self.hier.dma_write(now, space, r.sge.addr, data);
+                // The receive completion follows the buffer's visibility (seed 000 §3.1.3).
+                let wc = WorkCompletion { wr_id: r.wr_id, status: WcStatus::Success, opcode: WcOpcode::Recv, byte_len: data.len() as u32, imm: *imm, qp: qpn };
+                self.push_cqe(t.visible + self.proc, cq, wc);
+                if *ack_req {
+                    self.respond(ack_at, &pkt, Body::Ack);
+                }
+            }
+            _ => unreachable!("non-posted handled above"),
+        }
+        self.stats.requests_executed += 1;
+        self.event(now, EventKind::Executed, qpn, pkt.psn as u64);
+    }
+
+    fn run_deferred(&mut self, now: Instant, qpn: QpNum) {
+        loop {
+            let q = &mut self.qps[qpn.0 as usize];
+            if q.state == QpState::Error || q.deferred.is_empty() {
+                return;
+            }
+            if q.np_barrier > now {
+                q.deferred_timer_armed = true;
+                let at = q.np_barrier;
+                self.push_timer(at, Timer::Deferred(qpn));
+                return;
+            }
+            let pkt = q.deferred.pop_front().unwrap();
+            self.execute_np(now, pkt);
+        }
+    }
+
+    /// Executes a non-posted request once every earlier request of its QP took effect.
+    fn execute_np(&mut self, now: Instant, pkt: Packet) {
+        let qpn = pkt.dst_qp;
+        let done = match &pkt.body {
+            Body::Read { addr, rkey, len } => {
+                let space = match self.check_remote(qpn, *rkey, *addr, *len as u64, Access::REMOTE_READ) {
+                    Ok(s) => s,
+                    Err(code) => return self.nak(now, &pkt, code),
+                };
+                let (data, t) = self.hier.dma_read(now, space, *addr, *len as usize);
+                self.respond(t, &pkt, Body::ReadResp(data));
+                t
+            }
+            Body::Atomic { addr, rkey, compare, operand } => {
+                if addr % 8 != 0 {
+                    return self.nak(now, &pkt, NakCode::RemoteAccess);
+                }
+                let space = match self.check_remote(qpn, *rkey, *addr, 8, Access::REMOTE_ATOMIC) {
+                    Ok(s) => s,
+                    Err(code) => return self.nak(now, &pkt, code),
+                };
+                let old = u64::from_le_bytes(self.hier.read_ordered(space, *addr, 8).try_into().unwrap());
+                let new = match compare {
+                    Some(c) if *c == old => Some(*operand),
+                    Some(_) => None,
+                    None => Some(old.wrapping_add(*operand)),
+                };
+                let t = match new {
+                    Some(v) => self.hier.dma_write(now, space, *addr, &v.to_le_bytes()).visible,
+                    None => now + self.proc + self.pcie,
+                } + self.pcie;
+                self.respond(t, &pkt, Body::AtomicResp(old));
+                t
+            }
+            Body::Flush { addr, rkey, len, placement } => {
+                let need = match placement {
+                    crate::hierarchy::FlushPlacement::Visibility => Access::FLUSH_GLOBAL,
+                    crate::hierarchy::FlushPlacement::Persistence => Access::FLUSH_PERSISTENT,
+                };
+                if let Err(code) = self.check_remote(qpn, *rkey, *addr, *len, need) {
+                    return self.nak(now, &pkt, code);
+                }
+                let t = self.hier.flush_done(now, *placement);
+                self.respond(t, &pkt, Body::Done);
+                t
+            }
+            Body::NonPostedWrite { addr, rkey, data, atomic } => {
+                if *atomic && (data.len() != 8 || addr % 8 != 0) {
+                    return self.nak(now, &pkt, NakCode::RemoteAccess);
+                }
+                let space = match self.check_remote(qpn, *rkey, *addr, data.len() as u64, Access::REMOTE_WRITE) {
+                    Ok(s) => s,
+                    Err(code) => return self.nak(now, &pkt, code),
+                };
+                let t = self.hier.dma_write(now, space, *addr, data).visible + self.pcie;
+                self.respond(t, &pkt, Body::Done);
+                t
+            }
+            _ => unreachable!("posted requests do not come here"),
+        };
+        self.qps[qpn.0 as usize].np_barrier = done;
+        self.stats.requests_executed += 1;
+        self.event(now, EventKind::Executed, qpn, pkt.psn as u64);
+    }
+
+    // ------------------------------------------------------------ CPU
+
+    /// CPU load of the visible value.
+    pub fn cpu_load(&mut self, now: Instant, space: Space, addr: u64, buf: &mut [u8]) {
+        self.hier.cpu_load(now, space, addr, buf);
+    }
+    /// CPU store (into the cache).
+    pub fn cpu_store(&mut self, now: Instant, space: Space, addr: u64, data: &[u8]) {
+        self.hier.cpu_store(now, space, addr, data);
+    }
+
+    // ------------------------------------------------------------ power
+
+    /// Power failure at `now`: the memory system keeps what the persistence domain
+    /// protects; all RNIC state (QPs, CQs, MRs, packets in its buffers) is gone, except
+    /// that under WSP requests that reached the RNIC buffer but were not yet executed are
+    /// written out too (the whole system is flushed on power failure).
+    pub fn power_fail(&mut self, now: Instant) {
+        if self.config.domain == PersistenceDomain::Wsp {
+            let pending: Vec<Packet> = self.qps.iter().flat_map(|q| q.deferred.iter().cloned()).collect();
+            for p in pending {
+                if let Body::NonPostedWrite { addr, rkey, data, .. } = &p.body {
+                    if let Ok(space) = self.check_remote(p.dst_qp, *rkey, *addr, data.len() as u64, Access::REMOTE_WRITE) {
+                        self.hier.dma_write(now, space, *addr, data);
+                    }
+                }
+            }
+        }
+        // Under WSP the RNIC and IIO are inside the domain: everything that arrived is kept.
+        self.hier.power_fail(now);
+        self.up = false;
+        self.mrs.clear();
+        self.cqs.clear();
+        self.qps.clear();
+        self.outbox.clear();
+        self.timers.clear();
+        self.cqe_pending.clear();
+        self.cqe_store.clear();
+        self.pds = 0;
+        self.tx_free = now;
+        self.alloc_next = [0x1000, PM_BASE];
+    }
+
+    /// Power back on: an empty RNIC over the surviving PM image.
+    pub fn restart(&mut self, _now: Instant) {
+        self.up = true;
+    }
+
+    /// The PM image a power failure at `now` would leave, without failing.
+    pub fn crash_image(&mut self, now: Instant) -> SparseMem {
+        self.hier.crash_image(now)
+    }
+}

@@ -1,0 +1,319 @@
+//! Verbs-shaped types, named after rdma-core's `libibverbs/verbs.h` so a reader of either
+//! recognises the other: work requests (`ibv_send_wr`, `ibv_recv_wr`), completions
+//! (`ibv_wc`, `enum ibv_wc_status`), access flags (`enum ibv_access_flags`).
+
+use crate::hierarchy::FlushPlacement;
+use std::fmt;
+
+/// A node (machine) on the fabric.
+pub type NodeId = u32;
+
+/// A queue-pair number, unique per node.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QpNum(pub u32);
+
+/// A completion queue, unique per node.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CqId(pub u32);
+
+/// A protection domain, unique per node.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PdId(pub u32);
+
+/// Memory-region access rights (`enum ibv_access_flags`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Access(u32);
+
+impl Access {
+    /// Local writes by the RNIC (READ responses, received messages).
+    pub const LOCAL_WRITE: Access = Access(1);
+    /// Remote RDMA WRITE (and WRITE_WITH_IMM, ATOMIC WRITE, non-posted WRITE).
+    pub const REMOTE_WRITE: Access = Access(1 << 1);
+    /// Remote RDMA READ.
+    pub const REMOTE_READ: Access = Access(1 << 2);
+    /// Remote CAS and FETCH_ADD.
+    pub const REMOTE_ATOMIC: Access = Access(1 << 3);
+    /// Remote FLUSH with global-visibility placement (`IBV_ACCESS_FLUSH_GLOBAL`).
+    pub const FLUSH_GLOBAL: Access = Access(1 << 4);
+    /// Remote FLUSH with persistence placement (`IBV_ACCESS_FLUSH_PERSISTENT`).
+    pub const FLUSH_PERSISTENT: Access = Access(1 << 5);
+    /// Every right.
+    pub const ALL: Access = Access(0x3f);
+    /// No rights.
+    pub const NONE: Access = Access(0);
+
+    /// True when every right in `other` is granted.
+    pub fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, o: Access) -> Access {
+        Access(self.0 | o.0)
+    }
+}
+
+/// A local buffer: address, length and local key (`ibv_sge`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Sge {
+    /// Start address in the node's memory (inside the MR).
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u32,
+    /// The MR's local key.
+    pub lkey: u32,
+}
+
+/// A remote buffer: address and remote key.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Remote {
+    /// Address in the responder's memory.
+    pub addr: u64,
+    /// The responder MR's remote key.
+    pub rkey: u32,
+}
+
+/// Where a send work request's payload comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Payload {
+    /// No payload (READ target buffers use `Sge` too; FLUSH has none).
+    None,
+    /// Copied into the work request at post time (`IBV_SEND_INLINE`).
+    Inline(Vec<u8>),
+    /// Read by the RNIC from registered local memory; READ and atomics write their
+    /// results here.
+    Sge(Sge),
+}
+
+impl Payload {
+    /// Payload length in bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            Payload::None => 0,
+            Payload::Inline(v) => v.len() as u64,
+            Payload::Sge(s) => s.len as u64,
+        }
+    }
+    /// True when there is no payload.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The operation of a send work request (`enum ibv_wr_opcode`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Opcode {
+    /// `IBV_WR_RDMA_WRITE`: posted.
+    Write,
+    /// `IBV_WR_RDMA_WRITE_WITH_IMM`: posted; consumes a receive at the responder.
+    WriteWithImm(u32),
+    /// `IBV_WR_SEND`: posted; consumes a receive.
+    Send,
+    /// `IBV_WR_SEND_WITH_IMM`.
+    SendWithImm(u32),
+    /// `IBV_WR_RDMA_READ`: non-posted.
+    Read,
+    /// `IBV_WR_ATOMIC_CMP_AND_SWP` on 8 aligned bytes: non-posted.
+    CompareSwap {
+        /// Expected value.
+        compare: u64,
+        /// New value.
+        swap: u64,
+    },
+    /// `IBV_WR_ATOMIC_FETCH_AND_ADD` on 8 aligned bytes: non-posted.
+    FetchAdd {
+        /// Addend.
+        add: u64,
+    },
+    /// `IBV_WR_FLUSH` (14) over `len` bytes at the remote address: non-posted.
+    Flush {
+        /// Placement type.
+        placement: FlushPlacement,
+        /// Bytes covered.
+        len: u64,
+    },
+    /// `IBV_WR_ATOMIC_WRITE` (15): 8 bytes, all or nothing, ordered like a non-posted
+    /// operation (seed 000 §2).
+    AtomicWrite {
+        /// The value written.
+        value: u64,
+    },
+    /// Non-posted RDMA WRITE of any size (an IBTA proposal, seed 000 §2).
+    NonPostedWrite,
+}
+
+impl Opcode {
+    /// Non-posted operations return a value and are ordered after all prior operations
+    /// at the responder (seed 000 §2, "RDMA Operation Ordering").
+    pub fn is_non_posted(self) -> bool {
+        !matches!(
+            self,
+            Opcode::Write | Opcode::WriteWithImm(_) | Opcode::Send | Opcode::SendWithImm(_)
+        )
+    }
+}
+
+/// A send work request (`ibv_send_wr` with one SGE).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendWr {
+    /// Caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// Operation.
+    pub opcode: Opcode,
+    /// Local data (source for writes/sends, destination for READ/atomics).
+    pub local: Payload,
+    /// Remote target (not used by SEND).
+    pub remote: Option<Remote>,
+    /// `IBV_SEND_SIGNALED`: generate a completion on success.
+    pub signaled: bool,
+    /// `IBV_SEND_FENCE`: wait for all prior non-posted operations to complete first.
+    pub fence: bool,
+}
+
+impl SendWr {
+    /// A signaled, unfenced request.
+    pub fn new(wr_id: u64, opcode: Opcode, local: Payload, remote: Option<Remote>) -> Self {
+        SendWr {
+            wr_id,
+            opcode,
+            local,
+            remote,
+            signaled: true,
+            fence: false,
+        }
+    }
+    /// Sets `IBV_SEND_SIGNALED`.
+    pub fn signaled(mut self, on: bool) -> Self {
+        self.signaled = on;
+        self
+    }
+    /// Sets `IBV_SEND_FENCE`.
+    pub fn fenced(mut self, on: bool) -> Self {
+        self.fence = on;
+        self
+    }
+}
+
+/// A receive work request (`ibv_recv_wr` with one SGE).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RecvWr {
+    /// Caller's identifier.
+    pub wr_id: u64,
+    /// The buffer a message is placed in (its MR says DRAM or PM).
+    pub sge: Sge,
+}
+
+/// Completion status (`enum ibv_wc_status`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum WcStatus {
+    /// `IBV_WC_SUCCESS`.
+    Success,
+    /// `IBV_WC_LOC_LEN_ERR`: a message longer than the receive buffer, or a bad SGE length.
+    LocLenErr,
+    /// `IBV_WC_LOC_PROT_ERR`: bad local key or missing local rights.
+    LocProtErr,
+    /// `IBV_WC_WR_FLUSH_ERR`: flushed because the QP entered the error state
+    /// (not related to RDMA FLUSH).
+    WrFlushErr,
+    /// `IBV_WC_REM_INV_REQ_ERR`: the responder rejected the request (e.g. too long for
+    /// the receive buffer, unsupported operation).
+    RemInvReqErr,
+    /// `IBV_WC_REM_ACCESS_ERR`: bad rkey, out of bounds, missing rights, misaligned atomic.
+    RemAccessErr,
+    /// `IBV_WC_RETRY_EXC_ERR`: no response from the peer within the retry budget.
+    RetryExcErr,
+    /// `IBV_WC_RNR_RETRY_EXC_ERR`: receiver not ready more times than allowed.
+    RnrRetryExcErr,
+}
+
+impl fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// What a completion is for (`enum ibv_wc_opcode`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum WcOpcode {
+    /// A SEND (either flavour).
+    Send,
+    /// A WRITE (either flavour).
+    RdmaWrite,
+    /// A READ.
+    RdmaRead,
+    /// A compare-and-swap.
+    CompSwap,
+    /// A fetch-and-add.
+    FetchAdd,
+    /// An RDMA FLUSH.
+    Flush,
+    /// An ATOMIC WRITE.
+    AtomicWrite,
+    /// A non-posted WRITE.
+    NonPostedWrite,
+    /// A received SEND.
+    Recv,
+    /// A received WRITE_WITH_IMM.
+    RecvRdmaWithImm,
+}
+
+impl WcOpcode {
+    /// The requester-side completion opcode of a send opcode.
+    pub fn of(op: Opcode) -> WcOpcode {
+        match op {
+            Opcode::Write | Opcode::WriteWithImm(_) => WcOpcode::RdmaWrite,
+            Opcode::Send | Opcode::SendWithImm(_) => WcOpcode::Send,
+            Opcode::Read => WcOpcode::RdmaRead,
+            Opcode::CompareSwap { .. } => WcOpcode::CompSwap,
+            Opcode::FetchAdd { .. } => WcOpcode::FetchAdd,
+            Opcode::Flush { .. } => WcOpcode::Flush,
+            Opcode::AtomicWrite { .. } => WcOpcode::AtomicWrite,
+            Opcode::NonPostedWrite => WcOpcode::NonPostedWrite,
+        }
+    }
+}
+
+/// A work completion (`ibv_wc`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkCompletion {
+    /// The work request's `wr_id`.
+    pub wr_id: u64,
+    /// Outcome.
+    pub status: WcStatus,
+    /// What completed.
+    pub opcode: WcOpcode,
+    /// Bytes received (receives) or transferred.
+    pub byte_len: u32,
+    /// Immediate data of a received `*_WITH_IMM`.
+    pub imm: Option<u32>,
+    /// The local QP.
+    pub qp: QpNum,
+}
+
+/// Why a verb call was refused at once (the `errno` of `ibv_post_send` and friends).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerbsError {
+    /// The object does not exist on this node.
+    #[error("no such {0}")]
+    NoSuch(&'static str),
+    /// The QP is not connected and ready to send.
+    #[error("queue pair {0:?} is not ready to send (state {1})")]
+    QpState(QpNum, &'static str),
+    /// The send or receive queue is full.
+    #[error("{0} queue of {1:?} is full ({2} entries)")]
+    QueueFull(&'static str, QpNum, usize),
+    /// The RNIC lacks this operation.
+    #[error("the RNIC does not support {0}")]
+    Unsupported(&'static str),
+    /// The request is malformed (missing remote address, wrong payload, too long).
+    #[error("invalid work request: {0}")]
+    Invalid(&'static str),
+    /// The node is down (crashed and not restarted).
+    #[error("node {0} is down")]
+    NodeDown(NodeId),
+    /// A memory registration outside the node's memory or of zero length.
+    #[error("bad memory registration: {0}")]
+    BadRegistration(&'static str),
+}

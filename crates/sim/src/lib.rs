@@ -1,0 +1,578 @@
+//! # remora-sim: the deterministic simulator
+//!
+//! A [`Sim`] owns virtual time, one event queue, a seeded random stream, the simulated
+//! fabric (every node's [`Rnic`] from `remora-model`, joined through per-port links with
+//! bandwidth and queueing), and a single-threaded async executor. Application code is
+//! ordinary `async` Rust written against [`remora_verbs::Verbs`]; [`NodeHandle`] implements
+//! it on virtual time. Nothing here reads a clock or an unseeded random source, so the
+//! same seed and program give the same run, bit for bit ([`Sim::fingerprint`]).
+//!
+//! Faults are inputs: a [`FaultPlan`] crashes a node (power failure) at a virtual time or
+//! at the k-th event, and the node's tasks die with it.
+
+mod executor;
+pub mod trace;
+
+use executor::Executor;
+use remora_model::hierarchy::Space;
+use remora_model::prng::Prng;
+use remora_model::profile::LatencyProfile;
+use remora_model::rnic::{MrInfo, QpAttr, Rnic};
+use remora_model::time::{Duration, Instant};
+use remora_model::verbs::*;
+use remora_model::wire::{Body, Packet};
+use remora_model::ServerConfig;
+use std::cell::RefCell;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+pub use trace::{Trace, TraceEvent, TraceSummary};
+
+/// When a planned crash happens.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum CrashAt {
+    /// At this virtual time.
+    Time(Instant),
+    /// Just before the k-th event (counting from 0) is processed.
+    Event(u64),
+}
+
+/// A planned power failure of one node.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Crash {
+    /// The node that loses power.
+    pub node: NodeId,
+    /// When.
+    pub at: CrashAt,
+}
+
+/// Faults to inject into a run. Empty by default.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FaultPlan {
+    /// Power failures.
+    pub crashes: Vec<Crash>,
+}
+
+impl FaultPlan {
+    /// A plan with one crash.
+    pub fn crash(node: NodeId, at: CrashAt) -> Self {
+        FaultPlan { crashes: vec![Crash { node, at }] }
+    }
+}
+
+enum Ev {
+    Deliver(Packet),
+    NodeTimer(NodeId),
+    Wake(Waker),
+    Crash(NodeId),
+}
+
+#[derive(Clone, Copy, Default)]
+struct Port {
+    egress_free: Instant,
+    ingress_free: Instant,
+}
+
+/// The simulated world: nodes, links and the event queue. Reached through [`Sim`].
+pub struct World {
+    now: Instant,
+    profile: LatencyProfile,
+    rng: Prng,
+    nodes: Vec<Rnic>,
+    names: Vec<String>,
+    ports: Vec<Port>,
+    timer_at: Vec<Instant>,
+    queue: BinaryHeap<Reverse<(Instant, u64, u32)>>,
+    payloads: Vec<Option<Ev>>,
+    free_slots: Vec<u32>,
+    seq: u64,
+    events_processed: u64,
+    event_crashes: Vec<Crash>,
+    cq_waiters: Vec<(NodeId, CqId, Waker)>,
+    crashed: Vec<(NodeId, Instant)>,
+    trace: Trace,
+}
+
+impl World {
+    fn push(&mut self, at: Instant, ev: Ev) {
+        assert!(at >= self.now, "event scheduled in the past");
+        let slot = match self.free_slots.pop() {
+            Some(s) => {
+                self.payloads[s as usize] = Some(ev);
+                s
+            }
+            None => {
+                self.payloads.push(Some(ev));
+                self.payloads.len() as u32 - 1
+            }
+        };
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq, slot)));
+    }
+
+    fn pop(&mut self) -> Option<(Instant, Ev)> {
+        let Reverse((at, _, slot)) = self.queue.pop()?;
+        let ev = self.payloads[slot as usize].take().expect("queued event has a payload");
+        self.free_slots.push(slot);
+        Some((at, ev))
+    }
+
+    /// Moves what a node produced onto the fabric, re-arms its timer and collects the
+    /// waiters whose completion queue is no longer empty.
+    fn service(&mut self, n: NodeId, wake: &mut Vec<Waker>) {
+        let node = &mut self.nodes[n as usize];
+        if self.trace.recording() {
+            for e in node.take_events() {
+                use remora_model::rnic::EventKind as K;
+                match e.kind {
+                    K::Posted => self.trace.wr_posted(n, e.qp.0, e.id, e.at),
+                    K::Completed => self.trace.wr_completed(n, e.qp.0, e.id, e.at),
+                    K::Transmitted | K::Executed => {}
+                    other => self.trace.push(TraceEvent { at: e.at, dur: None, node: n, lane: format!("qp {}", e.qp.0), name: format!("{other:?}") }),
+                }
+            }
+        }
+        while let Some((ready, pkt)) = self.nodes[n as usize].poll_transmit() {
+            self.transmit(ready.max(self.now), pkt);
+        }
+        if let Some(t) = self.nodes[n as usize].poll_timeout() {
+            if t < self.timer_at[n as usize] {
+                self.timer_at[n as usize] = t;
+                self.push(t.max(self.now), Ev::NodeTimer(n));
+            }
+        }
+        let mut i = 0;
+        while i < self.cq_waiters.len() {
+            let (wn, cq, _) = &self.cq_waiters[i];
+            if *wn == n && self.nodes[n as usize].cq_len(*cq) > 0 {
+                wake.push(self.cq_waiters.swap_remove(i).2);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Link model: the sender's port serializes, the wire and switch add half the NIC
+    /// round trip, the receiver's switch port serializes again (per-port queueing).
+    fn transmit(&mut self, ready: Instant, pkt: Packet) {
+        let (s, d) = (pkt.src as usize, pkt.dst as usize);
+        assert!(d < self.nodes.len(), "packet to unknown node {d}");
+        let wire = self.profile.wire_time(pkt.payload_len());
+        let depart = ready.max(self.ports[s].egress_free);
+        self.ports[s].egress_free = depart + wire;
+        let start = (depart + self.profile.one_way()).max(self.ports[d].ingress_free);
+        self.ports[d].ingress_free = start + wire;
+        let arrive = start + wire;
+        if self.trace.recording() {
+            self.trace.push(TraceEvent { at: depart, dur: Some(arrive - depart), node: pkt.src, lane: format!("wire→{}", pkt.dst), name: body_name(&pkt.body).to_string() });
+        }
+        self.push(arrive, Ev::Deliver(pkt));
+    }
+
+    fn crash(&mut self, n: NodeId, wake: &mut Vec<Waker>) {
+        let now = self.now;
+        self.trace.fold(&[4, now.as_nanos(), n as u64]);
+        self.trace.push(TraceEvent { at: now, dur: None, node: n, lane: "power".into(), name: "power failure".into() });
+        self.nodes[n as usize].power_fail(now);
+        self.crashed.push((n, now));
+        self.cq_waiters.retain(|(wn, _, _)| *wn != n);
+        let _ = wake;
+    }
+}
+
+fn body_name(b: &Body) -> &'static str {
+    match b {
+        Body::Write { imm: None, .. } => "WRITE",
+        Body::Write { .. } => "WRITE_IMM",
+        Body::Send { .. } => "SEND",
+        Body::Read { .. } => "READ",
+        Body::Atomic { compare: Some(_), .. } => "CAS",
+        Body::Atomic { .. } => "FETCH_ADD",
+        Body::Flush { .. } => "FLUSH",
+        Body::NonPostedWrite { atomic: true, .. } => "ATOMIC_WRITE",
+        Body::NonPostedWrite { .. } => "NP_WRITE",
+        Body::Ack => "ACK",
+        Body::Nak(_) => "NAK",
+        Body::ReadResp(_) => "READ_RESP",
+        Body::AtomicResp(_) => "ATOMIC_RESP",
+        Body::Done => "DONE",
+    }
+}
+
+pub(crate) struct Shared {
+    world: RefCell<World>,
+    exec: Executor,
+}
+
+/// A deterministic simulation. Cheap to clone (a handle).
+#[derive(Clone)]
+pub struct Sim {
+    shared: Rc<Shared>,
+}
+
+impl Sim {
+    /// An empty world with the given seed and latency profile.
+    pub fn new(seed: u64, profile: LatencyProfile) -> Self {
+        let world = World {
+            now: Instant::ZERO,
+            profile,
+            rng: Prng::from_seed(seed),
+            nodes: Vec::new(),
+            names: Vec::new(),
+            ports: Vec::new(),
+            timer_at: Vec::new(),
+            queue: BinaryHeap::new(),
+            payloads: Vec::new(),
+            free_slots: Vec::new(),
+            seq: 0,
+            events_processed: 0,
+            event_crashes: Vec::new(),
+            cq_waiters: Vec::new(),
+            crashed: Vec::new(),
+            trace: Trace::default(),
+        };
+        Sim { shared: Rc::new(Shared { world: RefCell::new(world), exec: Executor::default() }) }
+    }
+
+    /// Adds a node (machine) with its own RNIC and memory system.
+    pub fn add_node(&self, name: &str, config: ServerConfig) -> NodeHandle {
+        let mut w = self.shared.world.borrow_mut();
+        let id = w.nodes.len() as NodeId;
+        let rng = w.rng.fork();
+        let mut rnic = Rnic::new(id, config, &w.profile, rng);
+        rnic.record_events(w.trace.recording());
+        w.nodes.push(rnic);
+        w.names.push(name.to_string());
+        w.ports.push(Port::default());
+        w.timer_at.push(Instant::NEVER);
+        NodeHandle { shared: self.shared.clone(), id }
+    }
+
+    /// Connects two queue pairs (what a connection manager does out of band).
+    pub fn connect(&self, a: (&NodeHandle, QpNum), b: (&NodeHandle, QpNum)) -> Result<(), VerbsError> {
+        let mut w = self.shared.world.borrow_mut();
+        w.nodes[a.0.id as usize].connect(a.1, b.0.id, b.1)?;
+        w.nodes[b.0.id as usize].connect(b.1, a.0.id, a.1)
+    }
+
+    /// Installs a fault plan.
+    pub fn set_faults(&self, plan: &FaultPlan) {
+        let mut w = self.shared.world.borrow_mut();
+        for c in &plan.crashes {
+            match c.at {
+                CrashAt::Time(t) => w.push(t, Ev::Crash(c.node)),
+                CrashAt::Event(_) => w.event_crashes.push(*c),
+            }
+        }
+    }
+
+    /// Starts recording a timeline (before adding nodes, to capture everything).
+    pub fn record_trace(&self, on: bool) {
+        let mut w = self.shared.world.borrow_mut();
+        w.trace.set_recording(on);
+        for n in &mut w.nodes {
+            n.record_events(on);
+        }
+    }
+
+    /// Virtual time now.
+    pub fn now(&self) -> Instant {
+        self.shared.world.borrow().now
+    }
+
+    /// The run's fingerprint so far.
+    pub fn fingerprint(&self) -> u64 {
+        self.shared.world.borrow().trace.fingerprint()
+    }
+
+    /// Events processed so far.
+    pub fn events_processed(&self) -> u64 {
+        self.shared.world.borrow().events_processed
+    }
+
+    /// Nodes that lost power, with when.
+    pub fn crashed(&self) -> Vec<(NodeId, Instant)> {
+        self.shared.world.borrow().crashed.clone()
+    }
+
+    /// Runs `f` on the recorded trace.
+    pub fn with_trace<R>(&self, f: impl FnOnce(&Trace) -> R) -> R {
+        f(&self.shared.world.borrow().trace)
+    }
+
+    /// The timeline as Chrome trace-event JSON.
+    pub fn chrome_trace(&self) -> String {
+        let w = self.shared.world.borrow();
+        let names = w.names.iter().enumerate().map(|(i, n)| (i as NodeId, n.clone())).collect::<BTreeMap<_, _>>();
+        w.trace.to_chrome_json(&names)
+    }
+
+    /// Gives `f` the model of node `n` at the current time (inspection in tests and
+    /// checkers: crash images, hierarchy state).
+    pub fn with_rnic<R>(&self, n: NodeId, f: impl FnOnce(&mut Rnic, Instant) -> R) -> R {
+        let mut w = self.shared.world.borrow_mut();
+        let now = w.now;
+        f(&mut w.nodes[n as usize], now)
+    }
+
+    /// Crashes node `n` now (power failure): its tasks are dropped.
+    pub fn crash_now(&self, n: NodeId) {
+        let mut wake = Vec::new();
+        self.shared.world.borrow_mut().crash(n, &mut wake);
+        self.shared.exec.cancel_owned_by(n);
+    }
+
+    /// Powers node `n` back on with an empty RNIC over its surviving PM.
+    pub fn restart(&self, n: NodeId) {
+        let mut w = self.shared.world.borrow_mut();
+        let now = w.now;
+        w.nodes[n as usize].restart(now);
+        w.timer_at[n as usize] = Instant::NEVER;
+    }
+
+    /// Spawns a task belonging to `node` (it dies if the node loses power).
+    pub fn spawn_on(&self, node: &NodeHandle, fut: impl Future<Output = ()> + 'static) {
+        self.shared.exec.spawn(Some(node.id), Box::pin(fut));
+    }
+
+    /// Spawns a task that belongs to no node (a test driver, an observer).
+    pub fn spawn(&self, fut: impl Future<Output = ()> + 'static) {
+        self.shared.exec.spawn(None, Box::pin(fut));
+    }
+
+    /// Runs until nothing is left to do (no runnable task and no event), or until virtual
+    /// time would pass `limit`. Returns the number of events processed.
+    pub fn run_until(&self, limit: Instant) -> u64 {
+        let start = self.events_processed();
+        while self.step(limit) {}
+        self.events_processed() - start
+    }
+
+    /// Runs until nothing is left to do.
+    pub fn run(&self) -> u64 {
+        self.run_until(Instant::NEVER)
+    }
+
+    /// Runs `fut` to completion (with every other task) and returns its output, or `None`
+    /// if the world ran out of work (or reached `limit`) first.
+    pub fn block_on<T: 'static>(&self, limit: Instant, fut: impl Future<Output = T> + 'static) -> Option<T> {
+        let out = Rc::new(RefCell::new(None));
+        let o = out.clone();
+        self.spawn(async move {
+            *o.borrow_mut() = Some(fut.await);
+        });
+        while out.borrow().is_none() && self.step(limit) {}
+        let v = out.borrow_mut().take();
+        v
+    }
+
+    /// One step: run every runnable task, then process one event. False when idle.
+    fn step(&self, limit: Instant) -> bool {
+        self.shared.exec.run_ready();
+        let mut wake = Vec::new();
+        {
+            let mut w = self.shared.world.borrow_mut();
+            let Some(&Reverse((at, _, _))) = w.queue.peek() else { return false };
+            if at > limit {
+                return false;
+            }
+            let k = w.events_processed;
+            if let Some(pos) = w.event_crashes.iter().position(|c| c.at == CrashAt::Event(k)) {
+                let c = w.event_crashes.swap_remove(pos);
+                w.crash(c.node, &mut wake);
+                drop(w);
+                self.shared.exec.cancel_owned_by(c.node);
+                w = self.shared.world.borrow_mut();
+            }
+            let (at, ev) = w.pop().expect("peeked");
+            w.now = at;
+            w.events_processed += 1;
+            match ev {
+                Ev::Deliver(pkt) => {
+                    let dst = pkt.dst;
+                    w.trace.fold(&[1, at.as_nanos(), pkt.src as u64, dst as u64, pkt.psn as u64, pkt.payload_len()]);
+                    w.nodes[dst as usize].handle_packet(at, pkt);
+                    w.service(dst, &mut wake);
+                }
+                Ev::NodeTimer(n) => {
+                    w.trace.fold(&[2, at.as_nanos(), n as u64]);
+                    if w.timer_at[n as usize] == at {
+                        w.timer_at[n as usize] = Instant::NEVER;
+                    }
+                    if w.nodes[n as usize].is_up() {
+                        w.nodes[n as usize].handle_timeout(at);
+                        w.service(n, &mut wake);
+                    }
+                }
+                Ev::Wake(waker) => {
+                    w.trace.fold(&[3, at.as_nanos()]);
+                    wake.push(waker);
+                }
+                Ev::Crash(n) => {
+                    w.crash(n, &mut wake);
+                    drop(w);
+                    self.shared.exec.cancel_owned_by(n);
+                }
+            }
+        }
+        for waker in wake {
+            waker.wake();
+        }
+        true
+    }
+}
+
+/// One node as application code sees it: implements [`remora_verbs::Verbs`] on virtual
+/// time. Cheap to clone.
+#[derive(Clone)]
+pub struct NodeHandle {
+    shared: Rc<Shared>,
+    id: NodeId,
+}
+
+impl NodeHandle {
+    /// The node id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Rnic, Instant) -> R) -> R {
+        let mut wake = Vec::new();
+        let r = {
+            let mut w = self.shared.world.borrow_mut();
+            let now = w.now;
+            let r = f(&mut w.nodes[self.id as usize], now);
+            w.service(self.id, &mut wake);
+            r
+        };
+        for waker in wake {
+            waker.wake();
+        }
+        r
+    }
+
+    /// Waits until virtual time `at`.
+    pub fn sleep_until(&self, at: Instant) -> Sleep {
+        Sleep { shared: self.shared.clone(), at, armed: false }
+    }
+
+    /// Waits for `d`.
+    pub fn sleep(&self, d: Duration) -> Sleep {
+        let at = self.shared.world.borrow().now + d;
+        self.sleep_until(at)
+    }
+
+    /// Records a span on this node's timeline (shown in Perfetto).
+    pub fn trace_span(&self, lane: &str, name: &str, start: Instant, end: Instant) {
+        let mut w = self.shared.world.borrow_mut();
+        w.trace.push(TraceEvent { at: start, dur: Some(end.saturating_since(start)), node: self.id, lane: lane.into(), name: name.into() });
+    }
+
+    /// The latency profile in force.
+    pub fn profile(&self) -> LatencyProfile {
+        self.shared.world.borrow().profile.clone()
+    }
+}
+
+/// A future that completes at a virtual time.
+pub struct Sleep {
+    shared: Rc<Shared>,
+    at: Instant,
+    armed: bool,
+}
+
+impl Future for Sleep {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut w = self.shared.world.borrow_mut();
+        if w.now >= self.at {
+            return Poll::Ready(());
+        }
+        if !self.armed {
+            let at = self.at;
+            w.push(at, Ev::Wake(cx.waker().clone()));
+            drop(w);
+            self.armed = true;
+        }
+        Poll::Pending
+    }
+}
+
+struct WaitCq {
+    shared: Rc<Shared>,
+    node: NodeId,
+    cq: CqId,
+}
+
+impl Future for WaitCq {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut w = self.shared.world.borrow_mut();
+        if w.nodes[self.node as usize].cq_len(self.cq) > 0 {
+            return Poll::Ready(());
+        }
+        w.cq_waiters.push((self.node, self.cq, cx.waker().clone()));
+        Poll::Pending
+    }
+}
+
+impl remora_verbs::Verbs for NodeHandle {
+    fn node(&self) -> NodeId {
+        self.id
+    }
+    fn now(&self) -> Instant {
+        self.shared.world.borrow().now
+    }
+    fn config(&self) -> ServerConfig {
+        self.shared.world.borrow().nodes[self.id as usize].config()
+    }
+    fn alloc(&self, space: Space, len: u64, align: u64) -> u64 {
+        self.with(|r, _| r.alloc(space, len, align))
+    }
+    fn alloc_pd(&self) -> Result<PdId, VerbsError> {
+        self.with(|r, _| if r.is_up() { Ok(r.alloc_pd()) } else { Err(VerbsError::NodeDown(r.id())) })
+    }
+    fn reg_mr(&self, pd: PdId, space: Space, addr: u64, len: u64, access: Access) -> Result<MrInfo, VerbsError> {
+        self.with(|r, _| r.reg_mr(pd, space, addr, len, access))
+    }
+    fn create_cq(&self, depth: usize) -> Result<CqId, VerbsError> {
+        self.with(|r, _| r.create_cq(depth))
+    }
+    fn create_qp(&self, pd: PdId, send_cq: CqId, recv_cq: CqId, attr: QpAttr) -> Result<QpNum, VerbsError> {
+        self.with(|r, _| r.create_qp(pd, send_cq, recv_cq, attr))
+    }
+    fn post_send(&self, qp: QpNum, wr: SendWr) -> Result<(), VerbsError> {
+        self.with(|r, now| r.post_send(now, qp, wr))
+    }
+    fn post_recv(&self, qp: QpNum, wr: RecvWr) -> Result<(), VerbsError> {
+        self.with(|r, now| r.post_recv(now, qp, wr))
+    }
+    fn poll_cq(&self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        self.shared.world.borrow_mut().nodes[self.id as usize].poll_cq(cq, max, out)
+    }
+    fn wait_cq(&self, cq: CqId) -> impl Future<Output = ()> {
+        WaitCq { shared: self.shared.clone(), node: self.id, cq }
+    }
+    fn load(&self, space: Space, addr: u64, buf: &mut [u8]) {
+        self.with(|r, now| r.cpu_load(now, space, addr, buf))
+    }
+    fn store(&self, space: Space, addr: u64, data: &[u8]) {
+        self.with(|r, now| r.cpu_store(now, space, addr, data))
+    }
+    async fn persist_local(&self, addr: u64, len: u64) {
+        let start = self.now();
+        let issue = self.with(|r, now| r.hierarchy().clwb(now, addr, len));
+        self.sleep(issue).await;
+        let done = self.with(|r, now| r.hierarchy().sfence(now));
+        self.sleep_until(done).await;
+        self.trace_span("cpu", "clwb+sfence", start, self.now());
+    }
+    async fn compute(&self, d: Duration) {
+        let start = self.now();
+        self.sleep(d).await;
+        self.trace_span("cpu", "compute", start, self.now());
+    }
+}

@@ -1,0 +1,69 @@
+//! # remora-verbs: the API applications are written against
+//!
+//! Application code (the persistence library, RemoteLog, the systems of the seeds) is
+//! ordinary `async` Rust, generic over [`Verbs`], so the same code runs on the simulator
+//! (`remora_sim::NodeHandle`) and on real backends. The names follow rdma-core's
+//! `libibverbs` (`ibv_post_send`, `ibv_poll_cq`, ...); the types are those of
+//! [`remora_model::verbs`], re-exported here.
+
+use std::future::Future;
+
+pub use remora_model::hierarchy::{FlushPlacement, Space};
+pub use remora_model::rnic::{MrInfo, QpAttr};
+pub use remora_model::time::{Duration, Instant};
+pub use remora_model::verbs::*;
+pub use remora_model::ServerConfig;
+
+/// One node's view of its RNIC, its CPU and its memory.
+///
+/// Verb calls return at once like their libibverbs counterparts; the `async` methods are
+/// the only places a program waits, so a runtime decides what waiting means (virtual time
+/// in the simulator, a real clock elsewhere).
+pub trait Verbs {
+    /// This node.
+    fn node(&self) -> NodeId;
+    /// Current time on this node's runtime.
+    fn now(&self) -> Instant;
+    /// The node's own configuration (a server advertises it to clients).
+    fn config(&self) -> ServerConfig;
+
+    /// Reserves `len` bytes of DRAM or PM aligned to `align`.
+    fn alloc(&self, space: Space, len: u64, align: u64) -> u64;
+    /// `ibv_alloc_pd`.
+    fn alloc_pd(&self) -> Result<PdId, VerbsError>;
+    /// `ibv_reg_mr`.
+    fn reg_mr(&self, pd: PdId, space: Space, addr: u64, len: u64, access: Access) -> Result<MrInfo, VerbsError>;
+    /// `ibv_create_cq`.
+    fn create_cq(&self, depth: usize) -> Result<CqId, VerbsError>;
+    /// `ibv_create_qp` (reliable connection).
+    fn create_qp(&self, pd: PdId, send_cq: CqId, recv_cq: CqId, attr: QpAttr) -> Result<QpNum, VerbsError>;
+    /// `ibv_post_send`.
+    fn post_send(&self, qp: QpNum, wr: SendWr) -> Result<(), VerbsError>;
+    /// `ibv_post_recv`.
+    fn post_recv(&self, qp: QpNum, wr: RecvWr) -> Result<(), VerbsError>;
+    /// `ibv_poll_cq`: appends up to `max` completions to `out`, returns how many.
+    fn poll_cq(&self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize;
+    /// Waits until `cq` holds at least one completion (busy-polling on real hardware).
+    fn wait_cq(&self, cq: CqId) -> impl Future<Output = ()>;
+
+    /// A CPU load from local memory.
+    fn load(&self, space: Space, addr: u64, buf: &mut [u8]);
+    /// A CPU store to local memory (it lands in the cache).
+    fn store(&self, space: Space, addr: u64, data: &[u8]);
+    /// `clwb` of every line in the range, then `sfence`: returns once the lines are in the
+    /// memory controller (the ADR domain), having spent the CPU time that takes.
+    fn persist_local(&self, addr: u64, len: u64) -> impl Future<Output = ()>;
+    /// Spends `d` of this CPU thread's time (message handling, polling, computation).
+    fn compute(&self, d: Duration) -> impl Future<Output = ()>;
+}
+
+/// Waits for the next completion on `cq`.
+pub async fn next_completion<V: Verbs>(v: &V, cq: CqId) -> WorkCompletion {
+    let mut out = Vec::with_capacity(1);
+    loop {
+        if v.poll_cq(cq, 1, &mut out) == 1 {
+            return out.pop().expect("one completion");
+        }
+        v.wait_cq(cq).await;
+    }
+}
