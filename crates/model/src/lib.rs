@@ -14,6 +14,7 @@
 //! - [`rnic`]: one node's RNIC: queue pairs, completion queues, memory regions, the RDMA
 //!   ordering rules and completion semantics, as a `handle_packet`/`poll_transmit` machine.
 
+pub mod bytes;
 pub mod config;
 pub mod hierarchy;
 pub mod mem;

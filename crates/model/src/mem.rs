@@ -1,17 +1,37 @@
 //! Sparse byte-addressable memory: pages are allocated on first write, so registering a
 //! 64 GB region costs only what is written. Unwritten bytes read as zero.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 const PAGE_SHIFT: u32 = 12;
 /// Page size of the sparse store.
 pub const PAGE_BYTES: u64 = 1 << PAGE_SHIFT;
 
-/// A sparse memory image. Iteration is in address order (a `BTreeMap`), so any output
-/// derived from it is deterministic.
+/// Page-number hasher: lookups are on the simulator's hot path, and a page number is
+/// already well distributed after one multiply.
+#[derive(Default)]
+struct PageHasher(u64);
+impl Hasher for PageHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ *b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// A sparse memory image. Pages live in a hash map for speed; everything that leaves this
+/// type ([`digest`](Self::digest)) walks pages in address order, so no hash order reaches
+/// a result.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct SparseMem {
-    pages: BTreeMap<u64, Box<[u8; PAGE_BYTES as usize]>>,
+    pages: HashMap<u64, Box<[u8; PAGE_BYTES as usize]>, BuildHasherDefault<PageHasher>>,
 }
 
 impl std::fmt::Debug for SparseMem {
@@ -84,7 +104,10 @@ impl SparseMem {
     /// A 64-bit FNV-1a digest of the non-zero pages, for comparing images cheaply.
     pub fn digest(&self) -> u64 {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for (k, p) in &self.pages {
+        let mut keys: Vec<&u64> = self.pages.keys().collect();
+        keys.sort_unstable();
+        for k in keys {
+            let p = &self.pages[k];
             if p.iter().all(|&b| b == 0) {
                 continue;
             }

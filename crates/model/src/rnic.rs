@@ -17,6 +17,7 @@
 //! The runtime feeds packets in with [`Rnic::handle_packet`], takes packets out with
 //! [`Rnic::poll_transmit`], and calls [`Rnic::handle_timeout`] at [`Rnic::poll_timeout`].
 
+use crate::bytes::Bytes;
 use crate::config::{PersistenceDomain, ServerConfig, Transport};
 use crate::hierarchy::{MemoryHierarchy, Space};
 use crate::mem::SparseMem;
@@ -139,11 +140,15 @@ impl QpState {
     }
 }
 
+/// A posted send work request. The inline payload moves out of the `SendWr` into `data`;
+/// `len` keeps the request's length.
 #[derive(Debug)]
 struct Wqe {
     wr: SendWr,
-    /// Payload fetched at post time (inline) or when first transmitted (SGE).
-    data: Option<Vec<u8>>,
+    len: u64,
+    /// Payload taken at post time (inline) or fetched when first transmitted (SGE); kept
+    /// until completion for retransmission after an RNR NAK.
+    data: Option<Bytes>,
     psn: Psn,
     sent: bool,
     done: Option<(WcStatus, Instant)>,
@@ -172,6 +177,7 @@ struct Qp {
     np_barrier: Instant,
     deferred: VecDeque<Packet>,
     deferred_timer_armed: bool,
+    doorbell: bool,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -211,6 +217,7 @@ pub struct Rnic {
     cqs: Vec<Cq>,
     qps: Vec<Qp>,
     outbox: VecDeque<(Instant, Packet)>,
+    doorbells: Vec<QpNum>,
     tx_free: Instant,
     timers: BinaryHeap<Reverse<(Instant, u64, Timer)>>,
     cqe_pending: BinaryHeap<Reverse<(Instant, u64, u32)>>,
@@ -243,6 +250,7 @@ impl Rnic {
             cqs: Vec::new(),
             qps: Vec::new(),
             outbox: VecDeque::new(),
+            doorbells: Vec::new(),
             tx_free: Instant::ZERO,
             timers: BinaryHeap::new(),
             cqe_pending: BinaryHeap::new(),
@@ -377,6 +385,7 @@ impl Rnic {
             np_barrier: Instant::ZERO,
             deferred: VecDeque::new(),
             deferred_timer_armed: false,
+            doorbell: false,
         });
         Ok(QpNum(self.qps.len() as u32 - 1))
     }
@@ -397,7 +406,7 @@ impl Rnic {
 
     /// `ibv_post_send`. Errors that a real `ibv_post_send` returns at once are returned;
     /// errors found later (bad keys, remote refusals) complete with an error status.
-    pub fn post_send(&mut self, now: Instant, qp: QpNum, wr: SendWr) -> Result<(), VerbsError> {
+    pub fn post_send(&mut self, now: Instant, qp: QpNum, mut wr: SendWr) -> Result<(), VerbsError> {
         if !self.up {
             return Err(VerbsError::NodeDown(self.id));
         }
@@ -432,18 +441,37 @@ impl Rnic {
         if matches!(wr.opcode, Opcode::Flush { .. } | Opcode::AtomicWrite { .. }) && !wr.local.is_empty() {
             return Err(VerbsError::Invalid("FLUSH and ATOMIC WRITE carry no local payload"));
         }
-        let data = match &wr.local {
-            Payload::Inline(v) => Some(v.clone()),
-            _ => None,
+        let len = wr.local.len();
+        let data = match std::mem::replace(&mut wr.local, Payload::None) {
+            Payload::Inline(v) => Some(Bytes::from(v)),
+            other => {
+                wr.local = other;
+                None
+            }
         };
         let id = wr.wr_id;
         let q = &mut self.qps[qp.0 as usize];
         let psn = q.next_psn;
         q.next_psn = q.next_psn.wrapping_add(1);
-        q.sq.push_back(Wqe { wr, data, psn, sent: false, done: None });
+        q.sq.push_back(Wqe { wr, len, data, psn, sent: false, done: None });
+        if !q.doorbell {
+            q.doorbell = true;
+            self.doorbells.push(qp);
+        }
         self.event(now, EventKind::Posted, qp, id);
-        self.pump(now, qp);
         Ok(())
+    }
+
+    /// Lets the RNIC act on the doorbells rung since the last call: posted work requests
+    /// are fetched and transmitted. Like a real RNIC, it does so after the program posted a
+    /// batch, so only the batch's last request asks for an acknowledgement.
+    pub fn process_doorbells(&mut self, now: Instant) {
+        for qp in std::mem::take(&mut self.doorbells) {
+            if let Some(q) = self.qps.get_mut(qp.0 as usize) {
+                q.doorbell = false;
+                self.pump(now, qp);
+            }
+        }
     }
 
     /// `ibv_post_recv`.
@@ -478,7 +506,8 @@ impl Rnic {
 
     // ------------------------------------------------------------ runtime interface
 
-    /// The next packet to put on the wire and the earliest time it may leave.
+    /// The next packet to put on the wire and the earliest time it may leave. Call
+    /// [`process_doorbells`](Self::process_doorbells) first.
     pub fn poll_transmit(&mut self) -> Option<(Instant, Packet)> {
         self.outbox.pop_front()
     }
@@ -580,7 +609,7 @@ impl Rnic {
                         match self.check_local(qpn, sge, Access::NONE) {
                             Ok(space) => {
                                 fetch = self.pcie + self.pcie;
-                                Some(self.hier.read_ordered(space, sge.addr, sge.len as usize))
+                                Some(Bytes::from(self.hier.read_ordered(space, sge.addr, sge.len as usize)))
                             }
                             Err(status) => {
                                 self.complete_with_error(now, qpn, idx, status);
@@ -588,7 +617,7 @@ impl Rnic {
                             }
                         }
                     }
-                    _ => Some(Vec::new()),
+                    _ => Some(Bytes::EMPTY),
                 };
                 self.qps[qpn.0 as usize].sq[idx].data = fetched;
             }
@@ -599,17 +628,17 @@ impl Rnic {
             let w = &mut q.sq[idx];
             let ack_req = w.wr.signaled || last || w.psn % ACK_EVERY == ACK_EVERY - 1;
             let remote = w.wr.remote;
-            let data = w.data.clone().unwrap_or_default();
+            let data = w.data.clone().unwrap_or(Bytes::EMPTY);
             let body = match (op, remote) {
                 (Opcode::Write, Some(r)) => Body::Write { addr: r.addr, rkey: r.rkey, data, imm: None, ack_req },
                 (Opcode::WriteWithImm(imm), Some(r)) => Body::Write { addr: r.addr, rkey: r.rkey, data, imm: Some(imm), ack_req },
                 (Opcode::Send, _) => Body::Send { data, imm: None, ack_req },
                 (Opcode::SendWithImm(imm), _) => Body::Send { data, imm: Some(imm), ack_req },
-                (Opcode::Read, Some(r)) => Body::Read { addr: r.addr, rkey: r.rkey, len: w.wr.local.len() as u32 },
+                (Opcode::Read, Some(r)) => Body::Read { addr: r.addr, rkey: r.rkey, len: w.len as u32 },
                 (Opcode::CompareSwap { compare, swap }, Some(r)) => Body::Atomic { addr: r.addr, rkey: r.rkey, compare: Some(compare), operand: swap },
                 (Opcode::FetchAdd { add }, Some(r)) => Body::Atomic { addr: r.addr, rkey: r.rkey, compare: None, operand: add },
                 (Opcode::Flush { placement, len }, Some(r)) => Body::Flush { addr: r.addr, rkey: r.rkey, len, placement },
-                (Opcode::AtomicWrite { value }, Some(r)) => Body::NonPostedWrite { addr: r.addr, rkey: r.rkey, data: value.to_le_bytes().to_vec(), atomic: true },
+                (Opcode::AtomicWrite { value }, Some(r)) => Body::NonPostedWrite { addr: r.addr, rkey: r.rkey, data: Bytes::copy_from(&value.to_le_bytes()), atomic: true },
                 (Opcode::NonPostedWrite, Some(r)) => Body::NonPostedWrite { addr: r.addr, rkey: r.rkey, data, atomic: false },
                 (_, None) => unreachable!("post_send checked the remote address"),
             };
@@ -689,21 +718,17 @@ impl Rnic {
         let Some(idx) = q.sq.iter().position(|w| w.psn == pkt.psn && w.sent) else {
             return; // a late response for a retired or rewound request
         };
-        match pkt.body {
-            Body::Ack => {
-                for w in q.sq.iter_mut().take(idx + 1) {
-                    if w.sent && w.done.is_none() && !w.wr.opcode.is_non_posted() {
-                        w.done = Some((WcStatus::Success, done_at));
-                    }
-                }
+        // Responses come in PSN order, so any response implicitly acknowledges every
+        // posted request before it (an ACK also acknowledges its own).
+        let acked = if pkt.body == Body::Ack { idx + 1 } else { idx };
+        for w in q.sq.iter_mut().take(acked) {
+            if w.sent && w.done.is_none() && !w.wr.opcode.is_non_posted() {
+                w.done = Some((WcStatus::Success, done_at));
             }
+        }
+        match pkt.body {
+            Body::Ack => {}
             Body::Nak(NakCode::Rnr) => {
-                // Every posted request before the refused one was received.
-                for w in q.sq.iter_mut().take(idx) {
-                    if w.sent && w.done.is_none() && !w.wr.opcode.is_non_posted() {
-                        w.done = Some((WcStatus::Success, done_at));
-                    }
-                }
                 if q.rnr_left == 0 {
                     self.complete_with_error(now, qpn, idx, WcStatus::RnrRetryExcErr);
                     return;
@@ -732,7 +757,7 @@ impl Rnic {
                 return;
             }
             Body::ReadResp(data) => self.finish_np(now, qpn, idx, Some(data)),
-            Body::AtomicResp(orig) => self.finish_np(now, qpn, idx, Some(orig.to_le_bytes().to_vec())),
+            Body::AtomicResp(orig) => self.finish_np(now, qpn, idx, Some(Bytes::copy_from(&orig.to_le_bytes()))),
             Body::Done => self.finish_np(now, qpn, idx, None),
             _ => unreachable!("requests are routed to handle_request"),
         }
@@ -742,7 +767,7 @@ impl Rnic {
 
     /// A non-posted request's response arrived: place any returned data locally, then
     /// the request is done.
-    fn finish_np(&mut self, now: Instant, qpn: QpNum, idx: usize, data: Option<Vec<u8>>) {
+    fn finish_np(&mut self, now: Instant, qpn: QpNum, idx: usize, data: Option<Bytes>) {
         let mut done_at = now + self.proc;
         if let Some(data) = data {
             let Payload::Sge(sge) = self.qps[qpn.0 as usize].sq[idx].wr.local else {
@@ -775,7 +800,7 @@ impl Rnic {
                     wr_id: w.wr.wr_id,
                     status,
                     opcode: WcOpcode::of(w.wr.opcode),
-                    byte_len: w.wr.local.len() as u32,
+                    byte_len: w.len as u32,
                     imm: None,
                     qp: qpn,
                 };
@@ -966,7 +991,7 @@ impl Rnic {
                     Err(code) => return self.nak(now, &pkt, code),
                 };
                 let (data, t) = self.hier.dma_read(now, space, *addr, *len as usize);
-                self.respond(t, &pkt, Body::ReadResp(data));
+                self.respond(t, &pkt, Body::ReadResp(Bytes::from(data)));
                 t
             }
             Body::Atomic { addr, rkey, compare, operand } => {

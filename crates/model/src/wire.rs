@@ -2,6 +2,7 @@
 //! smoltcp's terms). The simulator carries them as values; the soft RNIC will give each a
 //! byte layout with `parse`/`emit`.
 
+use crate::bytes::Bytes;
 use crate::hierarchy::FlushPlacement;
 use crate::verbs::{NodeId, QpNum};
 
@@ -46,7 +47,7 @@ pub enum Body {
         /// Remote key.
         rkey: u32,
         /// Data.
-        data: Vec<u8>,
+        data: Bytes,
         /// Immediate data.
         imm: Option<u32>,
         /// Ask the responder to acknowledge (AckReq bit of the BTH).
@@ -55,7 +56,7 @@ pub enum Body {
     /// SEND, with optional immediate data.
     Send {
         /// Message.
-        data: Vec<u8>,
+        data: Bytes,
         /// Immediate data.
         imm: Option<u32>,
         /// AckReq bit.
@@ -99,7 +100,7 @@ pub enum Body {
         /// Remote key.
         rkey: u32,
         /// Data.
-        data: Vec<u8>,
+        data: Bytes,
         /// True for ATOMIC WRITE (8 bytes, aligned).
         atomic: bool,
     },
@@ -108,7 +109,7 @@ pub enum Body {
     /// Negative acknowledgement of `psn`.
     Nak(NakCode),
     /// READ response data.
-    ReadResp(Vec<u8>),
+    ReadResp(Bytes),
     /// Atomic response: the original value.
     AtomicResp(u64),
     /// FLUSH, ATOMIC WRITE or non-posted WRITE done.

@@ -93,6 +93,8 @@ pub struct World {
     event_crashes: Vec<Crash>,
     cq_waiters: Vec<(NodeId, CqId, Waker)>,
     crashed: Vec<(NodeId, Instant)>,
+    dirty: Vec<NodeId>,
+    dirty_spare: Vec<NodeId>,
     trace: Trace,
 }
 
@@ -123,7 +125,9 @@ impl World {
     /// Moves what a node produced onto the fabric, re-arms its timer and collects the
     /// waiters whose completion queue is no longer empty.
     fn service(&mut self, n: NodeId, wake: &mut Vec<Waker>) {
+        let now = self.now;
         let node = &mut self.nodes[n as usize];
+        node.process_doorbells(now);
         if self.trace.recording() {
             for e in node.take_events() {
                 use remora_model::rnic::EventKind as K;
@@ -232,6 +236,8 @@ impl Sim {
             event_crashes: Vec::new(),
             cq_waiters: Vec::new(),
             crashed: Vec::new(),
+            dirty: Vec::new(),
+            dirty_spare: Vec::new(),
             trace: Trace::default(),
         };
         Sim { shared: Rc::new(Shared { world: RefCell::new(world), exec: Executor::default() }) }
@@ -369,9 +375,31 @@ impl Sim {
         v
     }
 
-    /// One step: run every runnable task, then process one event. False when idle.
+    /// One step: run every runnable task and let the nodes they used act (doorbells,
+    /// transmissions, timers), then process one event. False when idle.
     fn step(&self, limit: Instant) -> bool {
-        self.shared.exec.run_ready();
+        loop {
+            self.shared.exec.run_ready();
+            let mut wake = Vec::new();
+            {
+                let mut w = self.shared.world.borrow_mut();
+                let mut dirty = std::mem::take(&mut w.dirty_spare);
+                std::mem::swap(&mut dirty, &mut w.dirty);
+                dirty.sort_unstable();
+                dirty.dedup();
+                for &n in &dirty {
+                    w.service(n, &mut wake);
+                }
+                dirty.clear();
+                w.dirty_spare = dirty;
+            }
+            if wake.is_empty() {
+                break;
+            }
+            for waker in wake {
+                waker.wake();
+            }
+        }
         let mut wake = Vec::new();
         {
             let mut w = self.shared.world.borrow_mut();
@@ -439,17 +467,14 @@ impl NodeHandle {
         self.id
     }
 
+    /// Runs a verb on this node's RNIC. The RNIC acts on it (transmits, completes) when
+    /// the calling task yields, as a real RNIC acts on a doorbell asynchronously.
     fn with<R>(&self, f: impl FnOnce(&mut Rnic, Instant) -> R) -> R {
-        let mut wake = Vec::new();
-        let r = {
-            let mut w = self.shared.world.borrow_mut();
-            let now = w.now;
-            let r = f(&mut w.nodes[self.id as usize], now);
-            w.service(self.id, &mut wake);
-            r
-        };
-        for waker in wake {
-            waker.wake();
+        let mut w = self.shared.world.borrow_mut();
+        let now = w.now;
+        let r = f(&mut w.nodes[self.id as usize], now);
+        if w.dirty.last() != Some(&self.id) {
+            w.dirty.push(self.id);
         }
         r
     }

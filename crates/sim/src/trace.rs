@@ -65,14 +65,13 @@ impl Trace {
         self.record
     }
 
-    /// Folds a fact about the run into the fingerprint.
+    /// Folds a fact about the run into the fingerprint. Word-at-a-time multiply-xorshift:
+    /// this runs for every event, so it must cost a few cycles, not a byte loop.
     pub fn fold(&mut self, words: &[u64]) {
         self.count += 1;
-        for w in words {
-            for b in w.to_le_bytes() {
-                self.hash ^= b as u64;
-                self.hash = self.hash.wrapping_mul(0x0000_0100_0000_01b3);
-            }
+        for &w in words {
+            self.hash = (self.hash ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            self.hash ^= self.hash >> 29;
         }
     }
 

@@ -1,0 +1,85 @@
+//! Message payloads: up to [`INLINE`] bytes are stored in place (RDMA persistence traffic is
+//! mostly 8-byte pointers and 64-byte records), larger ones are shared behind an `Arc`, so
+//! cloning a payload for retransmission never copies a large buffer.
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+
+/// Payloads up to this size live inline.
+pub const INLINE: usize = 64;
+
+/// An immutable byte string, cheap to clone.
+#[derive(Clone)]
+pub struct Bytes(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Inline { len: u8, buf: [u8; INLINE] },
+    Shared(Arc<[u8]>),
+}
+
+impl Bytes {
+    /// The empty payload.
+    pub const EMPTY: Bytes = Bytes(Repr::Inline { len: 0, buf: [0; INLINE] });
+
+    /// Copies `data`.
+    pub fn copy_from(data: &[u8]) -> Self {
+        if data.len() <= INLINE {
+            let mut buf = [0u8; INLINE];
+            buf[..data.len()].copy_from_slice(data);
+            Bytes(Repr::Inline { len: data.len() as u8, buf })
+        } else {
+            Bytes(Repr::Shared(Arc::from(data)))
+        }
+    }
+}
+
+impl From<Vec<u8>> for Bytes {
+    fn from(v: Vec<u8>) -> Self {
+        if v.len() <= INLINE {
+            Bytes::copy_from(&v)
+        } else {
+            Bytes(Repr::Shared(Arc::from(v)))
+        }
+    }
+}
+
+impl Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            Repr::Inline { len, buf } => &buf[..*len as usize],
+            Repr::Shared(a) => a,
+        }
+    }
+}
+
+impl PartialEq for Bytes {
+    fn eq(&self, other: &Bytes) -> bool {
+        **self == **other
+    }
+}
+impl Eq for Bytes {}
+
+impl fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Bytes({} bytes)", self.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_and_large_payloads_round_trip() {
+        for n in [0usize, 1, 8, 64, 65, 4096] {
+            let v: Vec<u8> = (0..n).map(|i| i as u8).collect();
+            let b = Bytes::from(v.clone());
+            assert_eq!(&*b, &v[..]);
+            assert_eq!(b.clone(), Bytes::copy_from(&v));
+        }
+        assert!(Bytes::EMPTY.is_empty());
+    }
+}
