@@ -595,6 +595,16 @@ impl remora_verbs::Verbs for NodeHandle {
         self.sleep_until(done).await;
         self.trace_span("cpu", "clwb+sfence", start, self.now());
     }
+    async fn memcpy(&self, dst: (Space, u64), src: (Space, u64), len: u64) {
+        let start = self.now();
+        let cost = self.shared.world.borrow().profile.memcpy_time(len);
+        let mut buf = vec![0u8; len as usize];
+        self.with(|r, now| r.cpu_load(now, src.0, src.1, &mut buf));
+        self.sleep(cost).await;
+        // The stores happen as the copy finishes: a crash mid-copy finds none of them.
+        self.with(|r, now| r.cpu_store(now, dst.0, dst.1, &buf));
+        self.trace_span("cpu", "memcpy", start, self.now());
+    }
     async fn compute(&self, d: Duration) {
         let start = self.now();
         self.sleep(d).await;

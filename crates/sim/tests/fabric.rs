@@ -150,3 +150,34 @@ fn server_cpu_time_is_charged() {
     assert_eq!(slow.as_nanos() - fast.as_nanos(), 5_000, "fast {fast} slow {slow}");
     assert!(fast.as_nanos() >= LatencyProfile::default_profile().network.nic_rtt_ns);
 }
+
+/// The server CPU copies from a receive buffer in DRAM to PM: the copy takes the
+/// profile's memcpy time, lands in the cache (volatile under DMP), and is durable after
+/// clwb + sfence.
+#[test]
+fn memcpy_then_persist_local() {
+    let sim = Sim::new(4, LatencyProfile::default_profile());
+    let node = sim.add_node("s", ServerConfig::table1()[0]); // DMP + DDIO
+    let dram = node.alloc(Space::Dram, 4096, 64);
+    let pm = node.alloc(Space::Pm, 4096, 64);
+    node.store(Space::Dram, dram, &[9; 1000]);
+    let (n, sim2, id) = (node.clone(), sim.clone(), node.id());
+    let (copied_at, durable_after) = sim
+        .block_on(Instant::NEVER, async move {
+            let t0 = n.now();
+            n.memcpy((Space::Pm, pm), (Space::Dram, dram), 1000).await;
+            let copied = n.now() - t0;
+            let mut buf = vec![0; 1000];
+            n.load(Space::Pm, pm, &mut buf);
+            assert_eq!(buf, vec![9; 1000]);
+            let lost = sim2.with_rnic(id, |r, now| r.crash_image(now)).read_vec(pm, 1000);
+            assert_ne!(lost, vec![9; 1000], "copied lines are still in the cache");
+            n.persist_local(pm, 1000).await;
+            (copied, n.now())
+        })
+        .unwrap();
+    let profile = LatencyProfile::default_profile();
+    assert_eq!(copied_at, profile.memcpy_time(1000));
+    let img = sim.with_rnic(node.id(), |r, _| r.crash_image(durable_after));
+    assert_eq!(img.read_vec(pm, 1000), vec![9; 1000]);
+}

@@ -55,6 +55,44 @@ pub trait Verbs {
     fn persist_local(&self, addr: u64, len: u64) -> impl Future<Output = ()>;
     /// Spends `d` of this CPU thread's time (message handling, polling, computation).
     fn compute(&self, d: Duration) -> impl Future<Output = ()>;
+    /// A CPU `memcpy` of `len` bytes between local memories (e.g. from a receive buffer to
+    /// its target in PM), taking the copy's CPU time; the stores land in the cache.
+    fn memcpy(&self, dst: (Space, u64), src: (Space, u64), len: u64) -> impl Future<Output = ()>;
+}
+
+/// How a requester makes earlier writes reach the responder's memory (rpma's
+/// `rpma_flush_new` picks one per connection the same way).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum FlushMethod {
+    /// RDMA FLUSH (`IBV_WR_FLUSH`), where the RNIC has it.
+    Native,
+    /// An RDMA READ after the writes (seed 000 §3.4, §4.2): the READ's PCIe read pushes the
+    /// RNIC and IIO buffers to memory. Under DDIO that memory is the LLC, so on a DMP
+    /// server this is visibility, not persistence.
+    ReadAfterWrite,
+}
+
+impl FlushMethod {
+    /// The best method a NIC with `caps` offers.
+    pub fn for_caps(caps: remora_model::NicCaps) -> FlushMethod {
+        if caps.native_flush {
+            FlushMethod::Native
+        } else {
+            FlushMethod::ReadAfterWrite
+        }
+    }
+
+    /// The work request that flushes `len` bytes at `remote`. `scratch` is a local
+    /// 8-byte buffer the READ emulation reads into (unused by a native FLUSH).
+    pub fn work_request(self, wr_id: u64, placement: FlushPlacement, remote: Remote, len: u64, scratch: Sge) -> SendWr {
+        match self {
+            FlushMethod::Native => SendWr::new(wr_id, Opcode::Flush { placement, len }, Payload::None, Some(remote)),
+            FlushMethod::ReadAfterWrite => {
+                let sge = Sge { len: scratch.len.min(8), ..scratch };
+                SendWr::new(wr_id, Opcode::Read, Payload::Sge(sge), Some(remote))
+            }
+        }
+    }
 }
 
 /// Waits for the next completion on `cq`.
