@@ -460,7 +460,8 @@ impl MemoryHierarchy {
     }
 
     /// `clwb`/`clflushopt` of every line overlapping `addr..addr+len` at `now`: dirty lines
-    /// head for the WPQ; [`sfence`](Self::sfence) waits for them. Returns the issue cost.
+    /// head for the WPQ; [`sfence`](Self::sfence) waits for them, and for any earlier write
+    /// of those lines still in flight to the WPQ. Returns the issue cost.
     pub fn clwb(&mut self, now: Instant, addr: u64, len: u64) -> Duration {
         self.advance(now);
         if len == 0 {
@@ -471,6 +472,12 @@ impl MemoryHierarchy {
         for i in 0..lines {
             let line = first + i * LINE;
             let Some(ls) = self.lines.get_mut(&line) else { continue };
+            // A write of this line already on its way to the memory controller (an inbound
+            // DMA with DDIO off, or an earlier write-back) is held by another agent; the
+            // write-back completes, and the fence waits, only once it has landed.
+            if ls.floor_wpq > now {
+                self.fence_until = self.fence_until.max(ls.floor_wpq);
+            }
             if ls.llc.is_empty() {
                 continue;
             }

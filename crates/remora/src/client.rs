@@ -1,0 +1,272 @@
+//! The requester side: a client connects, learns the server's configuration from its
+//! Hello, and runs the correct method for each update, step by step as the taxonomy says.
+
+use crate::taxonomy::{Item, Method, Primitive, Shape, Step, Taxonomy, Update};
+use crate::wire::{imm, Frame, FrameError, Hello};
+use remora_verbs::*;
+
+/// Why an update could not be made persistent. Nothing is claimed persistent when one is
+/// returned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PersistError {
+    /// A verb was refused.
+    #[error(transparent)]
+    Verbs(#[from] VerbsError),
+    /// An operation completed with an error status.
+    #[error("{what} completed with {status}")]
+    Completion {
+        /// The operation.
+        what: &'static str,
+        /// Its status.
+        status: WcStatus,
+    },
+    /// The server sent something that is not a valid frame.
+    #[error("bad message from server: {0}")]
+    BadFrame(#[from] FrameError),
+    /// The server sent a valid frame at the wrong time.
+    #[error("protocol error: {0}")]
+    Protocol(&'static str),
+    /// The update does not fit the server's region.
+    #[error("update of {len} bytes at offset {offset} is outside the {region_len}-byte region")]
+    OutOfRange {
+        /// Offset.
+        offset: u64,
+        /// Length.
+        len: u64,
+        /// Region length.
+        region_len: u64,
+    },
+    /// The method cannot carry this update (e.g. ATOMIC WRITE of more than 8 bytes, a
+    /// WRITE_WITH_IMM target the immediate cannot encode, a message larger than a slot).
+    #[error("method {method} cannot carry this update: {why}")]
+    Unsuitable {
+        /// The method.
+        method: String,
+        /// Why.
+        why: &'static str,
+    },
+    /// [`Client::connect`] has not run.
+    #[error("not connected")]
+    NotConnected,
+}
+
+const ACK_SLOTS: u64 = 8;
+/// Large enough for a Hello, the largest server-to-client frame.
+const ACK_SLOT_BYTES: u64 = 128;
+
+/// The client side of one connection.
+pub struct Client<V: Verbs> {
+    v: V,
+    qp: QpNum,
+    scq: CqId,
+    rcq: CqId,
+    scratch: MrInfo,
+    hello: Option<Hello>,
+    taxonomy: Taxonomy,
+    methods: Option<[Method; 2]>,
+    flush: FlushMethod,
+    seq: u64,
+    next_wr: u64,
+}
+
+impl<V: Verbs> Client<V> {
+    /// Creates the queue pair (connect it to the server's, then call
+    /// [`connect`](Self::connect)) and posts receive buffers for the server's messages.
+    pub fn create(v: V) -> Result<Self, VerbsError> {
+        let pd = v.alloc_pd()?;
+        let len = 4096 + ACK_SLOTS * ACK_SLOT_BYTES;
+        let base = v.alloc(Space::Dram, len, 4096);
+        let scratch = v.reg_mr(pd, Space::Dram, base, len, Access::LOCAL_WRITE)?;
+        let scq = v.create_cq(256)?;
+        let rcq = v.create_cq(ACK_SLOTS as usize + 1)?;
+        let qp = v.create_qp(pd, scq, rcq, QpAttr::default())?;
+        let c = Client { v, qp, scq, rcq, scratch, hello: None, taxonomy: Taxonomy::shipped(), methods: None, flush: FlushMethod::Native, seq: 1, next_wr: 1 };
+        for i in 0..ACK_SLOTS {
+            c.post_ack_slot(i)?;
+        }
+        Ok(c)
+    }
+
+    /// The queue pair to connect to the server's.
+    pub fn qp(&self) -> QpNum {
+        self.qp
+    }
+
+    fn post_ack_slot(&self, i: u64) -> Result<(), VerbsError> {
+        let sge = Sge { addr: self.scratch.addr + 4096 + i * ACK_SLOT_BYTES, len: ACK_SLOT_BYTES as u32, lkey: self.scratch.lkey };
+        self.v.post_recv(self.qp, RecvWr { wr_id: i, sge })
+    }
+
+    /// Waits for the server's Hello and picks, for singleton and compound updates, the
+    /// table method of `primitive` corrected by the text's rules ([`Taxonomy::method_for`]),
+    /// and the FLUSH method the server's NIC supports.
+    pub async fn connect(&mut self, primitive: Primitive, shape: Shape) -> Result<Hello, PersistError> {
+        let frame = self.next_frame().await?;
+        let Frame::Hello(hello) = frame else { return Err(PersistError::Protocol("expected Hello")) };
+        let config = hello.config;
+        self.methods = Some([
+            self.taxonomy.method_for(&config, primitive, Update::Singleton, shape).clone(),
+            self.taxonomy.method_for(&config, primitive, Update::Compound, shape).clone(),
+        ]);
+        self.flush = FlushMethod::for_caps(config.caps);
+        self.seq = hello.seq_base;
+        self.hello = Some(hello);
+        Ok(hello)
+    }
+
+    /// The server's Hello, once connected.
+    pub fn hello(&self) -> Option<Hello> {
+        self.hello
+    }
+
+    /// The method used for `update`.
+    pub fn method(&self, update: Update) -> Option<&Method> {
+        self.methods.as_ref().map(|m| &m[update as usize])
+    }
+
+    /// Replaces the method used for `update`. For experiments and for the crash checker's
+    /// negative controls: nothing checks that the method is correct for the server.
+    pub fn use_method(&mut self, update: Update, method: Method) {
+        if let Some(m) = &mut self.methods {
+            m[update as usize] = method;
+        }
+    }
+
+    /// Overrides how FLUSH is performed (native, or READ-after-WRITE emulation).
+    pub fn use_flush_method(&mut self, f: FlushMethod) {
+        self.flush = f;
+    }
+
+    /// Makes `data` persistent at `offset` of the server's region; returns once the
+    /// method's last step says it is.
+    pub async fn persist(&mut self, offset: u64, data: &[u8]) -> Result<(), PersistError> {
+        let m = self.method(Update::Singleton).ok_or(PersistError::NotConnected)?.clone();
+        self.run(&m, [(offset, data), (0, &[][..])]).await
+    }
+
+    /// Makes `first` and then `second` persistent, in that order: no crash can leave
+    /// `second` persistent without `first`.
+    pub async fn persist_ordered(&mut self, first: (u64, &[u8]), second: (u64, &[u8])) -> Result<(), PersistError> {
+        let m = self.method(Update::Compound).ok_or(PersistError::NotConnected)?.clone();
+        self.run(&m, [first, second]).await
+    }
+
+    fn wr_id(&mut self) -> u64 {
+        self.next_wr += 1;
+        self.next_wr
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq - 1
+    }
+
+    async fn run(&mut self, m: &Method, items: [(u64, &[u8]); 2]) -> Result<(), PersistError> {
+        let hello = self.hello.ok_or(PersistError::NotConnected)?;
+        let unsuitable = |why| PersistError::Unsuitable { method: m.name.clone(), why };
+        for (off, data) in items {
+            if off.checked_add(data.len() as u64).is_none_or(|e| e > hello.region_len) {
+                return Err(PersistError::OutOfRange { offset: off, len: data.len() as u64, region_len: hello.region_len });
+            }
+        }
+        let item = |x: Item| items[x as usize];
+        let remote = |off: u64| Some(Remote { addr: hello.region_addr + off, rkey: hello.region_rkey });
+        let two_sided = m.two_sided();
+        let mut last_wr = 0;
+        let mut last_flush = 0;
+        let mut last_msg = 0;
+        for (i, step) in m.steps.iter().enumerate() {
+            let wait_next = matches!(m.steps.get(i + 1), Some(Step::RqComp));
+            match step {
+                Step::RqWrite(x) => {
+                    let (off, data) = item(*x);
+                    last_wr = self.wr_id();
+                    let wr = SendWr::new(last_wr, Opcode::Write, Payload::Inline(data.to_vec()), remote(off)).signaled(wait_next);
+                    self.v.post_send(self.qp, wr)?;
+                }
+                Step::RqWriteImm(x) => {
+                    let (off, data) = item(*x);
+                    let imm = imm::encode(off, two_sided).ok_or_else(|| unsuitable("the immediate cannot address this offset"))?;
+                    last_wr = self.wr_id();
+                    last_msg = imm as u64;
+                    let wr = SendWr::new(last_wr, Opcode::WriteWithImm(imm), Payload::Inline(data.to_vec()), remote(off)).signaled(wait_next);
+                    self.v.post_send(self.qp, wr)?;
+                }
+                Step::RqSend(xs) => {
+                    let seq = self.next_seq();
+                    last_msg = seq;
+                    let entries = xs.iter().map(|x| (item(*x).0, item(*x).1.to_vec())).collect();
+                    let frame = Frame::Apply { seq, ack: two_sided, entries };
+                    if frame.buffer_len() > hello.rq_slot_bytes as usize {
+                        return Err(unsuitable("the message is larger than the server's receive buffers"));
+                    }
+                    last_wr = self.wr_id();
+                    self.v.post_send(self.qp, SendWr::new(last_wr, Opcode::Send, Payload::Inline(frame.emit()), None).signaled(wait_next))?;
+                }
+                Step::RqSendAddr(x) => {
+                    let seq = self.next_seq();
+                    last_msg = seq;
+                    let (off, data) = item(*x);
+                    let frame = Frame::Notify { seq, ack: true, entries: vec![(off, data.len() as u32)] };
+                    last_wr = self.wr_id();
+                    self.v.post_send(self.qp, SendWr::new(last_wr, Opcode::Send, Payload::Inline(frame.emit()), None).signaled(false))?;
+                }
+                Step::RqFlush => {
+                    // The FLUSH covers what was written last (the range matters to real
+                    // RNICs; the model flushes every earlier write of the connection).
+                    let (off, data) = items.iter().rev().find(|(_, d)| !d.is_empty()).copied().unwrap_or(items[0]);
+                    last_flush = self.wr_id();
+                    let scratch = Sge { addr: self.scratch.addr, len: 8, lkey: self.scratch.lkey };
+                    let r = Remote { addr: hello.region_addr + off, rkey: hello.region_rkey };
+                    let wr = self.flush.work_request(last_flush, FlushPlacement::Persistence, r, data.len().max(1) as u64, scratch);
+                    self.v.post_send(self.qp, wr)?;
+                }
+                Step::RqCompFlush => self.wait_wr(last_flush, "FLUSH").await?,
+                Step::RqWriteAtomic(x) => {
+                    let (off, data) = item(*x);
+                    let value: [u8; 8] = data.try_into().map_err(|_| unsuitable("ATOMIC WRITE carries exactly 8 bytes"))?;
+                    last_wr = self.wr_id();
+                    let wr = SendWr::new(last_wr, Opcode::AtomicWrite { value: u64::from_le_bytes(value) }, Payload::None, remote(off)).signaled(false);
+                    self.v.post_send(self.qp, wr)?;
+                }
+                Step::RqComp => self.wait_wr(last_wr, "update").await?,
+                Step::RqReceiveAck => self.wait_ack(last_msg).await?,
+                Step::RspReceive | Step::RspCopy { .. } | Step::RspFlush | Step::RspSendAck => {}
+            }
+        }
+        Ok(())
+    }
+
+    async fn wait_wr(&mut self, wr_id: u64, what: &'static str) -> Result<(), PersistError> {
+        loop {
+            let wc = next_completion(&self.v, self.scq).await;
+            if wc.status != WcStatus::Success {
+                return Err(PersistError::Completion { what, status: wc.status });
+            }
+            if wc.wr_id == wr_id {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn next_frame(&mut self) -> Result<Frame, PersistError> {
+        let wc = next_completion(&self.v, self.rcq).await;
+        if wc.status != WcStatus::Success {
+            return Err(PersistError::Completion { what: "receive", status: wc.status });
+        }
+        let mut buf = vec![0u8; wc.byte_len.min(ACK_SLOT_BYTES as u32) as usize];
+        self.v.load(Space::Dram, self.scratch.addr + 4096 + wc.wr_id * ACK_SLOT_BYTES, &mut buf);
+        self.post_ack_slot(wc.wr_id)?;
+        Ok(Frame::parse(&buf)?)
+    }
+
+    async fn wait_ack(&mut self, seq: u64) -> Result<(), PersistError> {
+        loop {
+            match self.next_frame().await? {
+                Frame::Ack { seq: s } if s == seq => return Ok(()),
+                Frame::Ack { seq: s } if s < seq => continue, // a late ack of an earlier update
+                _ => return Err(PersistError::Protocol("unexpected message while waiting for an ack")),
+            }
+        }
+    }
+}

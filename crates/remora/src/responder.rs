@@ -1,0 +1,276 @@
+//! The responder side of every method: what the server's CPU does for two-sided methods
+//! (receive, copy, flush, acknowledge, seed 000 Tables 2–3 "Rsp" steps), the background
+//! application of one-sided SENDs into PM receive buffers, and recovery, which replays the
+//! messages a crash left in PM-resident receive buffers (seed 000 §3.2: "the enclosing
+//! application's recovery subsystem can be designed to access these messages and persist
+//! their effects").
+
+use crate::wire::{imm, Frame, Hello};
+use remora_model::config::{PersistenceDomain, RqwrbPlacement, ServerConfig};
+use remora_model::time::Duration;
+use remora_verbs::*;
+
+/// Sizes of what a server sets up for one client.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ServerSetup {
+    /// Bytes of the persistent region clients update.
+    pub region_len: u64,
+    /// Receive buffers kept posted.
+    pub rq_slots: u32,
+    /// Bytes per receive buffer (the largest message).
+    pub rq_slot_bytes: u32,
+}
+
+impl Default for ServerSetup {
+    fn default() -> Self {
+        ServerSetup { region_len: 1 << 20, rq_slots: 64, rq_slot_bytes: 256 }
+    }
+}
+
+/// What the responder did, for tests and reports.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResponderStats {
+    /// Apply messages executed.
+    pub applied: u64,
+    /// Notify messages and WRITE_WITH_IMMs handled.
+    pub notified: u64,
+    /// Acks sent.
+    pub acks: u64,
+    /// Messages refused as malformed (the connection keeps going).
+    pub bad_frames: u64,
+}
+
+/// What recovery found.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Valid update messages found in PM receive buffers.
+    pub found: u64,
+    /// Highest sequence number among them (0 if none).
+    pub max_seq: u64,
+}
+
+/// The server side of one connection.
+pub struct Responder<V: Verbs> {
+    v: V,
+    config: ServerConfig,
+    setup: ServerSetup,
+    region: MrInfo,
+    ring: MrInfo,
+    qp: QpNum,
+    rcq: CqId,
+    seq_base: u64,
+    costs: CpuCosts,
+    stats: ResponderStats,
+}
+
+impl<V: Verbs> Responder<V> {
+    /// Sets up the region, the receive ring (in PM or DRAM as the configuration says) and
+    /// a queue pair. Allocation order is fixed, so a restarted server that calls this again
+    /// finds its PM region and PM receive ring at the same addresses.
+    pub fn create(v: V, setup: ServerSetup, costs: CpuCosts) -> Result<Self, VerbsError> {
+        let config = v.config();
+        let pd = v.alloc_pd()?;
+        let base = v.alloc(Space::Pm, setup.region_len, 4096);
+        let region = v.reg_mr(pd, Space::Pm, base, setup.region_len, Access::ALL)?;
+        let ring_space = match config.rqwrb {
+            RqwrbPlacement::Pm => Space::Pm,
+            RqwrbPlacement::Dram => Space::Dram,
+        };
+        let ring_len = setup.rq_slots as u64 * setup.rq_slot_bytes as u64;
+        let ring_base = v.alloc(ring_space, ring_len, 4096);
+        let ring = v.reg_mr(pd, ring_space, ring_base, ring_len, Access::LOCAL_WRITE)?;
+        let rcq = v.create_cq(setup.rq_slots as usize + 1)?;
+        let scq = v.create_cq(16)?;
+        let attr = QpAttr { rq_depth: setup.rq_slots as usize, ..QpAttr::default() };
+        let qp = v.create_qp(pd, scq, rcq, attr)?;
+        Ok(Responder { v, config, setup, region, ring, qp, rcq, seq_base: 1, costs, stats: ResponderStats::default() })
+    }
+
+    /// The queue pair to connect to the client's.
+    pub fn qp(&self) -> QpNum {
+        self.qp
+    }
+    /// The persistent region.
+    pub fn region(&self) -> MrInfo {
+        self.region
+    }
+    /// Counters.
+    pub fn stats(&self) -> ResponderStats {
+        self.stats
+    }
+
+    fn slot_addr(&self, i: u64) -> u64 {
+        self.ring.addr + i * self.setup.rq_slot_bytes as u64
+    }
+
+    fn read_slot(&self, i: u64, len: usize) -> Vec<u8> {
+        let mut b = vec![0u8; len.min(self.setup.rq_slot_bytes as usize)];
+        self.v.load(self.ring.space, self.slot_addr(i), &mut b);
+        b
+    }
+
+    /// Replays update messages left in a PM receive ring, in sequence order, and makes
+    /// their effects durable. Run it after a restart, before [`serve`](Self::serve).
+    /// With a DRAM ring there is nothing to find.
+    pub async fn recover(&mut self) -> RecoveryReport {
+        let mut report = RecoveryReport::default();
+        if self.ring.space != Space::Pm {
+            return report;
+        }
+        let mut found = Vec::new();
+        for i in 0..self.setup.rq_slots as u64 {
+            // A torn or stale-but-corrupt buffer fails its checksum and is skipped.
+            if let Ok(Frame::Apply { seq, entries, .. }) = Frame::parse(&self.read_slot(i, self.setup.rq_slot_bytes as usize)) {
+                found.push((seq, i, entries));
+            }
+        }
+        found.sort_by_key(|(seq, _, _)| *seq);
+        for (seq, slot, entries) in &found {
+            self.apply(*slot, entries).await;
+            report.max_seq = *seq;
+        }
+        report.found = found.len() as u64;
+        self.seq_base = report.max_seq + 1;
+        report
+    }
+
+    /// Copies an Apply frame's entries from receive slot `slot` to the region ("Rsp
+    /// copy"), flushing each under DMP ("Rsp flush") so a compound update persists in order.
+    async fn apply(&mut self, slot: u64, entries: &[(u64, Vec<u8>)]) -> bool {
+        if !entries.iter().all(|(off, data)| self.in_region(*off, data.len() as u64)) {
+            return false;
+        }
+        let mut pos = crate::wire::HEADER as u64;
+        for (off, data) in entries {
+            pos += 12; // the entry's offset and length fields
+            let dst = self.region.addr + off;
+            self.v.memcpy((Space::Pm, dst), (self.ring.space, self.slot_addr(slot) + pos), data.len() as u64).await;
+            pos += data.len() as u64;
+            if self.config.domain == PersistenceDomain::Dmp {
+                self.v.persist_local(dst, data.len() as u64).await;
+            }
+        }
+        self.stats.applied += 1;
+        true
+    }
+
+    fn in_region(&self, off: u64, len: u64) -> bool {
+        off.checked_add(len).is_some_and(|end| end <= self.setup.region_len)
+    }
+
+    async fn ack(&mut self, seq: u64) -> Result<(), VerbsError> {
+        let frame = Frame::Ack { seq }.emit();
+        self.v.post_send(self.qp, SendWr::new(seq, Opcode::Send, Payload::Inline(frame), None).signaled(false))?;
+        self.stats.acks += 1;
+        Ok(())
+    }
+
+    /// Posts the receive ring, sends the Hello, then serves messages until the connection
+    /// fails (returns the error). Malformed messages are counted and dropped; the server
+    /// keeps serving.
+    pub async fn serve(&mut self) -> VerbsError {
+        let costs = self.costs;
+        match self.serve_inner(costs).await {
+            Ok(never) => match never {},
+            Err(e) => e,
+        }
+    }
+
+    async fn serve_inner(&mut self, costs: CpuCosts) -> Result<std::convert::Infallible, VerbsError> {
+        for i in 0..self.setup.rq_slots as u64 {
+            self.post_slot(i)?;
+        }
+        let hello = Hello {
+            config: self.config,
+            region_addr: self.region.addr,
+            region_len: self.region.len,
+            region_rkey: self.region.rkey,
+            rq_slots: self.setup.rq_slots,
+            rq_slot_bytes: self.setup.rq_slot_bytes,
+            seq_base: self.seq_base,
+        };
+        self.v.post_send(self.qp, SendWr::new(0, Opcode::Send, Payload::Inline(Frame::Hello(hello).emit()), None).signaled(false))?;
+        let dmp = self.config.domain == PersistenceDomain::Dmp;
+        loop {
+            let wc = next_completion(&self.v, self.rcq).await;
+            if wc.status != WcStatus::Success {
+                return Err(VerbsError::QpState(self.qp, "ERROR"));
+            }
+            self.v.compute(costs.poll).await;
+            let slot = wc.wr_id;
+            match wc.opcode {
+                WcOpcode::RecvRdmaWithImm => {
+                    let (off, ack) = imm::decode(wc.imm.unwrap_or(0));
+                    if self.in_region(off, wc.byte_len as u64) {
+                        self.v.compute(costs.handle).await;
+                        if dmp {
+                            self.v.persist_local(self.region.addr + off, wc.byte_len as u64).await;
+                        }
+                        self.stats.notified += 1;
+                        if ack {
+                            self.ack(wc.imm.unwrap_or(0) as u64).await?;
+                        }
+                    } else {
+                        self.stats.bad_frames += 1;
+                    }
+                }
+                _ => {
+                    let bytes = self.read_slot(slot, wc.byte_len as usize);
+                    self.v.compute(costs.handle).await;
+                    match Frame::parse(&bytes) {
+                        Ok(Frame::Apply { seq, ack, entries }) => {
+                            if self.apply(slot, &entries).await {
+                                if ack {
+                                    self.ack(seq).await?;
+                                }
+                            } else {
+                                self.stats.bad_frames += 1;
+                            }
+                        }
+                        Ok(Frame::Notify { seq, ack, entries }) => {
+                            let ok = entries.iter().all(|(o, l)| self.in_region(*o, *l as u64));
+                            if ok {
+                                if dmp {
+                                    for (o, l) in &entries {
+                                        self.v.persist_local(self.region.addr + o, *l as u64).await;
+                                    }
+                                }
+                                self.stats.notified += 1;
+                                if ack {
+                                    self.ack(seq).await?;
+                                }
+                            } else {
+                                self.stats.bad_frames += 1;
+                            }
+                        }
+                        _ => self.stats.bad_frames += 1,
+                    }
+                }
+            }
+            // The buffer is reposted only after its message's effects are durable, so a
+            // PM ring never loses a message that recovery would still need.
+            self.post_slot(slot)?;
+        }
+    }
+
+    fn post_slot(&self, i: u64) -> Result<(), VerbsError> {
+        let sge = Sge { addr: self.slot_addr(i), len: self.setup.rq_slot_bytes, lkey: self.ring.lkey };
+        self.v.post_recv(self.qp, RecvWr { wr_id: i, sge })
+    }
+}
+
+/// The responder CPU's software costs (from the latency profile's `[cpu]` section).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct CpuCosts {
+    /// Noticing a completion by busy polling.
+    pub poll: Duration,
+    /// Dispatching one message.
+    pub handle: Duration,
+}
+
+impl CpuCosts {
+    /// The costs a latency profile gives.
+    pub fn from_profile(p: &remora_model::LatencyProfile) -> Self {
+        CpuCosts { poll: Duration::from_nanos(p.cpu.poll_ns), handle: Duration::from_nanos(p.cpu.msg_handle_ns) }
+    }
+}

@@ -1,0 +1,412 @@
+//! The library's messages, one typed frame each, with `emit` and `parse`. Frames travel in
+//! SENDs and sit in receive buffers, possibly in PM where recovery reads them after a
+//! crash, so `parse` trusts nothing: it rejects truncation, unknown kinds and values, and
+//! any byte flipped (CRC-32C over the whole frame).
+//!
+//! Layout (little-endian):
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0..4 | magic `RMRA` |
+//! | 4 | version (1) |
+//! | 5 | kind: 1 Hello, 2 Apply, 3 Notify, 4 Ack |
+//! | 6 | flags: bit 0 = the sender wants an Ack |
+//! | 7 | entry count |
+//! | 8..16 | sequence number |
+//! | 16..20 | body length |
+//! | 20..24 | CRC-32C of the frame with this field zero |
+//! | 24.. | body |
+//!
+//! Bodies: Hello = the server's configuration and its region descriptor; Apply = entries of
+//! (offset u64, length u32, data); Notify = entries of (offset u64, length u32); Ack = none.
+
+use remora_model::config::{NicCaps, PersistenceDomain, RqwrbPlacement, ServerConfig, Transport};
+
+const MAGIC: [u8; 4] = *b"RMRA";
+/// Wire version; a peer with another version is refused.
+pub const VERSION: u8 = 1;
+/// Header bytes before the body.
+pub const HEADER: usize = 24;
+/// Most entries a frame may carry.
+pub const MAX_ENTRIES: usize = 16;
+const FLAG_ACK: u8 = 1;
+
+/// What the server tells a client when it connects: enough to pick a correct method.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    /// The server's configuration (persistence domain, DDIO, RQWRB placement, transport,
+    /// NIC capabilities).
+    pub config: ServerConfig,
+    /// Address of the persistent region clients update.
+    pub region_addr: u64,
+    /// Its length.
+    pub region_len: u64,
+    /// Its rkey.
+    pub region_rkey: u32,
+    /// Receive slots the server keeps posted.
+    pub rq_slots: u32,
+    /// Bytes per receive slot: the largest message.
+    pub rq_slot_bytes: u32,
+    /// The first sequence number the client may use: above every message the server
+    /// recovered, so a replay after another crash keeps new updates last.
+    pub seq_base: u64,
+}
+
+/// A library frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// Server → client at connection.
+    Hello(Hello),
+    /// Client → server: write these bytes at these region offsets, in order.
+    Apply {
+        /// Sequence number, increasing per connection (recovery replays in this order).
+        seq: u64,
+        /// The client waits for an [`Frame::Ack`].
+        ack: bool,
+        /// (offset, data) pairs.
+        entries: Vec<(u64, Vec<u8>)>,
+    },
+    /// Client → server: these ranges were just written by RDMA; make them durable.
+    Notify {
+        /// Sequence number.
+        seq: u64,
+        /// The client waits for an [`Frame::Ack`].
+        ack: bool,
+        /// (offset, length) pairs.
+        entries: Vec<(u64, u32)>,
+    },
+    /// Server → client: the update with this sequence number is durable.
+    Ack {
+        /// Sequence number acknowledged.
+        seq: u64,
+    },
+}
+
+/// Why a frame was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    /// Fewer bytes than the frame needs.
+    #[error("truncated frame: need {need} bytes, have {have}")]
+    Truncated {
+        /// Bytes needed.
+        need: usize,
+        /// Bytes present.
+        have: usize,
+    },
+    /// Not a remora frame.
+    #[error("bad magic")]
+    BadMagic,
+    /// Another wire version.
+    #[error("unsupported wire version {0} (this is {VERSION})")]
+    BadVersion(u8),
+    /// Unknown frame kind.
+    #[error("unknown frame kind {0}")]
+    UnknownKind(u8),
+    /// The checksum does not match: torn or corrupt.
+    #[error("checksum mismatch")]
+    BadChecksum,
+    /// A field holds a value outside its range.
+    #[error("bad value for {0}")]
+    BadValue(&'static str),
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], FrameError> {
+        let end = self.at.checked_add(n).ok_or(FrameError::BadValue("length"))?;
+        if end > self.b.len() {
+            return Err(FrameError::Truncated { need: end, have: self.b.len() });
+        }
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, FrameError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, FrameError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+    }
+    fn u64(&mut self) -> Result<u64, FrameError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+    }
+}
+
+impl Frame {
+    fn kind(&self) -> u8 {
+        match self {
+            Frame::Hello(_) => 1,
+            Frame::Apply { .. } => 2,
+            Frame::Notify { .. } => 3,
+            Frame::Ack { .. } => 4,
+        }
+    }
+
+    /// Bytes [`emit`](Self::emit) produces.
+    pub fn buffer_len(&self) -> usize {
+        HEADER
+            + match self {
+                Frame::Hello(_) => 5 + 8 + 8 + 4 + 4 + 4 + 8,
+                Frame::Apply { entries, .. } => entries.iter().map(|(_, d)| 12 + d.len()).sum(),
+                Frame::Notify { entries, .. } => entries.len() * 12,
+                Frame::Ack { .. } => 0,
+            }
+    }
+
+    /// Serializes the frame. Panics if it has more than [`MAX_ENTRIES`] entries (a
+    /// programming error: the library never builds one).
+    pub fn emit(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(self.buffer_len());
+        let (seq, flags, count) = match self {
+            Frame::Hello(_) => (0, 0, 0),
+            Frame::Apply { seq, ack, entries } => (*seq, if *ack { FLAG_ACK } else { 0 }, entries.len()),
+            Frame::Notify { seq, ack, entries } => (*seq, if *ack { FLAG_ACK } else { 0 }, entries.len()),
+            Frame::Ack { seq } => (*seq, 0, 0),
+        };
+        assert!(count <= MAX_ENTRIES, "frame with {count} entries");
+        b.extend_from_slice(&MAGIC);
+        b.extend_from_slice(&[VERSION, self.kind(), flags, count as u8]);
+        b.extend_from_slice(&seq.to_le_bytes());
+        b.extend_from_slice(&((self.buffer_len() - HEADER) as u32).to_le_bytes());
+        b.extend_from_slice(&[0; 4]);
+        match self {
+            Frame::Hello(h) => {
+                let c = h.config;
+                b.push(match c.domain {
+                    PersistenceDomain::Dmp => 0,
+                    PersistenceDomain::Mhp => 1,
+                    PersistenceDomain::Wsp => 2,
+                });
+                b.push(c.ddio as u8);
+                b.push(match c.rqwrb {
+                    RqwrbPlacement::Dram => 0,
+                    RqwrbPlacement::Pm => 1,
+                });
+                b.push(match c.transport {
+                    Transport::InfiniBand => 0,
+                    Transport::RoCE => 1,
+                    Transport::IWarp => 2,
+                });
+                b.push(c.caps.native_flush as u8 | (c.caps.atomic_write as u8) << 1 | (c.caps.non_posted_write as u8) << 2);
+                b.extend_from_slice(&h.region_addr.to_le_bytes());
+                b.extend_from_slice(&h.region_len.to_le_bytes());
+                b.extend_from_slice(&h.region_rkey.to_le_bytes());
+                b.extend_from_slice(&h.rq_slots.to_le_bytes());
+                b.extend_from_slice(&h.rq_slot_bytes.to_le_bytes());
+                b.extend_from_slice(&h.seq_base.to_le_bytes());
+            }
+            Frame::Apply { entries, .. } => {
+                for (off, data) in entries {
+                    b.extend_from_slice(&off.to_le_bytes());
+                    b.extend_from_slice(&(data.len() as u32).to_le_bytes());
+                    b.extend_from_slice(data);
+                }
+            }
+            Frame::Notify { entries, .. } => {
+                for (off, len) in entries {
+                    b.extend_from_slice(&off.to_le_bytes());
+                    b.extend_from_slice(&len.to_le_bytes());
+                }
+            }
+            Frame::Ack { .. } => {}
+        }
+        let crc = crc32c::crc32c(&b);
+        b[20..24].copy_from_slice(&crc.to_le_bytes());
+        debug_assert_eq!(b.len(), self.buffer_len());
+        b
+    }
+
+    /// Parses a frame at the start of `buf` (trailing bytes, e.g. the rest of a receive
+    /// slot, are ignored).
+    pub fn parse(buf: &[u8]) -> Result<Frame, FrameError> {
+        let mut r = Reader { b: buf, at: 0 };
+        if r.take(4)? != MAGIC {
+            return Err(FrameError::BadMagic);
+        }
+        let version = r.u8()?;
+        if version != VERSION {
+            return Err(FrameError::BadVersion(version));
+        }
+        let kind = r.u8()?;
+        let flags = r.u8()?;
+        let count = r.u8()? as usize;
+        let seq = r.u64()?;
+        let body_len = r.u32()? as usize;
+        let crc = r.u32()?;
+        if !(1..=4).contains(&kind) {
+            return Err(FrameError::UnknownKind(kind));
+        }
+        if flags & !FLAG_ACK != 0 {
+            return Err(FrameError::BadValue("flags"));
+        }
+        if count > MAX_ENTRIES {
+            return Err(FrameError::BadValue("entry count"));
+        }
+        let total = HEADER.checked_add(body_len).ok_or(FrameError::BadValue("body length"))?;
+        if buf.len() < total {
+            return Err(FrameError::Truncated { need: total, have: buf.len() });
+        }
+        let mut check = buf[..total].to_vec();
+        check[20..24].fill(0);
+        if crc32c::crc32c(&check) != crc {
+            return Err(FrameError::BadChecksum);
+        }
+        let mut body = Reader { b: &buf[..total], at: HEADER };
+        let ack = flags & FLAG_ACK != 0;
+        let frame = match kind {
+            1 => {
+                let domain = match body.u8()? {
+                    0 => PersistenceDomain::Dmp,
+                    1 => PersistenceDomain::Mhp,
+                    2 => PersistenceDomain::Wsp,
+                    _ => return Err(FrameError::BadValue("persistence domain")),
+                };
+                let ddio = match body.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(FrameError::BadValue("ddio")),
+                };
+                let rqwrb = match body.u8()? {
+                    0 => RqwrbPlacement::Dram,
+                    1 => RqwrbPlacement::Pm,
+                    _ => return Err(FrameError::BadValue("rqwrb")),
+                };
+                let transport = match body.u8()? {
+                    0 => Transport::InfiniBand,
+                    1 => Transport::RoCE,
+                    2 => Transport::IWarp,
+                    _ => return Err(FrameError::BadValue("transport")),
+                };
+                let caps = body.u8()?;
+                if caps & !7 != 0 {
+                    return Err(FrameError::BadValue("capabilities"));
+                }
+                let caps = NicCaps { native_flush: caps & 1 != 0, atomic_write: caps & 2 != 0, non_posted_write: caps & 4 != 0 };
+                Frame::Hello(Hello {
+                    config: ServerConfig { domain, ddio, rqwrb, transport, caps },
+                    region_addr: body.u64()?,
+                    region_len: body.u64()?,
+                    region_rkey: body.u32()?,
+                    rq_slots: body.u32()?,
+                    rq_slot_bytes: body.u32()?,
+                    seq_base: body.u64()?,
+                })
+            }
+            2 => {
+                let mut entries = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let off = body.u64()?;
+                    let len = body.u32()? as usize;
+                    entries.push((off, body.take(len)?.to_vec()));
+                }
+                Frame::Apply { seq, ack, entries }
+            }
+            3 => {
+                let mut entries = Vec::with_capacity(count);
+                for _ in 0..count {
+                    entries.push((body.u64()?, body.u32()?));
+                }
+                Frame::Notify { seq, ack, entries }
+            }
+            _ => Frame::Ack { seq },
+        };
+        if body.at != total {
+            return Err(FrameError::BadValue("body length"));
+        }
+        Ok(frame)
+    }
+}
+
+/// WRITE_WITH_IMM carries the target in its 32-bit immediate (seed 000 §3.2: "the target
+/// address must be identifiable using just the 32-bit immediate data"): bit 31 asks for an
+/// Ack, bits 0..31 hold the region offset in 64-byte units (so 128 GiB are addressable).
+pub mod imm {
+    const ACK: u32 = 1 << 31;
+    /// Granularity of addressable offsets.
+    pub const UNIT: u64 = 64;
+
+    /// The immediate for a write at `offset`, or `None` if the offset cannot be encoded.
+    pub fn encode(offset: u64, ack: bool) -> Option<u32> {
+        if offset % UNIT != 0 || offset / UNIT >= ACK as u64 {
+            return None;
+        }
+        Some((offset / UNIT) as u32 | if ack { ACK } else { 0 })
+    }
+
+    /// (offset, wants an Ack).
+    pub fn decode(imm: u32) -> (u64, bool) {
+        ((imm & !ACK) as u64 * UNIT, imm & ACK != 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn frames() -> impl Strategy<Value = Frame> {
+        let entries = prop::collection::vec((any::<u64>(), prop::collection::vec(any::<u8>(), 0..100)), 0..4);
+        let notes = prop::collection::vec((any::<u64>(), any::<u32>()), 0..4);
+        prop_oneof![
+            (any::<u64>(), any::<bool>(), entries).prop_map(|(seq, ack, entries)| Frame::Apply { seq, ack, entries }),
+            (any::<u64>(), any::<bool>(), notes).prop_map(|(seq, ack, entries)| Frame::Notify { seq, ack, entries }),
+            any::<u64>().prop_map(|seq| Frame::Ack { seq }),
+            (0usize..12, any::<u64>(), any::<u32>()).prop_map(|(i, a, k)| {
+                let mut config = ServerConfig::table1()[i];
+                config.transport = Transport::IWarp;
+                config.caps.atomic_write = k % 2 == 0;
+                Frame::Hello(Hello { config, region_addr: a, region_len: a / 2, region_rkey: k, rq_slots: 64, rq_slot_bytes: 256, seq_base: a ^ 5 })
+            }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn round_trips(f in frames(), pad in 0usize..8) {
+            let mut b = f.emit();
+            prop_assert_eq!(b.len(), f.buffer_len());
+            b.extend(std::iter::repeat(0xAA).take(pad));
+            prop_assert_eq!(Frame::parse(&b).unwrap(), f);
+        }
+
+        #[test]
+        fn every_truncation_is_refused(f in frames()) {
+            let b = f.emit();
+            for n in 0..b.len() {
+                prop_assert!(Frame::parse(&b[..n]).is_err(), "accepted {} of {} bytes", n, b.len());
+            }
+        }
+
+        #[test]
+        fn every_flipped_bit_is_refused(f in frames(), bit in any::<prop::sample::Index>()) {
+            let mut b = f.emit();
+            let i = bit.index(b.len() * 8);
+            b[i / 8] ^= 1 << (i % 8);
+            prop_assert!(Frame::parse(&b).is_err());
+        }
+    }
+
+    #[test]
+    fn immediates_round_trip_and_refuse_unaddressable_offsets() {
+        assert_eq!(imm::decode(imm::encode(64 * 1000, true).unwrap()), (64_000, true));
+        assert_eq!(imm::decode(imm::encode(0, false).unwrap()), (0, false));
+        assert_eq!(imm::encode(65, false), None);
+        assert_eq!(imm::encode(64 << 31, false), None);
+    }
+
+    #[test]
+    fn errors_say_what_is_wrong() {
+        let mut b = Frame::Ack { seq: 3 }.emit();
+        b[4] = 9;
+        assert_eq!(Frame::parse(&b), Err(FrameError::BadVersion(9)));
+        assert_eq!(Frame::parse(b"RMR"), Err(FrameError::Truncated { need: 4, have: 3 }));
+        assert_eq!(Frame::parse(&[0u8; 64]), Err(FrameError::BadMagic));
+        let mut k = Frame::Ack { seq: 3 }.emit();
+        k[5] = 77;
+        assert_eq!(Frame::parse(&k), Err(FrameError::UnknownKind(77)));
+    }
+}
