@@ -196,6 +196,8 @@ struct Params {
     clwb: Duration,
     sfence: Duration,
     pcie_gbps: u64,
+    miss_every: u64,
+    miss: Duration,
 }
 
 impl MemoryHierarchy {
@@ -222,6 +224,8 @@ impl MemoryHierarchy {
             clwb: Duration::from_nanos(profile.cpu.clwb_ns),
             sfence: Duration::from_nanos(profile.cpu.sfence_ns),
             pcie_gbps: profile.rnic.pcie_gbps,
+            miss_every: profile.rnic.translation_miss_every,
+            miss: Duration::from_nanos(profile.rnic.translation_miss_ns),
         };
         let channels = (0..p.channels)
             .map(|_| Channel {
@@ -342,7 +346,11 @@ impl MemoryHierarchy {
     /// `arrive`; the RNIC DMAs it over PCIe through the IIO. Returns when it is visible.
     pub fn dma_write(&mut self, arrive: Instant, space: Space, addr: u64, data: &[u8]) -> DmaTiming {
         self.advance(arrive);
-        let start = (arrive + self.p.proc).max(self.rnic_dma_free);
+        let mut start = (arrive + self.p.proc).max(self.rnic_dma_free);
+        if self.p.miss_every > 0 && self.rng.chance(crate::prng::Ratio::new(1, self.p.miss_every)) {
+            // A translation-cache miss: the DMA (and those queued behind it) waits.
+            start += self.p.miss;
+        }
         self.rnic_dma_free = start + self.pcie_time(data.len() as u64);
         let mut done = 0usize;
         let mut visible = self.last_visible;

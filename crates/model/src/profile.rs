@@ -56,6 +56,10 @@ pub struct Rnic {
     pub rnr_retry_delay_ns: u64,
     /// How long a requester waits for an ACK before declaring the peer dead.
     pub ack_timeout_ns: u64,
+    /// One in this many inbound DMAs misses the RNIC's translation cache (0: never).
+    pub translation_miss_every: u64,
+    /// Extra DMA start delay of a translation miss.
+    pub translation_miss_ns: u64,
 }
 
 /// Host memory-system parameters.

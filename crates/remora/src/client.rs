@@ -151,6 +151,23 @@ impl<V: Verbs> Client<V> {
         self.run(&m, [first, second]).await
     }
 
+    /// Reads `len` bytes (at most 4 KiB) at `offset` of the server's region with an RDMA
+    /// READ: what is visible there, which is not necessarily persistent.
+    pub async fn read(&mut self, offset: u64, len: u32) -> Result<Vec<u8>, PersistError> {
+        let hello = self.hello.ok_or(PersistError::NotConnected)?;
+        if len > 4096 || offset.checked_add(len as u64).is_none_or(|e| e > hello.region_len) {
+            return Err(PersistError::OutOfRange { offset, len: len as u64, region_len: hello.region_len });
+        }
+        let id = self.wr_id();
+        let sge = Sge { addr: self.scratch.addr, len, lkey: self.scratch.lkey };
+        let remote = Remote { addr: hello.region_addr + offset, rkey: hello.region_rkey };
+        self.v.post_send(self.qp, SendWr::new(id, Opcode::Read, Payload::Sge(sge), Some(remote)))?;
+        self.wait_wr(id, "READ").await?;
+        let mut out = vec![0u8; len as usize];
+        self.v.load(Space::Dram, self.scratch.addr, &mut out);
+        Ok(out)
+    }
+
     fn wr_id(&mut self) -> u64 {
         self.next_wr += 1;
         self.next_wr

@@ -64,7 +64,9 @@ impl FaultPlan {
 }
 
 enum Ev {
-    Deliver(Packet),
+    /// A packet arrives; it left its sender at `depart` and was handed to the wire at
+    /// `queued` (its sender may have lost power in between: then it never left).
+    Deliver { pkt: Packet, queued: Instant, depart: Instant },
     NodeTimer(NodeId),
     Wake(Waker),
     Crash(NodeId),
@@ -93,6 +95,7 @@ pub struct World {
     event_crashes: Vec<Crash>,
     cq_waiters: Vec<(NodeId, CqId, Waker)>,
     crashed: Vec<(NodeId, Instant)>,
+    last_crash: Vec<Option<Instant>>,
     dirty: Vec<NodeId>,
     dirty_spare: Vec<NodeId>,
     trace: Trace,
@@ -173,7 +176,8 @@ impl World {
         if self.trace.recording() {
             self.trace.push(TraceEvent { at: depart, dur: Some(arrive - depart), node: pkt.src, lane: format!("wire→{}", pkt.dst), name: body_name(&pkt.body).to_string() });
         }
-        self.push(arrive, Ev::Deliver(pkt));
+        let queued = self.now;
+        self.push(arrive, Ev::Deliver { pkt, queued, depart });
     }
 
     fn crash(&mut self, n: NodeId, wake: &mut Vec<Waker>) {
@@ -182,6 +186,7 @@ impl World {
         self.trace.push(TraceEvent { at: now, dur: None, node: n, lane: "power".into(), name: "power failure".into() });
         self.nodes[n as usize].power_fail(now);
         self.crashed.push((n, now));
+        self.last_crash[n as usize] = Some(now);
         self.cq_waiters.retain(|(wn, _, _)| *wn != n);
         let _ = wake;
     }
@@ -236,6 +241,7 @@ impl Sim {
             event_crashes: Vec::new(),
             cq_waiters: Vec::new(),
             crashed: Vec::new(),
+            last_crash: Vec::new(),
             dirty: Vec::new(),
             dirty_spare: Vec::new(),
             trace: Trace::default(),
@@ -254,6 +260,7 @@ impl Sim {
         w.names.push(name.to_string());
         w.ports.push(Port::default());
         w.timer_at.push(Instant::NEVER);
+        w.last_crash.push(None);
         NodeHandle { shared: self.shared.clone(), id }
     }
 
@@ -419,11 +426,16 @@ impl Sim {
             w.now = at;
             w.events_processed += 1;
             match ev {
-                Ev::Deliver(pkt) => {
+                Ev::Deliver { pkt, queued, depart } => {
                     let dst = pkt.dst;
                     w.trace.fold(&[1, at.as_nanos(), pkt.src as u64, dst as u64, pkt.psn as u64, pkt.payload_len()]);
-                    w.nodes[dst as usize].handle_packet(at, pkt);
-                    w.service(dst, &mut wake);
+                    // The RNIC computes a response's departure ahead of time; if its node
+                    // lost power before that instant, the packet never left.
+                    let lost = w.last_crash[pkt.src as usize].is_some_and(|c| queued <= c && c < depart);
+                    if !lost {
+                        w.nodes[dst as usize].handle_packet(at, pkt);
+                        w.service(dst, &mut wake);
+                    }
                 }
                 Ev::NodeTimer(n) => {
                     w.trace.fold(&[2, at.as_nanos(), n as u64]);

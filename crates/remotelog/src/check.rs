@@ -1,0 +1,265 @@
+//! The crash checker (seed 000 §3–4 turned into a test): run RemoteLog appends with a
+//! method, cut the server's power at many points (every event boundary of the run, and
+//! random instants in between, which is where stages of the data path change), recover the
+//! server from its surviving PM (the library replays PM receive buffers, RemoteLog finds
+//! its tail), and check:
+//!
+//! - every append the client was told is persistent is present and intact, and inside
+//!   the recovered log;
+//! - a compound log's tail pointer never points past a record that did not survive.
+//!
+//! The checker is apart from the system: it recomputes expected records, and it judges
+//! negative controls (wrong methods) the same way, which must be caught.
+
+use crate::log::{collect_garbage, is_record, recover, LogClient, LogShape};
+use remora::harness::SimPair;
+use remora::{Method, Primitive, Scenario, ServerSetup, Shape, Taxonomy, Update};
+use remora_model::config::{PersistenceDomain, ServerConfig, Transport};
+use remora_model::prng::Prng;
+use remora_model::profile::LatencyProfile;
+use remora_model::time::Instant;
+use remora_sim::{CrashAt, FaultPlan};
+use remora_verbs::FlushMethod;
+use serde::Serialize;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+/// A method on a server to check.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// Name in reports.
+    pub name: String,
+    /// The server (and fabric) configuration.
+    pub config: ServerConfig,
+    /// Update kind.
+    pub update: Update,
+    /// Primitive the client connects with.
+    pub primitive: Primitive,
+    /// The method run.
+    pub method: Method,
+    /// How FLUSH is performed.
+    pub flush: FlushMethod,
+    /// True for a negative control: a wrong method the checker must catch.
+    pub wrong: bool,
+}
+
+/// Checker settings.
+#[derive(Clone, Debug)]
+pub struct CheckOptions {
+    /// Appends per run.
+    pub appends: u64,
+    /// Crash points per target (at least).
+    pub crash_points: u64,
+    /// First seed.
+    pub seed: u64,
+    /// Latency profile.
+    pub profile: LatencyProfile,
+    /// Log shape.
+    pub shape: LogShape,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions { appends: 8, crash_points: 1000, seed: 1, profile: LatencyProfile::default_profile(), shape: LogShape { capacity: 256, ..LogShape::default() } }
+    }
+}
+
+/// What the checker found for one target.
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckReport {
+    /// Target name.
+    pub name: String,
+    /// The method.
+    pub method: String,
+    /// True for a negative control.
+    pub wrong: bool,
+    /// Runs in which the server lost power (crash points tried).
+    pub crash_points: u64,
+    /// Runs whose recovered state broke a rule.
+    pub violations: u64,
+    /// The first violation, described.
+    pub example: Option<String>,
+}
+
+impl CheckReport {
+    /// A correct method passes with no violation; a negative control passes when caught.
+    pub fn passed(&self) -> bool {
+        if self.wrong {
+            self.violations > 0
+        } else {
+            self.violations == 0
+        }
+    }
+}
+
+/// The 72 scenarios with the method the library picks for each.
+pub fn scenario_targets() -> Vec<Target> {
+    let t = Taxonomy::shipped();
+    Scenario::all()
+        .into_iter()
+        .map(|sc| Target {
+            name: sc.name(),
+            config: sc.config,
+            update: sc.update,
+            primitive: sc.primitive,
+            method: t.method_for(&sc.config, sc.primitive, sc.update, Shape::default()).clone(),
+            flush: FlushMethod::for_caps(sc.config.caps),
+            wrong: false,
+        })
+        .collect()
+}
+
+/// Other correct variants the library may run: the text's alternatives, and FLUSH
+/// emulated by READ, on the configurations that allow them.
+pub fn variant_targets() -> Vec<Target> {
+    let t = Taxonomy::shipped();
+    let mut v = Vec::new();
+    for config in ServerConfig::table1() {
+        for update in Update::ALL {
+            for m in t.alternatives(&config, update) {
+                v.push(Target { name: format!("{}/{}/alt:{}", update.name(), config.name(), m.name), config, update, primitive: m.primitive(), method: m.clone(), flush: FlushMethod::Native, wrong: false });
+            }
+            let m = t.method_for(&config, Primitive::Write, update, Shape::default());
+            if m.uses_flush() {
+                v.push(Target { name: format!("{}/{}/read-flush:{}", update.name(), config.name(), m.name), config, update, primitive: Primitive::Write, method: m.clone(), flush: FlushMethod::ReadAfterWrite, wrong: false });
+            }
+        }
+        // iWARP under WSP: the library switches to the MHP methods.
+        let mut iwarp = config;
+        iwarp.transport = Transport::IWarp;
+        if config.domain == PersistenceDomain::Wsp {
+            for update in Update::ALL {
+                let m = t.method_for(&iwarp, Primitive::Write, update, Shape::default());
+                v.push(Target { name: format!("{}/{}/{}", update.name(), iwarp.name(), m.name), config: iwarp, update, primitive: Primitive::Write, method: m.clone(), flush: FlushMethod::Native, wrong: false });
+            }
+        }
+    }
+    v
+}
+
+fn adhoc(name: &str, steps: &[&str], table: u8) -> Method {
+    Method { name: name.into(), table, text: steps.iter().map(|s| s.to_string()).collect(), steps: steps.iter().map(|s| s.parse().expect("valid step")).collect() }
+}
+
+/// Wrong methods (seed 000 §3 says why each is wrong); the checker must catch every one.
+pub fn negative_controls() -> Vec<Target> {
+    let t = Taxonomy::shipped();
+    let c = |s: &str| s.parse::<ServerConfig>().expect("config");
+    let m = |n: &str| t.method(n).expect("method").clone();
+    let target = |name: &str, config: ServerConfig, update, method: Method| Target { name: name.into(), config, update, primitive: method.primitive(), method, flush: FlushMethod::Native, wrong: true };
+    let mut iwarp_wsp = c("WSP+noDDIO+PM-RQWRB");
+    iwarp_wsp.transport = Transport::IWarp;
+    vec![
+        target("WRITE+FLUSH under DMP with DDIO on (data stays in the LLC)", c("DMP+DDIO+DRAM-RQWRB"), Update::Singleton, m("write-flush")),
+        target("WRITE with completion only under MHP (RNIC buffer is volatile)", c("MHP+DDIO+DRAM-RQWRB"), Update::Singleton, m("write-comp")),
+        target("WSP on iWARP without FLUSH (completion before arrival)", iwarp_wsp, Update::Singleton, m("write-comp")),
+        target(
+            "b issued before the first FLUSH completes under DMP without DDIO",
+            c("DMP+noDDIO+DRAM-RQWRB"),
+            Update::Compound,
+            adhoc("write-flush-write-flush-nowait", &["Rq Write(a)", "Rq Flush", "Rq Write(b)", "Rq Flush", "Rq CompFlush"], 3),
+        ),
+        target("WRITE(a), WRITE(b), one FLUSH under DMP without DDIO", c("DMP+noDDIO+DRAM-RQWRB"), Update::Compound, m("write2-flush")),
+        target("SEND to a PM receive buffer + FLUSH under DMP with DDIO on", c("DMP+DDIO+PM-RQWRB"), Update::Singleton, m("send-flush")),
+    ]
+}
+
+/// What one run with (or without) a crash produced.
+struct Run {
+    events: u64,
+    end: Instant,
+    crashed: bool,
+    violation: Option<String>,
+}
+
+fn run_once(target: &Target, opts: &CheckOptions, seed: u64, crash: Option<CrashAt>) -> Result<Run, String> {
+    let setup = ServerSetup { region_len: opts.shape.region_len(), ..ServerSetup::default() };
+    let pair = SimPair::new(seed, opts.profile.clone(), target.config, setup);
+    if let Some(at) = crash {
+        pair.sim.set_faults(&FaultPlan::crash(pair.server.id(), at));
+    }
+    let (client, region) = pair.open().map_err(|e| e.to_string())?;
+    let (shape, update) = (opts.shape, target.update);
+    let running = Rc::new(Cell::new(true));
+    let r = running.clone();
+    pair.sim.spawn_on(&pair.server, collect_garbage(pair.server.clone(), region.addr, shape, update, move || r.get()));
+    let acked = Rc::new(RefCell::new(Vec::new()));
+    let end = Rc::new(Cell::new(Instant::ZERO));
+    let (a, e, node, n) = (acked.clone(), end.clone(), pair.client.clone(), opts.appends);
+    let (method, flush, primitive) = (target.method.clone(), target.flush, target.primitive);
+    pair.sim.spawn_on(&pair.client, async move {
+        let mut client = client;
+        if client.connect(primitive, Shape::default()).await.is_ok() {
+            client.use_method(update, method);
+            client.use_flush_method(flush);
+            let mut log = LogClient::new(client, shape, update);
+            for _ in 0..n {
+                match log.append().await {
+                    Ok(i) => a.borrow_mut().push(i),
+                    Err(_) => break,
+                }
+            }
+        }
+        e.set(remora_verbs::Verbs::now(&node));
+        running.set(false);
+    });
+    let events = pair.sim.run();
+    let crashed = !pair.sim.crashed().is_empty();
+    let mut violation = None;
+    if crashed {
+        pair.recover_server().map_err(|e| e.to_string())?;
+        let read = |off: u64, len: u64| pair.server_read(region.addr + off, len as usize);
+        let rec = recover(read, &shape, update);
+        for &i in acked.borrow().iter() {
+            if !is_record(&read(shape.slot(i), shape.record_bytes), i) {
+                violation = Some(format!("acknowledged append {i} is lost or torn"));
+                break;
+            }
+            if i >= rec.tail {
+                violation = Some(format!("acknowledged append {i} is beyond the recovered tail {}", rec.tail));
+                break;
+            }
+        }
+        if violation.is_none() && update == Update::Compound {
+            for j in rec.head..rec.tail_pointer.min(rec.head + shape.capacity) {
+                if !is_record(&read(shape.slot(j), shape.record_bytes), j) {
+                    violation = Some(format!("tail pointer {} points past record {j}, which did not survive", rec.tail_pointer));
+                    break;
+                }
+            }
+        }
+    }
+    Ok(Run { events, end: end.get(), crashed, violation })
+}
+
+/// Checks one target with at least `opts.crash_points` crash points.
+pub fn check(target: &Target, opts: &CheckOptions) -> Result<CheckReport, String> {
+    let mut report = CheckReport { name: target.name.clone(), method: target.method.name.clone(), wrong: target.wrong, crash_points: 0, violations: 0, example: None };
+    let mut seed = opts.seed;
+    let mut rng = Prng::from_seed(opts.seed ^ 0x5eed);
+    while report.crash_points < opts.crash_points {
+        let dry = run_once(target, opts, seed, None)?;
+        if dry.crashed || dry.end == Instant::ZERO {
+            return Err(format!("{}: dry run did not complete", target.name));
+        }
+        let mut points: Vec<CrashAt> = (0..dry.events).map(CrashAt::Event).collect();
+        for _ in 0..dry.events {
+            points.push(CrashAt::Time(Instant::from_nanos(rng.range_inclusive(1, dry.end.as_nanos()))));
+        }
+        for at in points {
+            let run = run_once(target, opts, seed, Some(at))?;
+            if !run.crashed {
+                continue;
+            }
+            report.crash_points += 1;
+            if let Some(v) = run.violation {
+                report.violations += 1;
+                if report.example.is_none() {
+                    report.example = Some(format!("seed {seed}, crash at {at:?}: {v}"));
+                }
+            }
+        }
+        seed += 1;
+    }
+    Ok(report)
+}

@@ -1,0 +1,171 @@
+//! The log itself: layout, record format, appends, garbage collection and recovery.
+//!
+//! Region layout (in the server's PM region, seed 000 §4.1):
+//!
+//! | offset | what |
+//! |---|---|
+//! | 0 | tail pointer: number of records appended (compound appends write it as `b`) |
+//! | 8 | head: records below it were garbage-collected (written by the server) |
+//! | 64 + 64·(i mod capacity) | record `i` |
+//!
+//! A record is `seq (u64) | payload | crc32c (u32)` with `seq = i + 1`, so zeroed or stale
+//! (wrapped-around) memory never passes for record `i`: singleton appends rely on this,
+//! the server finds the tail as the first record whose checksum or sequence fails.
+
+use remora::{Client, PersistError, Update};
+use remora_model::time::Duration;
+use remora_verbs::{Space, Verbs};
+
+/// Offset of the tail pointer.
+pub const TAIL_OFF: u64 = 0;
+/// Offset of the GC head.
+pub const HEAD_OFF: u64 = 8;
+/// Offset of the first record slot.
+pub const RECORDS_OFF: u64 = 64;
+
+/// Shape of a log.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LogShape {
+    /// Bytes per record (seed 000 §4: 64).
+    pub record_bytes: u64,
+    /// Record slots in the ring.
+    pub capacity: u64,
+    /// How often the server garbage-collects.
+    pub gc_interval: Duration,
+}
+
+impl Default for LogShape {
+    fn default() -> Self {
+        LogShape { record_bytes: 64, capacity: 4096, gc_interval: Duration::from_micros(50) }
+    }
+}
+
+impl LogShape {
+    /// Bytes of PM the log needs.
+    pub fn region_len(&self) -> u64 {
+        RECORDS_OFF + self.capacity * self.record_bytes
+    }
+    /// Offset of record `i`.
+    pub fn slot(&self, i: u64) -> u64 {
+        RECORDS_OFF + (i % self.capacity) * self.record_bytes
+    }
+}
+
+/// The bytes of record `i` (deterministic, so a checker can recompute them).
+pub fn record(i: u64, len: u64) -> Vec<u8> {
+    assert!(len >= 16, "a record holds at least its sequence number and checksum");
+    let mut r = vec![0u8; len as usize];
+    r[..8].copy_from_slice(&(i + 1).to_le_bytes());
+    let body = len as usize - 4;
+    for (k, b) in r[8..body].iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(31).wrapping_add(k as u8);
+    }
+    let crc = crc32c::crc32c(&r[..body]);
+    r[body..].copy_from_slice(&crc.to_le_bytes());
+    r
+}
+
+/// True when `bytes` are an intact record `i`.
+pub fn is_record(bytes: &[u8], i: u64) -> bool {
+    let body = bytes.len() - 4;
+    bytes.len() >= 16
+        && bytes[..8] == (i + 1).to_le_bytes()
+        && crc32c::crc32c(&bytes[..body]).to_le_bytes() == bytes[body..]
+}
+
+/// Appends records through the library.
+pub struct LogClient<V: Verbs> {
+    client: Client<V>,
+    shape: LogShape,
+    update: Update,
+    next: u64,
+    head: u64,
+}
+
+impl<V: Verbs> LogClient<V> {
+    /// A log client over a connected library client, appending with `update`s.
+    pub fn new(client: Client<V>, shape: LogShape, update: Update) -> Self {
+        LogClient { client, shape, update, next: 0, head: 0 }
+    }
+
+    /// The library client.
+    pub fn client(&mut self) -> &mut Client<V> {
+        &mut self.client
+    }
+
+    /// Index of the next record.
+    pub fn next_index(&self) -> u64 {
+        self.next
+    }
+
+    /// Appends the next record; returns its index once it is persistent.
+    pub async fn append(&mut self) -> Result<u64, PersistError> {
+        let i = self.next;
+        if i - self.head >= self.shape.capacity {
+            // The ring looks full: learn how far the server has collected.
+            let h = self.client.read(HEAD_OFF, 8).await?;
+            self.head = u64::from_le_bytes(h[..8].try_into().expect("8 bytes"));
+            if i - self.head >= self.shape.capacity {
+                return Err(PersistError::Protocol("log full: the server is not collecting"));
+            }
+        }
+        let rec = record(i, self.shape.record_bytes);
+        let slot = self.shape.slot(i);
+        match self.update {
+            Update::Singleton => self.client.persist(slot, &rec).await?,
+            Update::Compound => self.client.persist_ordered((slot, &rec), (TAIL_OFF, &(i + 1).to_le_bytes())).await?,
+        }
+        self.next = i + 1;
+        Ok(i)
+    }
+}
+
+/// What the server finds in its PM after a restart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recovered {
+    /// First record not collected.
+    pub head: u64,
+    /// One past the last record of the log.
+    pub tail: u64,
+    /// The tail pointer as stored (compound logs).
+    pub tail_pointer: u64,
+}
+
+/// Recovers a log from the server's memory through `read(offset, len)`: singleton logs
+/// scan from the head to the first record that fails; compound logs trust the tail
+/// pointer (the checker verifies that trust was deserved).
+pub fn recover(read: impl Fn(u64, u64) -> Vec<u8>, shape: &LogShape, update: Update) -> Recovered {
+    let word = |off| u64::from_le_bytes(read(off, 8)[..8].try_into().expect("8 bytes"));
+    let head = word(HEAD_OFF);
+    let tail_pointer = word(TAIL_OFF);
+    let tail = match update {
+        Update::Compound => tail_pointer,
+        Update::Singleton => {
+            let mut t = head;
+            while t - head < shape.capacity && is_record(&read(shape.slot(t), shape.record_bytes), t) {
+                t += 1;
+            }
+            t
+        }
+    };
+    Recovered { head, tail, tail_pointer }
+}
+
+/// The server's garbage collector: every `gc_interval` it takes the records between the
+/// head and the tail as applied, and persists the new head. It runs on the server's CPU,
+/// beside the responder. Runs until `running()` turns false or the node dies.
+pub async fn collect_garbage<V: Verbs>(v: V, region_addr: u64, shape: LogShape, update: Update, running: impl Fn() -> bool) {
+    while running() {
+        v.compute(shape.gc_interval).await;
+        let read = |off: u64, len: u64| {
+            let mut b = vec![0u8; len as usize];
+            v.load(Space::Pm, region_addr + off, &mut b);
+            b
+        };
+        let r = recover(read, &shape, update);
+        if r.tail > r.head {
+            v.store(Space::Pm, region_addr + HEAD_OFF, &r.tail.to_le_bytes());
+            v.persist_local(region_addr + HEAD_OFF, 8).await;
+        }
+    }
+}
