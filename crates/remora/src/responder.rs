@@ -56,6 +56,8 @@ pub struct Responder<V: Verbs> {
     setup: ServerSetup,
     region: MrInfo,
     ring: MrInfo,
+    /// PM word holding the highest sequence number whose effects are durable (PM rings).
+    applied_at: Option<u64>,
     qp: QpNum,
     rcq: CqId,
     seq_base: u64,
@@ -79,11 +81,14 @@ impl<V: Verbs> Responder<V> {
         let ring_len = setup.rq_slots as u64 * setup.rq_slot_bytes as u64;
         let ring_base = v.alloc(ring_space, ring_len, 4096);
         let ring = v.reg_mr(pd, ring_space, ring_base, ring_len, Access::LOCAL_WRITE)?;
+        // Messages in a PM ring outlive a crash; recovery must replay only those whose
+        // effects may not be durable yet, or it would roll newer updates back.
+        let applied_at = (ring_space == Space::Pm).then(|| v.alloc(Space::Pm, 64, 64));
         let rcq = v.create_cq(setup.rq_slots as usize + 1)?;
         let scq = v.create_cq(16)?;
         let attr = QpAttr { rq_depth: setup.rq_slots as usize, ..QpAttr::default() };
         let qp = v.create_qp(pd, scq, rcq, attr)?;
-        Ok(Responder { v, config, setup, region, ring, qp, rcq, seq_base: 1, costs, stats: ResponderStats::default() })
+        Ok(Responder { v, config, setup, region, ring, applied_at, qp, rcq, seq_base: 1, costs, stats: ResponderStats::default() })
     }
 
     /// The queue pair to connect to the client's.
@@ -117,19 +122,23 @@ impl<V: Verbs> Responder<V> {
         if self.ring.space != Space::Pm {
             return report;
         }
+        let applied = self.applied_seq();
         let mut found = Vec::new();
         for i in 0..self.setup.rq_slots as u64 {
             // A torn or stale-but-corrupt buffer fails its checksum and is skipped.
             if let Ok(Frame::Apply { seq, entries, .. }) = Frame::parse(&self.read_slot(i, self.setup.rq_slot_bytes as usize)) {
-                found.push((seq, i, entries));
+                if seq > applied {
+                    found.push((seq, i, entries));
+                }
             }
         }
         found.sort_by_key(|(seq, _, _)| *seq);
         for (seq, slot, entries) in &found {
             self.apply(*slot, entries).await;
-            report.max_seq = *seq;
+            self.mark_applied(*seq).await;
         }
         report.found = found.len() as u64;
+        report.max_seq = found.last().map_or(applied, |f| f.0);
         self.seq_base = report.max_seq + 1;
         report
     }
@@ -152,6 +161,23 @@ impl<V: Verbs> Responder<V> {
         }
         self.stats.applied += 1;
         true
+    }
+
+    fn applied_seq(&self) -> u64 {
+        let Some(at) = self.applied_at else { return 0 };
+        let mut b = [0u8; 8];
+        self.v.load(Space::Pm, at, &mut b);
+        u64::from_le_bytes(b)
+    }
+
+    /// Records durably that the message `seq`'s effects are durable (PM rings only).
+    async fn mark_applied(&mut self, seq: u64) {
+        if let Some(at) = self.applied_at {
+            self.v.store(Space::Pm, at, &seq.to_le_bytes());
+            if self.config.domain == PersistenceDomain::Dmp {
+                self.v.persist_local(at, 8).await;
+            }
+        }
     }
 
     fn in_region(&self, off: u64, len: u64) -> bool {
@@ -220,6 +246,7 @@ impl<V: Verbs> Responder<V> {
                     match Frame::parse(&bytes) {
                         Ok(Frame::Apply { seq, ack, entries }) => {
                             if self.apply(slot, &entries).await {
+                                self.mark_applied(seq).await;
                                 if ack {
                                     self.ack(seq).await?;
                                 }
