@@ -660,7 +660,7 @@ impl Rnic {
             self.event(ready, EventKind::Transmitted, qpn, wr_id);
             self.arm_ack_timer(now, qpn);
         }
-        self.retire(qpn);
+        self.retire(now, qpn);
     }
 
     fn check_local(&self, qpn: QpNum, sge: Sge, need: Access) -> Result<Space, WcStatus> {
@@ -712,7 +712,9 @@ impl Rnic {
 
     fn handle_response(&mut self, now: Instant, pkt: Packet) {
         let qpn = pkt.dst_qp;
-        let done_at = now + self.proc;
+        // The profile's NIC-to-NIC round trip includes the requester RNIC's handling of
+        // the response, so the work request is done when the response arrives.
+        let done_at = now;
         let q = &mut self.qps[qpn.0 as usize];
         q.last_progress = now;
         let Some(idx) = q.sq.iter().position(|w| w.psn == pkt.psn && w.sent) else {
@@ -761,14 +763,14 @@ impl Rnic {
             Body::Done => self.finish_np(now, qpn, idx, None),
             _ => unreachable!("requests are routed to handle_request"),
         }
-        self.retire(qpn);
+        self.retire(now, qpn);
         self.pump(now, qpn);
     }
 
     /// A non-posted request's response arrived: place any returned data locally, then
     /// the request is done.
     fn finish_np(&mut self, now: Instant, qpn: QpNum, idx: usize, data: Option<Bytes>) {
-        let mut done_at = now + self.proc;
+        let mut done_at = now;
         if let Some(data) = data {
             let Payload::Sge(sge) = self.qps[qpn.0 as usize].sq[idx].wr.local else {
                 unreachable!("post_send requires an SGE for results")
@@ -787,7 +789,7 @@ impl Rnic {
     }
 
     /// Pops finished requests off the send queue in order and schedules their completions.
-    fn retire(&mut self, qpn: QpNum) {
+    fn retire(&mut self, now: Instant, qpn: QpNum) {
         loop {
             let q = &mut self.qps[qpn.0 as usize];
             let Some(Wqe { done: Some((status, at)), .. }) = q.sq.front() else { break };
@@ -804,12 +806,21 @@ impl Rnic {
                     imm: None,
                     qp: qpn,
                 };
-                self.push_cqe(at, cq, wc);
+                self.push_cqe(now, at, cq, wc);
             }
         }
     }
 
-    fn push_cqe(&mut self, at: Instant, cq: CqId, wc: WorkCompletion) {
+    /// Makes a completion available at `at`: at once if that is now, else when the
+    /// runtime next calls [`handle_timeout`](Self::handle_timeout).
+    fn push_cqe(&mut self, now: Instant, at: Instant, cq: CqId, wc: WorkCompletion) {
+        if at <= now && self.cqe_pending.is_empty() {
+            self.event(at, EventKind::Completed, wc.qp, wc.wr_id);
+            let c = &mut self.cqs[cq.0 as usize];
+            assert!(c.entries.len() < c.depth, "completion queue {} overrun (depth {})", cq.0, c.depth);
+            c.entries.push_back(wc);
+            return;
+        }
         self.seq += 1;
         self.cqe_store.insert(self.seq, wc);
         self.cqe_pending.push(Reverse((at, self.seq, cq.0)));
@@ -827,7 +838,7 @@ impl Rnic {
             }
         }
         self.to_error(now, qpn);
-        self.retire(qpn);
+        self.retire(now, qpn);
     }
 
     fn to_error(&mut self, now: Instant, qpn: QpNum) {
@@ -844,7 +855,7 @@ impl Rnic {
         let cq = q.recv_cq;
         for r in rq {
             let wc = WorkCompletion { wr_id: r.wr_id, status: WcStatus::WrFlushErr, opcode: WcOpcode::Recv, byte_len: 0, imm: None, qp: qpn };
-            self.push_cqe(at, cq, wc);
+            self.push_cqe(now, at, cq, wc);
         }
     }
 
@@ -922,7 +933,7 @@ impl Rnic {
                     let r = q.rq.pop_front().unwrap();
                     let cq = q.recv_cq;
                     let wc = WorkCompletion { wr_id: r.wr_id, status: WcStatus::Success, opcode: WcOpcode::RecvRdmaWithImm, byte_len: data.len() as u32, imm: Some(*imm), qp: qpn };
-                    self.push_cqe(t.visible + self.proc, cq, wc);
+                    self.push_cqe(now, t.visible + self.proc, cq, wc);
                 }
                 if *ack_req {
                     self.respond(ack_at, &pkt, Body::Ack);
@@ -942,7 +953,7 @@ impl Rnic {
                         q.rq.pop_front();
                         let cq = q.recv_cq;
                         let wc = WorkCompletion { wr_id: r.wr_id, status: WcStatus::LocLenErr, opcode: WcOpcode::Recv, byte_len: data.len() as u32, imm: *imm, qp: qpn };
-                        self.push_cqe(now + self.proc, cq, wc);
+                        self.push_cqe(now, now + self.proc, cq, wc);
                         return self.nak(now, &pkt, NakCode::InvalidRequest);
                     }
                 };
@@ -953,7 +964,7 @@ impl Rnic {
                 let t = self.hier.dma_write(now, space, r.sge.addr, data);
                 // The receive completion follows the buffer's visibility (seed 000 §3.1.3).
                 let wc = WorkCompletion { wr_id: r.wr_id, status: WcStatus::Success, opcode: WcOpcode::Recv, byte_len: data.len() as u32, imm: *imm, qp: qpn };
-                self.push_cqe(t.visible + self.proc, cq, wc);
+                self.push_cqe(now, t.visible + self.proc, cq, wc);
                 if *ack_req {
                     self.respond(ack_at, &pkt, Body::Ack);
                 }

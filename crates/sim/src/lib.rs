@@ -601,9 +601,11 @@ impl remora_verbs::Verbs for NodeHandle {
     }
     async fn persist_local(&self, addr: u64, len: u64) {
         let start = self.now();
-        let issue = self.with(|r, now| r.hierarchy().clwb(now, addr, len));
-        self.sleep(issue).await;
-        let done = self.with(|r, now| r.hierarchy().sfence(now));
+        // The fence is issued once the write-backs are; one wait covers both.
+        let done = self.with(|r, now| {
+            let issue = r.hierarchy().clwb(now, addr, len);
+            r.hierarchy().sfence(now + issue)
+        });
         self.sleep_until(done).await;
         self.trace_span("cpu", "clwb+sfence", start, self.now());
     }
