@@ -13,5 +13,6 @@
 pub mod check;
 pub mod eval;
 pub mod log;
+pub mod report;
 
 pub use log::{LogClient, LogShape, Recovered};
