@@ -78,8 +78,10 @@ pub fn svg(rs: &[ScenarioResult]) -> Result<String, String> {
             chart
                 .configure_mesh()
                 .disable_x_mesh()
-                .x_labels(4)
-                .x_label_formatter(&|x| ROWS.get(x.floor() as usize).map_or(String::new(), |r| r.1.to_string()))
+                .x_labels(9)
+                // Ticks fall every half unit; only group centres (k + 0.5) carry a name.
+                .x_label_formatter(&|x| if (x.fract() - 0.5).abs() < 0.01 { ROWS.get(x.floor() as usize).map_or(String::new(), |r| r.1.to_string()) } else { String::new() })
+                .y_max_light_lines(1)
                 .y_desc("mean latency (µs)")
                 .draw()
                 .map_err(|e| e.to_string())?;
@@ -95,7 +97,7 @@ pub fn svg(rs: &[ScenarioResult]) -> Result<String, String> {
                     .collect();
                 chart.draw_series(bars).map_err(|e| e.to_string())?.label(*prim).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colors[p].filled()));
             }
-            chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw().map_err(|e| e.to_string())?;
+            chart.configure_series_labels().position(SeriesLabelPosition::UpperRight).border_style(BLACK).background_style(WHITE.mix(0.8)).draw().map_err(|e| e.to_string())?;
         }
         root.present().map_err(|e| e.to_string())?;
     }
