@@ -4,6 +4,7 @@
 use crate::taxonomy::{Item, Method, Primitive, Shape, Step, Taxonomy, Update};
 use crate::wire::{imm, Frame, FrameError, Hello};
 use remora_verbs::*;
+use std::sync::Arc;
 
 /// Why an update could not be made persistent. Nothing is claimed persistent when one is
 /// returned.
@@ -63,7 +64,7 @@ pub struct Client<V: Verbs> {
     scratch: MrInfo,
     hello: Option<Hello>,
     taxonomy: Taxonomy,
-    methods: Option<[Method; 2]>,
+    methods: Option<[Arc<Method>; 2]>,
     flush: FlushMethod,
     seq: u64,
     next_wr: u64,
@@ -105,8 +106,8 @@ impl<V: Verbs> Client<V> {
         let Frame::Hello(hello) = frame else { return Err(PersistError::Protocol("expected Hello")) };
         let config = hello.config;
         self.methods = Some([
-            self.taxonomy.method_for(&config, primitive, Update::Singleton, shape).clone(),
-            self.taxonomy.method_for(&config, primitive, Update::Compound, shape).clone(),
+            Arc::new(self.taxonomy.method_for(&config, primitive, Update::Singleton, shape).clone()),
+            Arc::new(self.taxonomy.method_for(&config, primitive, Update::Compound, shape).clone()),
         ]);
         self.flush = FlushMethod::for_caps(config.caps);
         self.seq = hello.seq_base;
@@ -121,14 +122,14 @@ impl<V: Verbs> Client<V> {
 
     /// The method used for `update`.
     pub fn method(&self, update: Update) -> Option<&Method> {
-        self.methods.as_ref().map(|m| &m[update as usize])
+        self.methods.as_ref().map(|m| &*m[update as usize])
     }
 
     /// Replaces the method used for `update`. For experiments and for the crash checker's
     /// negative controls: nothing checks that the method is correct for the server.
     pub fn use_method(&mut self, update: Update, method: Method) {
         if let Some(m) = &mut self.methods {
-            m[update as usize] = method;
+            m[update as usize] = Arc::new(method);
         }
     }
 
@@ -140,14 +141,14 @@ impl<V: Verbs> Client<V> {
     /// Makes `data` persistent at `offset` of the server's region; returns once the
     /// method's last step says it is.
     pub async fn persist(&mut self, offset: u64, data: &[u8]) -> Result<(), PersistError> {
-        let m = self.method(Update::Singleton).ok_or(PersistError::NotConnected)?.clone();
+        let m = self.methods.as_ref().ok_or(PersistError::NotConnected)?[Update::Singleton as usize].clone();
         self.run(&m, [(offset, data), (0, &[][..])]).await
     }
 
     /// Makes `first` and then `second` persistent, in that order: no crash can leave
     /// `second` persistent without `first`.
     pub async fn persist_ordered(&mut self, first: (u64, &[u8]), second: (u64, &[u8])) -> Result<(), PersistError> {
-        let m = self.method(Update::Compound).ok_or(PersistError::NotConnected)?.clone();
+        let m = self.methods.as_ref().ok_or(PersistError::NotConnected)?[Update::Compound as usize].clone();
         self.run(&m, [first, second]).await
     }
 

@@ -505,6 +505,9 @@ impl NodeHandle {
     /// Records a span on this node's timeline (shown in Perfetto).
     pub fn trace_span(&self, lane: &str, name: &str, start: Instant, end: Instant) {
         let mut w = self.shared.world.borrow_mut();
+        if !w.trace.recording() {
+            return;
+        }
         w.trace.push(TraceEvent { at: start, dur: Some(end.saturating_since(start)), node: self.id, lane: lane.into(), name: name.into() });
     }
 
