@@ -1,6 +1,7 @@
-//! The messages RNICs exchange over the fabric, as parsed representations (`Repr` in
-//! smoltcp's terms). The simulator carries them as values; the soft RNIC will give each a
-//! byte layout with `parse`/`emit`.
+//! The messages RNICs exchange over the fabric. [`Packet`] is the parsed representation
+//! (`Repr` in smoltcp's terms): the simulator carries it as a value, and a byte transport
+//! uses [`Packet::emit`] and [`Packet::parse`], which refuses truncated, oversized or
+//! unknown input with a [`WireError`] and never panics.
 
 use crate::bytes::Bytes;
 use crate::hierarchy::FlushPlacement;
@@ -140,5 +141,311 @@ impl Packet {
                 | Body::Flush { .. }
                 | Body::NonPostedWrite { .. }
         )
+    }
+}
+
+/// Why bytes are not a valid packet.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// Fewer bytes than the header or body needs.
+    #[error("truncated packet: need {need} bytes, have {have}")]
+    Truncated {
+        /// Bytes needed.
+        need: usize,
+        /// Bytes present.
+        have: usize,
+    },
+    /// Not a remora RNIC packet, or another version.
+    #[error("bad magic or version")]
+    BadMagic,
+    /// Unknown opcode.
+    #[error("unknown opcode {0}")]
+    UnknownOpcode(u8),
+    /// A field outside its range (flags, NAK code, placement, lengths).
+    #[error("bad value for {0}")]
+    BadValue(&'static str),
+    /// Bytes after the declared body.
+    #[error("{0} trailing bytes")]
+    Trailing(usize),
+}
+
+const WIRE_MAGIC: u16 = 0x5244; // "RD"
+const WIRE_VERSION: u8 = 1;
+/// Header bytes of an encoded packet.
+pub const WIRE_HEADER: usize = 32;
+/// Largest body [`Packet::parse`] accepts (bounded so a peer cannot make us allocate 4 GiB).
+pub const MAX_WIRE_BODY: usize = 1 << 24;
+
+struct Cursor<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        let end = self.at + n;
+        if end > self.b.len() {
+            return Err(WireError::Truncated { need: end, have: self.b.len() });
+        }
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, WireError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+    fn u64(&mut self) -> Result<u64, WireError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    fn bytes(&mut self) -> Result<crate::bytes::Bytes, WireError> {
+        let n = self.u32()? as usize;
+        if n > MAX_WIRE_BODY {
+            return Err(WireError::BadValue("payload length"));
+        }
+        Ok(crate::bytes::Bytes::copy_from(self.take(n)?))
+    }
+}
+
+impl Body {
+    fn opcode(&self) -> u8 {
+        match self {
+            Body::Write { .. } => 1,
+            Body::Send { .. } => 2,
+            Body::Read { .. } => 3,
+            Body::Atomic { .. } => 4,
+            Body::Flush { .. } => 5,
+            Body::NonPostedWrite { .. } => 6,
+            Body::Ack => 7,
+            Body::Nak(_) => 8,
+            Body::ReadResp(_) => 9,
+            Body::AtomicResp(_) => 10,
+            Body::Done => 11,
+        }
+    }
+}
+
+impl Packet {
+    /// Encodes the packet: a 32-byte header (magic, version, opcode, flags, PSN, nodes,
+    /// QPs, body length) and the body, little-endian.
+    pub fn emit(&self) -> Vec<u8> {
+        let mut body = Vec::new();
+        let mut flags = 0u8;
+        let put_bytes = |body: &mut Vec<u8>, d: &[u8]| {
+            body.extend_from_slice(&(d.len() as u32).to_le_bytes());
+            body.extend_from_slice(d);
+        };
+        match &self.body {
+            Body::Write { addr, rkey, data, imm, ack_req } => {
+                flags |= (*ack_req as u8) | (imm.is_some() as u8) << 1;
+                body.extend_from_slice(&addr.to_le_bytes());
+                body.extend_from_slice(&rkey.to_le_bytes());
+                body.extend_from_slice(&imm.unwrap_or(0).to_le_bytes());
+                put_bytes(&mut body, data);
+            }
+            Body::Send { data, imm, ack_req } => {
+                flags |= (*ack_req as u8) | (imm.is_some() as u8) << 1;
+                body.extend_from_slice(&imm.unwrap_or(0).to_le_bytes());
+                put_bytes(&mut body, data);
+            }
+            Body::Read { addr, rkey, len } => {
+                body.extend_from_slice(&addr.to_le_bytes());
+                body.extend_from_slice(&rkey.to_le_bytes());
+                body.extend_from_slice(&len.to_le_bytes());
+            }
+            Body::Atomic { addr, rkey, compare, operand } => {
+                flags |= compare.is_some() as u8;
+                body.extend_from_slice(&addr.to_le_bytes());
+                body.extend_from_slice(&rkey.to_le_bytes());
+                body.extend_from_slice(&compare.unwrap_or(0).to_le_bytes());
+                body.extend_from_slice(&operand.to_le_bytes());
+            }
+            Body::Flush { addr, rkey, len, placement } => {
+                flags |= (*placement == crate::hierarchy::FlushPlacement::Persistence) as u8;
+                body.extend_from_slice(&addr.to_le_bytes());
+                body.extend_from_slice(&rkey.to_le_bytes());
+                body.extend_from_slice(&len.to_le_bytes());
+            }
+            Body::NonPostedWrite { addr, rkey, data, atomic } => {
+                flags |= *atomic as u8;
+                body.extend_from_slice(&addr.to_le_bytes());
+                body.extend_from_slice(&rkey.to_le_bytes());
+                put_bytes(&mut body, data);
+            }
+            Body::Ack | Body::Done => {}
+            Body::Nak(code) => body.push(match code {
+                NakCode::Rnr => 0,
+                NakCode::RemoteAccess => 1,
+                NakCode::InvalidRequest => 2,
+            }),
+            Body::ReadResp(d) => put_bytes(&mut body, d),
+            Body::AtomicResp(v) => body.extend_from_slice(&v.to_le_bytes()),
+        }
+        let mut out = Vec::with_capacity(WIRE_HEADER + body.len());
+        out.extend_from_slice(&WIRE_MAGIC.to_le_bytes());
+        out.extend_from_slice(&[WIRE_VERSION, self.body.opcode(), flags, 0, 0, 0]);
+        out.extend_from_slice(&self.psn.to_le_bytes());
+        out.extend_from_slice(&self.src.to_le_bytes());
+        out.extend_from_slice(&self.dst.to_le_bytes());
+        out.extend_from_slice(&self.src_qp.0.to_le_bytes());
+        out.extend_from_slice(&self.dst_qp.0.to_le_bytes());
+        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        debug_assert_eq!(out.len(), WIRE_HEADER);
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// Total length of the encoded packet at the start of `buf`, once its header is there
+    /// (for framing a byte stream); `Ok(None)` if the header is incomplete.
+    pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, WireError> {
+        if buf.len() < WIRE_HEADER {
+            return Ok(None);
+        }
+        if u16::from_le_bytes([buf[0], buf[1]]) != WIRE_MAGIC || buf[2] != WIRE_VERSION {
+            return Err(WireError::BadMagic);
+        }
+        let len = u32::from_le_bytes(buf[28..32].try_into().expect("4 bytes")) as usize;
+        if len > MAX_WIRE_BODY + 64 {
+            return Err(WireError::BadValue("body length"));
+        }
+        Ok(Some(WIRE_HEADER + len))
+    }
+
+    /// Decodes exactly one packet; rejects truncation, trailing bytes, unknown opcodes and
+    /// out-of-range fields. Never panics on any input.
+    pub fn parse(buf: &[u8]) -> Result<Packet, WireError> {
+        let total = Packet::frame_len(buf)?.ok_or(WireError::Truncated { need: WIRE_HEADER, have: buf.len() })?;
+        if buf.len() < total {
+            return Err(WireError::Truncated { need: total, have: buf.len() });
+        }
+        if buf.len() > total {
+            return Err(WireError::Trailing(buf.len() - total));
+        }
+        let mut c = Cursor { b: buf, at: 3 };
+        let opcode = c.u8()?;
+        let flags = c.u8()?;
+        if c.take(3)? != [0, 0, 0] {
+            return Err(WireError::BadValue("reserved"));
+        }
+        let psn = c.u32()?;
+        let src = c.u32()?;
+        let dst = c.u32()?;
+        let src_qp = QpNum(c.u32()?);
+        let dst_qp = QpNum(c.u32()?);
+        let _len = c.u32()?;
+        let allowed_flags = match opcode {
+            1 | 2 => 3,
+            4..=6 => 1,
+            _ => 0,
+        };
+        if flags & !allowed_flags != 0 {
+            return Err(WireError::BadValue("flags"));
+        }
+        let body = match opcode {
+            1 => {
+                let (addr, rkey, imm) = (c.u64()?, c.u32()?, c.u32()?);
+                Body::Write { addr, rkey, imm: (flags & 2 != 0).then_some(imm), ack_req: flags & 1 != 0, data: c.bytes()? }
+            }
+            2 => {
+                let imm = c.u32()?;
+                Body::Send { imm: (flags & 2 != 0).then_some(imm), ack_req: flags & 1 != 0, data: c.bytes()? }
+            }
+            3 => Body::Read { addr: c.u64()?, rkey: c.u32()?, len: c.u32()? },
+            4 => {
+                let (addr, rkey, compare, operand) = (c.u64()?, c.u32()?, c.u64()?, c.u64()?);
+                Body::Atomic { addr, rkey, compare: (flags & 1 != 0).then_some(compare), operand }
+            }
+            5 => {
+                let placement = if flags & 1 != 0 { crate::hierarchy::FlushPlacement::Persistence } else { crate::hierarchy::FlushPlacement::Visibility };
+                Body::Flush { addr: c.u64()?, rkey: c.u32()?, len: c.u64()?, placement }
+            }
+            6 => Body::NonPostedWrite { addr: c.u64()?, rkey: c.u32()?, data: c.bytes()?, atomic: flags & 1 != 0 },
+            7 => Body::Ack,
+            8 => Body::Nak(match c.u8()? {
+                0 => NakCode::Rnr,
+                1 => NakCode::RemoteAccess,
+                2 => NakCode::InvalidRequest,
+                _ => return Err(WireError::BadValue("NAK code")),
+            }),
+            9 => Body::ReadResp(c.bytes()?),
+            10 => Body::AtomicResp(c.u64()?),
+            11 => Body::Done,
+            other => return Err(WireError::UnknownOpcode(other)),
+        };
+        if c.at != total {
+            return Err(WireError::BadValue("body length"));
+        }
+        Ok(Packet { src, dst, src_qp, dst_qp, psn, body })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bytes::Bytes;
+    use crate::hierarchy::FlushPlacement;
+    use proptest::prelude::*;
+
+    fn bodies() -> impl Strategy<Value = Body> {
+        let data = prop::collection::vec(any::<u8>(), 0..200).prop_map(Bytes::from);
+        prop_oneof![
+            (any::<u64>(), any::<u32>(), data.clone(), any::<Option<u32>>(), any::<bool>()).prop_map(|(addr, rkey, data, imm, ack_req)| Body::Write { addr, rkey, data, imm, ack_req }),
+            (data.clone(), any::<Option<u32>>(), any::<bool>()).prop_map(|(data, imm, ack_req)| Body::Send { data, imm, ack_req }),
+            (any::<u64>(), any::<u32>(), any::<u32>()).prop_map(|(addr, rkey, len)| Body::Read { addr, rkey, len }),
+            (any::<u64>(), any::<u32>(), any::<Option<u64>>(), any::<u64>()).prop_map(|(addr, rkey, compare, operand)| Body::Atomic { addr, rkey, compare, operand }),
+            (any::<u64>(), any::<u32>(), any::<u64>(), any::<bool>()).prop_map(|(addr, rkey, len, p)| Body::Flush { addr, rkey, len, placement: if p { FlushPlacement::Persistence } else { FlushPlacement::Visibility } }),
+            (any::<u64>(), any::<u32>(), data.clone(), any::<bool>()).prop_map(|(addr, rkey, data, atomic)| Body::NonPostedWrite { addr, rkey, data, atomic }),
+            Just(Body::Ack),
+            Just(Body::Done),
+            prop_oneof![Just(NakCode::Rnr), Just(NakCode::RemoteAccess), Just(NakCode::InvalidRequest)].prop_map(Body::Nak),
+            data.prop_map(Body::ReadResp),
+            any::<u64>().prop_map(Body::AtomicResp),
+        ]
+    }
+
+    fn packets() -> impl Strategy<Value = Packet> {
+        (any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>(), bodies()).prop_map(|(src, dst, sq, dq, psn, body)| Packet { src, dst, src_qp: QpNum(sq), dst_qp: QpNum(dq), psn, body })
+    }
+
+    proptest! {
+        #[test]
+        fn every_packet_round_trips(p in packets()) {
+            let b = p.emit();
+            prop_assert_eq!(Packet::frame_len(&b).unwrap(), Some(b.len()));
+            prop_assert_eq!(Packet::parse(&b).unwrap(), p);
+        }
+
+        #[test]
+        fn truncation_and_trailing_bytes_are_refused(p in packets()) {
+            let b = p.emit();
+            for n in 0..b.len() {
+                prop_assert!(Packet::parse(&b[..n]).is_err());
+            }
+            let mut longer = b.clone();
+            longer.push(0);
+            prop_assert_eq!(Packet::parse(&longer), Err(WireError::Trailing(1)));
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(b in prop::collection::vec(any::<u8>(), 0..128)) {
+            let _ = Packet::parse(&b);
+            let _ = Packet::frame_len(&b);
+        }
+    }
+
+    #[test]
+    fn unknown_opcodes_and_flags_are_named() {
+        let p = Packet { src: 1, dst: 2, src_qp: QpNum(3), dst_qp: QpNum(4), psn: 5, body: Body::Ack };
+        let mut b = p.emit();
+        b[3] = 99;
+        assert_eq!(Packet::parse(&b), Err(WireError::UnknownOpcode(99)));
+        let mut b = p.emit();
+        b[4] = 1;
+        assert_eq!(Packet::parse(&b), Err(WireError::BadValue("flags")));
+        let mut b = p.emit();
+        b[0] = 0;
+        assert_eq!(Packet::parse(&b), Err(WireError::BadMagic));
     }
 }
