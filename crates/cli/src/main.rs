@@ -1,1 +1,351 @@
-fn main() {}
+//! `remora`: the command-line front end. Every scenario lives in the `remora_cli` library;
+//! this file parses arguments, prints, and turns errors into a message and exit code 1.
+
+use clap::{Parser, Subcommand};
+use remora::Update;
+use remora_cli::{bench, configs, demo, paper, profiles};
+use remora_model::ServerConfig;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "remora",
+    version,
+    about = "Correct, fast remote persistence over RDMA: a hardware model of RNICs and persistent memory, run on a deterministic simulator."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Print the twelve server configurations of seed 000 Table 1 as a Markdown table.
+    Configs {
+        /// Instead, check a configuration name and explain it (e.g. DMP+noDDIO+PM-RQWRB).
+        #[arg(long, value_name = "NAME")]
+        parse: Option<String>,
+    },
+    /// Print a latency profile as TOML.
+    Profile {
+        /// A built-in profile: default or cx4-100g.
+        #[arg(long, value_name = "NAME", conflicts_with = "file")]
+        name: Option<String>,
+        /// A profile file to load and validate.
+        #[arg(long, value_name = "PATH")]
+        file: Option<PathBuf>,
+    },
+    /// Log appends with RDMA WRITE + RDMA FLUSH on the simulator: latency, a run summary,
+    /// and what a power failure would keep.
+    Demo {
+        /// Simulation seed (equal seeds give identical runs).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Server configuration (see `remora configs`).
+        #[arg(long, value_name = "NAME", default_value = demo::DEFAULT_CONFIG, value_parser = parse_config)]
+        config: ServerConfig,
+        /// Latency profile: a built-in name (default, cx4-100g) or a TOML file.
+        #[arg(long, value_name = "NAME|PATH", default_value = "default")]
+        profile: String,
+        /// Write the timeline as Chrome trace-event JSON to PATH (open it in https://ui.perfetto.dev).
+        #[arg(long, value_name = "PATH")]
+        trace: Option<PathBuf>,
+        /// Number of appends.
+        #[arg(long, default_value_t = 1000)]
+        appends: u64,
+    },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        what: BenchCmd,
+    },
+    /// Print seed 000 Tables 2 and 3 (every method of remote persistence), generated from
+    /// taxonomy/methods.toml, in Markdown.
+    Taxonomy,
+    /// Explain which methods are correct for a server and which one the library picks:
+    /// each is run on the simulator with the profile and ranked by latency.
+    Plan {
+        /// Server configuration (see `remora configs`), e.g. DMP+noDDIO+PM-RQWRB@iwarp,no-flush.
+        #[arg(long, value_name = "NAME", value_parser = parse_config)]
+        config: ServerConfig,
+        /// singleton or compound.
+        #[arg(long, default_value = "singleton", value_parser = parse_update)]
+        update: Update,
+        /// Length of the second update of a compound update (ATOMIC WRITE carries 8 bytes).
+        #[arg(long, default_value_t = 8)]
+        b_len: u64,
+        /// Latency profile: a built-in name or a TOML file.
+        #[arg(long, value_name = "NAME|PATH", default_value = "default")]
+        profile: String,
+    },
+    /// RemoteLog (seed 000 §4): all 72 scenarios on the simulator; mean, p50 and p99 append
+    /// latency laid out like Figure 2, with CSV, JSON and an SVG plot.
+    Remotelog {
+        /// Appends per scenario (the paper ran 10,000,000; the default is a quick run).
+        #[arg(long, default_value_t = 200_000)]
+        appends: u64,
+        /// Simulation seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Latency profile: a built-in name or a TOML file.
+        #[arg(long, value_name = "NAME|PATH", default_value = "default")]
+        profile: String,
+        /// Worker threads (scenarios run in parallel).
+        #[arg(long, default_value_t = default_threads())]
+        threads: usize,
+        /// Directory for remotelog.csv, remotelog.json, remotelog.svg and figure2.md.
+        #[arg(long, default_value = "out")]
+        out: PathBuf,
+        /// Also write the results page with the paper's claims beside the model's here
+        /// (docs/results/remotelog.md), with the plot and data beside it.
+        #[arg(long, value_name = "PATH")]
+        results: Option<PathBuf>,
+    },
+    /// The crash checker: cut the server's power at many points of RemoteLog runs, recover,
+    /// and check that no acknowledged append was lost; wrong methods must be caught.
+    Crashcheck {
+        /// Crash points per target (at least).
+        #[arg(long, default_value_t = 1000)]
+        points: u64,
+        /// Appends per run.
+        #[arg(long, default_value_t = 8)]
+        appends: u64,
+        /// First seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Only targets whose name contains this.
+        #[arg(long)]
+        only: Option<String>,
+        /// Skip the text's alternatives, READ-emulated FLUSH and iWARP variants.
+        #[arg(long)]
+        no_variants: bool,
+        /// Latency profile: a built-in name or a TOML file.
+        #[arg(long, value_name = "NAME|PATH", default_value = "default")]
+        profile: String,
+        /// Worker threads.
+        #[arg(long, default_value_t = default_threads())]
+        threads: usize,
+    },
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+fn parse_update(s: &str) -> Result<Update, String> {
+    match s {
+        "singleton" => Ok(Update::Singleton),
+        "compound" => Ok(Update::Compound),
+        _ => Err(format!("unknown update kind {s:?}: singleton or compound")),
+    }
+}
+
+/// A progress bar on standard error (hidden when it is not a terminal).
+fn progress_bar(what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:40}] {pos}/{len} ({elapsed}, eta {eta})",
+        )
+        .expect("progress template")
+        .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Simulator speed: simulated RDMA operations per wall-clock second (run with --release).
+    Sim {
+        /// RDMA WRITEs in total.
+        #[arg(long, default_value_t = 2_000_000)]
+        ops: u64,
+        /// WRITEs per FLUSH.
+        #[arg(long, default_value_t = 64)]
+        batch: u64,
+        /// Simulation seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Server configuration.
+        #[arg(long, value_name = "NAME", default_value = demo::DEFAULT_CONFIG, value_parser = parse_config)]
+        config: ServerConfig,
+        /// Latency profile: a built-in name or a TOML file.
+        #[arg(long, value_name = "NAME|PATH", default_value = "default")]
+        profile: String,
+    },
+}
+
+fn parse_config(s: &str) -> Result<ServerConfig, String> {
+    s.parse::<ServerConfig>().map_err(|e| e.to_string())
+}
+
+/// Above this many appends the demo does not record its timeline unless `--trace` asks.
+const TIMELINE_LIMIT: u64 = 100_000;
+
+fn run(cli: Cli) -> Result<(), String> {
+    match cli.cmd {
+        Cmd::Configs { parse: None } => print!("{}", configs::table1_markdown()),
+        Cmd::Configs { parse: Some(name) } => {
+            let c = parse_config(&name)?;
+            print!("{}", configs::describe(&c));
+        }
+        Cmd::Profile { name, file } => {
+            let p = match file {
+                Some(path) => profiles::from_file(&path)?,
+                None => profiles::builtin(name.as_deref().unwrap_or("default"))?,
+            };
+            print!("{}", p.to_toml());
+        }
+        Cmd::Demo {
+            seed,
+            config,
+            profile,
+            trace,
+            appends,
+        } => {
+            let opts = demo::DemoOptions {
+                seed,
+                config,
+                profile: profiles::load(&profile)?,
+                appends,
+                record_trace: trace.is_some() || appends <= TIMELINE_LIMIT,
+                chrome_trace: trace.is_some(),
+            };
+            let report = demo::run_demo(&opts);
+            print!("{report}");
+            if report.trace.is_none() {
+                println!(
+                    "  (the timeline is not recorded above {TIMELINE_LIMIT} appends unless --trace asks for it)"
+                );
+            }
+            if let (Some(path), Some(json)) = (&trace, &report.chrome_trace) {
+                std::fs::write(path, json)
+                    .map_err(|e| format!("cannot write trace {}: {e}", path.display()))?;
+                println!(
+                    "trace written to {} ({} bytes): open it in https://ui.perfetto.dev (or chrome://tracing)",
+                    path.display(),
+                    json.len()
+                );
+            }
+            if report.crash.is_violation() {
+                return Err(format!(
+                    "{} acknowledged appends lost under {}, where WRITE + FLUSH is correct: a bug",
+                    report.crash.lost.len(),
+                    report.config.name()
+                ));
+            }
+        }
+        Cmd::Bench {
+            what:
+                BenchCmd::Sim {
+                    ops,
+                    batch,
+                    seed,
+                    config,
+                    profile,
+                },
+        } => {
+            let opts = bench::BenchOptions {
+                ops,
+                batch,
+                seed,
+                config,
+                profile: profiles::load(&profile)?,
+            };
+            let report = bench::run_sim_bench(&opts)?;
+            print!("{report}");
+        }
+        Cmd::Taxonomy => print!("{}", paper::taxonomy()),
+        Cmd::Plan {
+            config,
+            update,
+            b_len,
+            profile,
+        } => {
+            print!(
+                "{}",
+                paper::plan(&config, update, b_len, &profiles::load(&profile)?)
+            );
+        }
+        Cmd::Remotelog {
+            appends,
+            seed,
+            profile,
+            threads,
+            out,
+            results,
+        } => {
+            let command = std::env::args().collect::<Vec<_>>().join(" ");
+            let args = paper::RemoteLogArgs {
+                appends,
+                seed,
+                profile_name: profile.clone(),
+                profile: profiles::load(&profile)?,
+                threads,
+                out: out.clone(),
+                results_page: results.clone(),
+                command,
+            };
+            let bar = progress_bar("scenarios");
+            let rs = paper::remotelog(&args, &|done, total| {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+            })?;
+            bar.finish_and_clear();
+            print!("{}", remora_remotelog::report::figure2_markdown(&rs));
+            println!(
+                "\nwrote {}/remotelog.csv, remotelog.json, remotelog.svg, figure2.md",
+                out.display()
+            );
+            if let Some(p) = results {
+                println!("wrote {}", p.display());
+            }
+        }
+        Cmd::Crashcheck {
+            points,
+            appends,
+            seed,
+            only,
+            no_variants,
+            profile,
+            threads,
+        } => {
+            let opts = remora_remotelog::check::CheckOptions {
+                appends,
+                crash_points: points,
+                seed,
+                profile: profiles::load(&profile)?,
+                ..Default::default()
+            };
+            let sel = paper::CrashSelection {
+                scenarios: true,
+                variants: !no_variants,
+                negative: true,
+            };
+            let bar = progress_bar("targets");
+            let rs = paper::crashcheck(sel, &opts, only.as_deref(), threads, &|done, total| {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+            })?;
+            bar.finish_and_clear();
+            print!("{}", paper::crashcheck_table(&rs));
+            let failed = rs.iter().filter(|r| !r.passed()).count();
+            if failed > 0 {
+                return Err(format!("{failed} checker targets failed"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

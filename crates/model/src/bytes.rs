@@ -21,14 +21,20 @@ enum Repr {
 
 impl Bytes {
     /// The empty payload.
-    pub const EMPTY: Bytes = Bytes(Repr::Inline { len: 0, buf: [0; INLINE] });
+    pub const EMPTY: Bytes = Bytes(Repr::Inline {
+        len: 0,
+        buf: [0; INLINE],
+    });
 
     /// Copies `data`.
     pub fn copy_from(data: &[u8]) -> Self {
         if data.len() <= INLINE {
             let mut buf = [0u8; INLINE];
             buf[..data.len()].copy_from_slice(data);
-            Bytes(Repr::Inline { len: data.len() as u8, buf })
+            Bytes(Repr::Inline {
+                len: data.len() as u8,
+                buf,
+            })
         } else {
             Bytes(Repr::Shared(Arc::from(data)))
         }

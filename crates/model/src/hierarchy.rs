@@ -344,10 +344,20 @@ impl MemoryHierarchy {
 
     /// An inbound RDMA write of `data` to `addr` in `space` arrived in the RNIC buffer at
     /// `arrive`; the RNIC DMAs it over PCIe through the IIO. Returns when it is visible.
-    pub fn dma_write(&mut self, arrive: Instant, space: Space, addr: u64, data: &[u8]) -> DmaTiming {
+    pub fn dma_write(
+        &mut self,
+        arrive: Instant,
+        space: Space,
+        addr: u64,
+        data: &[u8],
+    ) -> DmaTiming {
         self.advance(arrive);
         let mut start = (arrive + self.p.proc).max(self.rnic_dma_free);
-        if self.p.miss_every > 0 && self.rng.chance(crate::prng::Ratio::new(1, self.p.miss_every)) {
+        if self.p.miss_every > 0
+            && self
+                .rng
+                .chance(crate::prng::Ratio::new(1, self.p.miss_every))
+        {
             // A translation-cache miss: the DMA (and those queued behind it) waits.
             start += self.p.miss;
         }
@@ -362,13 +372,14 @@ impl MemoryHierarchy {
             self.last_visible = visible;
             self.max_dma_visible = self.max_dma_visible.max(visible);
             let id = self.new_record(space, addr_i, &data[done..done + n], arrive, visible);
-            self.vis_fifo.push_back((id, self.records[id as usize].as_ref().unwrap().seq));
+            self.vis_fifo
+                .push_back((id, self.records[id as usize].as_ref().unwrap().seq));
             if space == Space::Pm {
                 self.stats.dma_lines += 1;
                 let t_wpq = if self.ddio {
                     self.enter_llc(id, visible + self.p.llc)
                 } else {
-                    let t = self.to_imc(visible, addr_i);
+                    let t = self.imc_arrival(visible, addr_i);
                     self.schedule_wpq(id, t)
                 };
                 if !self.ddio {
@@ -400,7 +411,13 @@ impl MemoryHierarchy {
     /// An RDMA READ the RNIC starts at `now`: the PCIe read is ordered after every earlier
     /// inbound write and pushes it to memory (seed 000 §3.4), so it doubles as a FLUSH.
     /// Returns the data and when the response leaves the RNIC.
-    pub fn dma_read(&mut self, now: Instant, space: Space, addr: u64, len: usize) -> (Vec<u8>, Instant) {
+    pub fn dma_read(
+        &mut self,
+        now: Instant,
+        space: Space,
+        addr: u64,
+        len: usize,
+    ) -> (Vec<u8>, Instant) {
         self.advance(now);
         let mut t = (now + self.p.proc + self.p.pcie).max(self.max_dma_visible);
         if !self.ddio {
@@ -479,7 +496,9 @@ impl MemoryHierarchy {
         let lines = (addr + len).div_ceil(LINE) - addr / LINE;
         for i in 0..lines {
             let line = first + i * LINE;
-            let Some(ls) = self.lines.get_mut(&line) else { continue };
+            let Some(ls) = self.lines.get_mut(&line) else {
+                continue;
+            };
             // A write of this line already on its way to the memory controller (an inbound
             // DMA with DDIO off, or an earlier write-back) is held by another agent; the
             // write-back completes, and the fence waits, only once it has landed.
@@ -490,7 +509,7 @@ impl MemoryHierarchy {
                 continue;
             }
             let recs = std::mem::take(&mut ls.llc);
-            let t_imc = self.to_imc(now + self.p.clwb.mul(i + 1), line);
+            let t_imc = self.imc_arrival(now + self.p.clwb.mul(i + 1), line);
             let t = self.admit_wpq(t_imc, line);
             let ls = self.lines.get_mut(&line).unwrap();
             let t = t.max(ls.floor_wpq);
@@ -570,12 +589,13 @@ impl MemoryHierarchy {
         let img = self.crash_image(now);
         let mut vis = vec![0u8; len];
         self.pm_visible.read(addr, &mut vis);
-        img.read_vec(addr, len) == vis && !self.vis_fifo.iter().any(|&(id, seq)| {
-            self.records[id as usize]
-                .as_ref()
-                .filter(|r| r.seq == seq && r.space == Space::Pm)
-                .is_some_and(|r| r.addr() < addr + len as u64 && addr < r.addr() + r.len as u64)
-        })
+        img.read_vec(addr, len) == vis
+            && !self.vis_fifo.iter().any(|&(id, seq)| {
+                self.records[id as usize]
+                    .as_ref()
+                    .filter(|r| r.seq == seq && r.space == Space::Pm)
+                    .is_some_and(|r| r.addr() < addr + len as u64 && addr < r.addr() + r.len as u64)
+            })
     }
 
     fn survivors(&self, at: Instant) -> Vec<(u64, &Record)> {
@@ -618,7 +638,14 @@ impl MemoryHierarchy {
         self.free.push(id);
     }
 
-    fn new_record(&mut self, space: Space, addr: u64, bytes: &[u8], arrive: Instant, visible: Instant) -> u32 {
+    fn new_record(
+        &mut self,
+        space: Space,
+        addr: u64,
+        bytes: &[u8],
+        arrive: Instant,
+        visible: Instant,
+    ) -> u32 {
         let line = addr / LINE * LINE;
         let off = (addr - line) as usize;
         assert!(off + bytes.len() <= LINE as usize, "record crosses a line");
@@ -693,8 +720,12 @@ impl MemoryHierarchy {
 
     /// Time a write leaving the IIO/LLC at `t` reaches its channel's memory controller:
     /// mesh latency plus a seeded per-write spread.
-    fn to_imc(&mut self, t: Instant, _addr: u64) -> Instant {
-        let jitter = if self.p.imc_jitter == 0 { 0 } else { self.rng.range_inclusive(0, self.p.imc_jitter) };
+    fn imc_arrival(&mut self, t: Instant, _addr: u64) -> Instant {
+        let jitter = if self.p.imc_jitter == 0 {
+            0
+        } else {
+            self.rng.range_inclusive(0, self.p.imc_jitter)
+        };
         t + self.p.imc + Duration::from_nanos(jitter)
     }
 
@@ -733,7 +764,10 @@ impl MemoryHierarchy {
         // A DMA write to a line dirty in the LLC snoops it out: the old data goes first.
         let group = std::mem::take(&mut ls.llc);
         for (gid, gseq) in group {
-            if let Some(r) = self.records[gid as usize].as_mut().filter(|r| r.seq == gseq) {
+            if let Some(r) = self.records[gid as usize]
+                .as_mut()
+                .filter(|r| r.seq == gseq)
+            {
                 r.in_llc = false;
                 self.llc_count -= 1;
                 if r.t_wpq > t {

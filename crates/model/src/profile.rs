@@ -188,10 +188,7 @@ impl LatencyProfile {
             return bad("pm.channels/banks_per_channel", "must be positive");
         }
         if !pow2(self.pm.row_bytes) || !pow2(self.pm.interleave_bytes) {
-            return bad(
-                "pm.row_bytes/interleave_bytes",
-                "must be powers of two",
-            );
+            return bad("pm.row_bytes/interleave_bytes", "must be powers of two");
         }
         if self.pm.interleave_bytes < 64 {
             return bad("pm.interleave_bytes", "must be at least one 64-byte line");
@@ -257,7 +254,8 @@ mod tests {
                 if is_key && !line.starts_with("name") {
                     let prev = lines[i - 1];
                     assert!(
-                        prev.starts_with('#') && (prev.contains("seed") || prev.contains("assumption")),
+                        prev.starts_with('#')
+                            && (prev.contains("seed") || prev.contains("assumption")),
                         "value without a source: {line}"
                     );
                 }

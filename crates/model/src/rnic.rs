@@ -317,7 +317,14 @@ impl Rnic {
     }
 
     /// `ibv_reg_mr` over memory the node owns.
-    pub fn reg_mr(&mut self, pd: PdId, space: Space, addr: u64, len: u64, access: Access) -> Result<MrInfo, VerbsError> {
+    pub fn reg_mr(
+        &mut self,
+        pd: PdId,
+        space: Space,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<MrInfo, VerbsError> {
         if !self.up {
             return Err(VerbsError::NodeDown(self.id));
         }
@@ -336,13 +343,32 @@ impl Rnic {
         }
         let key = self.next_key;
         self.next_key += 1;
-        self.mrs.insert(key, Mr { pd, space, addr, len, access });
-        Ok(MrInfo { lkey: key, rkey: key, addr, len, space, access })
+        self.mrs.insert(
+            key,
+            Mr {
+                pd,
+                space,
+                addr,
+                len,
+                access,
+            },
+        );
+        Ok(MrInfo {
+            lkey: key,
+            rkey: key,
+            addr,
+            len,
+            space,
+            access,
+        })
     }
 
     /// `ibv_dereg_mr`: later accesses with its keys fail.
     pub fn dereg_mr(&mut self, key: u32) -> Result<(), VerbsError> {
-        self.mrs.remove(&key).map(|_| ()).ok_or(VerbsError::NoSuch("memory region"))
+        self.mrs
+            .remove(&key)
+            .map(|_| ())
+            .ok_or(VerbsError::NoSuch("memory region"))
     }
 
     /// `ibv_create_cq`.
@@ -350,19 +376,29 @@ impl Rnic {
         if depth == 0 || depth > MAX_QUEUE_DEPTH {
             return Err(VerbsError::Invalid("completion queue depth"));
         }
-        self.cqs.push(Cq { entries: VecDeque::new(), depth });
+        self.cqs.push(Cq {
+            entries: VecDeque::new(),
+            depth,
+        });
         Ok(CqId(self.cqs.len() as u32 - 1))
     }
 
     /// `ibv_create_qp` for a reliable connection; the QP starts in INIT.
-    pub fn create_qp(&mut self, pd: PdId, send_cq: CqId, recv_cq: CqId, attr: QpAttr) -> Result<QpNum, VerbsError> {
+    pub fn create_qp(
+        &mut self,
+        pd: PdId,
+        send_cq: CqId,
+        recv_cq: CqId,
+        attr: QpAttr,
+    ) -> Result<QpNum, VerbsError> {
         if pd.0 == 0 || pd.0 > self.pds {
             return Err(VerbsError::NoSuch("protection domain"));
         }
         if send_cq.0 as usize >= self.cqs.len() || recv_cq.0 as usize >= self.cqs.len() {
             return Err(VerbsError::NoSuch("completion queue"));
         }
-        if attr.sq_depth == 0 || attr.sq_depth > MAX_QUEUE_DEPTH || attr.rq_depth > MAX_QUEUE_DEPTH {
+        if attr.sq_depth == 0 || attr.sq_depth > MAX_QUEUE_DEPTH || attr.rq_depth > MAX_QUEUE_DEPTH
+        {
             return Err(VerbsError::Invalid("queue depth"));
         }
         self.qps.push(Qp {
@@ -392,8 +428,16 @@ impl Rnic {
 
     /// Connects a QP to a remote QP and moves it to RTS (the `ibv_modify_qp` sequence
     /// INIT → RTR → RTS after the connection manager exchanged QP numbers).
-    pub fn connect(&mut self, qp: QpNum, remote: NodeId, remote_qp: QpNum) -> Result<(), VerbsError> {
-        let q = self.qps.get_mut(qp.0 as usize).ok_or(VerbsError::NoSuch("queue pair"))?;
+    pub fn connect(
+        &mut self,
+        qp: QpNum,
+        remote: NodeId,
+        remote_qp: QpNum,
+    ) -> Result<(), VerbsError> {
+        let q = self
+            .qps
+            .get_mut(qp.0 as usize)
+            .ok_or(VerbsError::NoSuch("queue pair"))?;
         if q.state != QpState::Init {
             return Err(VerbsError::QpState(qp, q.state.name()));
         }
@@ -411,7 +455,10 @@ impl Rnic {
             return Err(VerbsError::NodeDown(self.id));
         }
         let caps = self.config.caps;
-        let q = self.qps.get(qp.0 as usize).ok_or(VerbsError::NoSuch("queue pair"))?;
+        let q = self
+            .qps
+            .get(qp.0 as usize)
+            .ok_or(VerbsError::NoSuch("queue pair"))?;
         if q.state != QpState::Rts {
             return Err(VerbsError::QpState(qp, q.state.name()));
         }
@@ -419,27 +466,48 @@ impl Rnic {
             return Err(VerbsError::QueueFull("send", qp, q.attr.sq_depth));
         }
         match wr.opcode {
-            Opcode::Flush { .. } if !caps.native_flush => return Err(VerbsError::Unsupported("RDMA FLUSH")),
-            Opcode::AtomicWrite { .. } if !caps.atomic_write => return Err(VerbsError::Unsupported("RDMA ATOMIC WRITE")),
-            Opcode::NonPostedWrite if !caps.non_posted_write => return Err(VerbsError::Unsupported("non-posted RDMA WRITE")),
+            Opcode::Flush { .. } if !caps.native_flush => {
+                return Err(VerbsError::Unsupported("RDMA FLUSH"))
+            }
+            Opcode::AtomicWrite { .. } if !caps.atomic_write => {
+                return Err(VerbsError::Unsupported("RDMA ATOMIC WRITE"))
+            }
+            Opcode::NonPostedWrite if !caps.non_posted_write => {
+                return Err(VerbsError::Unsupported("non-posted RDMA WRITE"))
+            }
             _ => {}
         }
         let needs_remote = !matches!(wr.opcode, Opcode::Send | Opcode::SendWithImm(_));
         if needs_remote && wr.remote.is_none() {
-            return Err(VerbsError::Invalid("operation needs a remote address and rkey"));
+            return Err(VerbsError::Invalid(
+                "operation needs a remote address and rkey",
+            ));
         }
         if wr.local.len() > MAX_MESSAGE {
             return Err(VerbsError::Invalid("message longer than 2^31 bytes"));
         }
-        let needs_result_buffer = matches!(wr.opcode, Opcode::Read | Opcode::CompareSwap { .. } | Opcode::FetchAdd { .. });
+        let needs_result_buffer = matches!(
+            wr.opcode,
+            Opcode::Read | Opcode::CompareSwap { .. } | Opcode::FetchAdd { .. }
+        );
         if needs_result_buffer && !matches!(wr.local, Payload::Sge(_)) {
-            return Err(VerbsError::Invalid("READ and atomics need a local SGE for the result"));
+            return Err(VerbsError::Invalid(
+                "READ and atomics need a local SGE for the result",
+            ));
         }
-        if matches!(wr.opcode, Opcode::CompareSwap { .. } | Opcode::FetchAdd { .. }) && wr.local.len() != 8 {
+        if matches!(
+            wr.opcode,
+            Opcode::CompareSwap { .. } | Opcode::FetchAdd { .. }
+        ) && wr.local.len() != 8
+        {
             return Err(VerbsError::Invalid("atomics transfer exactly 8 bytes"));
         }
-        if matches!(wr.opcode, Opcode::Flush { .. } | Opcode::AtomicWrite { .. }) && !wr.local.is_empty() {
-            return Err(VerbsError::Invalid("FLUSH and ATOMIC WRITE carry no local payload"));
+        if matches!(wr.opcode, Opcode::Flush { .. } | Opcode::AtomicWrite { .. })
+            && !wr.local.is_empty()
+        {
+            return Err(VerbsError::Invalid(
+                "FLUSH and ATOMIC WRITE carry no local payload",
+            ));
         }
         let len = wr.local.len();
         let data = match std::mem::replace(&mut wr.local, Payload::None) {
@@ -453,7 +521,14 @@ impl Rnic {
         let q = &mut self.qps[qp.0 as usize];
         let psn = q.next_psn;
         q.next_psn = q.next_psn.wrapping_add(1);
-        q.sq.push_back(Wqe { wr, len, data, psn, sent: false, done: None });
+        q.sq.push_back(Wqe {
+            wr,
+            len,
+            data,
+            psn,
+            sent: false,
+            done: None,
+        });
         if !q.doorbell {
             q.doorbell = true;
             self.doorbells.push(qp);
@@ -479,7 +554,10 @@ impl Rnic {
         if !self.up {
             return Err(VerbsError::NodeDown(self.id));
         }
-        let q = self.qps.get_mut(qp.0 as usize).ok_or(VerbsError::NoSuch("queue pair"))?;
+        let q = self
+            .qps
+            .get_mut(qp.0 as usize)
+            .ok_or(VerbsError::NoSuch("queue pair"))?;
         if q.state == QpState::Error {
             return Err(VerbsError::QpState(qp, q.state.name()));
         }
@@ -493,7 +571,9 @@ impl Rnic {
 
     /// `ibv_poll_cq`: moves up to `max` completions into `out`, returns how many.
     pub fn poll_cq(&mut self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
-        let Some(c) = self.cqs.get_mut(cq.0 as usize) else { return 0 };
+        let Some(c) = self.cqs.get_mut(cq.0 as usize) else {
+            return 0;
+        };
         let n = max.min(c.entries.len());
         out.extend(c.entries.drain(..n));
         n
@@ -530,11 +610,18 @@ impl Rnic {
                 break;
             }
             self.cqe_pending.pop();
-            let wc = self.cqe_store.remove(&seq).expect("pending completion stored");
+            let wc = self
+                .cqe_store
+                .remove(&seq)
+                .expect("pending completion stored");
             let c = &mut self.cqs[cq as usize];
             // A full CQ is an overrun; real RNICs move the QP to error. We keep the newest
             // bound by refusing growth and flag it loudly rather than growing silently.
-            assert!(c.entries.len() < c.depth, "completion queue {cq} overrun (depth {})", c.depth);
+            assert!(
+                c.entries.len() < c.depth,
+                "completion queue {cq} overrun (depth {})",
+                c.depth
+            );
             c.entries.push_back(wc.clone());
             self.event(t, EventKind::Completed, wc.qp, wc.wr_id);
         }
@@ -609,7 +696,11 @@ impl Rnic {
                         match self.check_local(qpn, sge, Access::NONE) {
                             Ok(space) => {
                                 fetch = self.pcie + self.pcie;
-                                Some(Bytes::from(self.hier.read_ordered(space, sge.addr, sge.len as usize)))
+                                Some(Bytes::from(self.hier.read_ordered(
+                                    space,
+                                    sge.addr,
+                                    sge.len as usize,
+                                )))
                             }
                             Err(status) => {
                                 self.complete_with_error(now, qpn, idx, status);
@@ -630,16 +721,65 @@ impl Rnic {
             let remote = w.wr.remote;
             let data = w.data.clone().unwrap_or(Bytes::EMPTY);
             let body = match (op, remote) {
-                (Opcode::Write, Some(r)) => Body::Write { addr: r.addr, rkey: r.rkey, data, imm: None, ack_req },
-                (Opcode::WriteWithImm(imm), Some(r)) => Body::Write { addr: r.addr, rkey: r.rkey, data, imm: Some(imm), ack_req },
-                (Opcode::Send, _) => Body::Send { data, imm: None, ack_req },
-                (Opcode::SendWithImm(imm), _) => Body::Send { data, imm: Some(imm), ack_req },
-                (Opcode::Read, Some(r)) => Body::Read { addr: r.addr, rkey: r.rkey, len: w.len as u32 },
-                (Opcode::CompareSwap { compare, swap }, Some(r)) => Body::Atomic { addr: r.addr, rkey: r.rkey, compare: Some(compare), operand: swap },
-                (Opcode::FetchAdd { add }, Some(r)) => Body::Atomic { addr: r.addr, rkey: r.rkey, compare: None, operand: add },
-                (Opcode::Flush { placement, len }, Some(r)) => Body::Flush { addr: r.addr, rkey: r.rkey, len, placement },
-                (Opcode::AtomicWrite { value }, Some(r)) => Body::NonPostedWrite { addr: r.addr, rkey: r.rkey, data: Bytes::copy_from(&value.to_le_bytes()), atomic: true },
-                (Opcode::NonPostedWrite, Some(r)) => Body::NonPostedWrite { addr: r.addr, rkey: r.rkey, data, atomic: false },
+                (Opcode::Write, Some(r)) => Body::Write {
+                    addr: r.addr,
+                    rkey: r.rkey,
+                    data,
+                    imm: None,
+                    ack_req,
+                },
+                (Opcode::WriteWithImm(imm), Some(r)) => Body::Write {
+                    addr: r.addr,
+                    rkey: r.rkey,
+                    data,
+                    imm: Some(imm),
+                    ack_req,
+                },
+                (Opcode::Send, _) => Body::Send {
+                    data,
+                    imm: None,
+                    ack_req,
+                },
+                (Opcode::SendWithImm(imm), _) => Body::Send {
+                    data,
+                    imm: Some(imm),
+                    ack_req,
+                },
+                (Opcode::Read, Some(r)) => Body::Read {
+                    addr: r.addr,
+                    rkey: r.rkey,
+                    len: w.len as u32,
+                },
+                (Opcode::CompareSwap { compare, swap }, Some(r)) => Body::Atomic {
+                    addr: r.addr,
+                    rkey: r.rkey,
+                    compare: Some(compare),
+                    operand: swap,
+                },
+                (Opcode::FetchAdd { add }, Some(r)) => Body::Atomic {
+                    addr: r.addr,
+                    rkey: r.rkey,
+                    compare: None,
+                    operand: add,
+                },
+                (Opcode::Flush { placement, len }, Some(r)) => Body::Flush {
+                    addr: r.addr,
+                    rkey: r.rkey,
+                    len,
+                    placement,
+                },
+                (Opcode::AtomicWrite { value }, Some(r)) => Body::NonPostedWrite {
+                    addr: r.addr,
+                    rkey: r.rkey,
+                    data: Bytes::copy_from(&value.to_le_bytes()),
+                    atomic: true,
+                },
+                (Opcode::NonPostedWrite, Some(r)) => Body::NonPostedWrite {
+                    addr: r.addr,
+                    rkey: r.rkey,
+                    data,
+                    atomic: false,
+                },
                 (_, None) => unreachable!("post_send checked the remote address"),
             };
             w.sent = true;
@@ -654,7 +794,14 @@ impl Rnic {
             q.next_send += 1;
             self.outbox.push_back((
                 ready,
-                Packet { src: self.id, dst: remote_node, src_qp: qpn, dst_qp: remote_qp, psn, body },
+                Packet {
+                    src: self.id,
+                    dst: remote_node,
+                    src_qp: qpn,
+                    dst_qp: remote_qp,
+                    psn,
+                    body,
+                },
             ));
             self.stats.requests_sent += 1;
             self.event(ready, EventKind::Transmitted, qpn, wr_id);
@@ -669,7 +816,10 @@ impl Rnic {
         if mr.pd != pd || !mr.access.contains(need) {
             return Err(WcStatus::LocProtErr);
         }
-        let end = sge.addr.checked_add(sge.len as u64).ok_or(WcStatus::LocLenErr)?;
+        let end = sge
+            .addr
+            .checked_add(sge.len as u64)
+            .ok_or(WcStatus::LocLenErr)?;
         if sge.addr < mr.addr || end > mr.addr + mr.len {
             return Err(WcStatus::LocLenErr);
         }
@@ -744,8 +894,14 @@ impl Rnic {
                         w.sent = false;
                     }
                 }
-                q.outstanding_np = q.sq.iter().filter(|w| w.sent && w.done.is_none() && w.wr.opcode.is_non_posted()).count() as u32;
-                q.next_send = q.sq.iter().position(|w| !w.sent && w.done.is_none()).unwrap_or(q.sq.len());
+                q.outstanding_np =
+                    q.sq.iter()
+                        .filter(|w| w.sent && w.done.is_none() && w.wr.opcode.is_non_posted())
+                        .count() as u32;
+                q.next_send =
+                    q.sq.iter()
+                        .position(|w| !w.sent && w.done.is_none())
+                        .unwrap_or(q.sq.len());
                 q.rnr_waiting = true;
                 let at = now + self.rnr_delay;
                 self.push_timer(at, Timer::RnrRetry(qpn));
@@ -759,7 +915,9 @@ impl Rnic {
                 return;
             }
             Body::ReadResp(data) => self.finish_np(now, qpn, idx, Some(data)),
-            Body::AtomicResp(orig) => self.finish_np(now, qpn, idx, Some(Bytes::copy_from(&orig.to_le_bytes()))),
+            Body::AtomicResp(orig) => {
+                self.finish_np(now, qpn, idx, Some(Bytes::copy_from(&orig.to_le_bytes())))
+            }
             Body::Done => self.finish_np(now, qpn, idx, None),
             _ => unreachable!("requests are routed to handle_request"),
         }
@@ -778,7 +936,11 @@ impl Rnic {
             match self.check_local(qpn, sge, Access::LOCAL_WRITE) {
                 Ok(space) => {
                     let n = data.len().min(sge.len as usize);
-                    done_at = done_at.max(self.hier.dma_write(now, space, sge.addr, &data[..n]).visible);
+                    done_at = done_at.max(
+                        self.hier
+                            .dma_write(now, space, sge.addr, &data[..n])
+                            .visible,
+                    );
                 }
                 Err(status) => return self.complete_with_error(now, qpn, idx, status),
             }
@@ -792,7 +954,13 @@ impl Rnic {
     fn retire(&mut self, now: Instant, qpn: QpNum) {
         loop {
             let q = &mut self.qps[qpn.0 as usize];
-            let Some(Wqe { done: Some((status, at)), .. }) = q.sq.front() else { break };
+            let Some(Wqe {
+                done: Some((status, at)),
+                ..
+            }) = q.sq.front()
+            else {
+                break;
+            };
             let (status, at) = (*status, *at);
             let w = q.sq.pop_front().unwrap();
             q.next_send = q.next_send.saturating_sub(1);
@@ -817,7 +985,12 @@ impl Rnic {
         if at <= now && self.cqe_pending.is_empty() {
             self.event(at, EventKind::Completed, wc.qp, wc.wr_id);
             let c = &mut self.cqs[cq.0 as usize];
-            assert!(c.entries.len() < c.depth, "completion queue {} overrun (depth {})", cq.0, c.depth);
+            assert!(
+                c.entries.len() < c.depth,
+                "completion queue {} overrun (depth {})",
+                cq.0,
+                c.depth
+            );
             c.entries.push_back(wc);
             return;
         }
@@ -833,15 +1006,21 @@ impl Rnic {
         let q = &mut self.qps[qpn.0 as usize];
         for (i, w) in q.sq.iter_mut().enumerate() {
             if w.done.is_none() {
-                let s = if i == idx { status } else if i > idx { WcStatus::WrFlushErr } else { continue };
+                let s = if i == idx {
+                    status
+                } else if i > idx {
+                    WcStatus::WrFlushErr
+                } else {
+                    continue;
+                };
                 w.done = Some((s, at));
             }
         }
-        self.to_error(now, qpn);
+        self.enter_error(now, qpn);
         self.retire(now, qpn);
     }
 
-    fn to_error(&mut self, now: Instant, qpn: QpNum) {
+    fn enter_error(&mut self, now: Instant, qpn: QpNum) {
         let at = now + self.proc;
         let q = &mut self.qps[qpn.0 as usize];
         q.state = QpState::Error;
@@ -854,7 +1033,14 @@ impl Rnic {
         let rq: Vec<RecvWr> = q.rq.drain(..).collect();
         let cq = q.recv_cq;
         for r in rq {
-            let wc = WorkCompletion { wr_id: r.wr_id, status: WcStatus::WrFlushErr, opcode: WcOpcode::Recv, byte_len: 0, imm: None, qp: qpn };
+            let wc = WorkCompletion {
+                wr_id: r.wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: WcOpcode::Recv,
+                byte_len: 0,
+                imm: None,
+                qp: qpn,
+            };
             self.push_cqe(now, at, cq, wc);
         }
     }
@@ -864,13 +1050,27 @@ impl Rnic {
     fn respond(&mut self, at: Instant, req: &Packet, body: Body) {
         self.outbox.push_back((
             at,
-            Packet { src: self.id, dst: req.src, src_qp: req.dst_qp, dst_qp: req.src_qp, psn: req.psn, body },
+            Packet {
+                src: self.id,
+                dst: req.src,
+                src_qp: req.dst_qp,
+                dst_qp: req.src_qp,
+                psn: req.psn,
+                body,
+            },
         ));
     }
 
     /// Looks up a remote access: the MR must exist, belong to the QP's PD, grant `need`,
     /// and contain the whole range.
-    fn check_remote(&self, qpn: QpNum, rkey: u32, addr: u64, len: u64, need: Access) -> Result<Space, NakCode> {
+    fn check_remote(
+        &self,
+        qpn: QpNum,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Space, NakCode> {
         let mr = self.mrs.get(&rkey).ok_or(NakCode::RemoteAccess)?;
         if mr.pd != self.qps[qpn.0 as usize].pd || !mr.access.contains(need) {
             return Err(NakCode::RemoteAccess);
@@ -883,12 +1083,16 @@ impl Rnic {
     }
 
     fn nak(&mut self, now: Instant, req: &Packet, code: NakCode) {
-        let kind = if code == NakCode::Rnr { EventKind::RnrNak } else { EventKind::AccessNak };
+        let kind = if code == NakCode::Rnr {
+            EventKind::RnrNak
+        } else {
+            EventKind::AccessNak
+        };
         self.event(now, kind, req.dst_qp, req.psn as u64);
         self.respond(now + self.proc, req, Body::Nak(code));
         if code != NakCode::Rnr {
             // A responder that NAKs an access violation also stops executing the QP.
-            self.to_error(now, req.dst_qp);
+            self.enter_error(now, req.dst_qp);
         }
     }
 
@@ -900,7 +1104,13 @@ impl Rnic {
             // dropped until the requester goes back and resends them.
             return self.drop_packet(now, &pkt);
         }
-        let is_np = matches!(pkt.body, Body::Read { .. } | Body::Atomic { .. } | Body::Flush { .. } | Body::NonPostedWrite { .. });
+        let is_np = matches!(
+            pkt.body,
+            Body::Read { .. }
+                | Body::Atomic { .. }
+                | Body::Flush { .. }
+                | Body::NonPostedWrite { .. }
+        );
         if is_np {
             q.expected_psn = q.expected_psn.wrapping_add(1);
             if q.np_barrier > now || !q.deferred.is_empty() {
@@ -917,8 +1127,20 @@ impl Rnic {
         }
         let ack_at = now + self.proc;
         match &pkt.body {
-            Body::Write { addr, rkey, data, imm, ack_req } => {
-                let space = match self.check_remote(qpn, *rkey, *addr, data.len() as u64, Access::REMOTE_WRITE) {
+            Body::Write {
+                addr,
+                rkey,
+                data,
+                imm,
+                ack_req,
+            } => {
+                let space = match self.check_remote(
+                    qpn,
+                    *rkey,
+                    *addr,
+                    data.len() as u64,
+                    Access::REMOTE_WRITE,
+                ) {
                     Ok(s) => s,
                     Err(code) => return self.nak(now, &pkt, code),
                 };
@@ -932,7 +1154,14 @@ impl Rnic {
                     let q = &mut self.qps[qpn.0 as usize];
                     let r = q.rq.pop_front().unwrap();
                     let cq = q.recv_cq;
-                    let wc = WorkCompletion { wr_id: r.wr_id, status: WcStatus::Success, opcode: WcOpcode::RecvRdmaWithImm, byte_len: data.len() as u32, imm: Some(*imm), qp: qpn };
+                    let wc = WorkCompletion {
+                        wr_id: r.wr_id,
+                        status: WcStatus::Success,
+                        opcode: WcOpcode::RecvRdmaWithImm,
+                        byte_len: data.len() as u32,
+                        imm: Some(*imm),
+                        qp: qpn,
+                    };
                     self.push_cqe(now, t.visible + self.proc, cq, wc);
                 }
                 if *ack_req {
@@ -952,7 +1181,14 @@ impl Rnic {
                         let q = &mut self.qps[qpn.0 as usize];
                         q.rq.pop_front();
                         let cq = q.recv_cq;
-                        let wc = WorkCompletion { wr_id: r.wr_id, status: WcStatus::LocLenErr, opcode: WcOpcode::Recv, byte_len: data.len() as u32, imm: *imm, qp: qpn };
+                        let wc = WorkCompletion {
+                            wr_id: r.wr_id,
+                            status: WcStatus::LocLenErr,
+                            opcode: WcOpcode::Recv,
+                            byte_len: data.len() as u32,
+                            imm: *imm,
+                            qp: qpn,
+                        };
                         self.push_cqe(now, now + self.proc, cq, wc);
                         return self.nak(now, &pkt, NakCode::InvalidRequest);
                     }
@@ -963,7 +1199,14 @@ impl Rnic {
                 let cq = q.recv_cq;
                 let t = self.hier.dma_write(now, space, r.sge.addr, data);
                 // The receive completion follows the buffer's visibility (seed 000 §3.1.3).
-                let wc = WorkCompletion { wr_id: r.wr_id, status: WcStatus::Success, opcode: WcOpcode::Recv, byte_len: data.len() as u32, imm: *imm, qp: qpn };
+                let wc = WorkCompletion {
+                    wr_id: r.wr_id,
+                    status: WcStatus::Success,
+                    opcode: WcOpcode::Recv,
+                    byte_len: data.len() as u32,
+                    imm: *imm,
+                    qp: qpn,
+                };
                 self.push_cqe(now, t.visible + self.proc, cq, wc);
                 if *ack_req {
                     self.respond(ack_at, &pkt, Body::Ack);
@@ -997,15 +1240,21 @@ impl Rnic {
         let qpn = pkt.dst_qp;
         let done = match &pkt.body {
             Body::Read { addr, rkey, len } => {
-                let space = match self.check_remote(qpn, *rkey, *addr, *len as u64, Access::REMOTE_READ) {
-                    Ok(s) => s,
-                    Err(code) => return self.nak(now, &pkt, code),
-                };
+                let space =
+                    match self.check_remote(qpn, *rkey, *addr, *len as u64, Access::REMOTE_READ) {
+                        Ok(s) => s,
+                        Err(code) => return self.nak(now, &pkt, code),
+                    };
                 let (data, t) = self.hier.dma_read(now, space, *addr, *len as usize);
                 self.respond(t, &pkt, Body::ReadResp(Bytes::from(data)));
                 t
             }
-            Body::Atomic { addr, rkey, compare, operand } => {
+            Body::Atomic {
+                addr,
+                rkey,
+                compare,
+                operand,
+            } => {
                 if addr % 8 != 0 {
                     return self.nak(now, &pkt, NakCode::RemoteAccess);
                 }
@@ -1013,20 +1262,30 @@ impl Rnic {
                     Ok(s) => s,
                     Err(code) => return self.nak(now, &pkt, code),
                 };
-                let old = u64::from_le_bytes(self.hier.read_ordered(space, *addr, 8).try_into().unwrap());
+                let old =
+                    u64::from_le_bytes(self.hier.read_ordered(space, *addr, 8).try_into().unwrap());
                 let new = match compare {
                     Some(c) if *c == old => Some(*operand),
                     Some(_) => None,
                     None => Some(old.wrapping_add(*operand)),
                 };
                 let t = match new {
-                    Some(v) => self.hier.dma_write(now, space, *addr, &v.to_le_bytes()).visible,
+                    Some(v) => {
+                        self.hier
+                            .dma_write(now, space, *addr, &v.to_le_bytes())
+                            .visible
+                    }
                     None => now + self.proc + self.pcie,
                 } + self.pcie;
                 self.respond(t, &pkt, Body::AtomicResp(old));
                 t
             }
-            Body::Flush { addr, rkey, len, placement } => {
+            Body::Flush {
+                addr,
+                rkey,
+                len,
+                placement,
+            } => {
                 let need = match placement {
                     crate::hierarchy::FlushPlacement::Visibility => Access::FLUSH_GLOBAL,
                     crate::hierarchy::FlushPlacement::Persistence => Access::FLUSH_PERSISTENT,
@@ -1038,11 +1297,22 @@ impl Rnic {
                 self.respond(t, &pkt, Body::Done);
                 t
             }
-            Body::NonPostedWrite { addr, rkey, data, atomic } => {
+            Body::NonPostedWrite {
+                addr,
+                rkey,
+                data,
+                atomic,
+            } => {
                 if *atomic && (data.len() != 8 || addr % 8 != 0) {
                     return self.nak(now, &pkt, NakCode::RemoteAccess);
                 }
-                let space = match self.check_remote(qpn, *rkey, *addr, data.len() as u64, Access::REMOTE_WRITE) {
+                let space = match self.check_remote(
+                    qpn,
+                    *rkey,
+                    *addr,
+                    data.len() as u64,
+                    Access::REMOTE_WRITE,
+                ) {
                     Ok(s) => s,
                     Err(code) => return self.nak(now, &pkt, code),
                 };
@@ -1076,10 +1346,23 @@ impl Rnic {
     /// written out too (the whole system is flushed on power failure).
     pub fn power_fail(&mut self, now: Instant) {
         if self.config.domain == PersistenceDomain::Wsp {
-            let pending: Vec<Packet> = self.qps.iter().flat_map(|q| q.deferred.iter().cloned()).collect();
+            let pending: Vec<Packet> = self
+                .qps
+                .iter()
+                .flat_map(|q| q.deferred.iter().cloned())
+                .collect();
             for p in pending {
-                if let Body::NonPostedWrite { addr, rkey, data, .. } = &p.body {
-                    if let Ok(space) = self.check_remote(p.dst_qp, *rkey, *addr, data.len() as u64, Access::REMOTE_WRITE) {
+                if let Body::NonPostedWrite {
+                    addr, rkey, data, ..
+                } = &p.body
+                {
+                    if let Ok(space) = self.check_remote(
+                        p.dst_qp,
+                        *rkey,
+                        *addr,
+                        data.len() as u64,
+                        Access::REMOTE_WRITE,
+                    ) {
                         self.hier.dma_write(now, space, *addr, data);
                     }
                 }

@@ -121,9 +121,9 @@ impl Packet {
     /// Payload bytes on the wire (headers are added by the link model).
     pub fn payload_len(&self) -> u64 {
         match &self.body {
-            Body::Write { data, .. } | Body::Send { data, .. } | Body::NonPostedWrite { data, .. } => {
-                data.len() as u64
-            }
+            Body::Write { data, .. }
+            | Body::Send { data, .. }
+            | Body::NonPostedWrite { data, .. } => data.len() as u64,
             Body::ReadResp(d) => d.len() as u64,
             Body::Atomic { .. } | Body::AtomicResp(_) => 8,
             _ => 0,
@@ -185,7 +185,10 @@ impl<'a> Cursor<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
         let end = self.at + n;
         if end > self.b.len() {
-            return Err(WireError::Truncated { need: end, have: self.b.len() });
+            return Err(WireError::Truncated {
+                need: end,
+                have: self.b.len(),
+            });
         }
         let s = &self.b[self.at..end];
         self.at = end;
@@ -195,10 +198,14 @@ impl<'a> Cursor<'a> {
         Ok(self.take(1)?[0])
     }
     fn u32(&mut self) -> Result<u32, WireError> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
     }
     fn u64(&mut self) -> Result<u64, WireError> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
     }
     fn bytes(&mut self) -> Result<crate::bytes::Bytes, WireError> {
         let n = self.u32()? as usize;
@@ -238,7 +245,13 @@ impl Packet {
             body.extend_from_slice(d);
         };
         match &self.body {
-            Body::Write { addr, rkey, data, imm, ack_req } => {
+            Body::Write {
+                addr,
+                rkey,
+                data,
+                imm,
+                ack_req,
+            } => {
                 flags |= (*ack_req as u8) | (imm.is_some() as u8) << 1;
                 body.extend_from_slice(&addr.to_le_bytes());
                 body.extend_from_slice(&rkey.to_le_bytes());
@@ -255,20 +268,35 @@ impl Packet {
                 body.extend_from_slice(&rkey.to_le_bytes());
                 body.extend_from_slice(&len.to_le_bytes());
             }
-            Body::Atomic { addr, rkey, compare, operand } => {
+            Body::Atomic {
+                addr,
+                rkey,
+                compare,
+                operand,
+            } => {
                 flags |= compare.is_some() as u8;
                 body.extend_from_slice(&addr.to_le_bytes());
                 body.extend_from_slice(&rkey.to_le_bytes());
                 body.extend_from_slice(&compare.unwrap_or(0).to_le_bytes());
                 body.extend_from_slice(&operand.to_le_bytes());
             }
-            Body::Flush { addr, rkey, len, placement } => {
+            Body::Flush {
+                addr,
+                rkey,
+                len,
+                placement,
+            } => {
                 flags |= (*placement == crate::hierarchy::FlushPlacement::Persistence) as u8;
                 body.extend_from_slice(&addr.to_le_bytes());
                 body.extend_from_slice(&rkey.to_le_bytes());
                 body.extend_from_slice(&len.to_le_bytes());
             }
-            Body::NonPostedWrite { addr, rkey, data, atomic } => {
+            Body::NonPostedWrite {
+                addr,
+                rkey,
+                data,
+                atomic,
+            } => {
                 flags |= *atomic as u8;
                 body.extend_from_slice(&addr.to_le_bytes());
                 body.extend_from_slice(&rkey.to_le_bytes());
@@ -316,9 +344,15 @@ impl Packet {
     /// Decodes exactly one packet; rejects truncation, trailing bytes, unknown opcodes and
     /// out-of-range fields. Never panics on any input.
     pub fn parse(buf: &[u8]) -> Result<Packet, WireError> {
-        let total = Packet::frame_len(buf)?.ok_or(WireError::Truncated { need: WIRE_HEADER, have: buf.len() })?;
+        let total = Packet::frame_len(buf)?.ok_or(WireError::Truncated {
+            need: WIRE_HEADER,
+            have: buf.len(),
+        })?;
         if buf.len() < total {
-            return Err(WireError::Truncated { need: total, have: buf.len() });
+            return Err(WireError::Truncated {
+                need: total,
+                have: buf.len(),
+            });
         }
         if buf.len() > total {
             return Err(WireError::Trailing(buf.len() - total));
@@ -346,22 +380,55 @@ impl Packet {
         let body = match opcode {
             1 => {
                 let (addr, rkey, imm) = (c.u64()?, c.u32()?, c.u32()?);
-                Body::Write { addr, rkey, imm: (flags & 2 != 0).then_some(imm), ack_req: flags & 1 != 0, data: c.bytes()? }
+                Body::Write {
+                    addr,
+                    rkey,
+                    imm: (flags & 2 != 0).then_some(imm),
+                    ack_req: flags & 1 != 0,
+                    data: c.bytes()?,
+                }
             }
             2 => {
                 let imm = c.u32()?;
-                Body::Send { imm: (flags & 2 != 0).then_some(imm), ack_req: flags & 1 != 0, data: c.bytes()? }
+                Body::Send {
+                    imm: (flags & 2 != 0).then_some(imm),
+                    ack_req: flags & 1 != 0,
+                    data: c.bytes()?,
+                }
             }
-            3 => Body::Read { addr: c.u64()?, rkey: c.u32()?, len: c.u32()? },
+            3 => Body::Read {
+                addr: c.u64()?,
+                rkey: c.u32()?,
+                len: c.u32()?,
+            },
             4 => {
                 let (addr, rkey, compare, operand) = (c.u64()?, c.u32()?, c.u64()?, c.u64()?);
-                Body::Atomic { addr, rkey, compare: (flags & 1 != 0).then_some(compare), operand }
+                Body::Atomic {
+                    addr,
+                    rkey,
+                    compare: (flags & 1 != 0).then_some(compare),
+                    operand,
+                }
             }
             5 => {
-                let placement = if flags & 1 != 0 { crate::hierarchy::FlushPlacement::Persistence } else { crate::hierarchy::FlushPlacement::Visibility };
-                Body::Flush { addr: c.u64()?, rkey: c.u32()?, len: c.u64()?, placement }
+                let placement = if flags & 1 != 0 {
+                    crate::hierarchy::FlushPlacement::Persistence
+                } else {
+                    crate::hierarchy::FlushPlacement::Visibility
+                };
+                Body::Flush {
+                    addr: c.u64()?,
+                    rkey: c.u32()?,
+                    len: c.u64()?,
+                    placement,
+                }
             }
-            6 => Body::NonPostedWrite { addr: c.u64()?, rkey: c.u32()?, data: c.bytes()?, atomic: flags & 1 != 0 },
+            6 => Body::NonPostedWrite {
+                addr: c.u64()?,
+                rkey: c.u32()?,
+                data: c.bytes()?,
+                atomic: flags & 1 != 0,
+            },
             7 => Body::Ack,
             8 => Body::Nak(match c.u8()? {
                 0 => NakCode::Rnr,
@@ -377,7 +444,14 @@ impl Packet {
         if c.at != total {
             return Err(WireError::BadValue("body length"));
         }
-        Ok(Packet { src, dst, src_qp, dst_qp, psn, body })
+        Ok(Packet {
+            src,
+            dst,
+            src_qp,
+            dst_qp,
+            psn,
+            body,
+        })
     }
 }
 
@@ -391,22 +465,89 @@ mod tests {
     fn bodies() -> impl Strategy<Value = Body> {
         let data = prop::collection::vec(any::<u8>(), 0..200).prop_map(Bytes::from);
         prop_oneof![
-            (any::<u64>(), any::<u32>(), data.clone(), any::<Option<u32>>(), any::<bool>()).prop_map(|(addr, rkey, data, imm, ack_req)| Body::Write { addr, rkey, data, imm, ack_req }),
-            (data.clone(), any::<Option<u32>>(), any::<bool>()).prop_map(|(data, imm, ack_req)| Body::Send { data, imm, ack_req }),
-            (any::<u64>(), any::<u32>(), any::<u32>()).prop_map(|(addr, rkey, len)| Body::Read { addr, rkey, len }),
-            (any::<u64>(), any::<u32>(), any::<Option<u64>>(), any::<u64>()).prop_map(|(addr, rkey, compare, operand)| Body::Atomic { addr, rkey, compare, operand }),
-            (any::<u64>(), any::<u32>(), any::<u64>(), any::<bool>()).prop_map(|(addr, rkey, len, p)| Body::Flush { addr, rkey, len, placement: if p { FlushPlacement::Persistence } else { FlushPlacement::Visibility } }),
-            (any::<u64>(), any::<u32>(), data.clone(), any::<bool>()).prop_map(|(addr, rkey, data, atomic)| Body::NonPostedWrite { addr, rkey, data, atomic }),
+            (
+                any::<u64>(),
+                any::<u32>(),
+                data.clone(),
+                any::<Option<u32>>(),
+                any::<bool>()
+            )
+                .prop_map(|(addr, rkey, data, imm, ack_req)| Body::Write {
+                    addr,
+                    rkey,
+                    data,
+                    imm,
+                    ack_req
+                }),
+            (data.clone(), any::<Option<u32>>(), any::<bool>())
+                .prop_map(|(data, imm, ack_req)| Body::Send { data, imm, ack_req }),
+            (any::<u64>(), any::<u32>(), any::<u32>()).prop_map(|(addr, rkey, len)| Body::Read {
+                addr,
+                rkey,
+                len
+            }),
+            (
+                any::<u64>(),
+                any::<u32>(),
+                any::<Option<u64>>(),
+                any::<u64>()
+            )
+                .prop_map(|(addr, rkey, compare, operand)| Body::Atomic {
+                    addr,
+                    rkey,
+                    compare,
+                    operand
+                }),
+            (any::<u64>(), any::<u32>(), any::<u64>(), any::<bool>()).prop_map(
+                |(addr, rkey, len, p)| Body::Flush {
+                    addr,
+                    rkey,
+                    len,
+                    placement: if p {
+                        FlushPlacement::Persistence
+                    } else {
+                        FlushPlacement::Visibility
+                    }
+                }
+            ),
+            (any::<u64>(), any::<u32>(), data.clone(), any::<bool>()).prop_map(
+                |(addr, rkey, data, atomic)| Body::NonPostedWrite {
+                    addr,
+                    rkey,
+                    data,
+                    atomic
+                }
+            ),
             Just(Body::Ack),
             Just(Body::Done),
-            prop_oneof![Just(NakCode::Rnr), Just(NakCode::RemoteAccess), Just(NakCode::InvalidRequest)].prop_map(Body::Nak),
+            prop_oneof![
+                Just(NakCode::Rnr),
+                Just(NakCode::RemoteAccess),
+                Just(NakCode::InvalidRequest)
+            ]
+            .prop_map(Body::Nak),
             data.prop_map(Body::ReadResp),
             any::<u64>().prop_map(Body::AtomicResp),
         ]
     }
 
     fn packets() -> impl Strategy<Value = Packet> {
-        (any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>(), bodies()).prop_map(|(src, dst, sq, dq, psn, body)| Packet { src, dst, src_qp: QpNum(sq), dst_qp: QpNum(dq), psn, body })
+        (
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+            bodies(),
+        )
+            .prop_map(|(src, dst, sq, dq, psn, body)| Packet {
+                src,
+                dst,
+                src_qp: QpNum(sq),
+                dst_qp: QpNum(dq),
+                psn,
+                body,
+            })
     }
 
     proptest! {
@@ -437,7 +578,14 @@ mod tests {
 
     #[test]
     fn unknown_opcodes_and_flags_are_named() {
-        let p = Packet { src: 1, dst: 2, src_qp: QpNum(3), dst_qp: QpNum(4), psn: 5, body: Body::Ack };
+        let p = Packet {
+            src: 1,
+            dst: 2,
+            src_qp: QpNum(3),
+            dst_qp: QpNum(4),
+            psn: 5,
+            body: Body::Ack,
+        };
         let mut b = p.emit();
         b[3] = 99;
         assert_eq!(Packet::parse(&b), Err(WireError::UnknownOpcode(99)));

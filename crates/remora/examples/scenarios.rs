@@ -8,6 +8,11 @@ fn main() {
     for sc in Scenario::all() {
         let m = t.method_for(&sc.config, sc.primitive, sc.update, Shape::default());
         let lat = predict(&sc.config, &p, m, FlushMethod::Native, 200, 1);
-        println!("{:50} {:32} {:?}", sc.name(), m.name, lat.map(|d| d.to_string()));
+        println!(
+            "{:50} {:32} {:?}",
+            sc.name(),
+            m.name,
+            lat.map(|d| d.to_string())
+        );
     }
 }

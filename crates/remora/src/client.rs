@@ -81,7 +81,19 @@ impl<V: Verbs> Client<V> {
         let scq = v.create_cq(256)?;
         let rcq = v.create_cq(ACK_SLOTS as usize + 1)?;
         let qp = v.create_qp(pd, scq, rcq, QpAttr::default())?;
-        let c = Client { v, qp, scq, rcq, scratch, hello: None, taxonomy: Taxonomy::shipped(), methods: None, flush: FlushMethod::Native, seq: 1, next_wr: 1 };
+        let c = Client {
+            v,
+            qp,
+            scq,
+            rcq,
+            scratch,
+            hello: None,
+            taxonomy: Taxonomy::shipped(),
+            methods: None,
+            flush: FlushMethod::Native,
+            seq: 1,
+            next_wr: 1,
+        };
         for i in 0..ACK_SLOTS {
             c.post_ack_slot(i)?;
         }
@@ -94,20 +106,38 @@ impl<V: Verbs> Client<V> {
     }
 
     fn post_ack_slot(&self, i: u64) -> Result<(), VerbsError> {
-        let sge = Sge { addr: self.scratch.addr + 4096 + i * ACK_SLOT_BYTES, len: ACK_SLOT_BYTES as u32, lkey: self.scratch.lkey };
+        let sge = Sge {
+            addr: self.scratch.addr + 4096 + i * ACK_SLOT_BYTES,
+            len: ACK_SLOT_BYTES as u32,
+            lkey: self.scratch.lkey,
+        };
         self.v.post_recv(self.qp, RecvWr { wr_id: i, sge })
     }
 
     /// Waits for the server's Hello and picks, for singleton and compound updates, the
     /// table method of `primitive` corrected by the text's rules ([`Taxonomy::method_for`]),
     /// and the FLUSH method the server's NIC supports.
-    pub async fn connect(&mut self, primitive: Primitive, shape: Shape) -> Result<Hello, PersistError> {
+    pub async fn connect(
+        &mut self,
+        primitive: Primitive,
+        shape: Shape,
+    ) -> Result<Hello, PersistError> {
         let frame = self.next_frame().await?;
-        let Frame::Hello(hello) = frame else { return Err(PersistError::Protocol("expected Hello")) };
+        let Frame::Hello(hello) = frame else {
+            return Err(PersistError::Protocol("expected Hello"));
+        };
         let config = hello.config;
         self.methods = Some([
-            Arc::new(self.taxonomy.method_for(&config, primitive, Update::Singleton, shape).clone()),
-            Arc::new(self.taxonomy.method_for(&config, primitive, Update::Compound, shape).clone()),
+            Arc::new(
+                self.taxonomy
+                    .method_for(&config, primitive, Update::Singleton, shape)
+                    .clone(),
+            ),
+            Arc::new(
+                self.taxonomy
+                    .method_for(&config, primitive, Update::Compound, shape)
+                    .clone(),
+            ),
         ]);
         self.flush = FlushMethod::for_caps(config.caps);
         self.seq = hello.seq_base;
@@ -141,14 +171,21 @@ impl<V: Verbs> Client<V> {
     /// Makes `data` persistent at `offset` of the server's region; returns once the
     /// method's last step says it is.
     pub async fn persist(&mut self, offset: u64, data: &[u8]) -> Result<(), PersistError> {
-        let m = self.methods.as_ref().ok_or(PersistError::NotConnected)?[Update::Singleton as usize].clone();
+        let m = self.methods.as_ref().ok_or(PersistError::NotConnected)?
+            [Update::Singleton as usize]
+            .clone();
         self.run(&m, [(offset, data), (0, &[][..])]).await
     }
 
     /// Makes `first` and then `second` persistent, in that order: no crash can leave
     /// `second` persistent without `first`.
-    pub async fn persist_ordered(&mut self, first: (u64, &[u8]), second: (u64, &[u8])) -> Result<(), PersistError> {
-        let m = self.methods.as_ref().ok_or(PersistError::NotConnected)?[Update::Compound as usize].clone();
+    pub async fn persist_ordered(
+        &mut self,
+        first: (u64, &[u8]),
+        second: (u64, &[u8]),
+    ) -> Result<(), PersistError> {
+        let m = self.methods.as_ref().ok_or(PersistError::NotConnected)?[Update::Compound as usize]
+            .clone();
         self.run(&m, [first, second]).await
     }
 
@@ -156,13 +193,31 @@ impl<V: Verbs> Client<V> {
     /// READ: what is visible there, which is not necessarily persistent.
     pub async fn read(&mut self, offset: u64, len: u32) -> Result<Vec<u8>, PersistError> {
         let hello = self.hello.ok_or(PersistError::NotConnected)?;
-        if len > 4096 || offset.checked_add(len as u64).is_none_or(|e| e > hello.region_len) {
-            return Err(PersistError::OutOfRange { offset, len: len as u64, region_len: hello.region_len });
+        if len > 4096
+            || offset
+                .checked_add(len as u64)
+                .is_none_or(|e| e > hello.region_len)
+        {
+            return Err(PersistError::OutOfRange {
+                offset,
+                len: len as u64,
+                region_len: hello.region_len,
+            });
         }
         let id = self.wr_id();
-        let sge = Sge { addr: self.scratch.addr, len, lkey: self.scratch.lkey };
-        let remote = Remote { addr: hello.region_addr + offset, rkey: hello.region_rkey };
-        self.v.post_send(self.qp, SendWr::new(id, Opcode::Read, Payload::Sge(sge), Some(remote)))?;
+        let sge = Sge {
+            addr: self.scratch.addr,
+            len,
+            lkey: self.scratch.lkey,
+        };
+        let remote = Remote {
+            addr: hello.region_addr + offset,
+            rkey: hello.region_rkey,
+        };
+        self.v.post_send(
+            self.qp,
+            SendWr::new(id, Opcode::Read, Payload::Sge(sge), Some(remote)),
+        )?;
         self.wait_wr(id, "READ").await?;
         let mut out = vec![0u8; len as usize];
         self.v.load(Space::Dram, self.scratch.addr, &mut out);
@@ -181,14 +236,29 @@ impl<V: Verbs> Client<V> {
 
     async fn run(&mut self, m: &Method, items: [(u64, &[u8]); 2]) -> Result<(), PersistError> {
         let hello = self.hello.ok_or(PersistError::NotConnected)?;
-        let unsuitable = |why| PersistError::Unsuitable { method: m.name.clone(), why };
+        let unsuitable = |why| PersistError::Unsuitable {
+            method: m.name.clone(),
+            why,
+        };
         for (off, data) in items {
-            if off.checked_add(data.len() as u64).is_none_or(|e| e > hello.region_len) {
-                return Err(PersistError::OutOfRange { offset: off, len: data.len() as u64, region_len: hello.region_len });
+            if off
+                .checked_add(data.len() as u64)
+                .is_none_or(|e| e > hello.region_len)
+            {
+                return Err(PersistError::OutOfRange {
+                    offset: off,
+                    len: data.len() as u64,
+                    region_len: hello.region_len,
+                });
             }
         }
         let item = |x: Item| items[x as usize];
-        let remote = |off: u64| Some(Remote { addr: hello.region_addr + off, rkey: hello.region_rkey });
+        let remote = |off: u64| {
+            Some(Remote {
+                addr: hello.region_addr + off,
+                rkey: hello.region_rkey,
+            })
+        };
         let two_sided = m.two_sided();
         let mut last_wr = 0;
         let mut last_flush = 0;
@@ -199,52 +269,114 @@ impl<V: Verbs> Client<V> {
                 Step::RqWrite(x) => {
                     let (off, data) = item(*x);
                     last_wr = self.wr_id();
-                    let wr = SendWr::new(last_wr, Opcode::Write, Payload::Inline(data.to_vec()), remote(off)).signaled(wait_next);
+                    let wr = SendWr::new(
+                        last_wr,
+                        Opcode::Write,
+                        Payload::Inline(data.to_vec()),
+                        remote(off),
+                    )
+                    .signaled(wait_next);
                     self.v.post_send(self.qp, wr)?;
                 }
                 Step::RqWriteImm(x) => {
                     let (off, data) = item(*x);
-                    let imm = imm::encode(off, two_sided).ok_or_else(|| unsuitable("the immediate cannot address this offset"))?;
+                    let imm = imm::encode(off, two_sided)
+                        .ok_or_else(|| unsuitable("the immediate cannot address this offset"))?;
                     last_wr = self.wr_id();
                     last_msg = imm as u64;
-                    let wr = SendWr::new(last_wr, Opcode::WriteWithImm(imm), Payload::Inline(data.to_vec()), remote(off)).signaled(wait_next);
+                    let wr = SendWr::new(
+                        last_wr,
+                        Opcode::WriteWithImm(imm),
+                        Payload::Inline(data.to_vec()),
+                        remote(off),
+                    )
+                    .signaled(wait_next);
                     self.v.post_send(self.qp, wr)?;
                 }
                 Step::RqSend(xs) => {
                     let seq = self.next_seq();
                     last_msg = seq;
-                    let entries = xs.iter().map(|x| (item(*x).0, item(*x).1.to_vec())).collect();
-                    let frame = Frame::Apply { seq, ack: two_sided, entries };
+                    let entries = xs
+                        .iter()
+                        .map(|x| (item(*x).0, item(*x).1.to_vec()))
+                        .collect();
+                    let frame = Frame::Apply {
+                        seq,
+                        ack: two_sided,
+                        entries,
+                    };
                     if frame.buffer_len() > hello.rq_slot_bytes as usize {
-                        return Err(unsuitable("the message is larger than the server's receive buffers"));
+                        return Err(unsuitable(
+                            "the message is larger than the server's receive buffers",
+                        ));
                     }
                     last_wr = self.wr_id();
-                    self.v.post_send(self.qp, SendWr::new(last_wr, Opcode::Send, Payload::Inline(frame.emit()), None).signaled(wait_next))?;
+                    self.v.post_send(
+                        self.qp,
+                        SendWr::new(last_wr, Opcode::Send, Payload::Inline(frame.emit()), None)
+                            .signaled(wait_next),
+                    )?;
                 }
                 Step::RqSendAddr(x) => {
                     let seq = self.next_seq();
                     last_msg = seq;
                     let (off, data) = item(*x);
-                    let frame = Frame::Notify { seq, ack: true, entries: vec![(off, data.len() as u32)] };
+                    let frame = Frame::Notify {
+                        seq,
+                        ack: true,
+                        entries: vec![(off, data.len() as u32)],
+                    };
                     last_wr = self.wr_id();
-                    self.v.post_send(self.qp, SendWr::new(last_wr, Opcode::Send, Payload::Inline(frame.emit()), None).signaled(false))?;
+                    self.v.post_send(
+                        self.qp,
+                        SendWr::new(last_wr, Opcode::Send, Payload::Inline(frame.emit()), None)
+                            .signaled(false),
+                    )?;
                 }
                 Step::RqFlush => {
                     // The FLUSH covers what was written last (the range matters to real
                     // RNICs; the model flushes every earlier write of the connection).
-                    let (off, data) = items.iter().rev().find(|(_, d)| !d.is_empty()).copied().unwrap_or(items[0]);
+                    let (off, data) = items
+                        .iter()
+                        .rev()
+                        .find(|(_, d)| !d.is_empty())
+                        .copied()
+                        .unwrap_or(items[0]);
                     last_flush = self.wr_id();
-                    let scratch = Sge { addr: self.scratch.addr, len: 8, lkey: self.scratch.lkey };
-                    let r = Remote { addr: hello.region_addr + off, rkey: hello.region_rkey };
-                    let wr = self.flush.work_request(last_flush, FlushPlacement::Persistence, r, data.len().max(1) as u64, scratch);
+                    let scratch = Sge {
+                        addr: self.scratch.addr,
+                        len: 8,
+                        lkey: self.scratch.lkey,
+                    };
+                    let r = Remote {
+                        addr: hello.region_addr + off,
+                        rkey: hello.region_rkey,
+                    };
+                    let wr = self.flush.work_request(
+                        last_flush,
+                        FlushPlacement::Persistence,
+                        r,
+                        data.len().max(1) as u64,
+                        scratch,
+                    );
                     self.v.post_send(self.qp, wr)?;
                 }
                 Step::RqCompFlush => self.wait_wr(last_flush, "FLUSH").await?,
                 Step::RqWriteAtomic(x) => {
                     let (off, data) = item(*x);
-                    let value: [u8; 8] = data.try_into().map_err(|_| unsuitable("ATOMIC WRITE carries exactly 8 bytes"))?;
+                    let value: [u8; 8] = data
+                        .try_into()
+                        .map_err(|_| unsuitable("ATOMIC WRITE carries exactly 8 bytes"))?;
                     last_wr = self.wr_id();
-                    let wr = SendWr::new(last_wr, Opcode::AtomicWrite { value: u64::from_le_bytes(value) }, Payload::None, remote(off)).signaled(false);
+                    let wr = SendWr::new(
+                        last_wr,
+                        Opcode::AtomicWrite {
+                            value: u64::from_le_bytes(value),
+                        },
+                        Payload::None,
+                        remote(off),
+                    )
+                    .signaled(false);
                     self.v.post_send(self.qp, wr)?;
                 }
                 Step::RqComp => self.wait_wr(last_wr, "update").await?,
@@ -259,7 +391,10 @@ impl<V: Verbs> Client<V> {
         loop {
             let wc = next_completion(&self.v, self.scq).await;
             if wc.status != WcStatus::Success {
-                return Err(PersistError::Completion { what, status: wc.status });
+                return Err(PersistError::Completion {
+                    what,
+                    status: wc.status,
+                });
             }
             if wc.wr_id == wr_id {
                 return Ok(());
@@ -270,10 +405,17 @@ impl<V: Verbs> Client<V> {
     async fn next_frame(&mut self) -> Result<Frame, PersistError> {
         let wc = next_completion(&self.v, self.rcq).await;
         if wc.status != WcStatus::Success {
-            return Err(PersistError::Completion { what: "receive", status: wc.status });
+            return Err(PersistError::Completion {
+                what: "receive",
+                status: wc.status,
+            });
         }
         let mut buf = vec![0u8; wc.byte_len.min(ACK_SLOT_BYTES as u32) as usize];
-        self.v.load(Space::Dram, self.scratch.addr + 4096 + wc.wr_id * ACK_SLOT_BYTES, &mut buf);
+        self.v.load(
+            Space::Dram,
+            self.scratch.addr + 4096 + wc.wr_id * ACK_SLOT_BYTES,
+            &mut buf,
+        );
         self.post_ack_slot(wc.wr_id)?;
         Ok(Frame::parse(&buf)?)
     }
@@ -283,7 +425,11 @@ impl<V: Verbs> Client<V> {
             match self.next_frame().await? {
                 Frame::Ack { seq: s } if s == seq => return Ok(()),
                 Frame::Ack { seq: s } if s < seq => continue, // a late ack of an earlier update
-                _ => return Err(PersistError::Protocol("unexpected message while waiting for an ack")),
+                _ => {
+                    return Err(PersistError::Protocol(
+                        "unexpected message while waiting for an ack",
+                    ))
+                }
             }
         }
     }

@@ -24,13 +24,24 @@ pub struct SimPair {
 
 impl SimPair {
     /// A server with `config` and a client on the same fabric (same transport and NIC).
-    pub fn new(seed: u64, profile: LatencyProfile, config: ServerConfig, setup: ServerSetup) -> Self {
+    pub fn new(
+        seed: u64,
+        profile: LatencyProfile,
+        config: ServerConfig,
+        setup: ServerSetup,
+    ) -> Self {
         let costs = CpuCosts::from_profile(&profile);
         let sim = Sim::new(seed, profile);
         let server = sim.add_node("server", config);
         // The client's own persistence domain does not matter; its transport and RNIC do.
         let client = sim.add_node("client", config);
-        SimPair { sim, server, client, setup, costs }
+        SimPair {
+            sim,
+            server,
+            client,
+            setup,
+            costs,
+        }
     }
 
     /// Sets up the server's side, connects a new client to it and starts the responder.
@@ -40,9 +51,13 @@ impl SimPair {
         self.start(responder)
     }
 
-    fn start(&self, mut responder: Responder<NodeHandle>) -> Result<(Client<NodeHandle>, MrInfo), VerbsError> {
+    fn start(
+        &self,
+        mut responder: Responder<NodeHandle>,
+    ) -> Result<(Client<NodeHandle>, MrInfo), VerbsError> {
         let client = Client::create(self.client.clone())?;
-        self.sim.connect((&self.client, client.qp()), (&self.server, responder.qp()))?;
+        self.sim
+            .connect((&self.client, client.qp()), (&self.server, responder.qp()))?;
         let region = responder.region();
         self.sim.spawn_on(&self.server, async move {
             responder.serve().await;

@@ -26,7 +26,12 @@ pub struct Candidate {
 }
 
 /// Every correct (method, flush method) pair for the server, unranked.
-pub fn candidates(t: &Taxonomy, config: &ServerConfig, update: Update, shape: Shape) -> Vec<(Method, FlushMethod, String)> {
+pub fn candidates(
+    t: &Taxonomy,
+    config: &ServerConfig,
+    update: Update,
+    shape: Shape,
+) -> Vec<(Method, FlushMethod, String)> {
     let mut out: Vec<(Method, FlushMethod, String)> = Vec::new();
     let mut push = |m: &Method, why: String| {
         let flushes: Vec<FlushMethod> = if !m.uses_flush() {
@@ -38,14 +43,21 @@ pub fn candidates(t: &Taxonomy, config: &ServerConfig, update: Update, shape: Sh
         };
         for f in flushes {
             if !out.iter().any(|(o, of, _)| o.name == m.name && *of == f) {
-                let why = if f == FlushMethod::ReadAfterWrite { format!("{why}; FLUSH emulated by READ (seed 000 §3.4)") } else { why.clone() };
+                let why = if f == FlushMethod::ReadAfterWrite {
+                    format!("{why}; FLUSH emulated by READ (seed 000 §3.4)")
+                } else {
+                    why.clone()
+                };
                 out.push((m.clone(), f, why));
             }
         }
     };
     for p in Primitive::ALL {
         let m = t.method_for(config, p, update, shape);
-        push(m, format!("seed 000 Table {} cell for {}", m.table, p.name()));
+        push(
+            m,
+            format!("seed 000 Table {} cell for {}", m.table, p.name()),
+        );
     }
     for m in t.alternatives(config, update) {
         push(m, "seed 000 §3.2–3.3 text alternative (footnote ∗: message exchange instead of FLUSH, or waiting for the first FLUSH)".into());
@@ -55,7 +67,14 @@ pub fn candidates(t: &Taxonomy, config: &ServerConfig, update: Update, shape: Sh
 
 /// Predicts the mean latency of `method` on a server: `n` updates of 64 bytes (compound:
 /// a 64-byte record, then an 8-byte pointer) on a simulated pair.
-pub fn predict(config: &ServerConfig, profile: &LatencyProfile, method: &Method, flush: FlushMethod, n: u64, seed: u64) -> Option<Duration> {
+pub fn predict(
+    config: &ServerConfig,
+    profile: &LatencyProfile,
+    method: &Method,
+    flush: FlushMethod,
+    n: u64,
+    seed: u64,
+) -> Option<Duration> {
     let pair = SimPair::new(seed, profile.clone(), *config, ServerSetup::default());
     let (mut client, _) = pair.open().ok()?;
     let method = method.clone();
@@ -76,7 +95,11 @@ pub fn predict(config: &ServerConfig, profile: &LatencyProfile, method: &Method,
             let off = 64 + (i % 1024) * 64;
             let r = match update {
                 Update::Singleton => client.persist(off, &record).await,
-                Update::Compound => client.persist_ordered((off, &record), (0, &(i + 1).to_le_bytes())).await,
+                Update::Compound => {
+                    client
+                        .persist_ordered((off, &record), (0, &(i + 1).to_le_bytes()))
+                        .await
+                }
             };
             if r.is_err() {
                 return;
@@ -90,13 +113,23 @@ pub fn predict(config: &ServerConfig, profile: &LatencyProfile, method: &Method,
 }
 
 /// Every correct method, fastest first.
-pub fn plan(config: &ServerConfig, update: Update, shape: Shape, profile: &LatencyProfile) -> Vec<Candidate> {
+pub fn plan(
+    config: &ServerConfig,
+    update: Update,
+    shape: Shape,
+    profile: &LatencyProfile,
+) -> Vec<Candidate> {
     let t = Taxonomy::shipped();
     let mut v: Vec<Candidate> = candidates(&t, config, update, shape)
         .into_iter()
         .filter_map(|(method, flush, because)| {
             let mean = predict(config, profile, &method, flush, 200, 1)?;
-            Some(Candidate { method, flush, because, mean })
+            Some(Candidate {
+                method,
+                flush,
+                because,
+                mean,
+            })
         })
         .collect();
     v.sort_by_key(|c| (c.mean, c.method.name.clone()));
@@ -104,15 +137,36 @@ pub fn plan(config: &ServerConfig, update: Update, shape: Shape, profile: &Laten
 }
 
 /// The plan as a readable explanation.
-pub fn explain(config: &ServerConfig, update: Update, shape: Shape, profile: &LatencyProfile) -> String {
+pub fn explain(
+    config: &ServerConfig,
+    update: Update,
+    shape: Shape,
+    profile: &LatencyProfile,
+) -> String {
     let plan = plan(config, update, shape, profile);
     let mut s = format!("Server {config}, {} updates, profile {:?}\n\n| rank | method | flush | predicted mean | why it is correct |\n|---|---|---|---|---|\n", update.name(), profile.name);
     for (i, c) in plan.iter().enumerate() {
-        let flush = if c.method.uses_flush() { format!("{:?}", c.flush) } else { "-".into() };
-        s.push_str(&format!("| {} | {} | {} | {} | {} |\n", i + 1, c.method.name, flush, c.mean, c.because));
+        let flush = if c.method.uses_flush() {
+            format!("{:?}", c.flush)
+        } else {
+            "-".into()
+        };
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            i + 1,
+            c.method.name,
+            flush,
+            c.mean,
+            c.because
+        ));
     }
     if let Some(best) = plan.first() {
-        s.push_str(&format!("\nChosen: {} ({})\n  steps: {}\n", best.method.name, best.mean, best.method.text.join("; ")));
+        s.push_str(&format!(
+            "\nChosen: {} ({})\n  steps: {}\n",
+            best.method.name,
+            best.mean,
+            best.method.text.join("; ")
+        ));
     }
     s
 }

@@ -23,7 +23,11 @@ pub struct ServerSetup {
 
 impl Default for ServerSetup {
     fn default() -> Self {
-        ServerSetup { region_len: 1 << 20, rq_slots: 64, rq_slot_bytes: 256 }
+        ServerSetup {
+            region_len: 1 << 20,
+            rq_slots: 64,
+            rq_slot_bytes: 256,
+        }
     }
 }
 
@@ -86,9 +90,24 @@ impl<V: Verbs> Responder<V> {
         let applied_at = (ring_space == Space::Pm).then(|| v.alloc(Space::Pm, 64, 64));
         let rcq = v.create_cq(setup.rq_slots as usize + 1)?;
         let scq = v.create_cq(16)?;
-        let attr = QpAttr { rq_depth: setup.rq_slots as usize, ..QpAttr::default() };
+        let attr = QpAttr {
+            rq_depth: setup.rq_slots as usize,
+            ..QpAttr::default()
+        };
         let qp = v.create_qp(pd, scq, rcq, attr)?;
-        Ok(Responder { v, config, setup, region, ring, applied_at, qp, rcq, seq_base: 1, costs, stats: ResponderStats::default() })
+        Ok(Responder {
+            v,
+            config,
+            setup,
+            region,
+            ring,
+            applied_at,
+            qp,
+            rcq,
+            seq_base: 1,
+            costs,
+            stats: ResponderStats::default(),
+        })
     }
 
     /// The queue pair to connect to the client's.
@@ -126,7 +145,9 @@ impl<V: Verbs> Responder<V> {
         let mut found = Vec::new();
         for i in 0..self.setup.rq_slots as u64 {
             // A torn or stale-but-corrupt buffer fails its checksum and is skipped.
-            if let Ok(Frame::Apply { seq, entries, .. }) = Frame::parse(&self.read_slot(i, self.setup.rq_slot_bytes as usize)) {
+            if let Ok(Frame::Apply { seq, entries, .. }) =
+                Frame::parse(&self.read_slot(i, self.setup.rq_slot_bytes as usize))
+            {
                 if seq > applied {
                     found.push((seq, i, entries));
                 }
@@ -146,14 +167,23 @@ impl<V: Verbs> Responder<V> {
     /// Copies an Apply frame's entries from receive slot `slot` to the region ("Rsp
     /// copy"), flushing each under DMP ("Rsp flush") so a compound update persists in order.
     async fn apply(&mut self, slot: u64, entries: &[(u64, Vec<u8>)]) -> bool {
-        if !entries.iter().all(|(off, data)| self.in_region(*off, data.len() as u64)) {
+        if !entries
+            .iter()
+            .all(|(off, data)| self.in_region(*off, data.len() as u64))
+        {
             return false;
         }
         let mut pos = crate::wire::HEADER as u64;
         for (off, data) in entries {
             pos += 12; // the entry's offset and length fields
             let dst = self.region.addr + off;
-            self.v.memcpy((Space::Pm, dst), (self.ring.space, self.slot_addr(slot) + pos), data.len() as u64).await;
+            self.v
+                .memcpy(
+                    (Space::Pm, dst),
+                    (self.ring.space, self.slot_addr(slot) + pos),
+                    data.len() as u64,
+                )
+                .await;
             pos += data.len() as u64;
             if self.config.domain == PersistenceDomain::Dmp {
                 self.v.persist_local(dst, data.len() as u64).await;
@@ -181,12 +211,16 @@ impl<V: Verbs> Responder<V> {
     }
 
     fn in_region(&self, off: u64, len: u64) -> bool {
-        off.checked_add(len).is_some_and(|end| end <= self.setup.region_len)
+        off.checked_add(len)
+            .is_some_and(|end| end <= self.setup.region_len)
     }
 
     async fn ack(&mut self, seq: u64) -> Result<(), VerbsError> {
         let frame = Frame::Ack { seq }.emit();
-        self.v.post_send(self.qp, SendWr::new(seq, Opcode::Send, Payload::Inline(frame), None).signaled(false))?;
+        self.v.post_send(
+            self.qp,
+            SendWr::new(seq, Opcode::Send, Payload::Inline(frame), None).signaled(false),
+        )?;
         self.stats.acks += 1;
         Ok(())
     }
@@ -202,7 +236,10 @@ impl<V: Verbs> Responder<V> {
         }
     }
 
-    async fn serve_inner(&mut self, costs: CpuCosts) -> Result<std::convert::Infallible, VerbsError> {
+    async fn serve_inner(
+        &mut self,
+        costs: CpuCosts,
+    ) -> Result<std::convert::Infallible, VerbsError> {
         for i in 0..self.setup.rq_slots as u64 {
             self.post_slot(i)?;
         }
@@ -215,7 +252,16 @@ impl<V: Verbs> Responder<V> {
             rq_slot_bytes: self.setup.rq_slot_bytes,
             seq_base: self.seq_base,
         };
-        self.v.post_send(self.qp, SendWr::new(0, Opcode::Send, Payload::Inline(Frame::Hello(hello).emit()), None).signaled(false))?;
+        self.v.post_send(
+            self.qp,
+            SendWr::new(
+                0,
+                Opcode::Send,
+                Payload::Inline(Frame::Hello(hello).emit()),
+                None,
+            )
+            .signaled(false),
+        )?;
         let dmp = self.config.domain == PersistenceDomain::Dmp;
         loop {
             let wc = next_completion(&self.v, self.rcq).await;
@@ -231,7 +277,9 @@ impl<V: Verbs> Responder<V> {
                     let (off, ack) = imm::decode(wc.imm.unwrap_or(0));
                     if self.in_region(off, wc.byte_len as u64) {
                         if dmp {
-                            self.v.persist_local(self.region.addr + off, wc.byte_len as u64).await;
+                            self.v
+                                .persist_local(self.region.addr + off, wc.byte_len as u64)
+                                .await;
                         }
                         self.stats.notified += 1;
                         if ack {
@@ -281,7 +329,11 @@ impl<V: Verbs> Responder<V> {
     }
 
     fn post_slot(&self, i: u64) -> Result<(), VerbsError> {
-        let sge = Sge { addr: self.slot_addr(i), len: self.setup.rq_slot_bytes, lkey: self.ring.lkey };
+        let sge = Sge {
+            addr: self.slot_addr(i),
+            len: self.setup.rq_slot_bytes,
+            lkey: self.ring.lkey,
+        };
         self.v.post_recv(self.qp, RecvWr { wr_id: i, sge })
     }
 }
@@ -298,6 +350,9 @@ pub struct CpuCosts {
 impl CpuCosts {
     /// The costs a latency profile gives.
     pub fn from_profile(p: &remora_model::LatencyProfile) -> Self {
-        CpuCosts { poll: Duration::from_nanos(p.cpu.poll_ns), handle: Duration::from_nanos(p.cpu.msg_handle_ns) }
+        CpuCosts {
+            poll: Duration::from_nanos(p.cpu.poll_ns),
+            handle: Duration::from_nanos(p.cpu.msg_handle_ns),
+        }
     }
 }

@@ -125,13 +125,17 @@ impl std::str::FromStr for Step {
             ("Rq", "WriteImm", Some(x)) => Step::RqWriteImm(item(x)?),
             ("Rq", "Writeatomic", Some(x)) => Step::RqWriteAtomic(item(x)?),
             ("Rq", "Send", Some(x)) if x.starts_with('&') => Step::RqSendAddr(item(&x[1..])?),
-            ("Rq", "Send", Some(x)) => Step::RqSend(x.split(',').map(item).collect::<Result<_, _>>()?),
+            ("Rq", "Send", Some(x)) => {
+                Step::RqSend(x.split(',').map(item).collect::<Result<_, _>>()?)
+            }
             ("Rq", "Flush", None) => Step::RqFlush,
             ("Rq", "CompFlush", None) => Step::RqCompFlush,
             ("Rq", "CompWrite" | "CompWriteImm" | "CompSend", Some(_)) => Step::RqComp,
             ("Rq", "Receive", Some("ack")) => Step::RqReceiveAck,
             ("Rsp", "Receive", Some(_)) => Step::RspReceive,
-            ("Rsp", "copy", Some(_)) => Step::RspCopy { flush: rest.contains("flush") },
+            ("Rsp", "copy", Some(_)) => Step::RspCopy {
+                flush: rest.contains("flush"),
+            },
             ("Rsp", "flush", Some(_)) => Step::RspFlush,
             ("Rsp", "Send", Some("ack")) => Step::RspSendAck,
             _ => return Err(err()),
@@ -203,7 +207,11 @@ impl Scenario {
         for update in Update::ALL {
             for config in ServerConfig::table1() {
                 for primitive in Primitive::ALL {
-                    v.push(Scenario { config, primitive, update });
+                    v.push(Scenario {
+                        config,
+                        primitive,
+                        update,
+                    });
                 }
             }
         }
@@ -212,7 +220,12 @@ impl Scenario {
 
     /// A short stable name, e.g. `singleton/DMP+DDIO+DRAM-RQWRB/WRITE`.
     pub fn name(&self) -> String {
-        format!("{}/{}/{}", self.update.name(), self.config.name(), self.primitive.name())
+        format!(
+            "{}/{}/{}",
+            self.update.name(),
+            self.config.name(),
+            self.primitive.name()
+        )
     }
 }
 
@@ -272,7 +285,11 @@ const ROWS: [(bool, RqwrbPlacement, &str); 4] = [
     (false, RqwrbPlacement::Dram, "noDDIO+DRAM-RQWRB"),
     (false, RqwrbPlacement::Pm, "noDDIO+PM-RQWRB"),
 ];
-const DOMAINS: [PersistenceDomain; 3] = [PersistenceDomain::Dmp, PersistenceDomain::Mhp, PersistenceDomain::Wsp];
+const DOMAINS: [PersistenceDomain; 3] = [
+    PersistenceDomain::Dmp,
+    PersistenceDomain::Mhp,
+    PersistenceDomain::Wsp,
+];
 
 impl Taxonomy {
     /// The shipped taxonomy.
@@ -285,32 +302,71 @@ impl Taxonomy {
         let file: FileToml = toml::from_str(text)?;
         let mut methods = BTreeMap::new();
         for (name, m) in file.methods {
-            let steps = m.steps.iter().map(|s| s.parse()).collect::<Result<Vec<Step>, _>>().map_err(|e| TaxonomyError::Step(name.clone(), e))?;
+            let steps = m
+                .steps
+                .iter()
+                .map(|s| s.parse())
+                .collect::<Result<Vec<Step>, _>>()
+                .map_err(|e| TaxonomyError::Step(name.clone(), e))?;
             if !(m.table == 2 || m.table == 3) {
-                return Err(TaxonomyError::Shape(format!("method {name}: table must be 2 or 3")));
+                return Err(TaxonomyError::Shape(format!(
+                    "method {name}: table must be 2 or 3"
+                )));
             }
-            let mentions_b = steps.iter().any(|s| matches!(s, Step::RqWrite(Item::B) | Step::RqWriteImm(Item::B) | Step::RqWriteAtomic(Item::B) | Step::RqSendAddr(Item::B)) || matches!(s, Step::RqSend(v) if v.contains(&Item::B)));
+            let mentions_b = steps.iter().any(|s| {
+                matches!(
+                    s,
+                    Step::RqWrite(Item::B)
+                        | Step::RqWriteImm(Item::B)
+                        | Step::RqWriteAtomic(Item::B)
+                        | Step::RqSendAddr(Item::B)
+                ) || matches!(s, Step::RqSend(v) if v.contains(&Item::B))
+            });
             if mentions_b != (m.table == 3) {
-                return Err(TaxonomyError::Shape(format!("method {name}: a Table 3 method must update b, a Table 2 one must not")));
+                return Err(TaxonomyError::Shape(format!(
+                    "method {name}: a Table 3 method must update b, a Table 2 one must not"
+                )));
             }
-            methods.insert(name.clone(), Method { name, table: m.table, text: m.steps, steps });
+            methods.insert(
+                name.clone(),
+                Method {
+                    name,
+                    table: m.table,
+                    text: m.steps,
+                    steps,
+                },
+            );
         }
         let mut cells = BTreeMap::new();
-        for (update, table) in [(Update::Singleton, &file.singleton), (Update::Compound, &file.compound)] {
+        for (update, table) in [
+            (Update::Singleton, &file.singleton),
+            (Update::Compound, &file.compound),
+        ] {
             if table.len() != 4 {
-                return Err(TaxonomyError::Shape(format!("{} table needs 4 rows", update.name())));
+                return Err(TaxonomyError::Shape(format!(
+                    "{} table needs 4 rows",
+                    update.name()
+                )));
             }
             for (ddio, rq, key) in ROWS {
-                let row = table.get(key).ok_or_else(|| TaxonomyError::Shape(format!("{} table lacks row {key}", update.name())))?;
+                let row = table.get(key).ok_or_else(|| {
+                    TaxonomyError::Shape(format!("{} table lacks row {key}", update.name()))
+                })?;
                 if row.len() != 3 || row.iter().any(|c| c.len() != 3) {
-                    return Err(TaxonomyError::Shape(format!("row {key} needs 3 domains × 3 primitives")));
+                    return Err(TaxonomyError::Shape(format!(
+                        "row {key} needs 3 domains × 3 primitives"
+                    )));
                 }
                 for (d, domain) in DOMAINS.iter().enumerate() {
                     for (p, prim) in Primitive::ALL.iter().enumerate() {
                         let name = &row[d][p];
-                        let m = methods.get(name).ok_or_else(|| TaxonomyError::Shape(format!("row {key}: unknown method {name}")))?;
+                        let m = methods.get(name).ok_or_else(|| {
+                            TaxonomyError::Shape(format!("row {key}: unknown method {name}"))
+                        })?;
                         if m.update() != update || m.primitive() != *prim {
-                            return Err(TaxonomyError::Shape(format!("row {key}: method {name} does not fit its cell")));
+                            return Err(TaxonomyError::Shape(format!(
+                                "row {key}: method {name} does not fit its cell"
+                            )));
                         }
                         cells.insert((update, ddio, rq, *domain, *prim), name.clone());
                     }
@@ -332,7 +388,12 @@ impl Taxonomy {
 
     /// The method the tables give for a configuration, ignoring transport and NIC
     /// capabilities.
-    pub fn table_method(&self, config: &ServerConfig, primitive: Primitive, update: Update) -> &Method {
+    pub fn table_method(
+        &self,
+        config: &ServerConfig,
+        primitive: Primitive,
+        update: Update,
+    ) -> &Method {
         let name = &self.cells[&(update, config.ddio, config.rqwrb, config.domain, primitive)];
         &self.methods[name]
     }
@@ -346,13 +407,21 @@ impl Taxonomy {
     ///
     /// A missing native FLUSH does not change the method: the library emulates FLUSH by
     /// READ (§3.4), see [`remora_verbs::FlushMethod`].
-    pub fn method_for(&self, config: &ServerConfig, primitive: Primitive, update: Update, shape: Shape) -> &Method {
+    pub fn method_for(
+        &self,
+        config: &ServerConfig,
+        primitive: Primitive,
+        update: Update,
+        shape: Shape,
+    ) -> &Method {
         let mut table_config = *config;
         if config.transport == Transport::IWarp && config.domain == PersistenceDomain::Wsp {
             table_config.domain = PersistenceDomain::Mhp;
         }
         let m = self.table_method(&table_config, primitive, update);
-        if m.steps.iter().any(|s| matches!(s, Step::RqWriteAtomic(_))) && (shape.b_len > 8 || !config.caps.atomic_write) {
+        if m.steps.iter().any(|s| matches!(s, Step::RqWriteAtomic(_)))
+            && (shape.b_len > 8 || !config.caps.atomic_write)
+        {
             return &self.methods["write-flush-wait-write-flush"];
         }
         m
@@ -429,41 +498,94 @@ mod tests {
         let t = Taxonomy::shipped();
         let c = |s: &str| s.parse::<ServerConfig>().unwrap();
         // Table 2: DMP + DDIO needs the responder's CPU for WRITE.
-        let m = t.table_method(&c("DMP+DDIO+DRAM-RQWRB"), Primitive::Write, Update::Singleton);
+        let m = t.table_method(
+            &c("DMP+DDIO+DRAM-RQWRB"),
+            Primitive::Write,
+            Update::Singleton,
+        );
         assert!(m.two_sided() && m.text[1] == "Rq Send(&a)");
         // Table 2: WSP + PM-RQWRB treats SEND as one-sided, completion only.
         let m = t.table_method(&c("WSP+DDIO+PM-RQWRB"), Primitive::Send, Update::Singleton);
         assert_eq!(m.text, ["Rq Send(a)", "Rq CompSend(a)"]);
         // Table 3: DMP without DDIO uses ATOMIC WRITE for b.
-        let m = t.table_method(&c("DMP+noDDIO+DRAM-RQWRB"), Primitive::Write, Update::Compound);
+        let m = t.table_method(
+            &c("DMP+noDDIO+DRAM-RQWRB"),
+            Primitive::Write,
+            Update::Compound,
+        );
         assert!(m.steps.contains(&Step::RqWriteAtomic(Item::B)));
         // Table 3: MHP pipelines both WRITEs before one FLUSH.
         let m = t.table_method(&c("MHP+DDIO+PM-RQWRB"), Primitive::Write, Update::Compound);
-        assert_eq!(m.steps, vec![Step::RqWrite(Item::A), Step::RqWrite(Item::B), Step::RqFlush, Step::RqCompFlush]);
+        assert_eq!(
+            m.steps,
+            vec![
+                Step::RqWrite(Item::A),
+                Step::RqWrite(Item::B),
+                Step::RqFlush,
+                Step::RqCompFlush
+            ]
+        );
     }
 
     #[test]
     fn text_rules_change_the_method() {
         let t = Taxonomy::shipped();
         let mut wsp: ServerConfig = "WSP+noDDIO+PM-RQWRB".parse().unwrap();
-        assert!(!t.method_for(&wsp, Primitive::Write, Update::Singleton, Shape::default()).uses_flush());
+        assert!(!t
+            .method_for(&wsp, Primitive::Write, Update::Singleton, Shape::default())
+            .uses_flush());
         wsp.transport = Transport::IWarp;
-        assert_eq!(t.method_for(&wsp, Primitive::Write, Update::Singleton, Shape::default()).name, "write-flush");
+        assert_eq!(
+            t.method_for(&wsp, Primitive::Write, Update::Singleton, Shape::default())
+                .name,
+            "write-flush"
+        );
         let dmp: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
-        assert_eq!(t.method_for(&dmp, Primitive::Write, Update::Compound, Shape { b_len: 8 }).name, "write-flush-atomic-flush");
-        assert_eq!(t.method_for(&dmp, Primitive::Write, Update::Compound, Shape { b_len: 16 }).name, "write-flush-wait-write-flush");
+        assert_eq!(
+            t.method_for(&dmp, Primitive::Write, Update::Compound, Shape { b_len: 8 })
+                .name,
+            "write-flush-atomic-flush"
+        );
+        assert_eq!(
+            t.method_for(
+                &dmp,
+                Primitive::Write,
+                Update::Compound,
+                Shape { b_len: 16 }
+            )
+            .name,
+            "write-flush-wait-write-flush"
+        );
         let mut no_aw = dmp;
         no_aw.caps.atomic_write = false;
-        assert_eq!(t.method_for(&no_aw, Primitive::Write, Update::Compound, Shape::default()).name, "write-flush-wait-write-flush");
+        assert_eq!(
+            t.method_for(&no_aw, Primitive::Write, Update::Compound, Shape::default())
+                .name,
+            "write-flush-wait-write-flush"
+        );
     }
 
     #[test]
     fn broken_files_are_rejected() {
         let bad_step = METHODS_TOML.replace("\"Rq CompFlush\"]", "\"Rq Teleport\"]");
-        assert!(matches!(Taxonomy::from_toml(&bad_step), Err(TaxonomyError::Step(..))));
-        let bad_ref = METHODS_TOML.replacen("[\"write-msg\", \"writeimm-msg\"", "[\"nope\", \"writeimm-msg\"", 1);
-        assert!(matches!(Taxonomy::from_toml(&bad_ref), Err(TaxonomyError::Shape(_))));
-        let misfit = METHODS_TOML.replacen("[\"write-msg\", \"writeimm-msg\"", "[\"send-flush\", \"writeimm-msg\"", 1);
+        assert!(matches!(
+            Taxonomy::from_toml(&bad_step),
+            Err(TaxonomyError::Step(..))
+        ));
+        let bad_ref = METHODS_TOML.replacen(
+            "[\"write-msg\", \"writeimm-msg\"",
+            "[\"nope\", \"writeimm-msg\"",
+            1,
+        );
+        assert!(matches!(
+            Taxonomy::from_toml(&bad_ref),
+            Err(TaxonomyError::Shape(_))
+        ));
+        let misfit = METHODS_TOML.replacen(
+            "[\"write-msg\", \"writeimm-msg\"",
+            "[\"send-flush\", \"writeimm-msg\"",
+            1,
+        );
         assert!(Taxonomy::from_toml(&misfit).is_err());
     }
 
@@ -471,7 +593,12 @@ mod tests {
     fn markdown_tables_have_every_cell() {
         let t = Taxonomy::shipped();
         let md = t.markdown(Update::Compound);
-        assert_eq!(md.lines().filter(|l| l.starts_with("| ") && l.contains("RQWRB |")).count(), 4);
+        assert_eq!(
+            md.lines()
+                .filter(|l| l.starts_with("| ") && l.contains("RQWRB |"))
+                .count(),
+            4
+        );
         assert!(md.contains("Rq Writeatomic(b)"));
         assert!(md.contains("| DMP WRITE |"));
     }

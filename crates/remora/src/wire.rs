@@ -117,9 +117,15 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], FrameError> {
-        let end = self.at.checked_add(n).ok_or(FrameError::BadValue("length"))?;
+        let end = self
+            .at
+            .checked_add(n)
+            .ok_or(FrameError::BadValue("length"))?;
         if end > self.b.len() {
-            return Err(FrameError::Truncated { need: end, have: self.b.len() });
+            return Err(FrameError::Truncated {
+                need: end,
+                have: self.b.len(),
+            });
         }
         let s = &self.b[self.at..end];
         self.at = end;
@@ -163,8 +169,12 @@ impl Frame {
         let mut b = Vec::with_capacity(self.buffer_len());
         let (seq, flags, count) = match self {
             Frame::Hello(_) => (0, 0, 0),
-            Frame::Apply { seq, ack, entries } => (*seq, if *ack { FLAG_ACK } else { 0 }, entries.len()),
-            Frame::Notify { seq, ack, entries } => (*seq, if *ack { FLAG_ACK } else { 0 }, entries.len()),
+            Frame::Apply { seq, ack, entries } => {
+                (*seq, if *ack { FLAG_ACK } else { 0 }, entries.len())
+            }
+            Frame::Notify { seq, ack, entries } => {
+                (*seq, if *ack { FLAG_ACK } else { 0 }, entries.len())
+            }
             Frame::Ack { seq } => (*seq, 0, 0),
         };
         assert!(count <= MAX_ENTRIES, "frame with {count} entries");
@@ -191,7 +201,11 @@ impl Frame {
                     Transport::RoCE => 1,
                     Transport::IWarp => 2,
                 });
-                b.push(c.caps.native_flush as u8 | (c.caps.atomic_write as u8) << 1 | (c.caps.non_posted_write as u8) << 2);
+                b.push(
+                    c.caps.native_flush as u8
+                        | (c.caps.atomic_write as u8) << 1
+                        | (c.caps.non_posted_write as u8) << 2,
+                );
                 b.extend_from_slice(&h.region_addr.to_le_bytes());
                 b.extend_from_slice(&h.region_len.to_le_bytes());
                 b.extend_from_slice(&h.region_rkey.to_le_bytes());
@@ -246,16 +260,24 @@ impl Frame {
         if count > MAX_ENTRIES {
             return Err(FrameError::BadValue("entry count"));
         }
-        let total = HEADER.checked_add(body_len).ok_or(FrameError::BadValue("body length"))?;
+        let total = HEADER
+            .checked_add(body_len)
+            .ok_or(FrameError::BadValue("body length"))?;
         if buf.len() < total {
-            return Err(FrameError::Truncated { need: total, have: buf.len() });
+            return Err(FrameError::Truncated {
+                need: total,
+                have: buf.len(),
+            });
         }
         let mut check = buf[..total].to_vec();
         check[20..24].fill(0);
         if crc32c::crc32c(&check) != crc {
             return Err(FrameError::BadChecksum);
         }
-        let mut body = Reader { b: &buf[..total], at: HEADER };
+        let mut body = Reader {
+            b: &buf[..total],
+            at: HEADER,
+        };
         let ack = flags & FLAG_ACK != 0;
         let frame = match kind {
             1 => {
@@ -285,9 +307,19 @@ impl Frame {
                 if caps & !7 != 0 {
                     return Err(FrameError::BadValue("capabilities"));
                 }
-                let caps = NicCaps { native_flush: caps & 1 != 0, atomic_write: caps & 2 != 0, non_posted_write: caps & 4 != 0 };
+                let caps = NicCaps {
+                    native_flush: caps & 1 != 0,
+                    atomic_write: caps & 2 != 0,
+                    non_posted_write: caps & 4 != 0,
+                };
                 Frame::Hello(Hello {
-                    config: ServerConfig { domain, ddio, rqwrb, transport, caps },
+                    config: ServerConfig {
+                        domain,
+                        ddio,
+                        rqwrb,
+                        transport,
+                        caps,
+                    },
                     region_addr: body.u64()?,
                     region_len: body.u64()?,
                     region_rkey: body.u32()?,
@@ -331,7 +363,7 @@ pub mod imm {
 
     /// The immediate for a write at `offset`, or `None` if the offset cannot be encoded.
     pub fn encode(offset: u64, ack: bool) -> Option<u32> {
-        if offset % UNIT != 0 || offset / UNIT >= ACK as u64 {
+        if !offset.is_multiple_of(UNIT) || offset / UNIT >= ACK as u64 {
             return None;
         }
         Some((offset / UNIT) as u32 | if ack { ACK } else { 0 })
@@ -349,17 +381,36 @@ mod tests {
     use proptest::prelude::*;
 
     fn frames() -> impl Strategy<Value = Frame> {
-        let entries = prop::collection::vec((any::<u64>(), prop::collection::vec(any::<u8>(), 0..100)), 0..4);
+        let entries = prop::collection::vec(
+            (any::<u64>(), prop::collection::vec(any::<u8>(), 0..100)),
+            0..4,
+        );
         let notes = prop::collection::vec((any::<u64>(), any::<u32>()), 0..4);
         prop_oneof![
-            (any::<u64>(), any::<bool>(), entries).prop_map(|(seq, ack, entries)| Frame::Apply { seq, ack, entries }),
-            (any::<u64>(), any::<bool>(), notes).prop_map(|(seq, ack, entries)| Frame::Notify { seq, ack, entries }),
+            (any::<u64>(), any::<bool>(), entries).prop_map(|(seq, ack, entries)| Frame::Apply {
+                seq,
+                ack,
+                entries
+            }),
+            (any::<u64>(), any::<bool>(), notes).prop_map(|(seq, ack, entries)| Frame::Notify {
+                seq,
+                ack,
+                entries
+            }),
             any::<u64>().prop_map(|seq| Frame::Ack { seq }),
             (0usize..12, any::<u64>(), any::<u32>()).prop_map(|(i, a, k)| {
                 let mut config = ServerConfig::table1()[i];
                 config.transport = Transport::IWarp;
                 config.caps.atomic_write = k % 2 == 0;
-                Frame::Hello(Hello { config, region_addr: a, region_len: a / 2, region_rkey: k, rq_slots: 64, rq_slot_bytes: 256, seq_base: a ^ 5 })
+                Frame::Hello(Hello {
+                    config,
+                    region_addr: a,
+                    region_len: a / 2,
+                    region_rkey: k,
+                    rq_slots: 64,
+                    rq_slot_bytes: 256,
+                    seq_base: a ^ 5,
+                })
             }),
         ]
     }
@@ -369,7 +420,7 @@ mod tests {
         fn round_trips(f in frames(), pad in 0usize..8) {
             let mut b = f.emit();
             prop_assert_eq!(b.len(), f.buffer_len());
-            b.extend(std::iter::repeat(0xAA).take(pad));
+            b.extend(std::iter::repeat_n(0xAA, pad));
             prop_assert_eq!(Frame::parse(&b).unwrap(), f);
         }
 
@@ -392,7 +443,10 @@ mod tests {
 
     #[test]
     fn immediates_round_trip_and_refuse_unaddressable_offsets() {
-        assert_eq!(imm::decode(imm::encode(64 * 1000, true).unwrap()), (64_000, true));
+        assert_eq!(
+            imm::decode(imm::encode(64 * 1000, true).unwrap()),
+            (64_000, true)
+        );
         assert_eq!(imm::decode(imm::encode(0, false).unwrap()), (0, false));
         assert_eq!(imm::encode(65, false), None);
         assert_eq!(imm::encode(64 << 31, false), None);
@@ -403,7 +457,10 @@ mod tests {
         let mut b = Frame::Ack { seq: 3 }.emit();
         b[4] = 9;
         assert_eq!(Frame::parse(&b), Err(FrameError::BadVersion(9)));
-        assert_eq!(Frame::parse(b"RMR"), Err(FrameError::Truncated { need: 4, have: 3 }));
+        assert_eq!(
+            Frame::parse(b"RMR"),
+            Err(FrameError::Truncated { need: 4, have: 3 })
+        );
         assert_eq!(Frame::parse(&[0u8; 64]), Err(FrameError::BadMagic));
         let mut k = Frame::Ack { seq: 3 }.emit();
         k[5] = 77;

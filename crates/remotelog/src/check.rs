@@ -60,7 +60,16 @@ pub struct CheckOptions {
 
 impl Default for CheckOptions {
     fn default() -> Self {
-        CheckOptions { appends: 8, crash_points: 1000, seed: 1, profile: LatencyProfile::default_profile(), shape: LogShape { capacity: 256, ..LogShape::default() } }
+        CheckOptions {
+            appends: 8,
+            crash_points: 1000,
+            seed: 1,
+            profile: LatencyProfile::default_profile(),
+            shape: LogShape {
+                capacity: 256,
+                ..LogShape::default()
+            },
+        }
     }
 }
 
@@ -102,7 +111,9 @@ pub fn scenario_targets() -> Vec<Target> {
             config: sc.config,
             update: sc.update,
             primitive: sc.primitive,
-            method: t.method_for(&sc.config, sc.primitive, sc.update, Shape::default()).clone(),
+            method: t
+                .method_for(&sc.config, sc.primitive, sc.update, Shape::default())
+                .clone(),
             flush: FlushMethod::for_caps(sc.config.caps),
             wrong: false,
         })
@@ -117,11 +128,27 @@ pub fn variant_targets() -> Vec<Target> {
     for config in ServerConfig::table1() {
         for update in Update::ALL {
             for m in t.alternatives(&config, update) {
-                v.push(Target { name: format!("{}/{}/alt:{}", update.name(), config.name(), m.name), config, update, primitive: m.primitive(), method: m.clone(), flush: FlushMethod::Native, wrong: false });
+                v.push(Target {
+                    name: format!("{}/{}/alt:{}", update.name(), config.name(), m.name),
+                    config,
+                    update,
+                    primitive: m.primitive(),
+                    method: m.clone(),
+                    flush: FlushMethod::Native,
+                    wrong: false,
+                });
             }
             let m = t.method_for(&config, Primitive::Write, update, Shape::default());
             if m.uses_flush() {
-                v.push(Target { name: format!("{}/{}/read-flush:{}", update.name(), config.name(), m.name), config, update, primitive: Primitive::Write, method: m.clone(), flush: FlushMethod::ReadAfterWrite, wrong: false });
+                v.push(Target {
+                    name: format!("{}/{}/read-flush:{}", update.name(), config.name(), m.name),
+                    config,
+                    update,
+                    primitive: Primitive::Write,
+                    method: m.clone(),
+                    flush: FlushMethod::ReadAfterWrite,
+                    wrong: false,
+                });
             }
         }
         // iWARP under WSP: the library switches to the MHP methods.
@@ -130,7 +157,15 @@ pub fn variant_targets() -> Vec<Target> {
         if config.domain == PersistenceDomain::Wsp {
             for update in Update::ALL {
                 let m = t.method_for(&iwarp, Primitive::Write, update, Shape::default());
-                v.push(Target { name: format!("{}/{}/{}", update.name(), iwarp.name(), m.name), config: iwarp, update, primitive: Primitive::Write, method: m.clone(), flush: FlushMethod::Native, wrong: false });
+                v.push(Target {
+                    name: format!("{}/{}/{}", update.name(), iwarp.name(), m.name),
+                    config: iwarp,
+                    update,
+                    primitive: Primitive::Write,
+                    method: m.clone(),
+                    flush: FlushMethod::Native,
+                    wrong: false,
+                });
             }
         }
     }
@@ -138,7 +173,15 @@ pub fn variant_targets() -> Vec<Target> {
 }
 
 fn adhoc(name: &str, steps: &[&str], table: u8) -> Method {
-    Method { name: name.into(), table, text: steps.iter().map(|s| s.to_string()).collect(), steps: steps.iter().map(|s| s.parse().expect("valid step")).collect() }
+    Method {
+        name: name.into(),
+        table,
+        text: steps.iter().map(|s| s.to_string()).collect(),
+        steps: steps
+            .iter()
+            .map(|s| s.parse().expect("valid step"))
+            .collect(),
+    }
 }
 
 /// Wrong methods (seed 000 §3 says why each is wrong); the checker must catch every one.
@@ -146,21 +189,64 @@ pub fn negative_controls() -> Vec<Target> {
     let t = Taxonomy::shipped();
     let c = |s: &str| s.parse::<ServerConfig>().expect("config");
     let m = |n: &str| t.method(n).expect("method").clone();
-    let target = |name: &str, config: ServerConfig, update, method: Method| Target { name: name.into(), config, update, primitive: method.primitive(), method, flush: FlushMethod::Native, wrong: true };
+    let target = |name: &str, config: ServerConfig, update, method: Method| Target {
+        name: name.into(),
+        config,
+        update,
+        primitive: method.primitive(),
+        method,
+        flush: FlushMethod::Native,
+        wrong: true,
+    };
     let mut iwarp_wsp = c("WSP+noDDIO+PM-RQWRB");
     iwarp_wsp.transport = Transport::IWarp;
     vec![
-        target("WRITE+FLUSH under DMP with DDIO on (data stays in the LLC)", c("DMP+DDIO+DRAM-RQWRB"), Update::Singleton, m("write-flush")),
-        target("WRITE with completion only under MHP (RNIC buffer is volatile)", c("MHP+DDIO+DRAM-RQWRB"), Update::Singleton, m("write-comp")),
-        target("WSP on iWARP without FLUSH (completion before arrival)", iwarp_wsp, Update::Singleton, m("write-comp")),
+        target(
+            "WRITE+FLUSH under DMP with DDIO on (data stays in the LLC)",
+            c("DMP+DDIO+DRAM-RQWRB"),
+            Update::Singleton,
+            m("write-flush"),
+        ),
+        target(
+            "WRITE with completion only under MHP (RNIC buffer is volatile)",
+            c("MHP+DDIO+DRAM-RQWRB"),
+            Update::Singleton,
+            m("write-comp"),
+        ),
+        target(
+            "WSP on iWARP without FLUSH (completion before arrival)",
+            iwarp_wsp,
+            Update::Singleton,
+            m("write-comp"),
+        ),
         target(
             "b issued before the first FLUSH completes under DMP without DDIO",
             c("DMP+noDDIO+DRAM-RQWRB"),
             Update::Compound,
-            adhoc("write-flush-write-flush-nowait", &["Rq Write(a)", "Rq Flush", "Rq Write(b)", "Rq Flush", "Rq CompFlush"], 3),
+            adhoc(
+                "write-flush-write-flush-nowait",
+                &[
+                    "Rq Write(a)",
+                    "Rq Flush",
+                    "Rq Write(b)",
+                    "Rq Flush",
+                    "Rq CompFlush",
+                ],
+                3,
+            ),
         ),
-        target("WRITE(a), WRITE(b), one FLUSH under DMP without DDIO", c("DMP+noDDIO+DRAM-RQWRB"), Update::Compound, m("write2-flush")),
-        target("SEND to a PM receive buffer + FLUSH under DMP with DDIO on", c("DMP+DDIO+PM-RQWRB"), Update::Singleton, m("send-flush")),
+        target(
+            "WRITE(a), WRITE(b), one FLUSH under DMP without DDIO",
+            c("DMP+noDDIO+DRAM-RQWRB"),
+            Update::Compound,
+            m("write2-flush"),
+        ),
+        target(
+            "SEND to a PM receive buffer + FLUSH under DMP with DDIO on",
+            c("DMP+DDIO+PM-RQWRB"),
+            Update::Singleton,
+            m("send-flush"),
+        ),
     ]
 }
 
@@ -172,8 +258,16 @@ struct Run {
     violation: Option<String>,
 }
 
-fn run_once(target: &Target, opts: &CheckOptions, seed: u64, crash: Option<CrashAt>) -> Result<Run, String> {
-    let setup = ServerSetup { region_len: opts.shape.region_len(), ..ServerSetup::default() };
+fn run_once(
+    target: &Target,
+    opts: &CheckOptions,
+    seed: u64,
+    crash: Option<CrashAt>,
+) -> Result<Run, String> {
+    let setup = ServerSetup {
+        region_len: opts.shape.region_len(),
+        ..ServerSetup::default()
+    };
     let pair = SimPair::new(seed, opts.profile.clone(), target.config, setup);
     if let Some(at) = crash {
         pair.sim.set_faults(&FaultPlan::crash(pair.server.id(), at));
@@ -182,10 +276,20 @@ fn run_once(target: &Target, opts: &CheckOptions, seed: u64, crash: Option<Crash
     let (shape, update) = (opts.shape, target.update);
     let running = Rc::new(Cell::new(true));
     let r = running.clone();
-    pair.sim.spawn_on(&pair.server, collect_garbage(pair.server.clone(), region.addr, shape, update, move || r.get()));
+    pair.sim.spawn_on(
+        &pair.server,
+        collect_garbage(pair.server.clone(), region.addr, shape, update, move || {
+            r.get()
+        }),
+    );
     let acked = Rc::new(RefCell::new(Vec::new()));
     let end = Rc::new(Cell::new(Instant::ZERO));
-    let (a, e, node, n) = (acked.clone(), end.clone(), pair.client.clone(), opts.appends);
+    let (a, e, node, n) = (
+        acked.clone(),
+        end.clone(),
+        pair.client.clone(),
+        opts.appends,
+    );
     let (method, flush, primitive) = (target.method.clone(), target.flush, target.primitive);
     pair.sim.spawn_on(&pair.client, async move {
         let mut client = client;
@@ -216,25 +320,43 @@ fn run_once(target: &Target, opts: &CheckOptions, seed: u64, crash: Option<Crash
                 break;
             }
             if i >= rec.tail {
-                violation = Some(format!("acknowledged append {i} is beyond the recovered tail {}", rec.tail));
+                violation = Some(format!(
+                    "acknowledged append {i} is beyond the recovered tail {}",
+                    rec.tail
+                ));
                 break;
             }
         }
         if violation.is_none() && update == Update::Compound {
             for j in rec.head..rec.tail_pointer.min(rec.head + shape.capacity) {
                 if !is_record(&read(shape.slot(j), shape.record_bytes), j) {
-                    violation = Some(format!("tail pointer {} points past record {j}, which did not survive", rec.tail_pointer));
+                    violation = Some(format!(
+                        "tail pointer {} points past record {j}, which did not survive",
+                        rec.tail_pointer
+                    ));
                     break;
                 }
             }
         }
     }
-    Ok(Run { events, end: end.get(), crashed, violation })
+    Ok(Run {
+        events,
+        end: end.get(),
+        crashed,
+        violation,
+    })
 }
 
 /// Checks one target with at least `opts.crash_points` crash points.
 pub fn check(target: &Target, opts: &CheckOptions) -> Result<CheckReport, String> {
-    let mut report = CheckReport { name: target.name.clone(), method: target.method.name.clone(), wrong: target.wrong, crash_points: 0, violations: 0, example: None };
+    let mut report = CheckReport {
+        name: target.name.clone(),
+        method: target.method.name.clone(),
+        wrong: target.wrong,
+        crash_points: 0,
+        violations: 0,
+        example: None,
+    };
     let mut seed = opts.seed;
     let mut rng = Prng::from_seed(opts.seed ^ 0x5eed);
     while report.crash_points < opts.crash_points {
@@ -244,7 +366,9 @@ pub fn check(target: &Target, opts: &CheckOptions) -> Result<CheckReport, String
         }
         let mut points: Vec<CrashAt> = (0..dry.events).map(CrashAt::Event).collect();
         for _ in 0..dry.events {
-            points.push(CrashAt::Time(Instant::from_nanos(rng.range_inclusive(1, dry.end.as_nanos()))));
+            points.push(CrashAt::Time(Instant::from_nanos(
+                rng.range_inclusive(1, dry.end.as_nanos()),
+            )));
         }
         for at in points {
             let run = run_once(target, opts, seed, Some(at))?;

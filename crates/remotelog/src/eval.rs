@@ -57,17 +57,36 @@ pub struct ScenarioResult {
 
 /// Runs one scenario.
 pub fn run_scenario(sc: &Scenario, opts: &EvalOptions) -> Result<ScenarioResult, String> {
-    let setup = ServerSetup { region_len: opts.shape.region_len(), ..ServerSetup::default() };
+    let setup = ServerSetup {
+        region_len: opts.shape.region_len(),
+        ..ServerSetup::default()
+    };
     let pair = SimPair::new(opts.seed, opts.profile.clone(), sc.config, setup);
     let (client, region) = pair.open().map_err(|e| e.to_string())?;
     let (shape, update) = (opts.shape, sc.update);
     let running = Rc::new(std::cell::Cell::new(true));
     let r = running.clone();
-    pair.sim.spawn_on(&pair.server, collect_garbage(pair.server.clone(), region.addr, shape, update, move || r.get()));
-    let method = Taxonomy::shipped().method_for(&sc.config, sc.primitive, sc.update, Shape { b_len: 8 }).name.clone();
-    let hist = Rc::new(RefCell::new(hdrhistogram::Histogram::<u64>::new(3).expect("histogram")));
+    pair.sim.spawn_on(
+        &pair.server,
+        collect_garbage(pair.server.clone(), region.addr, shape, update, move || {
+            r.get()
+        }),
+    );
+    let method = Taxonomy::shipped()
+        .method_for(&sc.config, sc.primitive, sc.update, Shape { b_len: 8 })
+        .name
+        .clone();
+    let hist = Rc::new(RefCell::new(
+        hdrhistogram::Histogram::<u64>::new(3).expect("histogram"),
+    ));
     let err = Rc::new(RefCell::new(None));
-    let (h, e, node, n, primitive) = (hist.clone(), err.clone(), pair.client.clone(), opts.appends, sc.primitive);
+    let (h, e, node, n, primitive) = (
+        hist.clone(),
+        err.clone(),
+        pair.client.clone(),
+        opts.appends,
+        sc.primitive,
+    );
     pair.sim.spawn_on(&pair.client, async move {
         let _stop = StopOnDrop(running);
         let mut client = client;
@@ -82,7 +101,9 @@ pub fn run_scenario(sc: &Scenario, opts: &EvalOptions) -> Result<ScenarioResult,
                 *e.borrow_mut() = Some(x.to_string());
                 return;
             }
-            h.borrow_mut().record((node.now() - t0).as_nanos()).expect("latency fits the histogram");
+            h.borrow_mut()
+                .record((node.now() - t0).as_nanos())
+                .expect("latency fits the histogram");
         }
     });
     let events = pair.sim.run();
@@ -91,7 +112,11 @@ pub fn run_scenario(sc: &Scenario, opts: &EvalOptions) -> Result<ScenarioResult,
     }
     let h = hist.borrow();
     if h.len() != n {
-        return Err(format!("{}: only {} of {n} appends finished", sc.name(), h.len()));
+        return Err(format!(
+            "{}: only {} of {n} appends finished",
+            sc.name(),
+            h.len()
+        ));
     }
     Ok(ScenarioResult {
         scenario: sc.name(),
@@ -118,10 +143,15 @@ impl Drop for StopOnDrop {
 
 /// Runs every scenario on `opts.threads` threads; `progress(done, total)` is called as
 /// scenarios finish. Results come back in [`Scenario::all`] order.
-pub fn run_all(opts: &EvalOptions, scenarios: &[Scenario], progress: &(dyn Fn(usize, usize) + Sync)) -> Result<Vec<ScenarioResult>, String> {
+pub fn run_all(
+    opts: &EvalOptions,
+    scenarios: &[Scenario],
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<Vec<ScenarioResult>, String> {
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<ScenarioResult, String>>>> = Mutex::new(vec![None; scenarios.len()]);
+    let results: Mutex<Vec<Option<Result<ScenarioResult, String>>>> =
+        Mutex::new(vec![None; scenarios.len()]);
     std::thread::scope(|s| {
         for _ in 0..opts.threads.max(1) {
             s.spawn(|| loop {
@@ -135,5 +165,10 @@ pub fn run_all(opts: &EvalOptions, scenarios: &[Scenario], progress: &(dyn Fn(us
             });
         }
     });
-    results.into_inner().expect("results").into_iter().map(|r| r.expect("every scenario ran")).collect()
+    results
+        .into_inner()
+        .expect("results")
+        .into_iter()
+        .map(|r| r.expect("every scenario ran"))
+        .collect()
 }

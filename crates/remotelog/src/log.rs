@@ -36,7 +36,11 @@ pub struct LogShape {
 
 impl Default for LogShape {
     fn default() -> Self {
-        LogShape { record_bytes: 64, capacity: 4096, gc_interval: Duration::from_micros(50) }
+        LogShape {
+            record_bytes: 64,
+            capacity: 4096,
+            gc_interval: Duration::from_micros(50),
+        }
     }
 }
 
@@ -53,7 +57,10 @@ impl LogShape {
 
 /// The bytes of record `i` (deterministic, so a checker can recompute them).
 pub fn record(i: u64, len: u64) -> Vec<u8> {
-    assert!(len >= 16, "a record holds at least its sequence number and checksum");
+    assert!(
+        len >= 16,
+        "a record holds at least its sequence number and checksum"
+    );
     let mut r = vec![0u8; len as usize];
     r[..8].copy_from_slice(&(i + 1).to_le_bytes());
     let body = len as usize - 4;
@@ -85,7 +92,13 @@ pub struct LogClient<V: Verbs> {
 impl<V: Verbs> LogClient<V> {
     /// A log client over a connected library client, appending with `update`s.
     pub fn new(client: Client<V>, shape: LogShape, update: Update) -> Self {
-        LogClient { client, shape, update, next: 0, head: 0 }
+        LogClient {
+            client,
+            shape,
+            update,
+            next: 0,
+            head: 0,
+        }
     }
 
     /// The library client.
@@ -106,14 +119,20 @@ impl<V: Verbs> LogClient<V> {
             let h = self.client.read(HEAD_OFF, 8).await?;
             self.head = u64::from_le_bytes(h[..8].try_into().expect("8 bytes"));
             if i - self.head >= self.shape.capacity {
-                return Err(PersistError::Protocol("log full: the server is not collecting"));
+                return Err(PersistError::Protocol(
+                    "log full: the server is not collecting",
+                ));
             }
         }
         let rec = record(i, self.shape.record_bytes);
         let slot = self.shape.slot(i);
         match self.update {
             Update::Singleton => self.client.persist(slot, &rec).await?,
-            Update::Compound => self.client.persist_ordered((slot, &rec), (TAIL_OFF, &(i + 1).to_le_bytes())).await?,
+            Update::Compound => {
+                self.client
+                    .persist_ordered((slot, &rec), (TAIL_OFF, &(i + 1).to_le_bytes()))
+                    .await?
+            }
         }
         self.next = i + 1;
         Ok(i)
@@ -142,19 +161,31 @@ pub fn recover(read: impl Fn(u64, u64) -> Vec<u8>, shape: &LogShape, update: Upd
         Update::Compound => tail_pointer,
         Update::Singleton => {
             let mut t = head;
-            while t - head < shape.capacity && is_record(&read(shape.slot(t), shape.record_bytes), t) {
+            while t - head < shape.capacity
+                && is_record(&read(shape.slot(t), shape.record_bytes), t)
+            {
                 t += 1;
             }
             t
         }
     };
-    Recovered { head, tail, tail_pointer }
+    Recovered {
+        head,
+        tail,
+        tail_pointer,
+    }
 }
 
 /// The server's garbage collector: every `gc_interval` it takes the records between the
 /// head and the tail as applied, and persists the new head. It runs on the server's CPU,
 /// beside the responder. Runs until `running()` turns false or the node dies.
-pub async fn collect_garbage<V: Verbs>(v: V, region_addr: u64, shape: LogShape, update: Update, running: impl Fn() -> bool) {
+pub async fn collect_garbage<V: Verbs>(
+    v: V,
+    region_addr: u64,
+    shape: LogShape,
+    update: Update,
+    running: impl Fn() -> bool,
+) {
     while running() {
         v.compute(shape.gc_interval).await;
         let read = |off: u64, len: u64| {

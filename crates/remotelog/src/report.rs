@@ -6,14 +6,26 @@ use crate::eval::ScenarioResult;
 use plotters::prelude::*;
 use std::fmt::Write as _;
 
-const ROWS: [(&str, &str); 4] = [("DDIO+DRAM-RQWRB", "DDIO_DRAM"), ("DDIO+PM-RQWRB", "DDIO_PM"), ("noDDIO+DRAM-RQWRB", "noDDIO_DRAM"), ("noDDIO+PM-RQWRB", "noDDIO_PM")];
+const ROWS: [(&str, &str); 4] = [
+    ("DDIO+DRAM-RQWRB", "DDIO_DRAM"),
+    ("DDIO+PM-RQWRB", "DDIO_PM"),
+    ("noDDIO+DRAM-RQWRB", "noDDIO_DRAM"),
+    ("noDDIO+PM-RQWRB", "noDDIO_PM"),
+];
 const DOMAINS: [&str; 3] = ["DMP", "MHP", "WSP"];
 const PRIMS: [&str; 3] = ["WRITE", "WRITEIMM", "SEND"];
 const UPDATES: [&str; 2] = ["singleton", "compound"];
 
-fn find<'a>(rs: &'a [ScenarioResult], update: &str, domain: &str, row: &str, prim: &str) -> Option<&'a ScenarioResult> {
+fn find<'a>(
+    rs: &'a [ScenarioResult],
+    update: &str,
+    domain: &str,
+    row: &str,
+    prim: &str,
+) -> Option<&'a ScenarioResult> {
     let config = format!("{domain}+{row}");
-    rs.iter().find(|r| r.update == update && r.config == config && r.primitive == prim)
+    rs.iter()
+        .find(|r| r.update == update && r.config == config && r.primitive == prim)
 }
 
 /// The six panels of Figure 2 as Markdown tables: mean latency in µs, with p50 / p99.
@@ -28,7 +40,13 @@ pub fn figure2_markdown(rs: &[ScenarioResult]) -> String {
                 for prim in PRIMS {
                     match find(rs, update, domain, row, prim) {
                         Some(r) => {
-                            let _ = write!(s, " {:.2} ({:.2} / {:.2}) |", r.mean_ns / 1e3, r.p50_ns as f64 / 1e3, r.p99_ns as f64 / 1e3);
+                            let _ = write!(
+                                s,
+                                " {:.2} ({:.2} / {:.2}) |",
+                                r.mean_ns / 1e3,
+                                r.p50_ns as f64 / 1e3,
+                                r.p99_ns as f64 / 1e3
+                            );
                         }
                         None => s.push_str(" - |"),
                     }
@@ -44,9 +62,25 @@ pub fn figure2_markdown(rs: &[ScenarioResult]) -> String {
 
 /// One line per scenario.
 pub fn csv(rs: &[ScenarioResult]) -> String {
-    let mut s = String::from("scenario,update,config,primitive,method,appends,mean_ns,p50_ns,p99_ns,max_ns,events\n");
+    let mut s = String::from(
+        "scenario,update,config,primitive,method,appends,mean_ns,p50_ns,p99_ns,max_ns,events\n",
+    );
     for r in rs {
-        let _ = writeln!(s, "{},{},{},{},{},{},{:.1},{},{},{},{}", r.scenario, r.update, r.config, r.primitive, r.method, r.appends, r.mean_ns, r.p50_ns, r.p99_ns, r.max_ns, r.events);
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{},{:.1},{},{},{},{}",
+            r.scenario,
+            r.update,
+            r.config,
+            r.primitive,
+            r.method,
+            r.appends,
+            r.mean_ns,
+            r.p50_ns,
+            r.p99_ns,
+            r.max_ns,
+            r.events
+        );
     }
     s
 }
@@ -64,7 +98,11 @@ pub fn svg(rs: &[ScenarioResult]) -> Result<String, String> {
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let panels = root.split_evenly((2, 3));
         let ymax = rs.iter().map(|r| r.mean_ns / 1e3).fold(0.0, f64::max) * 1.15;
-        let colors = [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(44, 160, 44)];
+        let colors = [
+            RGBColor(31, 119, 180),
+            RGBColor(255, 127, 14),
+            RGBColor(44, 160, 44),
+        ];
         for (i, area) in panels.iter().enumerate() {
             let (update, domain) = (UPDATES[i / 3], DOMAINS[i % 3]);
             let panel = (b'a' + i as u8) as char;
@@ -80,7 +118,14 @@ pub fn svg(rs: &[ScenarioResult]) -> Result<String, String> {
                 .disable_x_mesh()
                 .x_labels(9)
                 // Ticks fall every half unit; only group centres (k + 0.5) carry a name.
-                .x_label_formatter(&|x| if (x.fract() - 0.5).abs() < 0.01 { ROWS.get(x.floor() as usize).map_or(String::new(), |r| r.1.to_string()) } else { String::new() })
+                .x_label_formatter(&|x| {
+                    if (x.fract() - 0.5).abs() < 0.01 {
+                        ROWS.get(x.floor() as usize)
+                            .map_or(String::new(), |r| r.1.to_string())
+                    } else {
+                        String::new()
+                    }
+                })
                 .y_max_light_lines(1)
                 .y_desc("mean latency (µs)")
                 .draw()
@@ -92,12 +137,27 @@ pub fn svg(rs: &[ScenarioResult]) -> Result<String, String> {
                     .filter_map(|(k, (row, _))| {
                         let r = find(rs, update, domain, row, prim)?;
                         let x0 = k as f64 + 0.15 + p as f64 * 0.23;
-                        Some(Rectangle::new([(x0, 0.0), (x0 + 0.21, r.mean_ns / 1e3)], colors[p].filled()))
+                        Some(Rectangle::new(
+                            [(x0, 0.0), (x0 + 0.21, r.mean_ns / 1e3)],
+                            colors[p].filled(),
+                        ))
                     })
                     .collect();
-                chart.draw_series(bars).map_err(|e| e.to_string())?.label(*prim).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colors[p].filled()));
+                chart
+                    .draw_series(bars)
+                    .map_err(|e| e.to_string())?
+                    .label(*prim)
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 5), (x + 10, y + 5)], colors[p].filled())
+                    });
             }
-            chart.configure_series_labels().position(SeriesLabelPosition::UpperRight).border_style(BLACK).background_style(WHITE.mix(0.8)).draw().map_err(|e| e.to_string())?;
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperRight)
+                .border_style(BLACK)
+                .background_style(WHITE.mix(0.8))
+                .draw()
+                .map_err(|e| e.to_string())?;
         }
         root.present().map_err(|e| e.to_string())?;
     }
@@ -139,10 +199,19 @@ fn claims(rs: &[ScenarioResult]) -> Vec<Claim> {
     let c = "compound";
     let mut v = Vec::new();
     // §4.3: one-sided vs message passing, singleton.
-    let cuts: Vec<(String, f64)> = ["DMP+noDDIO+DRAM-RQWRB", "MHP+DDIO+DRAM-RQWRB", "WSP+DDIO+DRAM-RQWRB"]
-        .iter()
-        .map(|cfg| (cfg.to_string(), 1.0 - m(rs, s, cfg, "WRITE") / m(rs, s, cfg, "SEND")))
-        .collect();
+    let cuts: Vec<(String, f64)> = [
+        "DMP+noDDIO+DRAM-RQWRB",
+        "MHP+DDIO+DRAM-RQWRB",
+        "WSP+DDIO+DRAM-RQWRB",
+    ]
+    .iter()
+    .map(|cfg| {
+        (
+            cfg.to_string(),
+            1.0 - m(rs, s, cfg, "WRITE") / m(rs, s, cfg, "SEND"),
+        )
+    })
+    .collect();
     let best = cuts.iter().map(|x| x.1).fold(0.0, f64::max);
     v.push(Claim {
         claim: "Singleton: one-sided methods beat two-sided message passing (WRITE vs SEND, DRAM receive buffers)",
@@ -155,7 +224,12 @@ fn claims(rs: &[ScenarioResult]) -> Vec<Claim> {
     v.push(Claim {
         claim: "Singleton: under WSP dropping FLUSH cuts latency versus MHP's one-sided method",
         paper: "about 25% (1.6 µs)",
-        model: format!("{} ({:.2} µs vs {:.2} µs)", pct(1.0 - wsp / mhp), wsp / 1e3, mhp / 1e3),
+        model: format!(
+            "{} ({:.2} µs vs {:.2} µs)",
+            pct(1.0 - wsp / mhp),
+            wsp / 1e3,
+            mhp / 1e3
+        ),
         agrees: (0.15..0.45).contains(&(1.0 - wsp / mhp)),
     });
     let ddio = m(rs, s, "DMP+DDIO+PM-RQWRB", "WRITE");
@@ -163,7 +237,12 @@ fn claims(rs: &[ScenarioResult]) -> Vec<Claim> {
     v.push(Claim {
         claim: "Singleton: DDIO hurts WRITE under DMP indirectly, by forcing a message exchange",
         paper: "significant negative impact",
-        model: format!("DDIO on {:.2} µs vs off {:.2} µs (+{})", ddio / 1e3, noddio / 1e3, pct(ddio / noddio - 1.0)),
+        model: format!(
+            "DDIO on {:.2} µs vs off {:.2} µs (+{})",
+            ddio / 1e3,
+            noddio / 1e3,
+            pct(ddio / noddio - 1.0)
+        ),
         agrees: ddio > 1.15 * noddio,
     });
     let pm = m(rs, s, "MHP+DDIO+PM-RQWRB", "SEND");
@@ -171,7 +250,12 @@ fn claims(rs: &[ScenarioResult]) -> Vec<Claim> {
     v.push(Claim {
         claim: "Singleton: RQWRB in PM lets SEND be one-sided (MHP)",
         paper: "big optimization",
-        model: format!("PM {:.2} µs vs DRAM {:.2} µs ({} lower)", pm / 1e3, dram / 1e3, pct(1.0 - pm / dram)),
+        model: format!(
+            "PM {:.2} µs vs DRAM {:.2} µs ({} lower)",
+            pm / 1e3,
+            dram / 1e3,
+            pct(1.0 - pm / dram)
+        ),
         agrees: pm < 0.9 * dram,
     });
     let send = m(rs, c, "DMP+DDIO+DRAM-RQWRB", "SEND");
@@ -180,17 +264,33 @@ fn claims(rs: &[ScenarioResult]) -> Vec<Claim> {
     v.push(Claim {
         claim: "Compound, DMP + DDIO: one SEND beats WRITE / WRITEIMM, which need two round trips",
         paper: "more than 2×",
-        model: format!("WRITE {:.2}×, WRITEIMM {:.2}× the SEND latency", write / send, imm / send),
+        model: format!(
+            "WRITE {:.2}×, WRITEIMM {:.2}× the SEND latency",
+            write / send,
+            imm / send
+        ),
         agrees: write > 1.8 * send && imm > 1.8 * send,
     });
-    for (domain, paper) in [("MHP", "up to about 20% better"), ("WSP", "about 30% better")] {
+    for (domain, paper) in [
+        ("MHP", "up to about 20% better"),
+        ("WSP", "about 30% better"),
+    ] {
         let cfg = format!("{domain}+DDIO+DRAM-RQWRB");
         let w = m(rs, c, &cfg, "WRITE");
         let snd = m(rs, c, &cfg, "SEND");
         v.push(Claim {
-            claim: if domain == "MHP" { "Compound, MHP: one-sided WRITE methods versus message passing" } else { "Compound, WSP: one-sided WRITE methods versus message passing" },
+            claim: if domain == "MHP" {
+                "Compound, MHP: one-sided WRITE methods versus message passing"
+            } else {
+                "Compound, WSP: one-sided WRITE methods versus message passing"
+            },
             paper,
-            model: format!("{} better ({:.2} µs vs {:.2} µs)", pct(1.0 - w / snd), w / 1e3, snd / 1e3),
+            model: format!(
+                "{} better ({:.2} µs vs {:.2} µs)",
+                pct(1.0 - w / snd),
+                w / 1e3,
+                snd / 1e3
+            ),
             agrees: w < snd,
         });
     }
@@ -212,8 +312,21 @@ fn claims(rs: &[ScenarioResult]) -> Vec<Claim> {
         model: format!("{} lower", pct(1.0 - wp / mp)),
         agrees: (0.1..0.5).contains(&(1.0 - wp / mp)),
     });
-    let spread = ["MHP", "WSP"].iter().map(|d| (m(rs, c, &format!("{d}+DDIO+DRAM-RQWRB"), "WRITE") / m(rs, c, &format!("{d}+noDDIO+DRAM-RQWRB"), "WRITE") - 1.0).abs()).fold(0.0, f64::max);
-    v.push(Claim { claim: "DDIO has no effect on MHP and WSP", paper: "no effect", model: format!("largest difference {}", pct(spread)), agrees: spread < 0.05 });
+    let spread = ["MHP", "WSP"]
+        .iter()
+        .map(|d| {
+            (m(rs, c, &format!("{d}+DDIO+DRAM-RQWRB"), "WRITE")
+                / m(rs, c, &format!("{d}+noDDIO+DRAM-RQWRB"), "WRITE")
+                - 1.0)
+                .abs()
+        })
+        .fold(0.0, f64::max);
+    v.push(Claim {
+        claim: "DDIO has no effect on MHP and WSP",
+        paper: "no effect",
+        model: format!("largest difference {}", pct(spread)),
+        agrees: spread < 0.05,
+    });
     v
 }
 
@@ -233,7 +346,14 @@ pub fn results_page(rs: &[ScenarioResult], info: &RunInfo) -> String {
     s.push_str("## The paper's claims beside the model's\n\n| claim (seed 000 §4) | paper | model | trend reproduced |\n|---|---|---|---|\n");
     let cl = claims(rs);
     for c in &cl {
-        let _ = writeln!(s, "| {} | {} | {} | {} |", c.claim, c.paper, c.model, if c.agrees { "yes" } else { "**no**" });
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} |",
+            c.claim,
+            c.paper,
+            c.model,
+            if c.agrees { "yes" } else { "**no**" }
+        );
     }
     s.push_str(
         "\n## Where the model and the paper differ, and why\n\n\

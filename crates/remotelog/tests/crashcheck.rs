@@ -5,8 +5,14 @@
 use remora_remotelog::check::*;
 
 fn run(targets: &[Target], points: u64) -> Vec<CheckReport> {
-    let opts = CheckOptions { crash_points: points, ..CheckOptions::default() };
-    targets.iter().map(|t| check(t, &opts).unwrap_or_else(|e| panic!("{}: {e}", t.name))).collect()
+    let opts = CheckOptions {
+        crash_points: points,
+        ..CheckOptions::default()
+    };
+    targets
+        .iter()
+        .map(|t| check(t, &opts).unwrap_or_else(|e| panic!("{}: {e}", t.name)))
+        .collect()
 }
 
 #[test]
@@ -14,8 +20,17 @@ fn all_72_scenarios_survive_1000_crashes_each() {
     let targets = scenario_targets();
     assert_eq!(targets.len(), 72);
     for r in run(&targets, 1000) {
-        assert!(r.crash_points >= 1000, "{}: only {} crash points", r.name, r.crash_points);
-        assert_eq!(r.violations, 0, "{} ({}): {:?}", r.name, r.method, r.example);
+        assert!(
+            r.crash_points >= 1000,
+            "{}: only {} crash points",
+            r.name,
+            r.crash_points
+        );
+        assert_eq!(
+            r.violations, 0,
+            "{} ({}): {:?}",
+            r.name, r.method, r.example
+        );
     }
 }
 
@@ -24,7 +39,11 @@ fn text_alternatives_and_read_emulated_flush_survive_too() {
     let targets = variant_targets();
     assert!(targets.len() >= 20);
     for r in run(&targets, 1000) {
-        assert_eq!(r.violations, 0, "{} ({}): {:?}", r.name, r.method, r.example);
+        assert_eq!(
+            r.violations, 0,
+            "{} ({}): {:?}",
+            r.name, r.method, r.example
+        );
     }
 }
 
@@ -33,7 +52,12 @@ fn every_negative_control_is_caught() {
     let targets = negative_controls();
     assert_eq!(targets.len(), 6);
     for r in run(&targets, 1000) {
-        assert!(r.violations > 0, "wrong method not caught: {} ({})", r.name, r.method);
+        assert!(
+            r.violations > 0,
+            "wrong method not caught: {} ({})",
+            r.name,
+            r.method
+        );
         assert!(r.passed());
     }
 }

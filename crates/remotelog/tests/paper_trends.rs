@@ -8,14 +8,28 @@ use remora_remotelog::eval::{run_all, EvalOptions, ScenarioResult};
 use remora_remotelog::LogShape;
 
 fn results() -> Vec<ScenarioResult> {
-    let opts = EvalOptions { appends: 2_000, seed: 7, profile: LatencyProfile::default_profile(), shape: LogShape::default(), threads: 2 };
+    let opts = EvalOptions {
+        appends: 2_000,
+        seed: 7,
+        profile: LatencyProfile::default_profile(),
+        shape: LogShape::default(),
+        threads: 2,
+    };
     run_all(&opts, &Scenario::all(), &|_, _| {}).expect("every scenario runs")
 }
 
 fn mean(rs: &[ScenarioResult], update: Update, config: &str, p: Primitive) -> f64 {
     let c: ServerConfig = config.parse().unwrap();
-    let name = Scenario { config: c, primitive: p, update }.name();
-    rs.iter().find(|r| r.scenario == name).unwrap_or_else(|| panic!("{name}")).mean_ns
+    let name = Scenario {
+        config: c,
+        primitive: p,
+        update,
+    }
+    .name();
+    rs.iter()
+        .find(|r| r.scenario == name)
+        .unwrap_or_else(|| panic!("{name}"))
+        .mean_ns
 }
 
 #[test]
@@ -27,33 +41,57 @@ fn section_4_trends_hold() {
     // §4.3: one-sided methods beat two-sided message passing, by up to about 50%.
     let one = mean(&rs, Singleton, "WSP+DDIO+DRAM-RQWRB", Write);
     let two = mean(&rs, Singleton, "WSP+DDIO+DRAM-RQWRB", Send);
-    assert!(one < 0.6 * two, "WSP one-sided {one} vs message passing {two}");
+    assert!(
+        one < 0.6 * two,
+        "WSP one-sided {one} vs message passing {two}"
+    );
     let one = mean(&rs, Singleton, "MHP+DDIO+DRAM-RQWRB", Write);
     let two = mean(&rs, Singleton, "MHP+DDIO+DRAM-RQWRB", Send);
     assert!(one < two, "MHP one-sided {one} vs message passing {two}");
     // §4.3: DMP + DDIO forces WRITE into a message exchange, slower than without DDIO.
-    assert!(mean(&rs, Singleton, "DMP+DDIO+DRAM-RQWRB", Write) > 1.2 * mean(&rs, Singleton, "DMP+noDDIO+DRAM-RQWRB", Write));
+    assert!(
+        mean(&rs, Singleton, "DMP+DDIO+DRAM-RQWRB", Write)
+            > 1.2 * mean(&rs, Singleton, "DMP+noDDIO+DRAM-RQWRB", Write)
+    );
     // §4.3: under WSP dropping FLUSH cuts latency (paper: about 25%) versus MHP.
     let wsp = mean(&rs, Singleton, "WSP+noDDIO+PM-RQWRB", Write);
     let mhp = mean(&rs, Singleton, "MHP+noDDIO+PM-RQWRB", Write);
-    assert!(wsp < 0.85 * mhp && wsp > 0.5 * mhp, "WSP {wsp} vs MHP {mhp}");
+    assert!(
+        wsp < 0.85 * mhp && wsp > 0.5 * mhp,
+        "WSP {wsp} vs MHP {mhp}"
+    );
     // §4.3: a PM receive buffer makes SEND one-sided under MHP and WSP.
-    assert!(mean(&rs, Singleton, "MHP+DDIO+PM-RQWRB", Send) < 0.9 * mean(&rs, Singleton, "MHP+DDIO+DRAM-RQWRB", Send));
+    assert!(
+        mean(&rs, Singleton, "MHP+DDIO+PM-RQWRB", Send)
+            < 0.9 * mean(&rs, Singleton, "MHP+DDIO+DRAM-RQWRB", Send)
+    );
     // §4.4: compound under DMP + DDIO: one SEND beats two round trips of WRITE (> 1.8x).
     let send = mean(&rs, Compound, "DMP+DDIO+DRAM-RQWRB", Send);
     let write = mean(&rs, Compound, "DMP+DDIO+DRAM-RQWRB", Write);
     let imm = mean(&rs, Compound, "DMP+DDIO+DRAM-RQWRB", WriteImm);
-    assert!(write > 1.8 * send && imm > 1.8 * send, "SEND {send}, WRITE {write}, WRITEIMM {imm}");
+    assert!(
+        write > 1.8 * send && imm > 1.8 * send,
+        "SEND {send}, WRITE {write}, WRITEIMM {imm}"
+    );
     // §4.4: one-sided compound beats message passing under MHP and WSP.
-    assert!(mean(&rs, Compound, "MHP+DDIO+DRAM-RQWRB", Write) < mean(&rs, Compound, "MHP+DDIO+DRAM-RQWRB", Send));
-    assert!(mean(&rs, Compound, "WSP+DDIO+DRAM-RQWRB", Write) < 0.8 * mean(&rs, Compound, "WSP+DDIO+DRAM-RQWRB", Send));
+    assert!(
+        mean(&rs, Compound, "MHP+DDIO+DRAM-RQWRB", Write)
+            < mean(&rs, Compound, "MHP+DDIO+DRAM-RQWRB", Send)
+    );
+    assert!(
+        mean(&rs, Compound, "WSP+DDIO+DRAM-RQWRB", Write)
+            < 0.8 * mean(&rs, Compound, "WSP+DDIO+DRAM-RQWRB", Send)
+    );
     // §4.4: DDIO off enables one-sided compound WRITE (big gain); WRITEIMM gains less
     // because it must wait for the first FLUSH.
     let w_on = mean(&rs, Compound, "DMP+DDIO+DRAM-RQWRB", Write);
     let w_off = mean(&rs, Compound, "DMP+noDDIO+DRAM-RQWRB", Write);
     let i_off = mean(&rs, Compound, "DMP+noDDIO+DRAM-RQWRB", WriteImm);
     assert!(w_off < 0.7 * w_on, "DDIO on {w_on}, off {w_off}");
-    assert!(i_off > w_off, "WRITEIMM {i_off} should gain less than WRITE {w_off}");
+    assert!(
+        i_off > w_off,
+        "WRITEIMM {i_off} should gain less than WRITE {w_off}"
+    );
     // §4.4: DDIO has no effect under MHP and WSP.
     for d in ["MHP", "WSP"] {
         let on = mean(&rs, Compound, &format!("{d}+DDIO+DRAM-RQWRB"), Write);

@@ -7,15 +7,23 @@ use remora_verbs::*;
 
 #[allow(clippy::disallowed_methods)] // wall clock measures the simulator itself
 fn main() {
-    let n: u64 = std::env::args().nth(1).map(|s| s.parse().unwrap()).unwrap_or(2_000_000);
-    let batch: u64 = std::env::args().nth(2).map(|s| s.parse().unwrap()).unwrap_or(64);
+    let n: u64 = std::env::args()
+        .nth(1)
+        .map(|s| s.parse().unwrap())
+        .unwrap_or(2_000_000);
+    let batch: u64 = std::env::args()
+        .nth(2)
+        .map(|s| s.parse().unwrap())
+        .unwrap_or(64);
     let sim = Sim::new(1, LatencyProfile::default_profile());
     let cfg = ServerConfig::table1()[2];
     let server = sim.add_node("server", cfg);
     let client = sim.add_node("client", cfg);
     let spd = server.alloc_pd().unwrap();
     let base = server.alloc(Space::Pm, 1 << 20, 4096);
-    let mr = server.reg_mr(spd, Space::Pm, base, 1 << 20, Access::ALL).unwrap();
+    let mr = server
+        .reg_mr(spd, Space::Pm, base, 1 << 20, Access::ALL)
+        .unwrap();
     let scq = server.create_cq(64).unwrap();
     let sqp = server.create_qp(spd, scq, scq, QpAttr::default()).unwrap();
     let cpd = client.alloc_pd().unwrap();
@@ -32,11 +40,39 @@ fn main() {
             while i < n {
                 for _ in 0..batch {
                     let off = (i % (1 << 14)) * 64;
-                    c.post_send(cqp, SendWr::new(i, Opcode::Write, Payload::Inline(rec.clone()), Some(Remote { addr: mr.addr + off, rkey: mr.rkey })).signaled(false)).unwrap();
+                    c.post_send(
+                        cqp,
+                        SendWr::new(
+                            i,
+                            Opcode::Write,
+                            Payload::Inline(rec.clone()),
+                            Some(Remote {
+                                addr: mr.addr + off,
+                                rkey: mr.rkey,
+                            }),
+                        )
+                        .signaled(false),
+                    )
+                    .unwrap();
                     i += 1;
                     ops += 1;
                 }
-                c.post_send(cqp, SendWr::new(u64::MAX, Opcode::Flush { placement: FlushPlacement::Persistence, len: 1 << 20 }, Payload::None, Some(Remote { addr: mr.addr, rkey: mr.rkey }))).unwrap();
+                c.post_send(
+                    cqp,
+                    SendWr::new(
+                        u64::MAX,
+                        Opcode::Flush {
+                            placement: FlushPlacement::Persistence,
+                            len: 1 << 20,
+                        },
+                        Payload::None,
+                        Some(Remote {
+                            addr: mr.addr,
+                            rkey: mr.rkey,
+                        }),
+                    ),
+                )
+                .unwrap();
                 ops += 1;
                 let wc = next_completion(&c, ccq).await;
                 assert_eq!(wc.status, WcStatus::Success);
@@ -45,5 +81,10 @@ fn main() {
         })
         .unwrap();
     let el = t0.elapsed().as_secs_f64();
-    println!("{ops} ops in {el:.3}s = {:.2} M ops/s, {} events, sim time {}", ops as f64 / el / 1e6, sim.events_processed(), sim.now());
+    println!(
+        "{ops} ops in {el:.3}s = {:.2} M ops/s, {} events, sim time {}",
+        ops as f64 / el / 1e6,
+        sim.events_processed(),
+        sim.now()
+    );
 }

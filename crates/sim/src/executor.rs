@@ -26,7 +26,10 @@ impl Wake for TaskWaker {
     }
     fn wake_by_ref(self: &Arc<Self>) {
         if !self.queued.swap(true, Ordering::Relaxed) {
-            self.ready.lock().expect("ready queue").push_back((self.id, self.generation));
+            self.ready
+                .lock()
+                .expect("ready queue")
+                .push_back((self.id, self.generation));
         }
     }
 }
@@ -58,8 +61,18 @@ impl Executor {
             t.push(None);
             t.len() - 1
         });
-        let waker = Arc::new(TaskWaker { id, generation, queued: AtomicBool::new(false), ready: self.ready.clone() });
-        self.tasks.borrow_mut()[id] = Some(Task { fut: Some(fut), owner, generation, waker: waker.clone() });
+        let waker = Arc::new(TaskWaker {
+            id,
+            generation,
+            queued: AtomicBool::new(false),
+            ready: self.ready.clone(),
+        });
+        self.tasks.borrow_mut()[id] = Some(Task {
+            fut: Some(fut),
+            owner,
+            generation,
+            waker: waker.clone(),
+        });
         waker.wake_by_ref();
     }
 
@@ -70,9 +83,14 @@ impl Executor {
             let Some((id, generation)) = next else { return };
             let (mut fut, waker) = {
                 let mut tasks = self.tasks.borrow_mut();
-                let Some(task) = tasks[id].as_mut().filter(|t| t.generation == generation) else { continue };
+                let Some(task) = tasks[id].as_mut().filter(|t| t.generation == generation) else {
+                    continue;
+                };
                 task.waker.queued.store(false, Ordering::Relaxed);
-                (task.fut.take().expect("task polled re-entrantly"), task.waker.clone())
+                (
+                    task.fut.take().expect("task polled re-entrantly"),
+                    task.waker.clone(),
+                )
             };
             let w = Waker::from(waker);
             let done = fut.as_mut().poll(&mut Context::from_waker(&w)).is_ready();

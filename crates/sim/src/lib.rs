@@ -59,14 +59,20 @@ pub struct FaultPlan {
 impl FaultPlan {
     /// A plan with one crash.
     pub fn crash(node: NodeId, at: CrashAt) -> Self {
-        FaultPlan { crashes: vec![Crash { node, at }] }
+        FaultPlan {
+            crashes: vec![Crash { node, at }],
+        }
     }
 }
 
 enum Ev {
     /// A packet arrives; it left its sender at `depart` and was handed to the wire at
     /// `queued` (its sender may have lost power in between: then it never left).
-    Deliver { pkt: Packet, queued: Instant, depart: Instant },
+    Deliver {
+        pkt: Packet,
+        queued: Instant,
+        depart: Instant,
+    },
     NodeTimer(NodeId),
     Wake(Waker),
     Crash(NodeId),
@@ -120,7 +126,9 @@ impl World {
 
     fn pop(&mut self) -> Option<(Instant, Ev)> {
         let Reverse((at, _, slot)) = self.queue.pop()?;
-        let ev = self.payloads[slot as usize].take().expect("queued event has a payload");
+        let ev = self.payloads[slot as usize]
+            .take()
+            .expect("queued event has a payload");
         self.free_slots.push(slot);
         Some((at, ev))
     }
@@ -138,7 +146,13 @@ impl World {
                     K::Posted => self.trace.wr_posted(n, e.qp.0, e.id, e.at),
                     K::Completed => self.trace.wr_completed(n, e.qp.0, e.id, e.at),
                     K::Transmitted | K::Executed => {}
-                    other => self.trace.push(TraceEvent { at: e.at, dur: None, node: n, lane: format!("qp {}", e.qp.0), name: format!("{other:?}") }),
+                    other => self.trace.push(TraceEvent {
+                        at: e.at,
+                        dur: None,
+                        node: n,
+                        lane: format!("qp {}", e.qp.0),
+                        name: format!("{other:?}"),
+                    }),
                 }
             }
         }
@@ -174,16 +188,35 @@ impl World {
         self.ports[d].ingress_free = start + wire;
         let arrive = start + wire;
         if self.trace.recording() {
-            self.trace.push(TraceEvent { at: depart, dur: Some(arrive - depart), node: pkt.src, lane: format!("wire→{}", pkt.dst), name: body_name(&pkt.body).to_string() });
+            self.trace.push(TraceEvent {
+                at: depart,
+                dur: Some(arrive - depart),
+                node: pkt.src,
+                lane: format!("wire→{}", pkt.dst),
+                name: body_name(&pkt.body).to_string(),
+            });
         }
         let queued = self.now;
-        self.push(arrive, Ev::Deliver { pkt, queued, depart });
+        self.push(
+            arrive,
+            Ev::Deliver {
+                pkt,
+                queued,
+                depart,
+            },
+        );
     }
 
     fn crash(&mut self, n: NodeId, wake: &mut Vec<Waker>) {
         let now = self.now;
         self.trace.fold(&[4, now.as_nanos(), n as u64]);
-        self.trace.push(TraceEvent { at: now, dur: None, node: n, lane: "power".into(), name: "power failure".into() });
+        self.trace.push(TraceEvent {
+            at: now,
+            dur: None,
+            node: n,
+            lane: "power".into(),
+            name: "power failure".into(),
+        });
         self.nodes[n as usize].power_fail(now);
         self.crashed.push((n, now));
         self.last_crash[n as usize] = Some(now);
@@ -198,7 +231,9 @@ fn body_name(b: &Body) -> &'static str {
         Body::Write { .. } => "WRITE_IMM",
         Body::Send { .. } => "SEND",
         Body::Read { .. } => "READ",
-        Body::Atomic { compare: Some(_), .. } => "CAS",
+        Body::Atomic {
+            compare: Some(_), ..
+        } => "CAS",
         Body::Atomic { .. } => "FETCH_ADD",
         Body::Flush { .. } => "FLUSH",
         Body::NonPostedWrite { atomic: true, .. } => "ATOMIC_WRITE",
@@ -246,7 +281,12 @@ impl Sim {
             dirty_spare: Vec::new(),
             trace: Trace::default(),
         };
-        Sim { shared: Rc::new(Shared { world: RefCell::new(world), exec: Executor::default() }) }
+        Sim {
+            shared: Rc::new(Shared {
+                world: RefCell::new(world),
+                exec: Executor::default(),
+            }),
+        }
     }
 
     /// Adds a node (machine) with its own RNIC and memory system.
@@ -261,11 +301,18 @@ impl Sim {
         w.ports.push(Port::default());
         w.timer_at.push(Instant::NEVER);
         w.last_crash.push(None);
-        NodeHandle { shared: self.shared.clone(), id }
+        NodeHandle {
+            shared: self.shared.clone(),
+            id,
+        }
     }
 
     /// Connects two queue pairs (what a connection manager does out of band).
-    pub fn connect(&self, a: (&NodeHandle, QpNum), b: (&NodeHandle, QpNum)) -> Result<(), VerbsError> {
+    pub fn connect(
+        &self,
+        a: (&NodeHandle, QpNum),
+        b: (&NodeHandle, QpNum),
+    ) -> Result<(), VerbsError> {
         let mut w = self.shared.world.borrow_mut();
         w.nodes[a.0.id as usize].connect(a.1, b.0.id, b.1)?;
         w.nodes[b.0.id as usize].connect(b.1, a.0.id, a.1)
@@ -319,7 +366,12 @@ impl Sim {
     /// The timeline as Chrome trace-event JSON.
     pub fn chrome_trace(&self) -> String {
         let w = self.shared.world.borrow();
-        let names = w.names.iter().enumerate().map(|(i, n)| (i as NodeId, n.clone())).collect::<BTreeMap<_, _>>();
+        let names = w
+            .names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (i as NodeId, n.clone()))
+            .collect::<BTreeMap<_, _>>();
         w.trace.to_chrome_json(&names)
     }
 
@@ -371,13 +423,22 @@ impl Sim {
 
     /// Runs `fut` to completion (with every other task) and returns its output, or `None`
     /// if the world ran out of work (or reached `limit`) first.
-    pub fn block_on<T: 'static>(&self, limit: Instant, fut: impl Future<Output = T> + 'static) -> Option<T> {
+    pub fn block_on<T: 'static>(
+        &self,
+        limit: Instant,
+        fut: impl Future<Output = T> + 'static,
+    ) -> Option<T> {
         let out = Rc::new(RefCell::new(None));
         let o = out.clone();
         self.spawn(async move {
             *o.borrow_mut() = Some(fut.await);
         });
-        while out.borrow().is_none() && self.step(limit) {}
+        loop {
+            self.settle();
+            if out.borrow().is_some() || !self.process_event(limit) {
+                break;
+            }
+        }
         let v = out.borrow_mut().take();
         v
     }
@@ -385,6 +446,13 @@ impl Sim {
     /// One step: run every runnable task and let the nodes they used act (doorbells,
     /// transmissions, timers), then process one event. False when idle.
     fn step(&self, limit: Instant) -> bool {
+        self.settle();
+        self.process_event(limit)
+    }
+
+    /// Runs every runnable task and lets the nodes they used act, until nothing is
+    /// runnable at the current instant.
+    fn settle(&self) {
         loop {
             self.shared.exec.run_ready();
             let mut wake = Vec::new();
@@ -407,15 +475,25 @@ impl Sim {
                 waker.wake();
             }
         }
+    }
+
+    /// Processes the next event unless it lies beyond `limit`. False when there is none.
+    fn process_event(&self, limit: Instant) -> bool {
         let mut wake = Vec::new();
         {
             let mut w = self.shared.world.borrow_mut();
-            let Some(&Reverse((at, _, _))) = w.queue.peek() else { return false };
+            let Some(&Reverse((at, _, _))) = w.queue.peek() else {
+                return false;
+            };
             if at > limit {
                 return false;
             }
             let k = w.events_processed;
-            if let Some(pos) = w.event_crashes.iter().position(|c| c.at == CrashAt::Event(k)) {
+            if let Some(pos) = w
+                .event_crashes
+                .iter()
+                .position(|c| c.at == CrashAt::Event(k))
+            {
                 let c = w.event_crashes.swap_remove(pos);
                 w.crash(c.node, &mut wake);
                 drop(w);
@@ -426,12 +504,24 @@ impl Sim {
             w.now = at;
             w.events_processed += 1;
             match ev {
-                Ev::Deliver { pkt, queued, depart } => {
+                Ev::Deliver {
+                    pkt,
+                    queued,
+                    depart,
+                } => {
                     let dst = pkt.dst;
-                    w.trace.fold(&[1, at.as_nanos(), pkt.src as u64, dst as u64, pkt.psn as u64, pkt.payload_len()]);
+                    w.trace.fold(&[
+                        1,
+                        at.as_nanos(),
+                        pkt.src as u64,
+                        dst as u64,
+                        pkt.psn as u64,
+                        pkt.payload_len(),
+                    ]);
                     // The RNIC computes a response's departure ahead of time; if its node
                     // lost power before that instant, the packet never left.
-                    let lost = w.last_crash[pkt.src as usize].is_some_and(|c| queued <= c && c < depart);
+                    let lost =
+                        w.last_crash[pkt.src as usize].is_some_and(|c| queued <= c && c < depart);
                     if !lost {
                         w.nodes[dst as usize].handle_packet(at, pkt);
                         w.service(dst, &mut wake);
@@ -493,7 +583,11 @@ impl NodeHandle {
 
     /// Waits until virtual time `at`.
     pub fn sleep_until(&self, at: Instant) -> Sleep {
-        Sleep { shared: self.shared.clone(), at, armed: false }
+        Sleep {
+            shared: self.shared.clone(),
+            at,
+            armed: false,
+        }
     }
 
     /// Waits for `d`.
@@ -508,7 +602,13 @@ impl NodeHandle {
         if !w.trace.recording() {
             return;
         }
-        w.trace.push(TraceEvent { at: start, dur: Some(end.saturating_since(start)), node: self.id, lane: lane.into(), name: name.into() });
+        w.trace.push(TraceEvent {
+            at: start,
+            dur: Some(end.saturating_since(start)),
+            node: self.id,
+            lane: lane.into(),
+            name: name.into(),
+        });
     }
 
     /// The latency profile in force.
@@ -573,15 +673,34 @@ impl remora_verbs::Verbs for NodeHandle {
         self.with(|r, _| r.alloc(space, len, align))
     }
     fn alloc_pd(&self) -> Result<PdId, VerbsError> {
-        self.with(|r, _| if r.is_up() { Ok(r.alloc_pd()) } else { Err(VerbsError::NodeDown(r.id())) })
+        self.with(|r, _| {
+            if r.is_up() {
+                Ok(r.alloc_pd())
+            } else {
+                Err(VerbsError::NodeDown(r.id()))
+            }
+        })
     }
-    fn reg_mr(&self, pd: PdId, space: Space, addr: u64, len: u64, access: Access) -> Result<MrInfo, VerbsError> {
+    fn reg_mr(
+        &self,
+        pd: PdId,
+        space: Space,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<MrInfo, VerbsError> {
         self.with(|r, _| r.reg_mr(pd, space, addr, len, access))
     }
     fn create_cq(&self, depth: usize) -> Result<CqId, VerbsError> {
         self.with(|r, _| r.create_cq(depth))
     }
-    fn create_qp(&self, pd: PdId, send_cq: CqId, recv_cq: CqId, attr: QpAttr) -> Result<QpNum, VerbsError> {
+    fn create_qp(
+        &self,
+        pd: PdId,
+        send_cq: CqId,
+        recv_cq: CqId,
+        attr: QpAttr,
+    ) -> Result<QpNum, VerbsError> {
         self.with(|r, _| r.create_qp(pd, send_cq, recv_cq, attr))
     }
     fn post_send(&self, qp: QpNum, wr: SendWr) -> Result<(), VerbsError> {
@@ -594,7 +713,11 @@ impl remora_verbs::Verbs for NodeHandle {
         self.shared.world.borrow_mut().nodes[self.id as usize].poll_cq(cq, max, out)
     }
     fn wait_cq(&self, cq: CqId) -> impl Future<Output = ()> {
-        WaitCq { shared: self.shared.clone(), node: self.id, cq }
+        WaitCq {
+            shared: self.shared.clone(),
+            node: self.id,
+            cq,
+        }
     }
     fn load(&self, space: Space, addr: u64, buf: &mut [u8]) {
         self.with(|r, now| r.cpu_load(now, space, addr, buf))

@@ -119,9 +119,14 @@ impl Trace {
 
     /// Counts by name.
     pub fn summary(&self) -> TraceSummary {
-        let mut s = TraceSummary { fingerprinted: self.count, ..Default::default() };
+        let mut s = TraceSummary {
+            fingerprinted: self.count,
+            ..Default::default()
+        };
         for e in &self.events {
-            *s.by_name.entry(e.name.split(' ').next().unwrap_or("").to_string()).or_default() += 1;
+            *s.by_name
+                .entry(e.name.split(' ').next().unwrap_or("").to_string())
+                .or_default() += 1;
             s.end = s.end.max(e.at + e.dur.unwrap_or(Duration::ZERO));
         }
         s
@@ -151,16 +156,52 @@ impl Trace {
         }
         let mut out = Vec::new();
         for (node, name) in node_names {
-            out.push(Ev { name: "process_name", ph: "M", ts: 0.0, dur: None, pid: *node, tid: 0, s: None, args: Some(serde_json::json!({ "name": name })) });
+            out.push(Ev {
+                name: "process_name",
+                ph: "M",
+                ts: 0.0,
+                dur: None,
+                pid: *node,
+                tid: 0,
+                s: None,
+                args: Some(serde_json::json!({ "name": name })),
+            });
         }
         for ((node, lane), tid) in &lanes {
-            out.push(Ev { name: "thread_name", ph: "M", ts: 0.0, dur: None, pid: *node, tid: *tid, s: None, args: Some(serde_json::json!({ "name": lane })) });
+            out.push(Ev {
+                name: "thread_name",
+                ph: "M",
+                ts: 0.0,
+                dur: None,
+                pid: *node,
+                tid: *tid,
+                s: None,
+                args: Some(serde_json::json!({ "name": lane })),
+            });
         }
         for e in &self.events {
             let tid = lanes[&(e.node, e.lane.as_str())];
             out.push(match e.dur {
-                Some(d) => Ev { name: &e.name, ph: "X", ts: us(e.at.as_nanos()), dur: Some(us(d.as_nanos())), pid: e.node, tid, s: None, args: None },
-                None => Ev { name: &e.name, ph: "i", ts: us(e.at.as_nanos()), dur: None, pid: e.node, tid, s: Some("t"), args: None },
+                Some(d) => Ev {
+                    name: &e.name,
+                    ph: "X",
+                    ts: us(e.at.as_nanos()),
+                    dur: Some(us(d.as_nanos())),
+                    pid: e.node,
+                    tid,
+                    s: None,
+                    args: None,
+                },
+                None => Ev {
+                    name: &e.name,
+                    ph: "i",
+                    ts: us(e.at.as_nanos()),
+                    dur: None,
+                    pid: e.node,
+                    tid,
+                    s: Some("t"),
+                    args: None,
+                },
             });
         }
         serde_json::to_string(&serde_json::json!({ "traceEvents": out, "displayTimeUnit": "ns" }))

@@ -38,7 +38,9 @@ fn connect(sim: &Sim, client: &NodeHandle, server: &Server) -> (QpNum, CqId) {
 #[test]
 fn five_servers_and_a_hundred_clients() {
     let sim = Sim::new(5, LatencyProfile::default_profile());
-    let servers: Vec<Server> = (0..5).map(|i| server(&sim, &format!("s{i}"), 1 << 20)).collect();
+    let servers: Vec<Server> = (0..5)
+        .map(|i| server(&sim, &format!("s{i}"), 1 << 20))
+        .collect();
     let done = Rc::new(RefCell::new(0u32));
     for c in 0..100u32 {
         let client = sim.add_node(&format!("c{c}"), ServerConfig::table1()[3]);
@@ -49,10 +51,22 @@ fn five_servers_and_a_hundred_clients() {
         sim.spawn_on(&client, async move {
             for i in 0..20u64 {
                 let addr = mr.addr + ((c as u64 / 5) * 20 + i) * 64;
-                let remote = Some(Remote { addr, rkey: mr.rkey });
-                cl.post_send(qp, SendWr::new(i, Opcode::Write, Payload::Inline(vec![c as u8; 64]), remote).signaled(false)).unwrap();
-                let flush = Opcode::Flush { placement: FlushPlacement::Persistence, len: 64 };
-                cl.post_send(qp, SendWr::new(i, flush, Payload::None, remote)).unwrap();
+                let remote = Some(Remote {
+                    addr,
+                    rkey: mr.rkey,
+                });
+                cl.post_send(
+                    qp,
+                    SendWr::new(i, Opcode::Write, Payload::Inline(vec![c as u8; 64]), remote)
+                        .signaled(false),
+                )
+                .unwrap();
+                let flush = Opcode::Flush {
+                    placement: FlushPlacement::Persistence,
+                    len: 64,
+                };
+                cl.post_send(qp, SendWr::new(i, flush, Payload::None, remote))
+                    .unwrap();
                 assert_eq!(next_completion(&cl, cq).await.status, WcStatus::Success);
             }
             *done.borrow_mut() += 1;
@@ -65,7 +79,11 @@ fn five_servers_and_a_hundred_clients() {
         // Every client's 20 records are durable with the client's byte.
         for c in (i as u32..100).step_by(5) {
             let off = (c as u64 / 5) * 20 * 64;
-            assert_eq!(img.read_vec(s.mr.addr + off, 20 * 64), vec![c as u8; 20 * 64], "server {i} client {c}");
+            assert_eq!(
+                img.read_vec(s.mr.addr + off, 20 * 64),
+                vec![c as u8; 20 * 64],
+                "server {i} client {c}"
+            );
         }
     }
 }
@@ -85,8 +103,16 @@ fn a_shared_port_limits_throughput() {
             sim.spawn_on(&client, async move {
                 for i in 0..16u64 {
                     let addr = mr.addr + (c as u64 * 16 + i) * 65536;
-                    let remote = Some(Remote { addr, rkey: mr.rkey });
-                    cl.post_send(qp, SendWr::new(i, Opcode::Write, Payload::Inline(vec![1; 65536]), remote).signaled(i == 15)).unwrap();
+                    let remote = Some(Remote {
+                        addr,
+                        rkey: mr.rkey,
+                    });
+                    cl.post_send(
+                        qp,
+                        SendWr::new(i, Opcode::Write, Payload::Inline(vec![1; 65536]), remote)
+                            .signaled(i == 15),
+                    )
+                    .unwrap();
                 }
                 assert_eq!(next_completion(&cl, cq).await.status, WcStatus::Success);
                 let t = cl.now().max(*last.borrow());
@@ -101,8 +127,14 @@ fn a_shared_port_limits_throughput() {
     let bytes_four = 4.0 * 16.0 * 65536.0 * 8.0;
     let gbps = bytes_four / four.as_nanos() as f64;
     let profile = LatencyProfile::default_profile();
-    assert!(four.as_nanos() > 3 * one.as_nanos(), "one {one} four {four}");
-    assert!(gbps <= profile.network.link_gbps as f64 && gbps > 0.8 * profile.network.link_gbps as f64, "{gbps} Gb/s");
+    assert!(
+        four.as_nanos() > 3 * one.as_nanos(),
+        "one {one} four {four}"
+    );
+    assert!(
+        gbps <= profile.network.link_gbps as f64 && gbps > 0.8 * profile.network.link_gbps as f64,
+        "{gbps} Gb/s"
+    );
 }
 
 /// Server CPU work takes simulated time: a two-sided exchange costs the responder's
@@ -115,28 +147,65 @@ fn server_cpu_time_is_charged() {
         let client = sim.add_node("c", ServerConfig::table1()[3]);
         let spd = s.node.alloc_pd().unwrap();
         let buf = s.node.alloc(Space::Dram, 4096, 64);
-        let smr = s.node.reg_mr(spd, Space::Dram, buf, 4096, Access::ALL).unwrap();
+        let smr = s
+            .node
+            .reg_mr(spd, Space::Dram, buf, 4096, Access::ALL)
+            .unwrap();
         let scq = s.node.create_cq(16).unwrap();
         let sqp = s.node.create_qp(spd, scq, scq, QpAttr::default()).unwrap();
         let cpd = client.alloc_pd().unwrap();
         let cbuf = client.alloc(Space::Dram, 4096, 64);
-        let cmr = client.reg_mr(cpd, Space::Dram, cbuf, 4096, Access::ALL).unwrap();
+        let cmr = client
+            .reg_mr(cpd, Space::Dram, cbuf, 4096, Access::ALL)
+            .unwrap();
         let ccq = client.create_cq(16).unwrap();
         let cqp = client.create_qp(cpd, ccq, ccq, QpAttr::default()).unwrap();
         sim.connect((&client, cqp), (&s.node, sqp)).unwrap();
-        s.node.post_recv(sqp, RecvWr { wr_id: 1, sge: Sge { addr: smr.addr, len: 64, lkey: smr.lkey } }).unwrap();
-        client.post_recv(cqp, RecvWr { wr_id: 2, sge: Sge { addr: cmr.addr, len: 64, lkey: cmr.lkey } }).unwrap();
+        s.node
+            .post_recv(
+                sqp,
+                RecvWr {
+                    wr_id: 1,
+                    sge: Sge {
+                        addr: smr.addr,
+                        len: 64,
+                        lkey: smr.lkey,
+                    },
+                },
+            )
+            .unwrap();
+        client
+            .post_recv(
+                cqp,
+                RecvWr {
+                    wr_id: 2,
+                    sge: Sge {
+                        addr: cmr.addr,
+                        len: 64,
+                        lkey: cmr.lkey,
+                    },
+                },
+            )
+            .unwrap();
         let sn = s.node.clone();
         sim.spawn_on(&s.node, async move {
             let wc = next_completion(&sn, scq).await;
             assert_eq!(wc.opcode, WcOpcode::Recv);
             sn.compute(Duration::from_nanos(handle_ns)).await;
-            sn.post_send(sqp, SendWr::new(3, Opcode::Send, Payload::Inline(vec![0; 8]), None).signaled(false)).unwrap();
+            sn.post_send(
+                sqp,
+                SendWr::new(3, Opcode::Send, Payload::Inline(vec![0; 8]), None).signaled(false),
+            )
+            .unwrap();
         });
         let c = client.clone();
         sim.block_on(Instant::NEVER, async move {
             let t0 = c.now();
-            c.post_send(cqp, SendWr::new(4, Opcode::Send, Payload::Inline(vec![0; 64]), None).signaled(false)).unwrap();
+            c.post_send(
+                cqp,
+                SendWr::new(4, Opcode::Send, Payload::Inline(vec![0; 64]), None).signaled(false),
+            )
+            .unwrap();
             loop {
                 let wc = next_completion(&c, ccq).await;
                 if wc.opcode == WcOpcode::Recv {
@@ -147,7 +216,11 @@ fn server_cpu_time_is_charged() {
         .unwrap()
     };
     let (fast, slow) = (rtt(0), rtt(5_000));
-    assert_eq!(slow.as_nanos() - fast.as_nanos(), 5_000, "fast {fast} slow {slow}");
+    assert_eq!(
+        slow.as_nanos() - fast.as_nanos(),
+        5_000,
+        "fast {fast} slow {slow}"
+    );
     assert!(fast.as_nanos() >= LatencyProfile::default_profile().network.nic_rtt_ns);
 }
 
@@ -170,7 +243,9 @@ fn memcpy_then_persist_local() {
             let mut buf = vec![0; 1000];
             n.load(Space::Pm, pm, &mut buf);
             assert_eq!(buf, vec![9; 1000]);
-            let lost = sim2.with_rnic(id, |r, now| r.crash_image(now)).read_vec(pm, 1000);
+            let lost = sim2
+                .with_rnic(id, |r, now| r.crash_image(now))
+                .read_vec(pm, 1000);
             assert_ne!(lost, vec![9; 1000], "copied lines are still in the cache");
             n.persist_local(pm, 1000).await;
             (copied, n.now())
@@ -180,4 +255,32 @@ fn memcpy_then_persist_local() {
     assert_eq!(copied_at, profile.memcpy_time(1000));
     let img = sim.with_rnic(node.id(), |r, _| r.crash_image(durable_after));
     assert_eq!(img.read_vec(pm, 1000), vec![9; 1000]);
+}
+
+/// `block_on` returns as soon as its future is done: later events (an idle ACK timer)
+/// stay unprocessed, so `now()` is the completion time.
+#[test]
+fn block_on_stops_when_its_future_finishes() {
+    let sim = Sim::new(2, LatencyProfile::default_profile());
+    let s = server(&sim, "s", 4096);
+    let client = sim.add_node("c", ServerConfig::table1()[3]);
+    let (qp, cq) = connect(&sim, &client, &s);
+    let (mr, c) = (s.mr, client.clone());
+    let done_at = sim
+        .block_on(Instant::NEVER, async move {
+            let remote = Some(Remote {
+                addr: mr.addr,
+                rkey: mr.rkey,
+            });
+            c.post_send(
+                qp,
+                SendWr::new(1, Opcode::Write, Payload::Inline(vec![1; 8]), remote),
+            )
+            .unwrap();
+            next_completion(&c, cq).await;
+            c.now()
+        })
+        .unwrap();
+    assert_eq!(sim.now(), done_at);
+    assert!(done_at.as_nanos() < 10_000, "{done_at}");
 }

@@ -13,7 +13,9 @@ fn write_then_flush_completes() {
     let client = sim.add_node("client", cfg);
     let spd = server.alloc_pd().unwrap();
     let base = server.alloc(Space::Pm, 4096, 4096);
-    let mr = server.reg_mr(spd, Space::Pm, base, 4096, Access::ALL).unwrap();
+    let mr = server
+        .reg_mr(spd, Space::Pm, base, 4096, Access::ALL)
+        .unwrap();
     let scq = server.create_cq(64).unwrap();
     let sqp = server.create_qp(spd, scq, scq, QpAttr::default()).unwrap();
     let cpd = client.alloc_pd().unwrap();
@@ -21,15 +23,45 @@ fn write_then_flush_completes() {
     let cqp = client.create_qp(cpd, ccq, ccq, QpAttr::default()).unwrap();
     sim.connect((&client, cqp), (&server, sqp)).unwrap();
     let c = client.clone();
-    let lat = sim.block_on(Instant::NEVER, async move {
-        let t0 = c.now();
-        c.post_send(cqp, SendWr::new(1, Opcode::Write, Payload::Inline(vec![7; 64]), Some(Remote { addr: mr.addr, rkey: mr.rkey })).signaled(false)).unwrap();
-        c.post_send(cqp, SendWr::new(2, Opcode::Flush { placement: FlushPlacement::Persistence, len: 64 }, Payload::None, Some(Remote { addr: mr.addr, rkey: mr.rkey }))).unwrap();
-        let wc = next_completion(&c, ccq).await;
-        assert_eq!(wc.status, WcStatus::Success);
-        assert_eq!(wc.wr_id, 2);
-        c.now() - t0
-    }).unwrap();
+    let lat = sim
+        .block_on(Instant::NEVER, async move {
+            let t0 = c.now();
+            c.post_send(
+                cqp,
+                SendWr::new(
+                    1,
+                    Opcode::Write,
+                    Payload::Inline(vec![7; 64]),
+                    Some(Remote {
+                        addr: mr.addr,
+                        rkey: mr.rkey,
+                    }),
+                )
+                .signaled(false),
+            )
+            .unwrap();
+            c.post_send(
+                cqp,
+                SendWr::new(
+                    2,
+                    Opcode::Flush {
+                        placement: FlushPlacement::Persistence,
+                        len: 64,
+                    },
+                    Payload::None,
+                    Some(Remote {
+                        addr: mr.addr,
+                        rkey: mr.rkey,
+                    }),
+                ),
+            )
+            .unwrap();
+            let wc = next_completion(&c, ccq).await;
+            assert_eq!(wc.status, WcStatus::Success);
+            assert_eq!(wc.wr_id, 2);
+            c.now() - t0
+        })
+        .unwrap();
     println!("latency {lat}");
     let img = sim.with_rnic(server.id(), |r, now| r.crash_image(now));
     assert_eq!(img.read_vec(mr.addr, 64), vec![7; 64]);

@@ -32,11 +32,24 @@ pub trait Verbs {
     /// `ibv_alloc_pd`.
     fn alloc_pd(&self) -> Result<PdId, VerbsError>;
     /// `ibv_reg_mr`.
-    fn reg_mr(&self, pd: PdId, space: Space, addr: u64, len: u64, access: Access) -> Result<MrInfo, VerbsError>;
+    fn reg_mr(
+        &self,
+        pd: PdId,
+        space: Space,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<MrInfo, VerbsError>;
     /// `ibv_create_cq`.
     fn create_cq(&self, depth: usize) -> Result<CqId, VerbsError>;
     /// `ibv_create_qp` (reliable connection).
-    fn create_qp(&self, pd: PdId, send_cq: CqId, recv_cq: CqId, attr: QpAttr) -> Result<QpNum, VerbsError>;
+    fn create_qp(
+        &self,
+        pd: PdId,
+        send_cq: CqId,
+        recv_cq: CqId,
+        attr: QpAttr,
+    ) -> Result<QpNum, VerbsError>;
     /// `ibv_post_send`.
     fn post_send(&self, qp: QpNum, wr: SendWr) -> Result<(), VerbsError>;
     /// `ibv_post_recv`.
@@ -84,11 +97,26 @@ impl FlushMethod {
 
     /// The work request that flushes `len` bytes at `remote`. `scratch` is a local
     /// 8-byte buffer the READ emulation reads into (unused by a native FLUSH).
-    pub fn work_request(self, wr_id: u64, placement: FlushPlacement, remote: Remote, len: u64, scratch: Sge) -> SendWr {
+    pub fn work_request(
+        self,
+        wr_id: u64,
+        placement: FlushPlacement,
+        remote: Remote,
+        len: u64,
+        scratch: Sge,
+    ) -> SendWr {
         match self {
-            FlushMethod::Native => SendWr::new(wr_id, Opcode::Flush { placement, len }, Payload::None, Some(remote)),
+            FlushMethod::Native => SendWr::new(
+                wr_id,
+                Opcode::Flush { placement, len },
+                Payload::None,
+                Some(remote),
+            ),
             FlushMethod::ReadAfterWrite => {
-                let sge = Sge { len: scratch.len.min(8), ..scratch };
+                let sge = Sge {
+                    len: scratch.len.min(8),
+                    ..scratch
+                };
                 SendWr::new(wr_id, Opcode::Read, Payload::Sge(sge), Some(remote))
             }
         }

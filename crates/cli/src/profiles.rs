@@ -1,0 +1,56 @@
+//! Finding a latency profile: a built-in name (`profiles/*.toml`, compiled in) or a file.
+
+use remora_model::LatencyProfile;
+use std::path::Path;
+
+/// The profiles compiled into remora, by name.
+pub const BUILTIN: [&str; 2] = ["default", "cx4-100g"];
+
+/// A built-in profile by name; the error lists the names that exist.
+pub fn builtin(name: &str) -> Result<LatencyProfile, String> {
+    LatencyProfile::builtin(name).ok_or_else(|| {
+        format!(
+            "unknown latency profile {name:?} (built-in: {}; or pass a TOML file)",
+            BUILTIN.join(", ")
+        )
+    })
+}
+
+/// A profile loaded from a TOML file; the error names the file.
+pub fn from_file(path: &Path) -> Result<LatencyProfile, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read latency profile {}: {e}", path.display()))?;
+    LatencyProfile::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// A built-in profile name, or else a path to a profile file.
+pub fn load(spec: &str) -> Result<LatencyProfile, String> {
+    if let Some(p) = LatencyProfile::builtin(spec) {
+        return Ok(p);
+    }
+    let path = Path::new(spec);
+    if path.exists() {
+        return from_file(path);
+    }
+    builtin(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_load_and_unknown_names_list_them() {
+        for name in BUILTIN {
+            assert_eq!(load(name).unwrap().name, name);
+        }
+        let e = load("no-such-profile").unwrap_err();
+        assert!(e.contains("default") && e.contains("cx4-100g"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_file_is_named_in_the_error() {
+        let e = from_file(Path::new("/nonexistent/p.toml")).unwrap_err();
+        assert!(e.contains("/nonexistent/p.toml"), "{e}");
+    }
+}

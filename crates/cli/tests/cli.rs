@@ -1,0 +1,106 @@
+//! The built `remora` binary: exit codes and the messages a user sees.
+
+use std::process::{Command, Output};
+
+fn remora(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_remora"))
+        .args(args)
+        .output()
+        .expect("run remora")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn configs_prints_table1_as_markdown() {
+    let out = remora(&["configs"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.starts_with("| # | Configuration |"), "{s}");
+    let rows = s
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.contains("-RQWRB`"))
+        .count();
+    assert_eq!(rows, 12, "{s}");
+    assert!(s.contains("`DMP+DDIO+DRAM-RQWRB`") && s.contains("`WSP+noDDIO+PM-RQWRB`"));
+}
+
+#[test]
+fn configs_parse_echoes_a_good_name() {
+    let out = remora(&["configs", "--parse", "dmp+noddio+pm"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("DMP+noDDIO+PM-RQWRB\n"));
+}
+
+#[test]
+fn configs_parse_rejects_a_bad_name_with_the_parsers_reason() {
+    let out = remora(&["configs", "--parse", "XMP+DDIO+DRAM-RQWRB"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("bad server configuration") && err.contains("persistence domain"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn profile_prints_toml_and_refuses_unknown_names() {
+    let out = remora(&["profile", "--name", "cx4-100g"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let p = remora_model::LatencyProfile::from_toml(&text(&out.stdout)).unwrap();
+    assert_eq!(p.name, "cx4-100g");
+    let bad = remora(&["profile", "--name", "nope"]);
+    assert!(!bad.status.success());
+    assert!(text(&bad.stderr).contains("unknown latency profile"));
+    let missing = remora(&["profile", "--file", "/nonexistent/profile.toml"]);
+    assert!(!missing.status.success());
+    assert!(text(&missing.stderr).contains("/nonexistent/profile.toml"));
+}
+
+#[test]
+fn demo_runs_and_writes_a_perfetto_trace() {
+    let path =
+        std::env::temp_dir().join(format!("remora-cli-test-{}.trace.json", std::process::id()));
+    let p = path.to_str().unwrap();
+    let out = remora(&["demo", "--appends", "50", "--seed", "3", "--trace", p]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(
+        s.contains("all 50 acknowledged appends survive a power failure now"),
+        "{s}"
+    );
+    assert!(
+        s.contains("fingerprint") && s.contains("ui.perfetto.dev"),
+        "{s}"
+    );
+    let json = std::fs::read_to_string(&path).unwrap();
+    assert!(json.contains("traceEvents"));
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn demo_warns_under_dmp_with_ddio_and_rejects_bad_configs() {
+    let out = remora(&["demo", "--appends", "50", "--config", "DMP+DDIO+PM-RQWRB"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("NOT a correct persistence method"));
+    let bad = remora(&["demo", "--config", "DMP+DDIO"]);
+    assert!(!bad.status.success());
+    assert!(text(&bad.stderr).contains("bad server configuration"));
+}
+
+#[test]
+fn bench_sim_runs_small() {
+    let out = remora(&["bench", "sim", "--ops", "500", "--batch", "50"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.contains("510 (500 WRITEs + 10 FLUSHes)"), "{s}");
+    assert!(
+        s.contains("simulated RDMA ops per wall-clock second"),
+        "{s}"
+    );
+    let bad = remora(&["bench", "sim", "--batch", "0"]);
+    assert!(!bad.status.success());
+}
