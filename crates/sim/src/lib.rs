@@ -104,6 +104,8 @@ pub struct World {
     last_crash: Vec<Option<Instant>>,
     dirty: Vec<NodeId>,
     dirty_spare: Vec<NodeId>,
+    /// Reused buffer of wakers to call once the world is no longer borrowed.
+    wake_spare: Vec<Waker>,
     trace: Trace,
 }
 
@@ -279,6 +281,7 @@ impl Sim {
             last_crash: Vec::new(),
             dirty: Vec::new(),
             dirty_spare: Vec::new(),
+            wake_spare: Vec::new(),
             trace: Trace::default(),
         };
         Sim {
@@ -455,7 +458,7 @@ impl Sim {
     fn settle(&self) {
         loop {
             self.shared.exec.run_ready();
-            let mut wake = Vec::new();
+            let mut wake = std::mem::take(&mut self.shared.world.borrow_mut().wake_spare);
             {
                 let mut w = self.shared.world.borrow_mut();
                 let mut dirty = std::mem::take(&mut w.dirty_spare);
@@ -468,18 +471,20 @@ impl Sim {
                 dirty.clear();
                 w.dirty_spare = dirty;
             }
-            if wake.is_empty() {
-                break;
-            }
-            for waker in wake {
+            let idle = wake.is_empty();
+            for waker in wake.drain(..) {
                 waker.wake();
+            }
+            self.shared.world.borrow_mut().wake_spare = wake;
+            if idle {
+                break;
             }
         }
     }
 
     /// Processes the next event unless it lies beyond `limit`. False when there is none.
     fn process_event(&self, limit: Instant) -> bool {
-        let mut wake = Vec::new();
+        let mut wake = std::mem::take(&mut self.shared.world.borrow_mut().wake_spare);
         {
             let mut w = self.shared.world.borrow_mut();
             let Some(&Reverse((at, _, _))) = w.queue.peek() else {
@@ -548,9 +553,10 @@ impl Sim {
                 }
             }
         }
-        for waker in wake {
+        for waker in wake.drain(..) {
             waker.wake();
         }
+        self.shared.world.borrow_mut().wake_spare = wake;
         true
     }
 }
@@ -711,6 +717,9 @@ impl remora_verbs::Verbs for NodeHandle {
     }
     fn poll_cq(&self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
         self.shared.world.borrow_mut().nodes[self.id as usize].poll_cq(cq, max, out)
+    }
+    fn poll_one(&self, cq: CqId) -> Option<WorkCompletion> {
+        self.shared.world.borrow_mut().nodes[self.id as usize].poll_one(cq)
     }
     fn wait_cq(&self, cq: CqId) -> impl Future<Output = ()> {
         WaitCq {

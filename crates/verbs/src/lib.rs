@@ -56,6 +56,12 @@ pub trait Verbs {
     fn post_recv(&self, qp: QpNum, wr: RecvWr) -> Result<(), VerbsError>;
     /// `ibv_poll_cq`: appends up to `max` completions to `out`, returns how many.
     fn poll_cq(&self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize;
+    /// Takes the oldest completion of `cq`, if any (`ibv_poll_cq` with one entry).
+    fn poll_one(&self, cq: CqId) -> Option<WorkCompletion> {
+        let mut out = Vec::with_capacity(1);
+        self.poll_cq(cq, 1, &mut out);
+        out.pop()
+    }
     /// Waits until `cq` holds at least one completion (busy-polling on real hardware).
     fn wait_cq(&self, cq: CqId) -> impl Future<Output = ()>;
 
@@ -125,10 +131,9 @@ impl FlushMethod {
 
 /// Waits for the next completion on `cq`.
 pub async fn next_completion<V: Verbs>(v: &V, cq: CqId) -> WorkCompletion {
-    let mut out = Vec::with_capacity(1);
     loop {
-        if v.poll_cq(cq, 1, &mut out) == 1 {
-            return out.pop().expect("one completion");
+        if let Some(wc) = v.poll_one(cq) {
+            return wc;
         }
         v.wait_cq(cq).await;
     }
