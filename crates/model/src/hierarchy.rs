@@ -34,7 +34,7 @@
 //! earlier inbound DMA of the node, not only its own QP's (correct, conservative).
 
 use crate::config::PersistenceDomain;
-use crate::mem::SparseMem;
+use crate::mem::{PmMedia, SparseMem};
 use crate::prng::Prng;
 use crate::profile::LatencyProfile;
 use crate::time::{Duration, Instant};
@@ -97,6 +97,8 @@ struct Record {
     t_visible: Instant,
     t_wpq: Instant,
     in_llc: bool,
+    /// Already written to the medium (it entered the persistence domain).
+    in_media: bool,
 }
 
 impl Record {
@@ -151,7 +153,9 @@ pub struct MemoryHierarchy {
     ddio: bool,
     p: Params,
     rng: Prng,
-    pm_durable: SparseMem,
+    /// What survives a crash: each line is written here when it enters the domain.
+    media: Box<dyn PmMedia>,
+    /// Lines visible since the last restart, over `media` (copy-on-write pages).
     pm_visible: SparseMem,
     dram: SparseMem,
     records: Vec<Option<Record>>,
@@ -203,6 +207,18 @@ struct Params {
 impl MemoryHierarchy {
     /// A fresh, all-zero memory system for a server in `domain`, with DDIO on or off.
     pub fn new(domain: PersistenceDomain, ddio: bool, profile: &LatencyProfile, rng: Prng) -> Self {
+        Self::with_media(domain, ddio, profile, rng, Box::new(SparseMem::new()))
+    }
+
+    /// A memory system whose PM starts as, and persists into, `media` (e.g. a pool file
+    /// that survived an earlier run).
+    pub fn with_media(
+        domain: PersistenceDomain,
+        ddio: bool,
+        profile: &LatencyProfile,
+        rng: Prng,
+        media: Box<dyn PmMedia>,
+    ) -> Self {
         let p = Params {
             proc: Duration::from_nanos(profile.rnic.proc_ns),
             pcie: Duration::from_nanos(profile.rnic.pcie_ns),
@@ -238,7 +254,7 @@ impl MemoryHierarchy {
             ddio,
             p,
             rng,
-            pm_durable: SparseMem::new(),
+            media,
             pm_visible: SparseMem::new(),
             dram: SparseMem::new(),
             records: Vec::new(),
@@ -306,7 +322,14 @@ impl MemoryHierarchy {
             let (off, len) = (r.off as usize, r.len as usize);
             self.vis_fifo.pop_front();
             match space {
-                Space::Pm => self.pm_visible.write(addr, &data[off..off + len]),
+                Space::Pm => {
+                    self.pm_visible
+                        .write_over(addr, &data[off..off + len], &*self.media);
+                    // Under MHP visibility is entry into the persistence domain.
+                    if self.domain == PersistenceDomain::Mhp {
+                        self.to_media(id);
+                    }
+                }
                 Space::Dram => {
                     self.dram.write(addr, &data[off..off + len]);
                     self.release(id);
@@ -323,10 +346,9 @@ impl MemoryHierarchy {
                 continue; // rescheduled; a newer heap entry stands for it
             }
             debug_assert!(r.t_visible <= t, "persisted before visible");
-            let (line, addr, in_llc) = (r.line, r.addr(), r.in_llc);
-            let data = r.data;
-            let (off, len) = (r.off as usize, r.len as usize);
-            self.pm_durable.write(addr, &data[off..off + len]);
+            let (line, in_llc) = (r.line, r.in_llc);
+            // In the WPQ: durable under every domain (DMP's entry point).
+            self.to_media(id);
             if in_llc {
                 self.llc_count -= 1;
             }
@@ -376,6 +398,10 @@ impl MemoryHierarchy {
                 .push_back((id, self.records[id as usize].as_ref().unwrap().seq));
             if space == Space::Pm {
                 self.stats.dma_lines += 1;
+                // Under WSP reaching the RNIC is entry into the persistence domain.
+                if self.domain == PersistenceDomain::Wsp {
+                    self.to_media(id);
+                }
                 let t_wpq = if self.ddio {
                     self.enter_llc(id, visible + self.p.llc)
                 } else {
@@ -436,7 +462,7 @@ impl MemoryHierarchy {
     /// are applied over the visible image).
     pub fn read_ordered(&mut self, space: Space, addr: u64, len: usize) -> Vec<u8> {
         let mut out = vec![0u8; len];
-        self.image_of(space).read(addr, &mut out);
+        self.read_visible(space, addr, &mut out);
         let end = addr + len as u64;
         for &(id, seq) in &self.vis_fifo {
             let Some(r) = self.records[id as usize].as_ref().filter(|r| r.seq == seq) else {
@@ -460,7 +486,7 @@ impl MemoryHierarchy {
     /// A CPU load at `now` of what is visible.
     pub fn cpu_load(&mut self, now: Instant, space: Space, addr: u64, buf: &mut [u8]) {
         self.advance(now);
-        self.image_of(space).read(addr, buf);
+        self.read_visible(space, addr, buf);
     }
 
     /// A CPU store at `now`: visible at once, in the LLC (write-back cache) until evicted
@@ -470,12 +496,16 @@ impl MemoryHierarchy {
         match space {
             Space::Dram => self.dram.write(addr, data),
             Space::Pm => {
-                self.pm_visible.write(addr, data);
+                self.pm_visible.write_over(addr, data, &*self.media);
                 let mut done = 0usize;
                 while done < data.len() {
                     let a = addr + done as u64;
                     let n = ((LINE - a % LINE) as usize).min(data.len() - done);
                     let id = self.new_record(Space::Pm, a, &data[done..done + n], now, now);
+                    // Under MHP and WSP a store is durable once visible, which is now.
+                    if self.domain != PersistenceDomain::Dmp {
+                        self.to_media(id);
+                    }
                     self.enter_llc(id, now);
                     self.stats.cpu_lines += 1;
                     done += n;
@@ -544,7 +574,7 @@ impl MemoryHierarchy {
     /// last operation), without changing the hierarchy.
     pub fn crash_image(&mut self, at: Instant) -> SparseMem {
         self.advance(at);
-        let mut img = self.pm_durable.clone();
+        let mut img = self.media.snapshot();
         for (_, r) in self.survivors(at) {
             img.write(r.addr(), r.bytes());
         }
@@ -555,9 +585,17 @@ impl MemoryHierarchy {
     /// else (DRAM, caches or buffers outside the domain) is lost, and the machine restarts
     /// with the surviving PM image visible and durable.
     pub fn power_fail(&mut self, at: Instant) {
-        let img = self.crash_image(at);
-        self.pm_visible = img.clone();
-        self.pm_durable = img;
+        self.advance(at);
+        let survivors: Vec<(u64, Vec<u8>)> = self
+            .survivors(at)
+            .into_iter()
+            .map(|(_, r)| (r.addr(), r.bytes().to_vec()))
+            .collect();
+        for (addr, bytes) in survivors {
+            self.media.write(addr, &bytes);
+        }
+        // The machine restarts with what the medium holds; nothing else is visible.
+        self.pm_visible.clear();
         self.dram.clear();
         self.records.clear();
         self.free.clear();
@@ -577,10 +615,9 @@ impl MemoryHierarchy {
         self.fence_until = Instant::ZERO;
     }
 
-    /// What is durable now (the WPQ and the PM media), for inspection.
-    pub fn durable(&mut self, now: Instant) -> &SparseMem {
-        self.advance(now);
-        &self.pm_durable
+    /// A copy of what survives a crash now (the same as [`crash_image`](Self::crash_image)).
+    pub fn durable(&mut self, now: Instant) -> SparseMem {
+        self.crash_image(now)
     }
 
     /// Whether the `len` bytes at PM `addr` hold the same value in the image that would
@@ -588,7 +625,7 @@ impl MemoryHierarchy {
     pub fn is_persistent(&mut self, now: Instant, addr: u64, len: usize) -> bool {
         let img = self.crash_image(now);
         let mut vis = vec![0u8; len];
-        self.pm_visible.read(addr, &mut vis);
+        self.pm_visible.read_over(addr, &mut vis, &*self.media);
         img.read_vec(addr, len) == vis
             && !self.vis_fifo.iter().any(|&(id, seq)| {
                 self.records[id as usize]
@@ -603,7 +640,7 @@ impl MemoryHierarchy {
             .records
             .iter()
             .flatten()
-            .filter(|r| r.space == Space::Pm)
+            .filter(|r| r.space == Space::Pm && !r.in_media)
             .filter(|r| match self.domain {
                 PersistenceDomain::Dmp => r.t_wpq <= at,
                 PersistenceDomain::Mhp => r.t_visible <= at,
@@ -618,10 +655,21 @@ impl MemoryHierarchy {
 
     // ---------------------------------------------------------------- internals
 
-    fn image_of(&self, space: Space) -> &SparseMem {
+    /// Reads what is visible in `space` (PM reads fall through to the medium).
+    fn read_visible(&self, space: Space, addr: u64, buf: &mut [u8]) {
         match space {
-            Space::Dram => &self.dram,
-            Space::Pm => &self.pm_visible,
+            Space::Dram => self.dram.read(addr, buf),
+            Space::Pm => self.pm_visible.read_over(addr, buf, &*self.media),
+        }
+    }
+
+    /// Writes a record into the medium: it has entered the persistence domain.
+    fn to_media(&mut self, id: u32) {
+        let r = self.records[id as usize].as_mut().expect("live record");
+        if !r.in_media {
+            r.in_media = true;
+            let (addr, data, off, len) = (r.addr(), r.data, r.off as usize, r.len as usize);
+            self.media.write(addr, &data[off..off + len]);
         }
     }
 
@@ -664,6 +712,7 @@ impl MemoryHierarchy {
             t_visible: visible,
             t_wpq: Instant::NEVER,
             in_llc: false,
+            in_media: false,
         };
         if space == Space::Pm {
             self.lines.entry(line).or_default().pending += 1;
@@ -792,4 +841,83 @@ pub struct PmLocation {
     pub bank: u32,
     /// Row within the bank.
     pub row: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem::PmMedia;
+    use std::sync::{Arc, Mutex};
+
+    /// A medium whose contents the test can see while the hierarchy owns it.
+    #[derive(Debug, Clone, Default)]
+    struct Shared(Arc<Mutex<SparseMem>>);
+    impl PmMedia for Shared {
+        fn read(&self, addr: u64, buf: &mut [u8]) {
+            self.0.lock().unwrap().read(addr, buf)
+        }
+        fn write(&mut self, addr: u64, data: &[u8]) {
+            self.0.lock().unwrap().write(addr, data)
+        }
+        fn snapshot(&self) -> SparseMem {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    fn hier(domain: PersistenceDomain, ddio: bool) -> (MemoryHierarchy, Shared) {
+        let media = Shared::default();
+        let h = MemoryHierarchy::with_media(
+            domain,
+            ddio,
+            &LatencyProfile::default_profile(),
+            Prng::from_seed(3),
+            Box::new(media.clone()),
+        );
+        (h, media)
+    }
+
+    #[test]
+    fn each_domain_writes_the_medium_when_a_line_enters_it() {
+        let t0 = Instant::from_nanos(1_000);
+        for (domain, ddio) in [
+            (PersistenceDomain::Wsp, true),
+            (PersistenceDomain::Mhp, true),
+            (PersistenceDomain::Dmp, false),
+        ] {
+            let (mut h, media) = hier(domain, ddio);
+            let vis = h.dma_write(t0, Space::Pm, 1 << 44, &[7; 64]).visible;
+            let in_media = |m: &Shared| m.0.lock().unwrap().read_vec(1 << 44, 64) == vec![7; 64];
+            assert_eq!(
+                in_media(&media),
+                domain == PersistenceDomain::Wsp,
+                "{domain:?} at arrival"
+            );
+            h.advance(vis);
+            assert_eq!(
+                in_media(&media),
+                domain != PersistenceDomain::Dmp,
+                "{domain:?} once visible"
+            );
+            let done = h.flush_done(vis, FlushPlacement::Persistence);
+            h.advance(done);
+            assert!(in_media(&media), "{domain:?} after a FLUSH");
+        }
+    }
+
+    #[test]
+    fn a_restart_sees_only_what_the_medium_kept() {
+        let (mut h, media) = hier(PersistenceDomain::Dmp, true);
+        let t = Instant::from_nanos(10);
+        h.cpu_store(t, Space::Pm, 1 << 44, b"cached");
+        let mut buf = [0u8; 6];
+        h.cpu_load(t, Space::Pm, 1 << 44, &mut buf);
+        assert_eq!(&buf, b"cached");
+        h.power_fail(t);
+        h.cpu_load(t, Space::Pm, 1 << 44, &mut buf);
+        assert_eq!(
+            buf, [0; 6],
+            "an unflushed store in the cache is lost under DMP"
+        );
+        assert_eq!(media.0.lock().unwrap().read_vec(1 << 44, 6), vec![0; 6]);
+    }
 }

@@ -77,6 +77,40 @@ impl SparseMem {
         }
     }
 
+    /// Like [`read`](Self::read), but pages this memory does not hold come from `base`
+    /// (an overlay over another image).
+    pub fn read_over(&self, addr: u64, buf: &mut [u8], base: &dyn PmMedia) {
+        let mut done = 0usize;
+        while done < buf.len() {
+            let a = addr + done as u64;
+            let off = (a & (PAGE_BYTES - 1)) as usize;
+            let n = (PAGE_BYTES as usize - off).min(buf.len() - done);
+            match self.pages.get(&(a >> PAGE_SHIFT)) {
+                Some(p) => buf[done..done + n].copy_from_slice(&p[off..off + n]),
+                None => base.read(a, &mut buf[done..done + n]),
+            }
+            done += n;
+        }
+    }
+
+    /// Like [`write`](Self::write), but a page this memory does not hold yet starts as
+    /// `base`'s copy of it (copy-on-write overlay).
+    pub fn write_over(&mut self, addr: u64, data: &[u8], base: &dyn PmMedia) {
+        let mut done = 0usize;
+        while done < data.len() {
+            let a = addr + done as u64;
+            let off = (a & (PAGE_BYTES - 1)) as usize;
+            let n = (PAGE_BYTES as usize - off).min(data.len() - done);
+            let page = self.pages.entry(a >> PAGE_SHIFT).or_insert_with(|| {
+                let mut p = Box::new([0u8; PAGE_BYTES as usize]);
+                base.read(a & !(PAGE_BYTES - 1), &mut p[..]);
+                p
+            });
+            page[off..off + n].copy_from_slice(&data[done..done + n]);
+            done += n;
+        }
+    }
+
     /// Reads `len` bytes into a new vector.
     pub fn read_vec(&self, addr: u64, len: usize) -> Vec<u8> {
         let mut v = vec![0u8; len];
@@ -120,6 +154,31 @@ impl SparseMem {
     }
 }
 
+/// The persistent medium under the model's PM: whatever it holds survives a crash. The
+/// memory hierarchy writes a line here at the instant the line enters the configured
+/// persistence domain, so the medium always holds exactly the image a crash would leave.
+/// The simulator uses a [`SparseMem`]; the soft RNIC a memory-mapped pool file.
+pub trait PmMedia: std::fmt::Debug + Send {
+    /// Reads what is stored at `addr` (a PM physical address).
+    fn read(&self, addr: u64, buf: &mut [u8]);
+    /// Stores `data` at `addr`; when this returns it is as durable as the medium can make it.
+    fn write(&mut self, addr: u64, data: &[u8]);
+    /// A copy of the whole medium (for crash images and inspection).
+    fn snapshot(&self) -> SparseMem;
+}
+
+impl PmMedia for SparseMem {
+    fn read(&self, addr: u64, buf: &mut [u8]) {
+        SparseMem::read(self, addr, buf);
+    }
+    fn write(&mut self, addr: u64, data: &[u8]) {
+        SparseMem::write(self, addr, data);
+    }
+    fn snapshot(&self) -> SparseMem {
+        self.clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,6 +192,24 @@ mod tests {
         assert_eq!(m.read_vec(far - 3, 13), b"across a page");
         assert_eq!(m.resident_bytes(), 2 * PAGE_BYTES);
         assert_eq!(m.read_vec(5, 4), vec![0; 4]);
+    }
+
+    #[test]
+    fn an_overlay_reads_through_to_its_base_until_written() {
+        let mut base = SparseMem::new();
+        base.write(100, b"base bytes");
+        let mut top = SparseMem::new();
+        let mut buf = [0u8; 10];
+        top.read_over(100, &mut buf, &base);
+        assert_eq!(&buf, b"base bytes");
+        top.write_over(104, b"TOP", &base);
+        top.read_over(100, &mut buf, &base);
+        assert_eq!(&buf, b"baseTOPtes");
+        assert_eq!(
+            base.read_vec(100, 10),
+            b"base bytes",
+            "the base is untouched"
+        );
     }
 
     proptest! {
