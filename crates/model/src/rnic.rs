@@ -233,8 +233,20 @@ pub const PM_BASE: u64 = 1 << 44;
 
 impl Rnic {
     /// A node with the given configuration and latency profile.
-    pub fn new(id: NodeId, config: ServerConfig, profile: &LatencyProfile, mut rng: Prng) -> Self {
-        let hier = MemoryHierarchy::new(config.domain, config.ddio, profile, rng.fork());
+    pub fn new(id: NodeId, config: ServerConfig, profile: &LatencyProfile, rng: Prng) -> Self {
+        Self::with_media(id, config, profile, rng, Box::new(SparseMem::new()))
+    }
+
+    /// A node whose persistent memory is `media` (e.g. a pool file kept from an earlier run).
+    pub fn with_media(
+        id: NodeId,
+        config: ServerConfig,
+        profile: &LatencyProfile,
+        mut rng: Prng,
+        media: Box<dyn crate::mem::PmMedia>,
+    ) -> Self {
+        let hier =
+            MemoryHierarchy::with_media(config.domain, config.ddio, profile, rng.fork(), media);
         Rnic {
             id,
             config,
@@ -443,6 +455,17 @@ impl Rnic {
         }
         q.remote = Some((remote, remote_qp));
         q.state = QpState::Rts;
+        Ok(())
+    }
+
+    /// Moves a QP to the error state (its peer went away): outstanding requests and
+    /// posted receives complete with `WrFlushErr`, so whoever waits on them wakes up.
+    pub fn destroy_qp(&mut self, now: Instant, qp: QpNum) -> Result<(), VerbsError> {
+        if qp.0 as usize >= self.qps.len() {
+            return Err(VerbsError::NoSuch("queue pair"));
+        }
+        self.enter_error(now, qp);
+        self.retire(now, qp);
         Ok(())
     }
 

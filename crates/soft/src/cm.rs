@@ -1,0 +1,271 @@
+//! The connection manager's frames: what two soft RNICs exchange over a fresh TCP
+//! connection before RDMA packets flow (the role RDMA CM plays on real fabrics).
+//!
+//! ```text
+//! client → server  Hello    { version }
+//! server → client  Assign   { client node, server node, server configuration }
+//! client → server  Ready    { client QP }
+//! server → client  Accepted { server QP }        (or Refused { code } at any point)
+//! ```
+//!
+//! Every frame is 24 bytes: magic `RMCM`, version (u16), kind (u8), a reserved zero byte,
+//! then 16 bytes of kind-specific payload (unused bytes zero). `parse` refuses any other
+//! magic, version, kind or a non-zero unused byte.
+
+use remora_model::config::{NicCaps, PersistenceDomain, RqwrbPlacement, ServerConfig, Transport};
+use remora_model::verbs::{NodeId, QpNum};
+
+const MAGIC: &[u8; 4] = b"RMCM";
+/// Connection-manager protocol version.
+pub const CM_VERSION: u16 = 1;
+/// Bytes of every CM frame.
+pub const CM_FRAME: usize = 24;
+
+/// Why the server refused a connection.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RefuseCode {
+    /// The client speaks another protocol version.
+    Version,
+    /// The server could not set up resources (memory, queues).
+    Resources,
+}
+
+/// A connection-manager frame.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Cm {
+    /// Client's opening.
+    Hello,
+    /// The server's node ids and configuration.
+    Assign {
+        /// Node id the client must use.
+        client: NodeId,
+        /// The server's node id.
+        server: NodeId,
+        /// The server's configuration (transport and NIC capabilities included).
+        config: ServerConfig,
+    },
+    /// The client's queue pair.
+    Ready {
+        /// Its number.
+        qp: QpNum,
+    },
+    /// The server's queue pair, connected.
+    Accepted {
+        /// Its number.
+        qp: QpNum,
+    },
+    /// No connection.
+    Refused {
+        /// Why.
+        code: RefuseCode,
+    },
+}
+
+/// Why bytes are not a CM frame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CmError {
+    /// Not 24 bytes.
+    #[error("connection-manager frame of {0} bytes (need {CM_FRAME})")]
+    Length(usize),
+    /// Not a remora CM frame.
+    #[error("not a remora connection-manager frame")]
+    BadMagic,
+    /// Another protocol version.
+    #[error("peer speaks connection-manager version {0}, this is {CM_VERSION}")]
+    Version(u16),
+    /// Unknown kind or field value.
+    #[error("bad connection-manager frame: {0}")]
+    BadValue(&'static str),
+}
+
+fn config_bytes(c: &ServerConfig) -> [u8; 5] {
+    [
+        c.domain as u8,
+        c.ddio as u8,
+        c.rqwrb as u8,
+        match c.transport {
+            Transport::InfiniBand => 0,
+            Transport::RoCE => 1,
+            Transport::IWarp => 2,
+        },
+        c.caps.native_flush as u8
+            | (c.caps.atomic_write as u8) << 1
+            | (c.caps.non_posted_write as u8) << 2,
+    ]
+}
+
+fn parse_config(b: &[u8]) -> Result<ServerConfig, CmError> {
+    let domain = match b[0] {
+        0 => PersistenceDomain::Dmp,
+        1 => PersistenceDomain::Mhp,
+        2 => PersistenceDomain::Wsp,
+        _ => return Err(CmError::BadValue("persistence domain")),
+    };
+    let ddio = match b[1] {
+        0 => false,
+        1 => true,
+        _ => return Err(CmError::BadValue("ddio")),
+    };
+    let rqwrb = match b[2] {
+        0 => RqwrbPlacement::Dram,
+        1 => RqwrbPlacement::Pm,
+        _ => return Err(CmError::BadValue("rqwrb")),
+    };
+    let transport = match b[3] {
+        0 => Transport::InfiniBand,
+        1 => Transport::RoCE,
+        2 => Transport::IWarp,
+        _ => return Err(CmError::BadValue("transport")),
+    };
+    if b[4] & !7 != 0 {
+        return Err(CmError::BadValue("capabilities"));
+    }
+    let caps = NicCaps {
+        native_flush: b[4] & 1 != 0,
+        atomic_write: b[4] & 2 != 0,
+        non_posted_write: b[4] & 4 != 0,
+    };
+    Ok(ServerConfig {
+        domain,
+        ddio,
+        rqwrb,
+        transport,
+        caps,
+    })
+}
+
+impl Cm {
+    /// The 24-byte encoding.
+    pub fn emit(&self) -> [u8; CM_FRAME] {
+        let mut b = [0u8; CM_FRAME];
+        b[..4].copy_from_slice(MAGIC);
+        b[4..6].copy_from_slice(&CM_VERSION.to_le_bytes());
+        let p = &mut b[8..];
+        b[6] = match self {
+            Cm::Hello => 1,
+            Cm::Assign {
+                client,
+                server,
+                config,
+            } => {
+                p[..4].copy_from_slice(&client.to_le_bytes());
+                p[4..8].copy_from_slice(&server.to_le_bytes());
+                p[8..13].copy_from_slice(&config_bytes(config));
+                2
+            }
+            Cm::Ready { qp } => {
+                p[..4].copy_from_slice(&qp.0.to_le_bytes());
+                3
+            }
+            Cm::Accepted { qp } => {
+                p[..4].copy_from_slice(&qp.0.to_le_bytes());
+                4
+            }
+            Cm::Refused { code } => {
+                p[0] = match code {
+                    RefuseCode::Version => 1,
+                    RefuseCode::Resources => 2,
+                };
+                5
+            }
+        };
+        b
+    }
+
+    /// Parses exactly one frame.
+    pub fn parse(b: &[u8]) -> Result<Cm, CmError> {
+        if b.len() != CM_FRAME {
+            return Err(CmError::Length(b.len()));
+        }
+        if &b[..4] != MAGIC {
+            return Err(CmError::BadMagic);
+        }
+        let version = u16::from_le_bytes([b[4], b[5]]);
+        if version != CM_VERSION {
+            return Err(CmError::Version(version));
+        }
+        if b[7] != 0 {
+            return Err(CmError::BadValue("reserved byte"));
+        }
+        let p = &b[8..];
+        let u32_at = |i: usize| u32::from_le_bytes(p[i..i + 4].try_into().expect("4 bytes"));
+        let (frame, used) = match b[6] {
+            1 => (Cm::Hello, 0),
+            2 => (
+                Cm::Assign {
+                    client: u32_at(0),
+                    server: u32_at(4),
+                    config: parse_config(&p[8..13])?,
+                },
+                13,
+            ),
+            3 => (
+                Cm::Ready {
+                    qp: QpNum(u32_at(0)),
+                },
+                4,
+            ),
+            4 => (
+                Cm::Accepted {
+                    qp: QpNum(u32_at(0)),
+                },
+                4,
+            ),
+            5 => {
+                let code = match p[0] {
+                    1 => RefuseCode::Version,
+                    2 => RefuseCode::Resources,
+                    _ => return Err(CmError::BadValue("refusal code")),
+                };
+                (Cm::Refused { code }, 1)
+            }
+            _ => return Err(CmError::BadValue("kind")),
+        };
+        if p[used..].iter().any(|&x| x != 0) {
+            return Err(CmError::BadValue("unused bytes"));
+        }
+        Ok(frame)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_bad_ones_are_refused() {
+        let mut all = vec![
+            Cm::Hello,
+            Cm::Ready { qp: QpNum(7) },
+            Cm::Accepted { qp: QpNum(9) },
+            Cm::Refused {
+                code: RefuseCode::Version,
+            },
+        ];
+        for config in ServerConfig::table1() {
+            all.push(Cm::Assign {
+                client: 3,
+                server: 0,
+                config,
+            });
+        }
+        for f in all {
+            let b = f.emit();
+            assert_eq!(Cm::parse(&b), Ok(f));
+            assert!(Cm::parse(&b[..23]).is_err());
+            // Magic, version, kind and the reserved byte admit no other value.
+            for i in 0..8 {
+                let mut x = b;
+                x[i] ^= 0x80;
+                assert!(Cm::parse(&x).is_err(), "{f:?}: byte {i}");
+            }
+            // Neither does the payload past its fields.
+            let mut x = b;
+            x[CM_FRAME - 1] = 1;
+            assert!(Cm::parse(&x).is_err(), "{f:?}: unused byte");
+        }
+        let mut b = Cm::Hello.emit();
+        b[4] = 2;
+        assert_eq!(Cm::parse(&b), Err(CmError::Version(2)));
+    }
+}

@@ -1,0 +1,358 @@
+//! The PM pool file: persistent memory for the soft RNIC, as a memory-mapped file.
+//!
+//! Layout: a 4 KiB header, then the PM data area. The header holds a magic string, a
+//! version, the data offset and length, and a CRC-32C of the header, so a wrong, damaged
+//! or truncated file is refused with a clear error and never overwritten.
+//!
+//! Durability: the model writes a line into the pool at the instant the line enters the
+//! server's persistence domain ([`remora_model::mem::PmMedia`]). A `kill -9` keeps what the
+//! process wrote to the mapping (the page cache survives the process); to survive an OS
+//! crash as well, every write is followed by `msync` of the touched pages. On a DAX file
+//! system a `MAP_SYNC` mapping with `clwb`+`sfence` would do instead; the pool detects DAX
+//! and says so, but this build always uses `msync`.
+
+use memmap2::MmapMut;
+use remora_model::mem::{PmMedia, SparseMem, PAGE_BYTES};
+use remora_model::rnic::PM_BASE;
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+const MAGIC: &[u8; 8] = b"REMORAPM";
+/// Pool format version.
+pub const POOL_VERSION: u32 = 1;
+/// Bytes of the header (and offset of the data area).
+pub const HEADER_BYTES: u64 = 4096;
+/// Smallest data area accepted.
+pub const MIN_POOL_BYTES: u64 = 1 << 20;
+
+/// Why a pool file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    /// The file system said no.
+    #[error("pool {path}: {err}")]
+    Io {
+        /// The pool file.
+        path: PathBuf,
+        /// The error.
+        err: std::io::Error,
+    },
+    /// Not a remora pool (wrong magic): refused, not overwritten.
+    #[error("pool {0}: not a remora PM pool (bad magic); refusing to touch it")]
+    NotAPool(PathBuf),
+    /// Another format version.
+    #[error("pool {path}: format version {found}, this build reads {POOL_VERSION}")]
+    Version {
+        /// The pool file.
+        path: PathBuf,
+        /// Version in the file.
+        found: u32,
+    },
+    /// The header's checksum or fields are wrong.
+    #[error("pool {path}: damaged header ({why})")]
+    Damaged {
+        /// The pool file.
+        path: PathBuf,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// Smaller than asked or than the header says.
+    #[error("pool {path}: {have} bytes, need {need}")]
+    TooSmall {
+        /// The pool file.
+        path: PathBuf,
+        /// Bytes present.
+        have: u64,
+        /// Bytes needed.
+        need: u64,
+    },
+}
+
+/// How writes reach stable storage.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum SyncMode {
+    /// `msync` of the touched pages after each write.
+    Msync,
+}
+
+/// An open pool: the mapping and its geometry.
+#[derive(Debug)]
+pub struct Pool {
+    path: PathBuf,
+    map: MmapMut,
+    len: u64,
+    created: bool,
+    dax: bool,
+}
+
+fn header(len: u64) -> [u8; HEADER_BYTES as usize] {
+    let mut h = [0u8; HEADER_BYTES as usize];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..12].copy_from_slice(&POOL_VERSION.to_le_bytes());
+    h[16..24].copy_from_slice(&HEADER_BYTES.to_le_bytes());
+    h[24..32].copy_from_slice(&len.to_le_bytes());
+    let crc = crc32c::crc32c(&h[..64]);
+    h[64..68].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+impl Pool {
+    /// Opens the pool at `path`, creating it with a data area of `len` bytes if it does not
+    /// exist. An existing file must be a valid pool at least `len` bytes large.
+    pub fn open_or_create(path: &Path, len: u64) -> Result<Pool, PoolError> {
+        let io = |err| PoolError::Io {
+            path: path.to_path_buf(),
+            err,
+        };
+        if len < MIN_POOL_BYTES {
+            return Err(PoolError::TooSmall {
+                path: path.to_path_buf(),
+                have: len,
+                need: MIN_POOL_BYTES,
+            });
+        }
+        let created = !path.exists();
+        let file: File = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(created)
+            .truncate(false)
+            .open(path)
+            .map_err(io)?;
+        if created {
+            file.set_len(HEADER_BYTES + len).map_err(io)?;
+            let mut map = unsafe_map(&file).map_err(io)?;
+            map[..HEADER_BYTES as usize].copy_from_slice(&header(len));
+            map.flush_range(0, HEADER_BYTES as usize).map_err(io)?;
+            file.sync_all().map_err(io)?;
+        }
+        let size = file.metadata().map_err(io)?.len();
+        if size < HEADER_BYTES {
+            return Err(PoolError::NotAPool(path.to_path_buf()));
+        }
+        let map = unsafe_map(&file).map_err(io)?;
+        let h = &map[..HEADER_BYTES as usize];
+        if &h[..8] != MAGIC {
+            return Err(PoolError::NotAPool(path.to_path_buf()));
+        }
+        let version = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
+        if version != POOL_VERSION {
+            return Err(PoolError::Version {
+                path: path.to_path_buf(),
+                found: version,
+            });
+        }
+        if crc32c::crc32c(&h[..64]).to_le_bytes() != h[64..68] {
+            return Err(PoolError::Damaged {
+                path: path.to_path_buf(),
+                why: "header checksum mismatch",
+            });
+        }
+        if u64::from_le_bytes(h[16..24].try_into().expect("8 bytes")) != HEADER_BYTES {
+            return Err(PoolError::Damaged {
+                path: path.to_path_buf(),
+                why: "unknown data offset",
+            });
+        }
+        let data_len = u64::from_le_bytes(h[24..32].try_into().expect("8 bytes"));
+        if size < HEADER_BYTES + data_len {
+            return Err(PoolError::TooSmall {
+                path: path.to_path_buf(),
+                have: size.saturating_sub(HEADER_BYTES),
+                need: data_len,
+            });
+        }
+        if data_len < len {
+            return Err(PoolError::TooSmall {
+                path: path.to_path_buf(),
+                have: data_len,
+                need: len,
+            });
+        }
+        let dax = on_dax(path);
+        Ok(Pool {
+            path: path.to_path_buf(),
+            map,
+            len: data_len,
+            created,
+            dax,
+        })
+    }
+
+    /// Bytes of PM.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+    /// True for an empty data area (never: pools have a minimum size).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// True if this run created the file.
+    pub fn created(&self) -> bool {
+        self.created
+    }
+    /// True if the file lives on a DAX-mounted file system.
+    pub fn dax(&self) -> bool {
+        self.dax
+    }
+    /// How writes are made durable.
+    pub fn sync_mode(&self) -> SyncMode {
+        SyncMode::Msync
+    }
+
+    fn range(&self, addr: u64, len: usize) -> std::ops::Range<usize> {
+        let off = addr
+            .checked_sub(PM_BASE)
+            .expect("PM address below the PM base");
+        let end = off + len as u64;
+        assert!(
+            end <= self.len,
+            "PM access {off:#x}+{len} beyond the {}-byte pool",
+            self.len
+        );
+        (HEADER_BYTES + off) as usize..(HEADER_BYTES + end) as usize
+    }
+}
+
+#[allow(unsafe_code)]
+fn unsafe_map(file: &File) -> std::io::Result<MmapMut> {
+    // SAFETY: the pool file is ours for the life of the process; if another process
+    // truncated it under us, accesses could fault, which is the documented hazard of
+    // memmap2's mapping and the reason the server holds the only handle.
+    unsafe { MmapMut::map_mut(file) }
+}
+
+/// Whether `path` is on a file system mounted with `dax` (from /proc/self/mountinfo).
+fn on_dax(path: &Path) -> bool {
+    let Ok(abs) = std::fs::canonicalize(path) else {
+        return false;
+    };
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let mut best: Option<(usize, bool)> = None;
+    for line in info.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 6 {
+            continue;
+        }
+        let (mount, opts) = (f[4], f[5]);
+        let super_opts = line.rsplit(' ').next().unwrap_or("");
+        if abs.starts_with(mount) && best.is_none_or(|(l, _)| mount.len() > l) {
+            best = Some((
+                mount.len(),
+                opts.contains("dax") || super_opts.contains("dax"),
+            ));
+        }
+    }
+    best.is_some_and(|(_, dax)| dax)
+}
+
+impl PmMedia for Pool {
+    fn read(&self, addr: u64, buf: &mut [u8]) {
+        let r = self.range(addr, buf.len());
+        buf.copy_from_slice(&self.map[r]);
+    }
+    fn write(&mut self, addr: u64, data: &[u8]) {
+        let r = self.range(addr, data.len());
+        self.map[r.clone()].copy_from_slice(data);
+        // msync whole pages: the line is durable when this returns.
+        let page = PAGE_BYTES as usize;
+        let start = r.start / page * page;
+        let end = r.end.div_ceil(page) * page;
+        self.map
+            .flush_range(start, end.min(self.map.len()) - start)
+            .expect("msync of the PM pool failed");
+    }
+    fn snapshot(&self) -> SparseMem {
+        let mut m = SparseMem::new();
+        let data = &self.map[HEADER_BYTES as usize..(HEADER_BYTES + self.len) as usize];
+        for (i, chunk) in data.chunks(PAGE_BYTES as usize).enumerate() {
+            if chunk.iter().any(|&b| b != 0) {
+                m.write(PM_BASE + (i as u64) * PAGE_BYTES, chunk);
+            }
+        }
+        m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("remora-pool-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(name);
+        let _ = std::fs::remove_file(&p);
+        p
+    }
+
+    #[test]
+    fn data_survives_reopening() {
+        let p = tmp("reopen");
+        {
+            let mut pool = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
+            assert!(pool.created());
+            pool.write(PM_BASE + 4000, b"persistent");
+        }
+        let pool = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
+        assert!(!pool.created());
+        let mut b = [0u8; 10];
+        pool.read(PM_BASE + 4000, &mut b);
+        assert_eq!(&b, b"persistent");
+        assert_eq!(pool.snapshot().read_vec(PM_BASE + 4000, 10), b"persistent");
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn wrong_damaged_or_small_files_are_refused_and_left_alone() {
+        let p = tmp("foreign");
+        std::fs::write(&p, vec![b'x'; 8192]).unwrap();
+        assert!(matches!(
+            Pool::open_or_create(&p, MIN_POOL_BYTES),
+            Err(PoolError::NotAPool(_))
+        ));
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            vec![b'x'; 8192],
+            "a foreign file is not overwritten"
+        );
+
+        let p = tmp("damaged");
+        drop(Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap());
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes[30] ^= 1;
+        std::fs::write(&p, &bytes).unwrap();
+        let e = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap_err();
+        assert!(e.to_string().contains("damaged header"), "{e}");
+
+        let p = tmp("small");
+        drop(Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap());
+        let e = Pool::open_or_create(&p, 4 * MIN_POOL_BYTES).unwrap_err();
+        assert!(matches!(e, PoolError::TooSmall { .. }), "{e}");
+        let f = OpenOptions::new().write(true).open(&p).unwrap();
+        f.set_len(HEADER_BYTES + 100).unwrap();
+        assert!(matches!(
+            Pool::open_or_create(&p, MIN_POOL_BYTES),
+            Err(PoolError::TooSmall { .. })
+        ));
+
+        let p = tmp("version");
+        drop(Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap());
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes[8] = 9;
+        std::fs::write(&p, &bytes).unwrap();
+        assert!(matches!(
+            Pool::open_or_create(&p, MIN_POOL_BYTES),
+            Err(PoolError::Version { found: 9, .. })
+        ));
+        assert!(
+            Pool::open_or_create(&p, 1000).is_err(),
+            "a pool below the minimum size"
+        );
+    }
+}

@@ -1,0 +1,354 @@
+//! The real-time runtime: one node's [`Rnic`] driven by the wall clock and real sockets,
+//! on a single-threaded tokio runtime (`LocalSet`). [`RtNode`] implements
+//! [`remora_verbs::Verbs`], so the library and RemoteLog run on it unchanged.
+//!
+//! Time: the model's clock never runs behind the wall clock. When the model schedules
+//! something a little ahead (a response that leaves once a FLUSH's data reached the
+//! persistence domain, a completion once a DMA is visible), the runtime moves the model's
+//! clock there at once instead of sleeping for a few hundred nanoseconds: it first advances
+//! the memory hierarchy, which writes every line that entered the persistence domain into
+//! the pool file, and only then sends the packet. So an acknowledgement never leaves
+//! before the data it acknowledges is in the file, and a `kill -9` loses exactly what the
+//! model says a power failure at that instant loses. Longer waits (ACK time-outs) sleep.
+
+use remora_model::hierarchy::Space;
+use remora_model::rnic::{MrInfo, QpAttr, Rnic};
+use remora_model::time::{Duration, Instant};
+use remora_model::verbs::*;
+use remora_model::wire::{Packet, WireError};
+use remora_model::ServerConfig;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::rc::Rc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, Notify};
+
+/// Longest step the model's clock takes ahead of the wall clock without sleeping.
+const JUMP: Duration = Duration::from_micros(200);
+/// CPU work shorter than this is paid by the real CPU doing it: the task only yields.
+const SLEEP_MIN: Duration = Duration::from_micros(50);
+/// ACK time-out on TCP. The transport is reliable and a dead peer shows up as a closed
+/// connection (its QPs fail at once), so the time-out only catches a hung peer; a
+/// microsecond-scale model value would misfire whenever the host is busy.
+pub const REAL_ACK_TIMEOUT: Duration = Duration::from_millis(2_000);
+
+/// The profile a real-time node runs with: the model's, with [`REAL_ACK_TIMEOUT`].
+pub fn real_time_profile(p: &remora_model::LatencyProfile) -> remora_model::LatencyProfile {
+    let mut p = p.clone();
+    p.rnic.ack_timeout_ns = p.rnic.ack_timeout_ns.max(REAL_ACK_TIMEOUT.as_nanos());
+    p
+}
+
+#[allow(clippy::disallowed_methods)] // a real-time runtime: its clock is the wall clock
+fn wall() -> std::time::Instant {
+    std::time::Instant::now()
+}
+
+/// Counters of what the network delivered.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct NetStats {
+    /// Packets sent.
+    pub sent: u64,
+    /// Packets received and handed to the RNIC.
+    pub received: u64,
+    /// Connections closed because a frame did not parse.
+    pub malformed: u64,
+    /// Packets whose source did not match the connection they came on.
+    pub spoofed: u64,
+}
+
+struct State {
+    rnic: Rnic,
+    model_now: Instant,
+    peers: BTreeMap<NodeId, mpsc::UnboundedSender<Vec<u8>>>,
+    stats: NetStats,
+}
+
+struct Inner {
+    st: RefCell<State>,
+    kick: Notify,
+    progress: Notify,
+    epoch: std::time::Instant,
+}
+
+impl Inner {
+    fn now(&self, st: &mut State) -> Instant {
+        let real = Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64);
+        st.model_now = st.model_now.max(real);
+        st.model_now
+    }
+}
+
+/// One node running in real time. Cheap to clone; not `Send` (one thread drives it).
+#[derive(Clone)]
+pub struct RtNode {
+    inner: Rc<Inner>,
+}
+
+impl RtNode {
+    /// Wraps an RNIC. Call [`drive`](Self::drive) in a local task to make it run.
+    pub fn new(rnic: Rnic) -> Self {
+        RtNode {
+            inner: Rc::new(Inner {
+                st: RefCell::new(State {
+                    rnic,
+                    model_now: Instant::ZERO,
+                    peers: BTreeMap::new(),
+                    stats: NetStats::default(),
+                }),
+                kick: Notify::new(),
+                progress: Notify::new(),
+                epoch: wall(),
+            }),
+        }
+    }
+
+    /// Network counters.
+    pub fn net_stats(&self) -> NetStats {
+        self.inner.st.borrow().stats
+    }
+
+    /// Runs `f` on the RNIC at the current time, then lets the driver act on it.
+    pub fn with<R>(&self, f: impl FnOnce(&mut Rnic, Instant) -> R) -> R {
+        let r = {
+            let mut st = self.inner.st.borrow_mut();
+            let now = self.inner.now(&mut st);
+            f(&mut st.rnic, now)
+        };
+        self.inner.kick.notify_one();
+        r
+    }
+
+    /// Connects a local QP to a peer's (after the connection manager's exchange).
+    pub fn connect(&self, qp: QpNum, peer: NodeId, peer_qp: QpNum) -> Result<(), VerbsError> {
+        self.with(|r, _| r.connect(qp, peer, peer_qp))
+    }
+
+    /// Starts exchanging packets with `peer` over a TCP connection: spawns its reader and
+    /// writer. When the connection ends, `on_close` runs (e.g. to fail the peer's QPs).
+    pub fn attach(
+        &self,
+        peer: NodeId,
+        read: OwnedReadHalf,
+        write: OwnedWriteHalf,
+        on_close: impl FnOnce(&RtNode) + 'static,
+    ) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.inner.st.borrow_mut().peers.insert(peer, tx);
+        tokio::task::spawn_local(write_loop(rx, write));
+        let node = self.clone();
+        tokio::task::spawn_local(async move {
+            let _ = node.read_loop(peer, read).await;
+            node.inner.st.borrow_mut().peers.remove(&peer);
+            on_close(&node);
+            node.inner.kick.notify_one();
+        });
+    }
+
+    async fn read_loop(&self, peer: NodeId, mut read: OwnedReadHalf) -> Result<(), WireError> {
+        let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
+        let mut chunk = vec![0u8; 1 << 16];
+        loop {
+            while let Some(len) = Packet::frame_len(&buf)
+                .inspect_err(|_| self.inner.st.borrow_mut().stats.malformed += 1)?
+            {
+                if buf.len() < len {
+                    break;
+                }
+                let pkt = Packet::parse(&buf[..len])
+                    .inspect_err(|_| self.inner.st.borrow_mut().stats.malformed += 1)?;
+                buf.drain(..len);
+                let mut st = self.inner.st.borrow_mut();
+                if pkt.src != peer {
+                    // A peer may only speak for itself; drop, keep the connection.
+                    st.stats.spoofed += 1;
+                    continue;
+                }
+                st.stats.received += 1;
+                let now = self.inner.now(&mut st);
+                st.rnic.handle_packet(now, pkt);
+                drop(st);
+                self.inner.kick.notify_one();
+            }
+            let n = read
+                .read(&mut chunk)
+                .await
+                .map_err(|_| WireError::Truncated { need: 1, have: 0 })?;
+            if n == 0 {
+                return Ok(());
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// The driver: runs the RNIC's timers, transmits what it produces, and wakes tasks.
+    /// Spawn it once per node with `tokio::task::spawn_local`; it never returns.
+    pub async fn drive(self) {
+        loop {
+            let next = self.step();
+            self.inner.progress.notify_waiters();
+            let kicked = self.inner.kick.notified();
+            match next {
+                Some(t) => {
+                    let wait = {
+                        let mut st = self.inner.st.borrow_mut();
+                        t.saturating_since(self.inner.now(&mut st))
+                    };
+                    tokio::select! {
+                        _ = kicked => {}
+                        _ = tokio::time::sleep(std::time::Duration::from_nanos(wait.as_nanos())) => {}
+                    }
+                }
+                None => kicked.await,
+            }
+        }
+    }
+
+    /// Does everything due now or within [`JUMP`]; returns the next deadline beyond.
+    fn step(&self) -> Option<Instant> {
+        let mut st = self.inner.st.borrow_mut();
+        let mut now = self.inner.now(&mut st);
+        loop {
+            st.rnic.handle_timeout(now);
+            st.rnic.process_doorbells(now);
+            while let Some((ready, pkt)) = st.rnic.poll_transmit() {
+                if ready > now {
+                    // Jump: the hierarchy reaches `ready` (writing the pool file) first.
+                    now = ready;
+                    st.model_now = now;
+                    st.rnic.handle_timeout(now);
+                }
+                let bytes = pkt.emit();
+                let sent = st
+                    .peers
+                    .get(&pkt.dst)
+                    .is_some_and(|tx| tx.send(bytes).is_ok());
+                if sent {
+                    st.stats.sent += 1;
+                }
+            }
+            match st.rnic.poll_timeout() {
+                Some(t) if t <= now + JUMP => {
+                    now = now.max(t);
+                    st.model_now = now;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+async fn write_loop(mut rx: mpsc::UnboundedReceiver<Vec<u8>>, mut write: OwnedWriteHalf) {
+    let mut batch = Vec::new();
+    while let Some(first) = rx.recv().await {
+        batch.clear();
+        batch.extend_from_slice(&first);
+        while let Ok(more) = rx.try_recv() {
+            batch.extend_from_slice(&more);
+        }
+        if write.write_all(&batch).await.is_err() {
+            return;
+        }
+    }
+    let _ = write.shutdown().await;
+}
+
+impl remora_verbs::Verbs for RtNode {
+    fn node(&self) -> NodeId {
+        self.inner.st.borrow().rnic.id()
+    }
+    fn now(&self) -> Instant {
+        let mut st = self.inner.st.borrow_mut();
+        self.inner.now(&mut st)
+    }
+    fn config(&self) -> ServerConfig {
+        self.inner.st.borrow().rnic.config()
+    }
+    fn alloc(&self, space: Space, len: u64, align: u64) -> u64 {
+        self.with(|r, _| r.alloc(space, len, align))
+    }
+    fn alloc_pd(&self) -> Result<PdId, VerbsError> {
+        self.with(|r, _| Ok(r.alloc_pd()))
+    }
+    fn reg_mr(
+        &self,
+        pd: PdId,
+        space: Space,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<MrInfo, VerbsError> {
+        self.with(|r, _| r.reg_mr(pd, space, addr, len, access))
+    }
+    fn create_cq(&self, depth: usize) -> Result<CqId, VerbsError> {
+        self.with(|r, _| r.create_cq(depth))
+    }
+    fn create_qp(
+        &self,
+        pd: PdId,
+        send_cq: CqId,
+        recv_cq: CqId,
+        attr: QpAttr,
+    ) -> Result<QpNum, VerbsError> {
+        self.with(|r, _| r.create_qp(pd, send_cq, recv_cq, attr))
+    }
+    fn post_send(&self, qp: QpNum, wr: SendWr) -> Result<(), VerbsError> {
+        self.with(|r, now| r.post_send(now, qp, wr))
+    }
+    fn post_recv(&self, qp: QpNum, wr: RecvWr) -> Result<(), VerbsError> {
+        self.with(|r, now| r.post_recv(now, qp, wr))
+    }
+    fn poll_cq(&self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        self.inner.st.borrow_mut().rnic.poll_cq(cq, max, out)
+    }
+    fn poll_one(&self, cq: CqId) -> Option<WorkCompletion> {
+        self.inner.st.borrow_mut().rnic.poll_one(cq)
+    }
+    fn wait_cq(&self, cq: CqId) -> impl Future<Output = ()> {
+        let inner = self.inner.clone();
+        async move {
+            loop {
+                let notified = inner.progress.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if inner.st.borrow().rnic.cq_len(cq) > 0 {
+                    return;
+                }
+                notified.await;
+            }
+        }
+    }
+    fn load(&self, space: Space, addr: u64, buf: &mut [u8]) {
+        self.with(|r, now| r.cpu_load(now, space, addr, buf))
+    }
+    fn store(&self, space: Space, addr: u64, data: &[u8]) {
+        self.with(|r, now| r.cpu_store(now, space, addr, data))
+    }
+    async fn persist_local(&self, addr: u64, len: u64) {
+        let mut st = self.inner.st.borrow_mut();
+        let now = self.inner.now(&mut st);
+        let issue = st.rnic.hierarchy().clwb(now, addr, len);
+        let done = st.rnic.hierarchy().sfence(now + issue);
+        // The fence completes in model time; the lines are in the pool file when we return.
+        st.model_now = st.model_now.max(done);
+        st.rnic.handle_timeout(done);
+        drop(st);
+        self.inner.kick.notify_one();
+        tokio::task::yield_now().await;
+    }
+    async fn compute(&self, d: Duration) {
+        if d < SLEEP_MIN {
+            tokio::task::yield_now().await;
+        } else {
+            tokio::time::sleep(std::time::Duration::from_nanos(d.as_nanos())).await;
+        }
+    }
+    async fn memcpy(&self, dst: (Space, u64), src: (Space, u64), len: u64) {
+        let mut buf = vec![0u8; len as usize];
+        self.load(src.0, src.1, &mut buf);
+        self.store(dst.0, dst.1, &buf);
+        tokio::task::yield_now().await;
+    }
+}

@@ -1,0 +1,215 @@
+//! `remora serve`: a server process that owns a PM pool file and runs, for each client
+//! connection, the library's responder (receive, copy, flush, acknowledge; recovery of PM
+//! receive buffers on the first connection after a start).
+
+use crate::cm::{Cm, RefuseCode, CM_FRAME};
+use crate::pool::{Pool, PoolError};
+use crate::runtime::RtNode;
+use remora::{CpuCosts, Responder, ServerSetup};
+use remora_model::prng::Prng;
+use remora_model::profile::LatencyProfile;
+use remora_model::rnic::Rnic;
+use remora_model::ServerConfig;
+use remora_verbs::Verbs;
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::rc::Rc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// How to run a server.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// Address to listen on (`host:port`, IPv4 or IPv6; port 0 picks one).
+    pub listen: String,
+    /// The PM pool file.
+    pub pool: PathBuf,
+    /// Bytes of PM (a new pool is created this large; an existing one must be at least).
+    pub pool_bytes: u64,
+    /// The server's configuration.
+    pub config: ServerConfig,
+    /// Latency profile of the model.
+    pub profile: LatencyProfile,
+    /// Per-connection setup.
+    pub setup: ServerSetup,
+}
+
+/// Why the server stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The pool file could not be used.
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    /// The listening socket failed.
+    #[error("cannot listen on {addr}: {err}")]
+    Listen {
+        /// Address.
+        addr: String,
+        /// Error.
+        err: std::io::Error,
+    },
+}
+
+/// What the server reports when it is up.
+#[derive(Clone, Debug)]
+pub struct Started {
+    /// The bound address.
+    pub addr: SocketAddr,
+    /// True if the pool file was created by this start.
+    pub created: bool,
+    /// True if the pool is on a DAX file system.
+    pub dax: bool,
+}
+
+/// Runs the server until SIGTERM or Ctrl-C (returns `Ok`) or a fatal error. `started` is
+/// called once the socket listens. Must run inside a `tokio::task::LocalSet`.
+pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result<(), ServeError> {
+    let pool = Pool::open_or_create(&opts.pool, opts.pool_bytes)?;
+    let (created, dax) = (pool.created(), pool.dax());
+    let profile = crate::runtime::real_time_profile(&opts.profile);
+    let rnic = Rnic::with_media(
+        0,
+        opts.config,
+        &profile,
+        Prng::from_seed(0x5eed),
+        Box::new(pool),
+    );
+    let node = RtNode::new(rnic);
+    tokio::task::spawn_local(node.clone().drive());
+    let listener = TcpListener::bind(&opts.listen)
+        .await
+        .map_err(|err| ServeError::Listen {
+            addr: opts.listen.clone(),
+            err,
+        })?;
+    let addr = listener.local_addr().map_err(|err| ServeError::Listen {
+        addr: opts.listen.clone(),
+        err,
+    })?;
+    started(&Started { addr, created, dax });
+    let next_id = Rc::new(Cell::new(1u32));
+    let first = Rc::new(Cell::new(true));
+    let costs = CpuCosts::from_profile(&opts.profile);
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let id = next_id.get();
+                next_id.set(id + 1);
+                let (node, setup, config, first) = (node.clone(), opts.setup, opts.config, first.clone());
+                tokio::task::spawn_local(async move {
+                    // A failed or malformed handshake only ends this connection.
+                    let _ = handle(stream, node, id, config, setup, costs, first).await;
+                });
+            }
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+async fn read_cm(s: &mut TcpStream) -> std::io::Result<Option<Cm>> {
+    let mut b = [0u8; CM_FRAME];
+    s.read_exact(&mut b).await?;
+    Ok(Cm::parse(&b).ok())
+}
+
+async fn handle(
+    mut stream: TcpStream,
+    node: RtNode,
+    id: u32,
+    config: ServerConfig,
+    setup: ServerSetup,
+    costs: CpuCosts,
+    first: Rc<Cell<bool>>,
+) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    match read_cm(&mut stream).await? {
+        Some(Cm::Hello) => {}
+        _ => {
+            stream
+                .write_all(
+                    &Cm::Refused {
+                        code: RefuseCode::Version,
+                    }
+                    .emit(),
+                )
+                .await?;
+            return Ok(());
+        }
+    }
+    stream
+        .write_all(
+            &Cm::Assign {
+                client: id,
+                server: 0,
+                config,
+            }
+            .emit(),
+        )
+        .await?;
+    let Some(Cm::Ready { qp: client_qp }) = read_cm(&mut stream).await? else {
+        return Ok(());
+    };
+    let mut responder = match Responder::create(node.clone(), setup, costs) {
+        Ok(r) => r,
+        Err(_) => {
+            stream
+                .write_all(
+                    &Cm::Refused {
+                        code: RefuseCode::Resources,
+                    }
+                    .emit(),
+                )
+                .await?;
+            return Ok(());
+        }
+    };
+    let qp = responder.qp();
+    if node.connect(qp, id, client_qp).is_err() {
+        stream
+            .write_all(
+                &Cm::Refused {
+                    code: RefuseCode::Resources,
+                }
+                .emit(),
+            )
+            .await?;
+        return Ok(());
+    }
+    // Recover the first connection's receive ring (at the addresses it had before a crash)
+    // before the client can send anything.
+    if first.replace(false) {
+        responder.recover().await;
+    }
+    stream.write_all(&Cm::Accepted { qp }.emit()).await?;
+    let (read, write) = stream.into_split();
+    node.attach(id, read, write, move |n| {
+        // The client went away mid-operation: fail its QP so the responder stops.
+        let _ = n.with(|r, now| r.destroy_qp(now, qp));
+    });
+    let _ = node.now();
+    responder.serve().await;
+    Ok(())
+}
