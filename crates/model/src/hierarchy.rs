@@ -327,7 +327,7 @@ impl MemoryHierarchy {
                         .write_over(addr, &data[off..off + len], &*self.media);
                     // Under MHP visibility is entry into the persistence domain.
                     if self.domain == PersistenceDomain::Mhp {
-                        self.to_media(id);
+                        self.write_media(id);
                     }
                 }
                 Space::Dram => {
@@ -348,7 +348,7 @@ impl MemoryHierarchy {
             debug_assert!(r.t_visible <= t, "persisted before visible");
             let (line, in_llc) = (r.line, r.in_llc);
             // In the WPQ: durable under every domain (DMP's entry point).
-            self.to_media(id);
+            self.write_media(id);
             if in_llc {
                 self.llc_count -= 1;
             }
@@ -400,7 +400,7 @@ impl MemoryHierarchy {
                 self.stats.dma_lines += 1;
                 // Under WSP reaching the RNIC is entry into the persistence domain.
                 if self.domain == PersistenceDomain::Wsp {
-                    self.to_media(id);
+                    self.write_media(id);
                 }
                 let t_wpq = if self.ddio {
                     self.enter_llc(id, visible + self.p.llc)
@@ -504,7 +504,7 @@ impl MemoryHierarchy {
                     let id = self.new_record(Space::Pm, a, &data[done..done + n], now, now);
                     // Under MHP and WSP a store is durable once visible, which is now.
                     if self.domain != PersistenceDomain::Dmp {
-                        self.to_media(id);
+                        self.write_media(id);
                     }
                     self.enter_llc(id, now);
                     self.stats.cpu_lines += 1;
@@ -664,7 +664,7 @@ impl MemoryHierarchy {
     }
 
     /// Writes a record into the medium: it has entered the persistence domain.
-    fn to_media(&mut self, id: u32) {
+    fn write_media(&mut self, id: u32) {
         let r = self.records[id as usize].as_mut().expect("live record");
         if !r.in_media {
             r.in_media = true;
