@@ -327,14 +327,15 @@ impl remora_verbs::Verbs for RtNode {
         self.with(|r, now| r.cpu_store(now, space, addr, data))
     }
     async fn persist_local(&self, addr: u64, len: u64) {
-        let mut st = self.inner.st.borrow_mut();
-        let now = self.inner.now(&mut st);
-        let issue = st.rnic.hierarchy().clwb(now, addr, len);
-        let done = st.rnic.hierarchy().sfence(now + issue);
-        // The fence completes in model time; the lines are in the pool file when we return.
-        st.model_now = st.model_now.max(done);
-        st.rnic.handle_timeout(done);
-        drop(st);
+        {
+            let mut st = self.inner.st.borrow_mut();
+            let now = self.inner.now(&mut st);
+            let issue = st.rnic.hierarchy().clwb(now, addr, len);
+            let done = st.rnic.hierarchy().sfence(now + issue);
+            // The fence completes in model time; the lines are in the pool file on return.
+            st.model_now = st.model_now.max(done);
+            st.rnic.handle_timeout(done);
+        }
         self.inner.kick.notify_one();
         tokio::task::yield_now().await;
     }
