@@ -16,6 +16,7 @@ pub mod configs;
 pub mod demo;
 pub mod paper;
 pub mod profiles;
+pub mod real;
 
 /// Formats nanoseconds as microseconds with three decimals (`2345` → `2.345`).
 pub fn micros(ns: u64) -> String {

@@ -3,7 +3,7 @@
 
 use clap::{Parser, Subcommand};
 use remora::Update;
-use remora_cli::{bench, configs, demo, paper, profiles};
+use remora_cli::{bench, configs, demo, paper, profiles, real};
 use remora_model::ServerConfig;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -60,6 +60,31 @@ enum Cmd {
         #[command(subcommand)]
         what: BenchCmd,
     },
+    /// Run a soft-RNIC server: the model in real time over TCP, PM as a memory-mapped pool
+    /// file, the library's responder for every client. Stops on SIGTERM or Ctrl-C.
+    Serve {
+        /// Address to listen on (host:port; IPv4 or IPv6; port 0 picks one).
+        #[arg(long, default_value = "127.0.0.1:7471")]
+        listen: String,
+        /// The PM pool file (created if missing; a wrong or damaged file is refused).
+        #[arg(long)]
+        pool: PathBuf,
+        /// Bytes of PM in the pool.
+        #[arg(long, default_value_t = 64 << 20)]
+        pool_bytes: u64,
+        /// Server configuration (see `remora configs`).
+        #[arg(long, value_name = "NAME", value_parser = parse_config, conflicts_with = "config_file")]
+        config: Option<ServerConfig>,
+        /// Server configuration as a TOML file (domain, ddio, rqwrb, transport, caps).
+        #[arg(long, value_name = "PATH")]
+        config_file: Option<PathBuf>,
+        /// Latency profile of the model: a built-in name or a TOML file.
+        #[arg(long, value_name = "NAME|PATH", default_value = "default")]
+        profile: String,
+        /// Bytes of PM each client connection updates.
+        #[arg(long, default_value_t = 4 << 20)]
+        region_bytes: u64,
+    },
     /// Print seed 000 Tables 2 and 3 (every method of remote persistence), generated from
     /// taxonomy/methods.toml, in Markdown.
     Taxonomy,
@@ -101,6 +126,10 @@ enum Cmd {
         /// (docs/results/remotelog.md), with the plot and data beside it.
         #[arg(long, value_name = "PATH")]
         results: Option<PathBuf>,
+        /// Run against a soft-RNIC server (`remora serve`) instead of the simulator: the six
+        /// scenarios of the server's configuration, wall-clock latency.
+        #[arg(long, value_name = "HOST:PORT")]
+        server: Option<String>,
     },
     /// The crash checker: cut the server's power at many points of RemoteLog runs, recover,
     /// and check that no acknowledged append was lost; wrong methods must be caught.
@@ -126,6 +155,19 @@ enum Cmd {
         /// Worker threads.
         #[arg(long, default_value_t = default_threads())]
         threads: usize,
+        /// Real crashes: start `remora serve` processes and SIGKILL them at random moments,
+        /// restart on the same pool file, recover, and check over TCP.
+        #[arg(long)]
+        real: bool,
+        /// With --real: SIGKILLs per target.
+        #[arg(long, default_value_t = 14)]
+        kills: u64,
+        /// With --real: longest life of a server before its SIGKILL, ms.
+        #[arg(long, default_value_t = 20)]
+        max_life_ms: u64,
+        /// With --real: which targets: correct, negative, or all.
+        #[arg(long, default_value = "all")]
+        targets: String,
     },
 }
 
@@ -269,6 +311,50 @@ fn run(cli: Cli) -> Result<(), String> {
                 paper::plan(&config, update, b_len, &profiles::load(&profile)?)
             );
         }
+        Cmd::Serve {
+            listen,
+            pool,
+            pool_bytes,
+            config,
+            config_file,
+            profile,
+            region_bytes,
+        } => {
+            let config = match (config, config_file) {
+                (Some(c), _) => c,
+                (None, Some(path)) => {
+                    let text = std::fs::read_to_string(&path)
+                        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                    toml::from_str::<ServerConfig>(&text)
+                        .map_err(|e| format!("bad configuration file {}: {e}", path.display()))?
+                }
+                (None, None) => {
+                    return Err(
+                        "give the server's configuration: --config NAME or --config-file PATH"
+                            .into(),
+                    )
+                }
+            };
+            let args = real::ServeArgs {
+                listen,
+                pool,
+                pool_bytes,
+                config,
+                profile: profiles::load(&profile)?,
+                region_bytes,
+            };
+            real::serve_blocking(&args)?;
+        }
+        Cmd::Remotelog {
+            server: Some(addr),
+            appends,
+            profile,
+            ..
+        } => {
+            let (config, rows) =
+                real::remotelog_against(&addr, appends, &profiles::load(&profile)?)?;
+            print!("{}", real::real_table(&config, &rows));
+        }
         Cmd::Remotelog {
             appends,
             seed,
@@ -276,6 +362,7 @@ fn run(cli: Cli) -> Result<(), String> {
             threads,
             out,
             results,
+            server: None,
         } => {
             let command = std::env::args().collect::<Vec<_>>().join(" ");
             let args = paper::RemoteLogArgs {
@@ -304,6 +391,53 @@ fn run(cli: Cli) -> Result<(), String> {
             }
         }
         Cmd::Crashcheck {
+            real: true,
+            targets: targets_sel,
+            kills,
+            max_life_ms,
+            seed,
+            only,
+            profile,
+            ..
+        } => {
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            let dir =
+                std::env::temp_dir().join(format!("remora-crashcheck-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            let args = real::RealCrashArgs {
+                kills,
+                max_life_ms,
+                seed,
+                dir: dir.clone(),
+                profile: profiles::load(&profile)?,
+                profile_arg: profile.clone(),
+            };
+            let mut targets = real::real_targets(true);
+            match targets_sel.as_str() {
+                "all" => {}
+                "correct" => targets.retain(|t| !t.wrong),
+                "negative" => targets.retain(|t| t.wrong),
+                other => return Err(format!("--targets {other:?}: correct, negative or all")),
+            }
+            if let Some(f) = &only {
+                targets.retain(|t| t.name.contains(f.as_str()));
+            }
+            let bar = progress_bar("targets");
+            bar.set_length(targets.len() as u64);
+            let mut reports = Vec::new();
+            for (i, t) in targets.iter().enumerate() {
+                reports.push(real::real_crash(t, &args, &exe, i as u64)?);
+                bar.set_position(i as u64 + 1);
+            }
+            bar.finish_and_clear();
+            let _ = std::fs::remove_dir_all(&dir);
+            print!("{}", real::real_table_crash(&reports));
+            let failed = reports.iter().filter(|r| !r.passed()).count();
+            if failed > 0 {
+                return Err(format!("{failed} targets failed the real crash loop"));
+            }
+        }
+        Cmd::Crashcheck {
             points,
             appends,
             seed,
@@ -311,6 +445,8 @@ fn run(cli: Cli) -> Result<(), String> {
             no_variants,
             profile,
             threads,
+            real: false,
+            ..
         } => {
             let opts = remora_remotelog::check::CheckOptions {
                 appends,

@@ -362,6 +362,21 @@ impl MemoryHierarchy {
         }
     }
 
+    /// The next instant a line changes stage (becomes visible, or enters the WPQ). The
+    /// simulator never needs it (stages are computed lazily); a real-time runtime wakes
+    /// then, so a stage lasts as long on the wall clock as in the model.
+    pub fn next_transition(&self) -> Option<Instant> {
+        let vis = self
+            .vis_fifo
+            .iter()
+            .find_map(|&(id, seq)| self.rec(id, seq).map(|r| r.t_visible));
+        let per = self.persist_heap.peek().map(|Reverse((t, _, _))| *t);
+        match (vis, per) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     // ---------------------------------------------------------------- RNIC side
 
     /// An inbound RDMA write of `data` to `addr` in `space` arrived in the RNIC buffer at

@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_TOML: &str = include_str!("../../../profiles/default.toml");
 /// seed 000 §4.2's 100 Gb/s ConnectX-4 network with the default host.
 pub const CX4_100G_TOML: &str = include_str!("../../../profiles/cx4-100g.toml");
+/// The default with a data path slow enough for its windows to be seen over TCP.
+pub const SLOW_DATA_PATH_TOML: &str = include_str!("../../../profiles/slow-data-path.toml");
 
 /// Every latency and size the model uses.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -160,6 +162,9 @@ impl LatencyProfile {
         match name {
             "default" => Some(Self::default_profile()),
             "cx4-100g" => Some(Self::from_toml(CX4_100G_TOML).expect("shipped profile is valid")),
+            "slow-data-path" => {
+                Some(Self::from_toml(SLOW_DATA_PATH_TOML).expect("shipped profile is valid"))
+            }
             _ => None,
         }
     }
@@ -247,7 +252,7 @@ mod tests {
     #[test]
     fn every_shipped_value_has_a_cited_source() {
         // Each key line must follow a comment naming a seed or saying "assumption".
-        for text in [DEFAULT_TOML, CX4_100G_TOML] {
+        for text in [DEFAULT_TOML, CX4_100G_TOML, SLOW_DATA_PATH_TOML] {
             let lines: Vec<&str> = text.lines().collect();
             for (i, line) in lines.iter().enumerate() {
                 let is_key = line.contains(" = ") && !line.starts_with('#');

@@ -101,6 +101,23 @@ impl<V: Verbs> LogClient<V> {
         }
     }
 
+    /// A log client that continues a log whose next record is `next` (after recovery).
+    pub fn resume(
+        client: Client<V>,
+        shape: LogShape,
+        update: Update,
+        next: u64,
+        head: u64,
+    ) -> Self {
+        LogClient {
+            client,
+            shape,
+            update,
+            next,
+            head,
+        }
+    }
+
     /// The library client.
     pub fn client(&mut self) -> &mut Client<V> {
         &mut self.client
@@ -137,6 +154,32 @@ impl<V: Verbs> LogClient<V> {
         self.next = i + 1;
         Ok(i)
     }
+}
+
+/// Reads a whole log region through the library (RDMA READs of up to 4 KiB), for
+/// recovering or checking a log from the client side.
+pub async fn read_region<V: Verbs>(
+    client: &mut Client<V>,
+    shape: &LogShape,
+) -> Result<Vec<u8>, PersistError> {
+    read_records(client, shape, shape.capacity).await
+}
+
+/// Like [`read_region`], but only the header and the first `records` record slots (the
+/// rest of the returned image is zero).
+pub async fn read_records<V: Verbs>(
+    client: &mut Client<V>,
+    shape: &LogShape,
+    records: u64,
+) -> Result<Vec<u8>, PersistError> {
+    let len = RECORDS_OFF + records.min(shape.capacity) * shape.record_bytes;
+    let mut out = Vec::with_capacity(len as usize);
+    while (out.len() as u64) < len {
+        let n = (len - out.len() as u64).min(4096) as u32;
+        out.extend(client.read(out.len() as u64, n).await?);
+    }
+    out.resize(shape.region_len() as usize, 0);
+    Ok(out)
 }
 
 /// What the server finds in its PM after a restart.

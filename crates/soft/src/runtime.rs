@@ -62,6 +62,9 @@ pub struct NetStats {
 struct State {
     rnic: Rnic,
     model_now: Instant,
+    /// Packets the model schedules beyond the jump horizon, by departure time.
+    held: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, u64, HeldPacket)>>,
+    held_seq: u64,
     peers: BTreeMap<NodeId, mpsc::UnboundedSender<Vec<u8>>>,
     stats: NetStats,
 }
@@ -95,6 +98,8 @@ impl RtNode {
                 st: RefCell::new(State {
                     rnic,
                     model_now: Instant::ZERO,
+                    held: Default::default(),
+                    held_seq: 0,
                     peers: BTreeMap::new(),
                     stats: NetStats::default(),
                 }),
@@ -214,8 +219,20 @@ impl RtNode {
             st.rnic.handle_timeout(now);
             st.rnic.process_doorbells(now);
             while let Some((ready, pkt)) = st.rnic.poll_transmit() {
+                st.held_seq += 1;
+                let seq = st.held_seq;
+                st.held
+                    .push(std::cmp::Reverse((ready, seq, HeldPacket(pkt))));
+            }
+            // Send what is due, jumping the model's clock over short waits: the hierarchy
+            // reaches a packet's departure (writing the pool file) before it leaves.
+            while let Some(std::cmp::Reverse((ready, _, _))) = st.held.peek() {
+                let ready = *ready;
+                if ready > now + JUMP {
+                    break;
+                }
+                let std::cmp::Reverse((_, _, HeldPacket(pkt))) = st.held.pop().expect("peeked");
                 if ready > now {
-                    // Jump: the hierarchy reaches `ready` (writing the pool file) first.
                     now = ready;
                     st.model_now = now;
                     st.rnic.handle_timeout(now);
@@ -229,7 +246,15 @@ impl RtNode {
                     st.stats.sent += 1;
                 }
             }
-            match st.rnic.poll_timeout() {
+            // Wake at the next timer, departure, or data-path stage change, so a stage lasts
+            // as long on the wall clock as in the model.
+            let held = st.held.peek().map(|std::cmp::Reverse((t, _, _))| *t);
+            let transition = st.rnic.hierarchy().next_transition();
+            let next = [st.rnic.poll_timeout(), held, transition]
+                .into_iter()
+                .flatten()
+                .min();
+            match next {
                 Some(t) if t <= now + JUMP => {
                     now = now.max(t);
                     st.model_now = now;
@@ -237,6 +262,25 @@ impl RtNode {
                 other => return other,
             }
         }
+    }
+}
+
+/// A packet waiting for its departure time (ordered by the heap key only).
+struct HeldPacket(Packet);
+impl PartialEq for HeldPacket {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+impl Eq for HeldPacket {}
+impl PartialOrd for HeldPacket {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for HeldPacket {
+    fn cmp(&self, _: &Self) -> std::cmp::Ordering {
+        std::cmp::Ordering::Equal
     }
 }
 
@@ -327,18 +371,27 @@ impl remora_verbs::Verbs for RtNode {
         self.with(|r, now| r.cpu_store(now, space, addr, data))
     }
     async fn persist_local(&self, addr: u64, len: u64) {
-        {
+        let (now, done) = {
             let mut st = self.inner.st.borrow_mut();
             let now = self.inner.now(&mut st);
             let issue = st.rnic.hierarchy().clwb(now, addr, len);
-            let done = st.rnic.hierarchy().sfence(now + issue);
+            (now, st.rnic.hierarchy().sfence(now + issue))
+        };
+        // A long fence (a slow data path) takes its time on the wall clock too.
+        if done > now + JUMP {
+            tokio::time::sleep(std::time::Duration::from_nanos((done - now).as_nanos())).await;
+        }
+        {
+            let mut st = self.inner.st.borrow_mut();
             // The fence completes in model time; the lines are in the pool file on return.
             st.model_now = st.model_now.max(done);
-            st.rnic.handle_timeout(done);
+            let t = st.model_now;
+            st.rnic.handle_timeout(t);
         }
         self.inner.kick.notify_one();
         tokio::task::yield_now().await;
     }
+
     async fn compute(&self, d: Duration) {
         if d < SLEEP_MIN {
             tokio::task::yield_now().await;

@@ -1,0 +1,482 @@
+//! The soft RNIC from the command line: `remora serve`, RemoteLog against a server
+//! (`remora remotelog --server`), and the real crash loop (`remora crashcheck --real`),
+//! which SIGKILLs a server process at random moments and checks that no acknowledged
+//! append was lost.
+
+use remora::{Method, Primitive, ServerSetup, Shape, Update};
+use remora_model::prng::Prng;
+use remora_model::profile::LatencyProfile;
+use remora_model::ServerConfig;
+use remora_remotelog::check::{negative_controls, Target};
+use remora_remotelog::log::{is_record, read_records, recover, LogClient, LogShape, RECORDS_OFF};
+use remora_soft::server::{serve, ServeOptions};
+use remora_verbs::FlushMethod;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// Settings of `remora serve`.
+#[derive(Clone, Debug)]
+pub struct ServeArgs {
+    /// Listen address.
+    pub listen: String,
+    /// Pool file.
+    pub pool: PathBuf,
+    /// Pool size in bytes.
+    pub pool_bytes: u64,
+    /// Server configuration.
+    pub config: ServerConfig,
+    /// Latency profile.
+    pub profile: LatencyProfile,
+    /// Bytes of PM each connection gets to update.
+    pub region_bytes: u64,
+}
+
+/// What the platform says about its persistent memory: `/sys/bus/nd/devices/region*/
+/// persistence_domain` on a machine with real PM (e.g. `cpu_cache` for eADR, `memory_controller` for ADR).
+pub fn platform_persistence_domains() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/sys/bus/nd/devices") else {
+        return out;
+    };
+    let mut names: Vec<String> = dir
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("region"))
+        .collect();
+    names.sort();
+    for n in names {
+        if let Ok(d) =
+            std::fs::read_to_string(format!("/sys/bus/nd/devices/{n}/persistence_domain"))
+        {
+            out.push((n, d.trim().to_string()));
+        }
+    }
+    out
+}
+
+/// Runs a server until SIGTERM or Ctrl-C. Its first output line is `listening on ADDR`.
+pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let local = tokio::task::LocalSet::new();
+    let opts = ServeOptions {
+        listen: args.listen.clone(),
+        pool: args.pool.clone(),
+        pool_bytes: args.pool_bytes,
+        config: args.config,
+        profile: args.profile.clone(),
+        setup: ServerSetup {
+            region_len: args.region_bytes,
+            ..ServerSetup::default()
+        },
+    };
+    let config = args.config;
+    local
+        .block_on(&rt, serve(opts, |s| {
+            let mut o = std::io::stdout().lock();
+            let _ = writeln!(o, "listening on {}", s.addr);
+            let _ = writeln!(o, "pool {}: {}; persistence by msync of touched pages{}", args.pool.display(), if s.created { "created" } else { "reopened" }, if s.dax { " (a DAX file system was detected; this build still uses msync)" } else { "" });
+            let _ = writeln!(o, "server configuration {config}");
+            let domains = platform_persistence_domains();
+            if domains.is_empty() {
+                let _ = writeln!(o, "platform: no persistent-memory regions under /sys/bus/nd; the configured domain is modeled");
+            }
+            for (r, d) in domains {
+                let _ = writeln!(o, "platform: {r} reports persistence_domain {d}");
+            }
+            let _ = o.flush();
+        }))
+        .map_err(|e| e.to_string())
+}
+
+/// The log shape that fits a server's region.
+fn shape_for(region_len: u64) -> LogShape {
+    LogShape {
+        capacity: (region_len - RECORDS_OFF) / 64,
+        ..LogShape::default()
+    }
+}
+
+#[allow(clippy::disallowed_methods)] // wall-clock latency of real appends
+fn wall() -> std::time::Instant {
+    std::time::Instant::now()
+}
+
+/// One row of `remotelog --server`.
+#[derive(Clone, Debug)]
+pub struct RealRow {
+    /// Update kind.
+    pub update: Update,
+    /// Primitive.
+    pub primitive: Primitive,
+    /// Method the library ran.
+    pub method: String,
+    /// Mean, p50, p99 in µs.
+    pub mean_us: f64,
+    /// Median.
+    pub p50_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+}
+
+/// RemoteLog against a running server: the six scenarios of its configuration
+/// (3 primitives × singleton/compound), `appends` each, wall-clock latency.
+pub fn remotelog_against(
+    addr: &str,
+    appends: u64,
+    profile: &LatencyProfile,
+) -> Result<(ServerConfig, Vec<RealRow>), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async {
+        let mut rows = Vec::new();
+        let mut config = None;
+        for update in Update::ALL {
+            for primitive in Primitive::ALL {
+                let (_node, cfg, mut client) = remora_soft::client::connect(addr, profile).await.map_err(|e| e.to_string())?;
+                config = Some(cfg);
+                let hello = client.connect(primitive, Shape::default()).await.map_err(|e| e.to_string())?;
+                let shape = shape_for(hello.region_len);
+                if appends > shape.capacity {
+                    return Err(format!("{appends} appends do not fit the server's {}-record region (raise serve --region-bytes)", shape.capacity));
+                }
+                let method = client.method(update).map(|m| m.name.clone()).unwrap_or_default();
+                let mut log = LogClient::new(client, shape, update);
+                let mut h = hdrhistogram::Histogram::<u64>::new(3).expect("histogram");
+                for _ in 0..appends {
+                    let t0 = wall();
+                    log.append().await.map_err(|e| e.to_string())?;
+                    h.record(t0.elapsed().as_nanos() as u64).expect("latency fits");
+                }
+                rows.push(RealRow { update, primitive, method, mean_us: h.mean() / 1e3, p50_us: h.value_at_quantile(0.5) as f64 / 1e3, p99_us: h.value_at_quantile(0.99) as f64 / 1e3 });
+            }
+        }
+        Ok((config.expect("connected at least once"), rows))
+    })
+}
+
+/// The rows as Markdown.
+pub fn real_table(config: &ServerConfig, rows: &[RealRow]) -> String {
+    let mut s = format!("RemoteLog against a soft-RNIC server ({config}), wall-clock latency\n\n| update | primitive | method | mean µs | p50 µs | p99 µs |\n|---|---|---|---|---|---|\n");
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:.1} | {:.1} | {:.1} |",
+            r.update.name(),
+            r.primitive.name(),
+            r.method,
+            r.mean_us,
+            r.p50_us,
+            r.p99_us
+        );
+    }
+    s
+}
+
+/// A server child process on a pool file.
+struct ServerProc {
+    child: Option<Child>,
+    addr: String,
+}
+
+impl ServerProc {
+    fn start(
+        exe: &Path,
+        pool: &Path,
+        config: &ServerConfig,
+        region: u64,
+        pool_bytes: u64,
+        profile: &str,
+    ) -> Result<ServerProc, String> {
+        let mut child = Command::new(exe)
+            .args(["serve", "--listen", "127.0.0.1:0", "--pool"])
+            .arg(pool)
+            .args(["--profile", profile])
+            .args([
+                "--config",
+                &config.name(),
+                "--region-bytes",
+                &region.to_string(),
+                "--pool-bytes",
+                &pool_bytes.to_string(),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("piped"))
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .ok_or_else(|| format!("server did not start: {line:?}"))?
+            .to_string();
+        Ok(ServerProc {
+            child: Some(child),
+            addr,
+        })
+    }
+
+    /// SIGKILLs the server after `ms` milliseconds, from a thread of its own: like a power
+    /// cut, the kill does not wait for the client to be at a convenient point.
+    fn kill_after(&mut self, ms: u64) -> std::thread::JoinHandle<()> {
+        let mut child = self.child.take().expect("server running");
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            let _ = child.kill();
+            let _ = child.wait();
+        })
+    }
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// What the real crash loop found for one target.
+#[derive(Clone, Debug)]
+pub struct RealCrashReport {
+    /// Target name.
+    pub name: String,
+    /// Method.
+    pub method: String,
+    /// A negative control.
+    pub wrong: bool,
+    /// Server processes killed with SIGKILL.
+    pub kills: u64,
+    /// Appends acknowledged in all.
+    pub acked: u64,
+    /// Lives after which an acknowledged append was missing (or a tail pointer pointed past a lost record).
+    pub violations: u64,
+    /// The first violation.
+    pub example: Option<String>,
+}
+
+impl RealCrashReport {
+    /// Correct methods lose nothing; negative controls must be caught.
+    pub fn passed(&self) -> bool {
+        if self.wrong {
+            self.violations > 0
+        } else {
+            self.violations == 0
+        }
+    }
+}
+
+/// Settings of the real crash loop.
+#[derive(Clone, Debug)]
+pub struct RealCrashArgs {
+    /// SIGKILLs per target.
+    pub kills: u64,
+    /// Longest time a server lives before its SIGKILL, in ms (each life is uniform in 1..=this).
+    pub max_life_ms: u64,
+    /// Seed of the kill times.
+    pub seed: u64,
+    /// Where pool files go.
+    pub dir: PathBuf,
+    /// Latency profile of the model.
+    pub profile: LatencyProfile,
+    /// Its name or path, handed to the server processes.
+    pub profile_arg: String,
+}
+
+/// The targets of the real loop: one correct method per configuration and update kind
+/// (the WRITE column of the tables, as the library picks it), plus the negative controls.
+pub fn real_targets(negative: bool) -> Vec<Target> {
+    let t = remora::Taxonomy::shipped();
+    let mut v: Vec<Target> = Vec::new();
+    for config in ServerConfig::table1() {
+        for update in Update::ALL {
+            for primitive in Primitive::ALL {
+                let m: Method = t
+                    .method_for(&config, primitive, update, Shape::default())
+                    .clone();
+                v.push(Target {
+                    name: format!("{}/{}/{}", update.name(), config.name(), primitive.name()),
+                    config,
+                    update,
+                    primitive,
+                    method: m,
+                    flush: FlushMethod::for_caps(config.caps),
+                    wrong: false,
+                });
+            }
+        }
+    }
+    if negative {
+        v.extend(negative_controls());
+    }
+    v
+}
+
+/// Runs the real crash loop on one target: start a server, append until a SIGKILL lands,
+/// restart on the same pool, reconnect, check every acknowledged append, repeat.
+pub fn real_crash(
+    target: &Target,
+    args: &RealCrashArgs,
+    exe: &Path,
+    index: u64,
+) -> Result<RealCrashReport, String> {
+    let pool = args.dir.join(format!("pool-{index}.pm"));
+    let _ = std::fs::remove_file(&pool);
+    let region: u64 = 16 << 20;
+    let pool_bytes = region + (4 << 20);
+    let shape = shape_for(region);
+    let mut rng = Prng::from_seed(args.seed ^ index);
+    let mut report = RealCrashReport {
+        name: target.name.clone(),
+        method: target.method.name.clone(),
+        wrong: target.wrong,
+        kills: 0,
+        acked: 0,
+        violations: 0,
+        example: None,
+    };
+    let mut acked: Vec<u64> = Vec::new();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    for life in 0..=args.kills {
+        let mut server = ServerProc::start(
+            exe,
+            &pool,
+            &target.config,
+            region,
+            pool_bytes,
+            &args.profile_arg,
+        )?;
+        let local = tokio::task::LocalSet::new();
+        let (verdict, next_acked, killed) = local.block_on(&rt, async {
+            let (_node, _cfg, mut client) =
+                remora_soft::client::connect(&server.addr, &args.profile)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            client
+                .connect(target.primitive, Shape::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            client.use_method(target.update, target.method.clone());
+            client.use_flush_method(target.flush);
+            // Check what survived the previous life.
+            // Read what the log can hold so far: every acknowledged record and room for
+            // records that persisted without an acknowledgement.
+            let upto = acked.last().map_or(0, |i| i + 1) + 256;
+            let image = read_records(&mut client, &shape, upto)
+                .await
+                .map_err(|e| e.to_string())?;
+            let read = |off: u64, len: u64| image[off as usize..(off + len) as usize].to_vec();
+            let rec = recover(read, &shape, target.update);
+            let mut verdict = None;
+            for &i in &acked {
+                if !is_record(
+                    &image[shape.slot(i) as usize..(shape.slot(i) + 64) as usize],
+                    i,
+                ) {
+                    verdict = Some(format!("life {life}: acknowledged append {i} lost"));
+                    break;
+                }
+                if i >= rec.tail {
+                    verdict = Some(format!(
+                        "life {life}: acknowledged append {i} beyond recovered tail {}",
+                        rec.tail
+                    ));
+                    break;
+                }
+            }
+            if verdict.is_none() && target.update == Update::Compound {
+                for j in rec.head..rec.tail_pointer.min(rec.head + shape.capacity) {
+                    if !is_record(
+                        &image[shape.slot(j) as usize..(shape.slot(j) + 64) as usize],
+                        j,
+                    ) {
+                        verdict = Some(format!(
+                            "life {life}: tail pointer {} points past lost record {j}",
+                            rec.tail_pointer
+                        ));
+                        break;
+                    }
+                }
+            }
+            if life == args.kills {
+                return Ok::<_, String>((verdict, Vec::new(), false));
+            }
+            // Append until the server dies; the kill lands at a random moment.
+            let life_ms = rng.range_inclusive(1, args.max_life_ms.max(1));
+            let next = rec.tail.max(acked.last().map_or(0, |i| i + 1));
+            let mut log = LogClient::resume(client, shape, target.update, next, rec.head);
+            let mut now_acked = Vec::new();
+            let killer = server.kill_after(life_ms);
+            // Append until the server is gone (its connection closes, the append fails).
+            while log.next_index() < shape.capacity {
+                match log.append().await {
+                    Ok(i) => now_acked.push(i),
+                    Err(_) => break,
+                }
+            }
+            let killed = killer.join().is_ok();
+            Ok((verdict, now_acked, killed))
+        })?;
+        if let Some(v) = verdict {
+            report.violations += 1;
+            report.example.get_or_insert(v);
+        }
+        drop(server);
+        if killed {
+            report.kills += 1;
+        }
+        report.acked += next_acked.len() as u64;
+        acked.extend(next_acked);
+        // A lost acknowledged append stays lost; keep only what a correct log must still hold.
+        if report.violations > 0 && target.wrong {
+            break;
+        }
+    }
+    let _ = std::fs::remove_file(&pool);
+    Ok(report)
+}
+
+/// The reports as Markdown.
+pub fn real_table_crash(rs: &[RealCrashReport]) -> String {
+    let mut s = String::from("| target | method | kind | SIGKILLs | acked appends | violations | result |\n|---|---|---|---|---|---|---|\n");
+    for r in rs {
+        let kind = if r.wrong {
+            "negative control"
+        } else {
+            "correct method"
+        };
+        let result = match (r.wrong, r.passed()) {
+            (false, true) => "pass".to_string(),
+            (true, true) => format!("caught: {}", r.example.as_deref().unwrap_or("")),
+            (true, false) => "**not caught**".to_string(),
+            (false, false) => format!("**FAIL** {}", r.example.as_deref().unwrap_or("")),
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            r.name, r.method, kind, r.kills, r.acked, r.violations, result
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n{} targets, {} SIGKILLs, {} acknowledged appends checked",
+        rs.len(),
+        rs.iter().map(|r| r.kills).sum::<u64>(),
+        rs.iter().map(|r| r.acked).sum::<u64>()
+    );
+    s
+}
