@@ -937,7 +937,11 @@ mod tests {
         }
         h.advance(t + Duration::from_millis(1));
         // Everything has left the cache by now; nothing per write may remain.
-        assert!(h.llc_fifo.len() < 1_000, "LLC queue grew to {}", h.llc_fifo.len());
+        assert!(
+            h.llc_fifo.len() < 1_000,
+            "LLC queue grew to {}",
+            h.llc_fifo.len()
+        );
         assert!(h.records.iter().flatten().count() < 1_000);
         assert!(h.lines.len() < 1_000);
     }

@@ -253,6 +253,35 @@ impl<V: Verbs> Client<V> {
             }
         }
         let item = |x: Item| items[x as usize];
+        // Refuse an update the method cannot carry before posting anything, so a refused
+        // call has no effect on the server.
+        for step in &m.steps {
+            match step {
+                Step::RqWriteImm(x) if imm::encode(item(*x).0, false).is_none() => {
+                    return Err(unsuitable("the immediate cannot address this offset"));
+                }
+                Step::RqWriteAtomic(x) if item(*x).1.len() != 8 => {
+                    return Err(unsuitable("ATOMIC WRITE carries exactly 8 bytes"));
+                }
+                Step::RqSend(xs) => {
+                    let entries = xs
+                        .iter()
+                        .map(|x| (item(*x).0, item(*x).1.to_vec()))
+                        .collect();
+                    let frame = Frame::Apply {
+                        seq: 0,
+                        ack: false,
+                        entries,
+                    };
+                    if frame.buffer_len() > hello.rq_slot_bytes as usize {
+                        return Err(unsuitable(
+                            "the message is larger than the server's receive buffers",
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
         let remote = |off: u64| {
             Some(Remote {
                 addr: hello.region_addr + off,

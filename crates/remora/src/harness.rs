@@ -48,10 +48,12 @@ impl SimPair {
     /// Returns the client (call [`Client::connect`] in a task) and the server's region.
     pub fn open(&self) -> Result<(Client<NodeHandle>, MrInfo), VerbsError> {
         let responder = Responder::create(self.server.clone(), self.setup, self.costs)?;
-        self.start(responder)
+        self.serve(responder)
     }
 
-    fn start(
+    /// Connects a new client to an already set-up responder (for instance the one
+    /// [`recover_server`](Self::recover_server) returned) and starts serving it.
+    pub fn serve(
         &self,
         mut responder: Responder<NodeHandle>,
     ) -> Result<(Client<NodeHandle>, MrInfo), VerbsError> {

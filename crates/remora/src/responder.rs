@@ -95,7 +95,7 @@ impl<V: Verbs> Responder<V> {
             ..QpAttr::default()
         };
         let qp = v.create_qp(pd, scq, rcq, attr)?;
-        Ok(Responder {
+        let mut r = Responder {
             v,
             config,
             setup,
@@ -107,7 +107,11 @@ impl<V: Verbs> Responder<V> {
             seq_base: 1,
             costs,
             stats: ResponderStats::default(),
-        })
+        };
+        // A restarted server continues above every message it has applied, so a later
+        // replay can never put an older update over a newer one.
+        r.seq_base = r.applied_seq() + 1;
+        Ok(r)
     }
 
     /// The queue pair to connect to the client's.
@@ -203,6 +207,8 @@ impl<V: Verbs> Responder<V> {
     /// Records durably that the message `seq`'s effects are durable (PM rings only).
     async fn mark_applied(&mut self, seq: u64) {
         if let Some(at) = self.applied_at {
+            // The watermark only rises: an older message never lowers it.
+            let seq = seq.max(self.applied_seq());
             self.v.store(Space::Pm, at, &seq.to_le_bytes());
             if self.config.domain == PersistenceDomain::Dmp {
                 self.v.persist_local(at, 8).await;

@@ -66,11 +66,11 @@ impl FaultPlan {
 }
 
 enum Ev {
-    /// A packet arrives; it left its sender at `depart` and was handed to the wire at
-    /// `queued` (its sender may have lost power in between: then it never left).
+    /// A packet arrives; it leaves its sender at `depart`, sent by the sender's
+    /// incarnation `life` (if that incarnation lost power before `depart`, it never left).
     Deliver {
         pkt: Packet,
-        queued: Instant,
+        life: u32,
         depart: Instant,
     },
     NodeTimer(NodeId),
@@ -101,7 +101,8 @@ pub struct World {
     event_crashes: Vec<Crash>,
     cq_waiters: Vec<(NodeId, CqId, Waker)>,
     crashed: Vec<(NodeId, Instant)>,
-    last_crash: Vec<Option<Instant>>,
+    /// Per node, when each incarnation lost power (index = incarnation).
+    deaths: Vec<Vec<Instant>>,
     dirty: Vec<NodeId>,
     dirty_spare: Vec<NodeId>,
     /// Reused buffer of wakers to call once the world is no longer borrowed.
@@ -198,15 +199,8 @@ impl World {
                 name: body_name(&pkt.body).to_string(),
             });
         }
-        let queued = self.now;
-        self.push(
-            arrive,
-            Ev::Deliver {
-                pkt,
-                queued,
-                depart,
-            },
-        );
+        let life = self.deaths[s].len() as u32;
+        self.push(arrive, Ev::Deliver { pkt, life, depart });
     }
 
     fn crash(&mut self, n: NodeId, wake: &mut Vec<Waker>) {
@@ -221,7 +215,7 @@ impl World {
         });
         self.nodes[n as usize].power_fail(now);
         self.crashed.push((n, now));
-        self.last_crash[n as usize] = Some(now);
+        self.deaths[n as usize].push(now);
         self.cq_waiters.retain(|(wn, _, _)| *wn != n);
         let _ = wake;
     }
@@ -278,7 +272,7 @@ impl Sim {
             event_crashes: Vec::new(),
             cq_waiters: Vec::new(),
             crashed: Vec::new(),
-            last_crash: Vec::new(),
+            deaths: Vec::new(),
             dirty: Vec::new(),
             dirty_spare: Vec::new(),
             wake_spare: Vec::new(),
@@ -303,7 +297,7 @@ impl Sim {
         w.names.push(name.to_string());
         w.ports.push(Port::default());
         w.timer_at.push(Instant::NEVER);
-        w.last_crash.push(None);
+        w.deaths.push(Vec::new());
         NodeHandle {
             shared: self.shared.clone(),
             id,
@@ -509,11 +503,7 @@ impl Sim {
             w.now = at;
             w.events_processed += 1;
             match ev {
-                Ev::Deliver {
-                    pkt,
-                    queued,
-                    depart,
-                } => {
+                Ev::Deliver { pkt, life, depart } => {
                     let dst = pkt.dst;
                     w.trace.fold(&[
                         1,
@@ -525,8 +515,9 @@ impl Sim {
                     ]);
                     // The RNIC computes a response's departure ahead of time; if its node
                     // lost power before that instant, the packet never left.
-                    let lost =
-                        w.last_crash[pkt.src as usize].is_some_and(|c| queued <= c && c < depart);
+                    let lost = w.deaths[pkt.src as usize]
+                        .get(life as usize)
+                        .is_some_and(|&c| c < depart);
                     if !lost {
                         w.nodes[dst as usize].handle_packet(at, pkt);
                         w.service(dst, &mut wake);
