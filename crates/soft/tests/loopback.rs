@@ -101,3 +101,74 @@ fn remotelog_appends_over_tcp_for_every_primitive() {
         }
     }
 }
+
+#[test]
+fn bad_peers_lose_their_connection_and_the_server_keeps_serving() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let shape = LogShape {
+        capacity: 256,
+        ..LogShape::default()
+    };
+    let addr = start_server("DMP+noDDIO+PM-RQWRB", pool_path("bad-peers"), shape).to_string();
+    run_client(async {
+        // 1. Not the connection manager's protocol at all: refused.
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        s.write_all(&[0xEE; 24]).await.unwrap();
+        let mut b = [0u8; 24];
+        s.read_exact(&mut b).await.unwrap();
+        assert!(matches!(
+            remora_soft::cm::Cm::parse(&b),
+            Ok(remora_soft::cm::Cm::Refused { .. })
+        ));
+        // 2. A good handshake, then garbage instead of packets: the connection is closed.
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        s.write_all(&remora_soft::cm::Cm::Hello.emit())
+            .await
+            .unwrap();
+        s.read_exact(&mut b).await.unwrap();
+        s.write_all(
+            &remora_soft::cm::Cm::Ready {
+                qp: remora_model::verbs::QpNum(0),
+            }
+            .emit(),
+        )
+        .await
+        .unwrap();
+        s.read_exact(&mut b).await.unwrap();
+        s.write_all(&[0x42; 100]).await.unwrap();
+        let mut rest = Vec::new();
+        let closed =
+            tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut rest)).await;
+        assert!(
+            closed.is_ok(),
+            "the server must close a connection that sends garbage"
+        );
+        // 3. A client that disconnects in the middle of its work.
+        let (_n, _c, mut client) =
+            remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
+                .await
+                .unwrap();
+        client
+            .connect(Primitive::Send, Shape::default())
+            .await
+            .unwrap();
+        client.persist(64, &[1; 64]).await.unwrap();
+        drop(client);
+        drop(_n);
+        // 4. A well-behaved client is served, and its data is there.
+        let (_n, _c, mut client) =
+            remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
+                .await
+                .unwrap();
+        client
+            .connect(Primitive::Write, Shape::default())
+            .await
+            .unwrap();
+        let mut log = LogClient::new(client, shape, Update::Compound);
+        for _ in 0..10 {
+            log.append().await.unwrap();
+        }
+        let r = log.client().read(shape.slot(9), 64).await.unwrap();
+        assert!(is_record(&r, 9));
+    });
+}

@@ -1,0 +1,214 @@
+//! The seed 000 commands and the soft RNIC, through the built `remora` binary.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+
+fn remora(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_remora"))
+        .args(args)
+        .output()
+        .expect("run remora")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn taxonomy_prints_both_tables_cell_by_cell() {
+    let out = remora(&["taxonomy"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(
+        s.contains("### Table 2") && s.contains("### Table 3"),
+        "{s}"
+    );
+    // 4 rows per table, each with 9 cells.
+    let rows: Vec<&str> = s
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.contains("RQWRB |"))
+        .collect();
+    assert_eq!(rows.len(), 8);
+    assert!(
+        rows.iter().all(|r| r.matches(" | ").count() == 9),
+        "{rows:?}"
+    );
+    assert!(s.contains("Rq Writeatomic(b)") && s.contains("Rq CompSend(a,b)"));
+}
+
+#[test]
+fn plan_explains_its_choice_and_refuses_bad_input() {
+    let out = remora(&[
+        "plan",
+        "--config",
+        "WSP+noDDIO+PM-RQWRB@iwarp",
+        "--update",
+        "compound",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    // On iWARP a completion proves nothing: every candidate must FLUSH or exchange messages.
+    assert!(s.contains("Chosen:") && !s.contains("write2-comp"), "{s}");
+    let bad = remora(&[
+        "plan",
+        "--config",
+        "WSP+noDDIO+PM-RQWRB",
+        "--update",
+        "triple",
+    ]);
+    assert!(!bad.status.success());
+    assert!(text(&bad.stderr).contains("singleton or compound"));
+}
+
+#[test]
+fn remotelog_quick_run_writes_its_outputs() {
+    let dir = std::env::temp_dir().join(format!("remora-rl-test-{}", std::process::id()));
+    let page = dir.join("results.md");
+    let out = remora(&[
+        "remotelog",
+        "--appends",
+        "300",
+        "--out",
+        dir.to_str().unwrap(),
+        "--results",
+        page.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for f in [
+        "remotelog.csv",
+        "remotelog.json",
+        "remotelog.svg",
+        "figure2.md",
+    ] {
+        assert!(dir.join(f).exists(), "{f} missing");
+    }
+    let csv = std::fs::read_to_string(dir.join("remotelog.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 73, "a header and 72 scenarios");
+    let page = std::fs::read_to_string(&page).unwrap();
+    assert!(page.contains("The paper's claims beside the model's"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A server on a pool file, killed when dropped.
+struct Server(std::process::Child, String);
+
+impl Server {
+    fn start(pool: &std::path::Path, config: &str) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_remora"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--pool",
+                pool.to_str().unwrap(),
+                "--config",
+                config,
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .expect("listening line")
+            .to_string();
+        Server(child, addr)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn remotelog_runs_unchanged_against_a_soft_rnic_server() {
+    let pool = std::env::temp_dir().join(format!("remora-serve-test-{}.pm", std::process::id()));
+    let _ = std::fs::remove_file(&pool);
+    let server = Server::start(&pool, "MHP+DDIO+PM-RQWRB");
+    let out = remora(&["remotelog", "--server", &server.1, "--appends", "50"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert_eq!(
+        s.lines()
+            .filter(|l| l.starts_with("| singleton") || l.starts_with("| compound"))
+            .count(),
+        6,
+        "{s}"
+    );
+    assert!(
+        s.contains("send-flush"),
+        "a PM receive buffer makes SEND one-sided under MHP: {s}"
+    );
+    drop(server);
+    // A file that is not a pool is refused, and left alone.
+    let foreign = pool.with_extension("txt");
+    std::fs::write(&foreign, b"not a pool").unwrap();
+    let out = remora(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--pool",
+        foreign.to_str().unwrap(),
+        "--config",
+        "DMP+noDDIO+PM-RQWRB",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("not a remora PM pool"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(std::fs::read(&foreign).unwrap(), b"not a pool");
+    let _ = std::fs::remove_file(&foreign);
+    let _ = std::fs::remove_file(&pool);
+}
+
+#[test]
+fn real_sigkill_loop_loses_no_acknowledged_append() {
+    // A small loop for CI: every configuration's WRITE singleton and compound methods,
+    // 2 SIGKILLs each (the full run is `remora crashcheck --real --targets correct`).
+    let out = remora(&[
+        "crashcheck",
+        "--real",
+        "--targets",
+        "correct",
+        "--kills",
+        "2",
+        "--only",
+        "/WRITE",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let s = text(&out.stdout);
+    assert!(s.contains("targets,") && !s.contains("FAIL"), "{s}");
+}
+
+#[test]
+fn real_sigkill_loop_catches_the_negative_controls() {
+    // Their windows are nanoseconds with the default profile; the slow-data-path profile
+    // stretches them past a loopback round trip. Each stops at its first catch.
+    let out = remora(&[
+        "crashcheck",
+        "--real",
+        "--targets",
+        "negative",
+        "--kills",
+        "300",
+        "--profile",
+        "slow-data-path",
+    ]);
+    let s = text(&out.stdout);
+    assert!(out.status.success(), "{s}\n{}", text(&out.stderr));
+    assert_eq!(s.matches("caught:").count(), 6, "{s}");
+}
