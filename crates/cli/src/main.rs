@@ -168,6 +168,12 @@ enum Cmd {
         /// With --real: which targets: correct, negative, or all.
         #[arg(long, default_value = "all")]
         targets: String,
+        /// With --real: start servers through this command, e.g. "ip netns exec NS".
+        #[arg(long, default_value = "")]
+        server_prefix: String,
+        /// With --real: address the servers listen on.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        server_listen: String,
     },
 }
 
@@ -393,6 +399,8 @@ fn run(cli: Cli) -> Result<(), String> {
         Cmd::Crashcheck {
             real: true,
             targets: targets_sel,
+            server_prefix,
+            server_listen,
             kills,
             max_life_ms,
             seed,
@@ -411,6 +419,8 @@ fn run(cli: Cli) -> Result<(), String> {
                 dir: dir.clone(),
                 profile: profiles::load(&profile)?,
                 profile_arg: profile.clone(),
+                server_prefix: server_prefix.split_whitespace().map(String::from).collect(),
+                server_listen,
             };
             let mut targets = real::real_targets(true);
             match targets_sel.as_str() {

@@ -194,9 +194,19 @@ impl ServerProc {
         region: u64,
         pool_bytes: u64,
         profile: &str,
+        prefix: &[String],
+        listen: &str,
     ) -> Result<ServerProc, String> {
-        let mut child = Command::new(exe)
-            .args(["serve", "--listen", "127.0.0.1:0", "--pool"])
+        let mut cmd = match prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let mut child = cmd
+            .args(["serve", "--listen", listen, "--pool"])
             .arg(pool)
             .args(["--profile", profile])
             .args([
@@ -292,6 +302,10 @@ pub struct RealCrashArgs {
     pub profile: LatencyProfile,
     /// Its name or path, handed to the server processes.
     pub profile_arg: String,
+    /// A command the server is started through (e.g. `ip netns exec NS`), empty for none.
+    pub server_prefix: Vec<String>,
+    /// Address the servers listen on (port 0 picks one).
+    pub server_listen: String,
 }
 
 /// The targets of the real loop: one correct method per configuration and update kind
@@ -359,6 +373,8 @@ pub fn real_crash(
             region,
             pool_bytes,
             &args.profile_arg,
+            &args.server_prefix,
+            &args.server_listen,
         )?;
         let local = tokio::task::LocalSet::new();
         let (verdict, next_acked, killed) = local.block_on(&rt, async {

@@ -212,3 +212,23 @@ fn real_sigkill_loop_catches_the_negative_controls() {
     assert!(out.status.success(), "{s}\n{}", text(&out.stderr));
     assert_eq!(s.matches("caught:").count(), 6, "{s}");
 }
+
+#[test]
+fn two_hosts_in_network_namespaces() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/two-hosts.sh");
+    let out = Command::new("bash")
+        .args([script, env!("CARGO_BIN_EXE_remora")])
+        .env("KILLS", "2")
+        .output()
+        .expect("run scripts/two-hosts.sh");
+    if out.status.code() == Some(77) {
+        eprintln!("skipped: {}", text(&out.stdout).trim());
+        return;
+    }
+    let s = text(&out.stdout);
+    assert!(out.status.success(), "{s}\n{}", text(&out.stderr));
+    assert!(
+        s.contains("two-hosts: ok") && s.contains("| pass |") && !s.contains("FAIL"),
+        "{s}"
+    );
+}
