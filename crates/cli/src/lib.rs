@@ -17,6 +17,7 @@ pub mod demo;
 pub mod paper;
 pub mod profiles;
 pub mod real;
+pub mod softbench;
 
 /// Formats nanoseconds as microseconds with three decimals (`2345` → `2.345`).
 pub fn micros(ns: u64) -> String {

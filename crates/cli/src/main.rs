@@ -205,6 +205,28 @@ fn progress_bar(what: &str) -> indicatif::ProgressBar {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// The soft RNIC next to raw TCP over loopback, side by side: RemoteLog append latency
+    /// per method against a ping-pong, streaming WRITEs against TCP streaming, and the
+    /// simulator's prediction with a profile calibrated from the ping-pong.
+    Soft {
+        /// Appends (and ping-pongs) per measurement.
+        #[arg(long, default_value_t = 5000)]
+        n: u64,
+        /// 64-byte WRITEs streamed.
+        #[arg(long, default_value_t = 100_000)]
+        stream: u64,
+        /// Directory for the pool files: /dev/shm emulates PM with DRAM as seed 000 §4.2
+        /// did; a disk-backed directory adds the disk's msync cost.
+        #[arg(long, default_value = "/dev/shm")]
+        pool_dir: PathBuf,
+    },
+    /// A raw TCP echo server (the other process of `bench soft`'s ping-pong).
+    #[command(hide = true)]
+    Echo {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+    },
     /// Simulator speed: simulated RDMA operations per wall-clock second (run with --release).
     Sim {
         /// RDMA WRITEs in total.
@@ -305,6 +327,18 @@ fn run(cli: Cli) -> Result<(), String> {
             let report = bench::run_sim_bench(&opts)?;
             print!("{report}");
         }
+        Cmd::Bench {
+            what: BenchCmd::Soft { n, stream, pool_dir },
+        } => {
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            print!(
+                "{}",
+                remora_cli::softbench::run(&exe, n, stream, &pool_dir)?
+            );
+        }
+        Cmd::Bench {
+            what: BenchCmd::Echo { listen },
+        } => remora_cli::softbench::echo_server(&listen)?,
         Cmd::Taxonomy => print!("{}", paper::taxonomy()),
         Cmd::Plan {
             config,

@@ -362,6 +362,12 @@ impl MemoryHierarchy {
         }
     }
 
+    /// Makes the medium's writes so far durable against a machine crash (see
+    /// [`PmMedia::sync`]).
+    pub fn sync_media(&mut self) {
+        self.media.sync();
+    }
+
     /// The next instant a line changes stage (becomes visible, or enters the WPQ). The
     /// simulator never needs it (stages are computed lazily); a real-time runtime wakes
     /// then, so a stage lasts as long on the wall clock as in the model.

@@ -161,8 +161,12 @@ impl SparseMem {
 pub trait PmMedia: std::fmt::Debug + Send {
     /// Reads what is stored at `addr` (a PM physical address).
     fn read(&self, addr: u64, buf: &mut [u8]);
-    /// Stores `data` at `addr`; when this returns it is as durable as the medium can make it.
+    /// Stores `data` at `addr`. It survives the process dying at once; it survives the
+    /// machine crashing after the next [`sync`](Self::sync).
     fn write(&mut self, addr: u64, data: &[u8]);
+    /// Makes every write so far survive a crash of the machine (e.g. `msync`). A runtime
+    /// calls it before anything that depends on those writes leaves the process.
+    fn sync(&mut self) {}
     /// A copy of the whole medium (for crash images and inspection).
     fn snapshot(&self) -> SparseMem;
 }

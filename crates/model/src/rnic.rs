@@ -1422,6 +1422,12 @@ impl Rnic {
         self.up = true;
     }
 
+    /// Makes the PM medium's writes durable against a machine crash; a real-time runtime
+    /// calls it before sending packets.
+    pub fn sync_media(&mut self) {
+        self.hier.sync_media();
+    }
+
     /// The PM image a power failure at `now` would leave, without failing.
     pub fn crash_image(&mut self, now: Instant) -> SparseMem {
         self.hier.crash_image(now)

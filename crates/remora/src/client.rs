@@ -189,6 +189,78 @@ impl<V: Verbs> Client<V> {
         self.run(&m, [first, second]).await
     }
 
+    /// Starts an RDMA WRITE of `data` at `offset` without waiting: for streaming many
+    /// independent updates and then [`flush_writes`](Self::flush_writes) once. Refused
+    /// (`Unsuitable`) unless the server's singleton WRITE method is one-sided
+    /// (`write-flush` or `write-comp`), because only then does a FLUSH (or completion)
+    /// make the writes persistent; the writes are not ordered among themselves.
+    pub fn write_nowait(&mut self, offset: u64, data: &[u8]) -> Result<(), PersistError> {
+        let hello = self.hello.ok_or(PersistError::NotConnected)?;
+        let m = self.taxonomy.method_for(
+            &hello.config,
+            Primitive::Write,
+            Update::Singleton,
+            Shape::default(),
+        );
+        if m.two_sided() {
+            return Err(PersistError::Unsuitable {
+                method: m.name.clone(),
+                why: "WRITE is not one-sided on this server",
+            });
+        }
+        if offset
+            .checked_add(data.len() as u64)
+            .is_none_or(|e| e > hello.region_len)
+        {
+            return Err(PersistError::OutOfRange {
+                offset,
+                len: data.len() as u64,
+                region_len: hello.region_len,
+            });
+        }
+        let id = self.wr_id();
+        let remote = Remote {
+            addr: hello.region_addr + offset,
+            rkey: hello.region_rkey,
+        };
+        self.v.post_send(
+            self.qp,
+            SendWr::new(
+                id,
+                Opcode::Write,
+                Payload::Inline(data.to_vec()),
+                Some(remote),
+            )
+            .signaled(false),
+        )?;
+        Ok(())
+    }
+
+    /// Makes every [`write_nowait`](Self::write_nowait) so far persistent: one FLUSH (or
+    /// its READ emulation) and its completion.
+    pub async fn flush_writes(&mut self) -> Result<(), PersistError> {
+        let hello = self.hello.ok_or(PersistError::NotConnected)?;
+        let id = self.wr_id();
+        let scratch = Sge {
+            addr: self.scratch.addr,
+            len: 8,
+            lkey: self.scratch.lkey,
+        };
+        let r = Remote {
+            addr: hello.region_addr,
+            rkey: hello.region_rkey,
+        };
+        let wr = self.flush.work_request(
+            id,
+            FlushPlacement::Persistence,
+            r,
+            hello.region_len,
+            scratch,
+        );
+        self.v.post_send(self.qp, wr)?;
+        self.wait_wr(id, "FLUSH").await
+    }
+
     /// Reads `len` bytes (at most 4 KiB) at `offset` of the server's region with an RDMA
     /// READ: what is visible there, which is not necessarily persistent.
     pub async fn read(&mut self, offset: u64, len: u32) -> Result<Vec<u8>, PersistError> {

@@ -7,7 +7,8 @@
 //! Durability: the model writes a line into the pool at the instant the line enters the
 //! server's persistence domain ([`remora_model::mem::PmMedia`]). A `kill -9` keeps what the
 //! process wrote to the mapping (the page cache survives the process); to survive an OS
-//! crash as well, every write is followed by `msync` of the touched pages. On a DAX file
+//! crash as well, the runtime `msync`s the pages written so far before any packet leaves
+//! the process, so nothing is acknowledged before it is on stable storage. On a DAX file
 //! system a `MAP_SYNC` mapping with `clwb`+`sfence` would do instead; the pool detects DAX
 //! and says so, but this build always uses `msync`.
 
@@ -70,7 +71,7 @@ pub enum PoolError {
 /// How writes reach stable storage.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum SyncMode {
-    /// `msync` of the touched pages after each write.
+    /// `msync` of the pages written, before any packet that may depend on them leaves.
     Msync,
 }
 
@@ -79,6 +80,8 @@ pub enum SyncMode {
 pub struct Pool {
     path: PathBuf,
     map: MmapMut,
+    /// Byte range of the mapping written since the last `sync`.
+    dirty: Option<(usize, usize)>,
     len: u64,
     created: bool,
     dax: bool,
@@ -172,6 +175,7 @@ impl Pool {
         Ok(Pool {
             path: path.to_path_buf(),
             map,
+            dirty: None,
             len: data_len,
             created,
             dax,
@@ -259,13 +263,21 @@ impl PmMedia for Pool {
     fn write(&mut self, addr: u64, data: &[u8]) {
         let r = self.range(addr, data.len());
         self.map[r.clone()].copy_from_slice(data);
-        // msync whole pages: the line is durable when this returns.
-        let page = PAGE_BYTES as usize;
-        let start = r.start / page * page;
-        let end = r.end.div_ceil(page) * page;
-        self.map
-            .flush_range(start, end.min(self.map.len()) - start)
-            .expect("msync of the PM pool failed");
+        self.dirty = Some(match self.dirty {
+            Some((a, b)) => (a.min(r.start), b.max(r.end)),
+            None => (r.start, r.end),
+        });
+    }
+    fn sync(&mut self) {
+        // msync of the pages written since the last sync.
+        if let Some((a, b)) = self.dirty.take() {
+            let page = PAGE_BYTES as usize;
+            let start = a / page * page;
+            let end = (b.div_ceil(page) * page).min(self.map.len());
+            self.map
+                .flush_range(start, end - start)
+                .expect("msync of the PM pool failed");
+        }
     }
     fn snapshot(&self) -> SparseMem {
         let mut m = SparseMem::new();

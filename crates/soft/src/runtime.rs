@@ -225,7 +225,7 @@ impl RtNode {
                     .push(std::cmp::Reverse((ready, seq, HeldPacket(pkt))));
             }
             // Send what is due, jumping the model's clock over short waits: the hierarchy
-            // reaches a packet's departure (writing the pool file) before it leaves.
+            // reaches a packet's departure (writing the pool file, synced below) first.
             while let Some(std::cmp::Reverse((ready, _, _))) = st.held.peek() {
                 let ready = *ready;
                 if ready > now + JUMP {
@@ -237,6 +237,8 @@ impl RtNode {
                     st.model_now = now;
                     st.rnic.handle_timeout(now);
                 }
+                // Whatever the packet acknowledges is on stable storage before it leaves.
+                st.rnic.sync_media();
                 let bytes = pkt.emit();
                 let sent = st
                     .peers
@@ -387,6 +389,7 @@ impl remora_verbs::Verbs for RtNode {
             st.model_now = st.model_now.max(done);
             let t = st.model_now;
             st.rnic.handle_timeout(t);
+            st.rnic.sync_media();
         }
         self.inner.kick.notify_one();
         tokio::task::yield_now().await;
