@@ -187,16 +187,21 @@ struct ServerProc {
 }
 
 impl ServerProc {
+    /// Starts `remora serve` on `pool`, through `args.server_prefix`, listening on
+    /// `args.server_listen`.
     fn start(
         exe: &Path,
         pool: &Path,
         config: &ServerConfig,
         region: u64,
         pool_bytes: u64,
-        profile: &str,
-        prefix: &[String],
-        listen: &str,
+        args: &RealCrashArgs,
     ) -> Result<ServerProc, String> {
+        let (profile, prefix, listen) = (
+            args.profile_arg.as_str(),
+            args.server_prefix.as_slice(),
+            args.server_listen.as_str(),
+        );
         let mut cmd = match prefix.split_first() {
             Some((first, rest)) => {
                 let mut c = Command::new(first);
@@ -366,16 +371,7 @@ pub fn real_crash(
         .build()
         .map_err(|e| e.to_string())?;
     for life in 0..=args.kills {
-        let mut server = ServerProc::start(
-            exe,
-            &pool,
-            &target.config,
-            region,
-            pool_bytes,
-            &args.profile_arg,
-            &args.server_prefix,
-            &args.server_listen,
-        )?;
+        let mut server = ServerProc::start(exe, &pool, &target.config, region, pool_bytes, args)?;
         let local = tokio::task::LocalSet::new();
         let (verdict, next_acked, killed) = local.block_on(&rt, async {
             let (_node, _cfg, mut client) =
