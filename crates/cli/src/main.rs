@@ -328,7 +328,12 @@ fn run(cli: Cli) -> Result<(), String> {
             print!("{report}");
         }
         Cmd::Bench {
-            what: BenchCmd::Soft { n, stream, pool_dir },
+            what:
+                BenchCmd::Soft {
+                    n,
+                    stream,
+                    pool_dir,
+                },
         } => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
             print!(
