@@ -158,6 +158,74 @@ impl ServerConfig {
     }
 }
 
+impl ServerConfig {
+    /// The 5-byte encoding wire formats carry: domain, DDIO, RQWRB placement, transport,
+    /// capability bits (FLUSH, ATOMIC WRITE, non-posted WRITE).
+    pub fn to_bytes(&self) -> [u8; 5] {
+        [
+            match self.domain {
+                PersistenceDomain::Dmp => 0,
+                PersistenceDomain::Mhp => 1,
+                PersistenceDomain::Wsp => 2,
+            },
+            self.ddio as u8,
+            match self.rqwrb {
+                RqwrbPlacement::Dram => 0,
+                RqwrbPlacement::Pm => 1,
+            },
+            match self.transport {
+                Transport::InfiniBand => 0,
+                Transport::RoCE => 1,
+                Transport::IWarp => 2,
+            },
+            self.caps.native_flush as u8
+                | (self.caps.atomic_write as u8) << 1
+                | (self.caps.non_posted_write as u8) << 2,
+        ]
+    }
+
+    /// Decodes [`to_bytes`](Self::to_bytes); names the first field out of range.
+    pub fn from_bytes(b: [u8; 5]) -> Result<ServerConfig, &'static str> {
+        let domain = match b[0] {
+            0 => PersistenceDomain::Dmp,
+            1 => PersistenceDomain::Mhp,
+            2 => PersistenceDomain::Wsp,
+            _ => return Err("persistence domain"),
+        };
+        let ddio = match b[1] {
+            0 => false,
+            1 => true,
+            _ => return Err("ddio"),
+        };
+        let rqwrb = match b[2] {
+            0 => RqwrbPlacement::Dram,
+            1 => RqwrbPlacement::Pm,
+            _ => return Err("rqwrb"),
+        };
+        let transport = match b[3] {
+            0 => Transport::InfiniBand,
+            1 => Transport::RoCE,
+            2 => Transport::IWarp,
+            _ => return Err("transport"),
+        };
+        if b[4] & !7 != 0 {
+            return Err("capabilities");
+        }
+        let caps = NicCaps {
+            native_flush: b[4] & 1 != 0,
+            atomic_write: b[4] & 2 != 0,
+            non_posted_write: b[4] & 4 != 0,
+        };
+        Ok(ServerConfig {
+            domain,
+            ddio,
+            rqwrb,
+            transport,
+            caps,
+        })
+    }
+}
+
 impl fmt::Display for ServerConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.name())
@@ -277,6 +345,27 @@ mod tests {
         assert!("DMP+DDIO+DRAM@carrier-pigeon"
             .parse::<ServerConfig>()
             .is_err());
+    }
+
+    #[test]
+    fn byte_encoding_round_trips_and_refuses_out_of_range_fields() {
+        let mut all = ServerConfig::table1();
+        let mut odd = all[7];
+        odd.transport = Transport::RoCE;
+        odd.caps = NicCaps::LEGACY;
+        all.push(odd);
+        for c in all {
+            assert_eq!(ServerConfig::from_bytes(c.to_bytes()), Ok(c));
+        }
+        assert_eq!(
+            ServerConfig::from_bytes([3, 0, 0, 0, 0]),
+            Err("persistence domain")
+        );
+        assert_eq!(ServerConfig::from_bytes([0, 2, 0, 0, 0]), Err("ddio"));
+        assert_eq!(
+            ServerConfig::from_bytes([0, 0, 0, 0, 8]),
+            Err("capabilities")
+        );
     }
 
     #[test]

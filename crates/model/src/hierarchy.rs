@@ -40,7 +40,7 @@ use crate::profile::LatencyProfile;
 use crate::time::{Duration, Instant};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 
 /// Cache-line size.
 pub const LINE: u64 = 64;
@@ -127,23 +127,8 @@ struct Channel {
     banks: Vec<(Instant, u64)>, // (free at, open row)
 }
 
-/// A multiplicative hasher for line addresses: lookups only, never iterated.
-#[derive(Default)]
-struct LineHasher(u64);
-impl Hasher for LineHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ *b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-type LineMap<V> = HashMap<u64, V, BuildHasherDefault<LineHasher>>;
+/// Per-line state, looked up by line address and never iterated.
+type LineMap<V> = HashMap<u64, V, BuildHasherDefault<crate::mem::U64Hasher>>;
 
 /// One server's memory system: RNIC buffer and PCIe timing, IIO, LLC with DDIO, the
 /// memory controllers' WPQs under ADR, PM banks, and DRAM.

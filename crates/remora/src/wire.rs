@@ -20,7 +20,7 @@
 //! Bodies: Hello = the server's configuration and its region descriptor; Apply = entries of
 //! (offset u64, length u32, data); Notify = entries of (offset u64, length u32); Ack = none.
 
-use remora_model::config::{NicCaps, PersistenceDomain, RqwrbPlacement, ServerConfig, Transport};
+use remora_model::config::ServerConfig;
 
 const MAGIC: [u8; 4] = *b"RMRA";
 /// Wire version; a peer with another version is refused.
@@ -185,27 +185,7 @@ impl Frame {
         b.extend_from_slice(&[0; 4]);
         match self {
             Frame::Hello(h) => {
-                let c = h.config;
-                b.push(match c.domain {
-                    PersistenceDomain::Dmp => 0,
-                    PersistenceDomain::Mhp => 1,
-                    PersistenceDomain::Wsp => 2,
-                });
-                b.push(c.ddio as u8);
-                b.push(match c.rqwrb {
-                    RqwrbPlacement::Dram => 0,
-                    RqwrbPlacement::Pm => 1,
-                });
-                b.push(match c.transport {
-                    Transport::InfiniBand => 0,
-                    Transport::RoCE => 1,
-                    Transport::IWarp => 2,
-                });
-                b.push(
-                    c.caps.native_flush as u8
-                        | (c.caps.atomic_write as u8) << 1
-                        | (c.caps.non_posted_write as u8) << 2,
-                );
+                b.extend_from_slice(&h.config.to_bytes());
                 b.extend_from_slice(&h.region_addr.to_le_bytes());
                 b.extend_from_slice(&h.region_len.to_le_bytes());
                 b.extend_from_slice(&h.region_rkey.to_le_bytes());
@@ -281,45 +261,10 @@ impl Frame {
         let ack = flags & FLAG_ACK != 0;
         let frame = match kind {
             1 => {
-                let domain = match body.u8()? {
-                    0 => PersistenceDomain::Dmp,
-                    1 => PersistenceDomain::Mhp,
-                    2 => PersistenceDomain::Wsp,
-                    _ => return Err(FrameError::BadValue("persistence domain")),
-                };
-                let ddio = match body.u8()? {
-                    0 => false,
-                    1 => true,
-                    _ => return Err(FrameError::BadValue("ddio")),
-                };
-                let rqwrb = match body.u8()? {
-                    0 => RqwrbPlacement::Dram,
-                    1 => RqwrbPlacement::Pm,
-                    _ => return Err(FrameError::BadValue("rqwrb")),
-                };
-                let transport = match body.u8()? {
-                    0 => Transport::InfiniBand,
-                    1 => Transport::RoCE,
-                    2 => Transport::IWarp,
-                    _ => return Err(FrameError::BadValue("transport")),
-                };
-                let caps = body.u8()?;
-                if caps & !7 != 0 {
-                    return Err(FrameError::BadValue("capabilities"));
-                }
-                let caps = NicCaps {
-                    native_flush: caps & 1 != 0,
-                    atomic_write: caps & 2 != 0,
-                    non_posted_write: caps & 4 != 0,
-                };
+                let bytes: [u8; 5] = body.take(5)?.try_into().expect("5 bytes");
+                let config = ServerConfig::from_bytes(bytes).map_err(FrameError::BadValue)?;
                 Frame::Hello(Hello {
-                    config: ServerConfig {
-                        domain,
-                        ddio,
-                        rqwrb,
-                        transport,
-                        caps,
-                    },
+                    config,
                     region_addr: body.u64()?,
                     region_len: body.u64()?,
                     region_rkey: body.u32()?,
@@ -400,7 +345,7 @@ mod tests {
             any::<u64>().prop_map(|seq| Frame::Ack { seq }),
             (0usize..12, any::<u64>(), any::<u32>()).prop_map(|(i, a, k)| {
                 let mut config = ServerConfig::table1()[i];
-                config.transport = Transport::IWarp;
+                config.transport = remora_model::config::Transport::IWarp;
                 config.caps.atomic_write = k % 2 == 0;
                 Frame::Hello(Hello {
                     config,

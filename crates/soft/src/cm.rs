@@ -12,7 +12,7 @@
 //! then 16 bytes of kind-specific payload (unused bytes zero). `parse` refuses any other
 //! magic, version, kind or a non-zero unused byte.
 
-use remora_model::config::{NicCaps, PersistenceDomain, RqwrbPlacement, ServerConfig, Transport};
+use remora_model::config::ServerConfig;
 use remora_model::verbs::{NodeId, QpNum};
 
 const MAGIC: &[u8; 4] = b"RMCM";
@@ -78,62 +78,6 @@ pub enum CmError {
     BadValue(&'static str),
 }
 
-fn config_bytes(c: &ServerConfig) -> [u8; 5] {
-    [
-        c.domain as u8,
-        c.ddio as u8,
-        c.rqwrb as u8,
-        match c.transport {
-            Transport::InfiniBand => 0,
-            Transport::RoCE => 1,
-            Transport::IWarp => 2,
-        },
-        c.caps.native_flush as u8
-            | (c.caps.atomic_write as u8) << 1
-            | (c.caps.non_posted_write as u8) << 2,
-    ]
-}
-
-fn parse_config(b: &[u8]) -> Result<ServerConfig, CmError> {
-    let domain = match b[0] {
-        0 => PersistenceDomain::Dmp,
-        1 => PersistenceDomain::Mhp,
-        2 => PersistenceDomain::Wsp,
-        _ => return Err(CmError::BadValue("persistence domain")),
-    };
-    let ddio = match b[1] {
-        0 => false,
-        1 => true,
-        _ => return Err(CmError::BadValue("ddio")),
-    };
-    let rqwrb = match b[2] {
-        0 => RqwrbPlacement::Dram,
-        1 => RqwrbPlacement::Pm,
-        _ => return Err(CmError::BadValue("rqwrb")),
-    };
-    let transport = match b[3] {
-        0 => Transport::InfiniBand,
-        1 => Transport::RoCE,
-        2 => Transport::IWarp,
-        _ => return Err(CmError::BadValue("transport")),
-    };
-    if b[4] & !7 != 0 {
-        return Err(CmError::BadValue("capabilities"));
-    }
-    let caps = NicCaps {
-        native_flush: b[4] & 1 != 0,
-        atomic_write: b[4] & 2 != 0,
-        non_posted_write: b[4] & 4 != 0,
-    };
-    Ok(ServerConfig {
-        domain,
-        ddio,
-        rqwrb,
-        transport,
-        caps,
-    })
-}
-
 impl Cm {
     /// The 24-byte encoding.
     pub fn emit(&self) -> [u8; CM_FRAME] {
@@ -150,7 +94,7 @@ impl Cm {
             } => {
                 p[..4].copy_from_slice(&client.to_le_bytes());
                 p[4..8].copy_from_slice(&server.to_le_bytes());
-                p[8..13].copy_from_slice(&config_bytes(config));
+                p[8..13].copy_from_slice(&config.to_bytes());
                 2
             }
             Cm::Ready { qp } => {
@@ -195,7 +139,8 @@ impl Cm {
                 Cm::Assign {
                     client: u32_at(0),
                     server: u32_at(4),
-                    config: parse_config(&p[8..13])?,
+                    config: ServerConfig::from_bytes(p[8..13].try_into().expect("5 bytes"))
+                        .map_err(CmError::BadValue)?,
                 },
                 13,
             ),
