@@ -544,7 +544,21 @@ impl MemoryHierarchy {
             if ls.llc.is_empty() {
                 continue;
             }
-            let recs = std::mem::take(&mut ls.llc);
+            // Only lines already in the cache can be written back: an inbound DMA still in
+            // the RNIC or IIO stays where it is.
+            let (recs, later): (Vec<(u32, u64)>, Vec<(u32, u64)>) = std::mem::take(&mut ls.llc)
+                .into_iter()
+                .partition(|&(id, seq)| {
+                    self.records[id as usize]
+                        .as_ref()
+                        .filter(|r| r.seq == seq)
+                        .is_some_and(|r| r.t_visible <= now)
+                });
+            let ls = self.lines.get_mut(&line).unwrap();
+            ls.llc = later;
+            if recs.is_empty() {
+                continue;
+            }
             let t_imc = self.imc_arrival(now + self.p.clwb.mul(i + 1), line);
             let t = self.admit_wpq(t_imc, line);
             let ls = self.lines.get_mut(&line).unwrap();
@@ -654,8 +668,9 @@ impl MemoryHierarchy {
             })
             .map(|r| (r.seq, r))
             .collect();
-        // Same-line writes apply in creation order, which is their version order.
-        out.sort_unstable_by_key(|(seq, _)| *seq);
+        // Same-line writes apply in visibility order, which is their version order (a CPU
+        // store can be created after, yet become visible before, an inbound DMA).
+        out.sort_unstable_by_key(|(seq, r)| (r.t_visible, *seq));
         out
     }
 
@@ -671,10 +686,24 @@ impl MemoryHierarchy {
 
     /// Writes a record into the medium: it has entered the persistence domain.
     fn write_media(&mut self, id: u32) {
+        let now = self.now;
         let r = self.records[id as usize].as_mut().expect("live record");
         if !r.in_media {
             r.in_media = true;
-            let (addr, data, off, len) = (r.addr(), r.data, r.off as usize, r.len as usize);
+            let (addr, data, off, len, early) = (
+                r.addr(),
+                r.data,
+                r.off as usize,
+                r.len as usize,
+                r.t_visible > now,
+            );
+            if early {
+                // Durable before visible (WSP): pin the visible copy of the bytes first,
+                // so loads keep seeing the old value until the write commits.
+                let mut old = vec![0u8; len];
+                self.pm_visible.read_over(addr, &mut old, &*self.media);
+                self.pm_visible.write_over(addr, &old, &*self.media);
+            }
             self.media.write(addr, &data[off..off + len]);
         }
     }
