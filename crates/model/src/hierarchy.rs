@@ -127,6 +127,9 @@ struct Channel {
     banks: Vec<(Instant, u64)>, // (free at, open row)
 }
 
+/// A record's slot and sequence number (the sequence detects a reused slot).
+type RecRef = (u32, u64);
+
 /// Per-line state, looked up by line address and never iterated.
 type LineMap<V> = HashMap<u64, V, BuildHasherDefault<crate::mem::U64Hasher>>;
 
@@ -546,7 +549,7 @@ impl MemoryHierarchy {
             }
             // Only lines already in the cache can be written back: an inbound DMA still in
             // the RNIC or IIO stays where it is.
-            let (recs, later): (Vec<(u32, u64)>, Vec<(u32, u64)>) = std::mem::take(&mut ls.llc)
+            let (recs, later): (Vec<RecRef>, Vec<RecRef>) = std::mem::take(&mut ls.llc)
                 .into_iter()
                 .partition(|&(id, seq)| {
                     self.records[id as usize]
