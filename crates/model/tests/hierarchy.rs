@@ -341,7 +341,6 @@ fn run_prefix(
     let mut t = ns(1_000);
     let mut written = [0u8; 3];
     let mut visible = [0u8; 3];
-    let mut last_vis = t;
     for op in ops {
         match *op {
             Op::Dma { line, gap } => {
@@ -352,15 +351,13 @@ fn run_prefix(
                 written[line as usize] += 1;
                 let k = written[line as usize];
                 let vis = h.dma_write(t, Space::Pm, line_addr(line), &[k; 64]).visible;
-                last_vis = last_vis.max(vis);
                 if vis <= crash {
                     visible[line as usize] = k;
                 }
             }
             Op::Clwb { line, gap } => {
-                // The CPU flushes what it has seen: only after the earlier DMAs are visible
-                // (a clwb racing an in-flight DMA is `dmp_never_persists_a_line_before_it_is_visible`).
-                t = (t + Duration::from_nanos(gap as u64)).max(last_vis);
+                // May race an in-flight DMA to the line: the clwb must leave it alone.
+                t += Duration::from_nanos(gap as u64);
                 if t > crash {
                     break;
                 }
@@ -374,7 +371,7 @@ fn run_prefix(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
     /// Same-line writes persist in order, in every domain: at every crash time each line
     /// holds one whole written version (or zero), the surviving version never goes back as
@@ -448,13 +445,25 @@ fn dmp_never_persists_a_line_before_it_is_visible() {
 /// store is visible first, the DMA commits later and wins (loads see the DMA's value for
 /// ever after). The durable image must end with the same value, in every domain.
 #[test]
-#[ignore = "model limitation: a CPU store to a line whose inbound DMA is still in flight persists after it under DMP; the DMA's commit should snoop the CPU's dirty line (crash images are right since survivors apply in visibility order; the medium after retirement is not)"]
+#[ignore = "model limitation: a CPU store to a line whose inbound DMA is still in flight persists after it under DMP and WSP (durable 2, visible 1); the DMA's commit should snoop the CPU's dirty line"]
 fn a_cpu_store_racing_a_dma_persists_in_visibility_order() {
+    let mut wrong = Vec::new();
     for (domain, ddio) in ALL_CONFIGS {
         let mut h = hier(domain, ddio, 0);
         let t0 = ns(1_000);
         let vis = h.dma_write(t0, Space::Pm, A, &[1; 64]).visible;
-        h.cpu_store(t0 + Duration::from_nanos(10), Space::Pm, A, &[2; 64]);
+        let ts = t0 + Duration::from_nanos(10);
+        h.cpu_store(ts, Space::Pm, A, &[2; 64]);
+        if domain == Wsp {
+            // Both arrived; a power failure now drains the RNIC buffer after the cache.
+            let early = h.crash_image(ts + Duration::from_nanos(10)).read_vec(A, 64);
+            if early != vec![1; 64] {
+                wrong.push(format!(
+                    "{domain:?} ddio={ddio}: crash before the DMA commits keeps {}",
+                    early[0]
+                ));
+            }
+        }
         let quiet = vis + Duration::from_millis(1);
         assert_eq!(
             load(&mut h, quiet, Space::Pm, A, 64),
@@ -463,13 +472,15 @@ fn a_cpu_store_racing_a_dma_persists_in_visibility_order() {
         );
         let issue = h.clwb(quiet, A, 64);
         let end = h.sfence(quiet + issue) + Duration::from_millis(1);
-        assert_eq!(
-            h.crash_image(end).read_vec(A, 64),
-            vec![1; 64],
-            "{domain:?} ddio={ddio}: durable differs from what was visible for a millisecond"
-        );
-        assert!(h.is_persistent(end, A, 64), "{domain:?} ddio={ddio}");
+        let durable = h.crash_image(end).read_vec(A, 64);
+        if durable != vec![1; 64] || !h.is_persistent(end, A, 64) {
+            wrong.push(format!(
+                "{domain:?} ddio={ddio}: durable {} long after, visible 1",
+                durable[0]
+            ));
+        }
     }
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
 /// Under WSP a write is durable from its arrival, but it must not be *visible* before the IIO
@@ -500,7 +511,7 @@ fn wsp_does_not_make_a_write_visible_before_it_commits() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
     /// DMA writes and CPU stores to the same lines, then a long quiet period with every line
     /// written back: the durable image equals what loads see (the last version in visibility
@@ -521,9 +532,11 @@ proptest! {
             if *dma {
                 last_vis = last_vis.max(h.dma_write(t, Space::Pm, line_addr(*line), &v).visible);
             } else {
-                // A store racing an in-flight DMA to its line is
-                // `a_cpu_store_racing_a_dma_persists_in_visibility_order` (a known bug).
-                t = t.max(last_vis);
+                // Under DMP and WSP a store racing an in-flight DMA to its line is
+                // `a_cpu_store_racing_a_dma_persists_in_visibility_order` (known limitation).
+                if domain != Mhp {
+                    t = t.max(last_vis);
+                }
                 h.cpu_store(t, Space::Pm, line_addr(*line), &v);
             }
         }
