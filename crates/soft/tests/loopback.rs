@@ -18,6 +18,16 @@ fn pool_path(name: &str) -> PathBuf {
 
 /// Starts a server on a thread of its own; returns its address.
 fn start_server(config: &str, pool: PathBuf, shape: LogShape) -> std::net::SocketAddr {
+    start_server_on("127.0.0.1:0", config, pool, shape)
+}
+
+fn start_server_on(
+    listen: &str,
+    config: &str,
+    pool: PathBuf,
+    shape: LogShape,
+) -> std::net::SocketAddr {
+    let listen = listen.to_string();
     let (tx, rx) = mpsc::channel();
     let config: ServerConfig = config.parse().unwrap();
     std::thread::spawn(move || {
@@ -27,7 +37,7 @@ fn start_server(config: &str, pool: PathBuf, shape: LogShape) -> std::net::Socke
             .unwrap();
         let local = tokio::task::LocalSet::new();
         let opts = ServeOptions {
-            listen: "127.0.0.1:0".into(),
+            listen,
             pool,
             pool_bytes: 8 << 20,
             config,
@@ -170,5 +180,33 @@ fn bad_peers_lose_their_connection_and_the_server_keeps_serving() {
         }
         let r = log.client().read(shape.slot(9), 64).await.unwrap();
         assert!(is_record(&r, 9));
+    });
+}
+
+#[test]
+fn ipv6_loopback_works_too() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("skipped: no IPv6 loopback here");
+        return;
+    }
+    let shape = LogShape {
+        capacity: 256,
+        ..LogShape::default()
+    };
+    let addr = start_server_on("[::1]:0", "WSP+noDDIO+PM-RQWRB", pool_path("ipv6"), shape);
+    assert!(addr.is_ipv6());
+    run_client(async {
+        let (_n, _c, mut client) =
+            remora_soft::client::connect(&addr.to_string(), &LatencyProfile::default_profile())
+                .await
+                .unwrap();
+        client
+            .connect(Primitive::Write, Shape::default())
+            .await
+            .unwrap();
+        let mut log = LogClient::new(client, shape, Update::Singleton);
+        for _ in 0..10 {
+            log.append().await.unwrap();
+        }
     });
 }
