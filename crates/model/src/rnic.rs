@@ -121,6 +121,8 @@ struct Mr {
 struct Cq {
     entries: VecDeque<WorkCompletion>,
     depth: usize,
+    /// Time of the last completion handed out: completions of a CQ appear in order.
+    last_at: Instant,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -391,6 +393,7 @@ impl Rnic {
         self.cqs.push(Cq {
             entries: VecDeque::new(),
             depth,
+            last_at: Instant::ZERO,
         });
         Ok(CqId(self.cqs.len() as u32 - 1))
     }
@@ -1016,6 +1019,11 @@ impl Rnic {
     /// Makes a completion available at `at`: at once if that is now, else when the
     /// runtime next calls [`handle_timeout`](Self::handle_timeout).
     fn push_cqe(&mut self, now: Instant, at: Instant, cq: CqId, wc: WorkCompletion) {
+        // A completion never overtakes an earlier one of the same CQ (a READ that places
+        // data locally finishes later than the WRITE acknowledged after it).
+        let c = &mut self.cqs[cq.0 as usize];
+        let at = at.max(c.last_at);
+        c.last_at = at;
         if at <= now && self.cqe_pending.is_empty() {
             self.event(at, EventKind::Completed, wc.qp, wc.wr_id);
             let c = &mut self.cqs[cq.0 as usize];
