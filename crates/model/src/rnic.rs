@@ -916,7 +916,8 @@ impl Rnic {
             }
         }
         match pkt.body {
-            Body::Ack => {}
+            // Progress: the RNR retry budget is per message (as rxe's reset_retry_counters).
+            Body::Ack => q.rnr_left = q.attr.rnr_retry,
             Body::Nak(NakCode::Rnr) => {
                 if q.rnr_left == 0 {
                     self.complete_with_error(now, qpn, idx, WcStatus::RnrRetryExcErr);
@@ -1217,15 +1218,19 @@ impl Rnic {
                 };
                 let space = match self.check_local(qpn, r.sge, Access::LOCAL_WRITE) {
                     Ok(s) if data.len() <= r.sge.len as usize => s,
-                    Ok(_) | Err(_) => {
+                    bad => {
                         // The message does not fit the posted buffer (or the buffer is bad):
                         // the receive completes with an error and the sender is refused.
+                        let status = match bad {
+                            Err(local) => local,
+                            Ok(_) => WcStatus::LocLenErr,
+                        };
                         let q = &mut self.qps[qpn.0 as usize];
                         q.rq.pop_front();
                         let cq = q.recv_cq;
                         let wc = WorkCompletion {
                             wr_id: r.wr_id,
-                            status: WcStatus::LocLenErr,
+                            status,
                             opcode: WcOpcode::Recv,
                             byte_len: data.len() as u32,
                             imm: *imm,
