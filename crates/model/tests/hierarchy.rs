@@ -532,11 +532,10 @@ proptest! {
             if *dma {
                 last_vis = last_vis.max(h.dma_write(t, Space::Pm, line_addr(*line), &v).visible);
             } else {
-                // Under DMP and WSP a store racing an in-flight DMA to its line is
-                // `a_cpu_store_racing_a_dma_persists_in_visibility_order` (known limitation).
-                if domain != Mhp {
-                    t = t.max(last_vis);
-                }
+                // A store racing an in-flight DMA to its line is the known limitation of
+                // `a_cpu_store_racing_a_dma_persists_in_visibility_order` (seen under every
+                // domain, MHP included): stores wait until earlier DMAs are visible.
+                t = t.max(last_vis);
                 h.cpu_store(t, Space::Pm, line_addr(*line), &v);
             }
         }
