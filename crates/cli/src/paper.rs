@@ -135,29 +135,8 @@ pub fn crashcheck(
     if targets.is_empty() {
         return Err("no checker target matches".into());
     }
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let done = std::sync::atomic::AtomicUsize::new(0);
-    let out = std::sync::Mutex::new(vec![None; targets.len()]);
-    std::thread::scope(|s| {
-        for _ in 0..threads.max(1) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if i >= targets.len() {
-                    break;
-                }
-                let r = check::check(&targets[i], opts);
-                out.lock().expect("results")[i] = Some(r);
-                progress(
-                    done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
-                    targets.len(),
-                );
-            });
-        }
-    });
-    out.into_inner()
-        .expect("results")
+    remora_remotelog::eval::parallel_map(&targets, threads, progress, |t| check::check(t, opts))
         .into_iter()
-        .map(|r| r.expect("every target ran"))
         .collect()
 }
 

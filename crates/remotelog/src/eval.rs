@@ -148,20 +148,35 @@ pub fn run_all(
     scenarios: &[Scenario],
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<Vec<ScenarioResult>, String> {
+    parallel_map(scenarios, opts.threads, progress, |sc| {
+        run_scenario(sc, opts)
+    })
+    .into_iter()
+    .collect()
+}
+
+/// Applies `f` to every item on `threads` worker threads (each takes the next unclaimed
+/// item); `progress(done, total)` is called as items finish. Results come back in item
+/// order, whatever order they finished in.
+pub fn parallel_map<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    progress: &(dyn Fn(usize, usize) + Sync),
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<ScenarioResult, String>>>> =
-        Mutex::new(vec![None; scenarios.len()]);
+    let results: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
     std::thread::scope(|s| {
-        for _ in 0..opts.threads.max(1) {
+        for _ in 0..threads.max(1) {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= scenarios.len() {
+                if i >= items.len() {
                     break;
                 }
-                let r = run_scenario(&scenarios[i], opts);
+                let r = f(&items[i]);
                 results.lock().expect("results")[i] = Some(r);
-                progress(done.fetch_add(1, Ordering::Relaxed) + 1, scenarios.len());
+                progress(done.fetch_add(1, Ordering::Relaxed) + 1, items.len());
             });
         }
     });
@@ -169,6 +184,6 @@ pub fn run_all(
         .into_inner()
         .expect("results")
         .into_iter()
-        .map(|r| r.expect("every scenario ran"))
+        .map(|r| r.expect("every item ran"))
         .collect()
 }
