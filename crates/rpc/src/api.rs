@@ -1,0 +1,97 @@
+//! What every design offers, so one benchmark and one checker drive them all.
+
+use remora_model::time::{Duration, Instant};
+use remora_verbs::VerbsError;
+use std::future::Future;
+
+/// One key-value operation (seed 003 §5.1: objects in the server's PM, the index at the
+/// client).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Read one object.
+    Get {
+        /// Object key.
+        key: u64,
+    },
+    /// Write (insert or overwrite) one object.
+    Put {
+        /// Object key.
+        key: u64,
+        /// New contents.
+        value: Vec<u8>,
+    },
+    /// Read `count` objects from `key` upward (YCSB E).
+    Scan {
+        /// First key.
+        key: u64,
+        /// Objects to read.
+        count: u32,
+    },
+}
+
+/// A processed request's result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// The request's sequence number on its connection.
+    pub seq: u64,
+    /// The objects read (empty for a Put).
+    pub value: Vec<u8>,
+}
+
+/// What [`RpcClient::call`] returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The request's sequence number on its connection.
+    pub seq: u64,
+    /// When the request was durable in the server's PM, as far as the client knows
+    /// (`None` for an operation that changes nothing, i.e. a read).
+    pub durable_at: Option<Instant>,
+    /// The result, when the design waits for it before returning (a baseline always does;
+    /// a durable RPC does for reads and returns Puts as soon as they are durable).
+    pub reply: Option<Reply>,
+}
+
+/// Server-side costs the benchmark sets.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ServerCosts {
+    /// Injected processing time per request: zero for "light load", 100 µs for "heavy
+    /// load" (seed 003 §5.2, after DaRPC).
+    pub processing: Duration,
+    /// Backlog (logged, unprocessed requests) at which a durable-RPC server tells its
+    /// senders to slow down (seed 003 §4.2).
+    pub backlog_threshold: u32,
+}
+
+/// Why an RPC failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RpcError {
+    /// A verb failed (error completion, node down, ...).
+    #[error("verbs: {0}")]
+    Verbs(#[from] VerbsError),
+    /// The design cannot carry this request (e.g. a FaSST object over the 4 KB UD MTU).
+    #[error("{design} cannot carry {what}")]
+    Unsupported {
+        /// The design.
+        design: &'static str,
+        /// What it cannot carry.
+        what: String,
+    },
+    /// A reply or log record failed validation.
+    #[error("malformed {0}")]
+    Malformed(String),
+    /// The server did not answer in time.
+    #[error("timed out after {0}")]
+    Timeout(Duration),
+}
+
+/// The client side of one design on one connection.
+pub trait RpcClient {
+    /// Issues `op` and returns once the sender may issue its next request: for a baseline
+    /// when the reply arrived (the reply is sent after the server persisted the data,
+    /// seed 003 §3); for a durable RPC when the request is durable in the redo log (and,
+    /// for a read, when its result arrived).
+    fn call(&mut self, op: Op) -> impl Future<Output = Result<Completion, RpcError>>;
+    /// Waits until every issued request was processed and returns the replies not yet
+    /// returned by [`call`](Self::call), in sequence order.
+    fn drain(&mut self) -> impl Future<Output = Result<Vec<Reply>, RpcError>>;
+}

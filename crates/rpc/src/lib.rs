@@ -1,0 +1,22 @@
+//! # remora-rpc: durable RPCs on RDMA Flush primitives (seed 003)
+//!
+//! Seed `003_d77a249f8cd673dc` proposes three RDMA Flush primitives (SFlush, WFlush,
+//! RFlush, §4.1) and durable RPCs built on them (§4.2): the request is persisted in a
+//! per-connection redo log in the server's PM before the server processes it, so the
+//! sender may go on as soon as the request is durable and a crashed server re-executes
+//! logged requests without the client re-sending. It compares them with eight earlier
+//! RPC designs (§3, Figure 2) on a key-value service (§5).
+//!
+//! Every design here is ordinary async code generic over [`remora_verbs::Verbs`], so it
+//! runs on the simulator and on the real-time backend.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`design`] | the ten designs as data: name, primitive family, transport, flush form |
+//! | [`api`] | what every design's client and server offer, so one benchmark drives all |
+
+pub mod api;
+pub mod design;
+
+pub use api::{Completion, Op, Reply, RpcClient, RpcError, ServerCosts};
+pub use design::{Design, Family, FlushForm};
