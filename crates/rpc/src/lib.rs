@@ -14,9 +14,13 @@
 //! |---|---|
 //! | [`design`] | the ten designs as data: name, primitive family, transport, flush form |
 //! | [`api`] | what every design's client and server offer, so one benchmark drives all |
+//! | [`proto`] | the request and reply frames (typed `emit`/`parse`, CRC-32C) |
+//! | [`kv`] | the key-value service: objects in the server's PM, idempotent re-execution |
 
 pub mod api;
 pub mod design;
+pub mod kv;
+pub mod proto;
 
 pub use api::{Completion, Op, Reply, RpcClient, RpcError, ServerCosts};
 pub use design::{Design, Family, FlushForm};

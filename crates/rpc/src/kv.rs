@@ -1,0 +1,174 @@
+//! The key-value service of seed 003 §5.1: objects live in the server's PM, the index at
+//! the client ("Clients ... maintain KV indexes in the main memory of clients locally"),
+//! so a request names its object directly and the server applies it without a lookup.
+//!
+//! Object slot layout (little-endian), `slot_bytes` each, 64-byte aligned:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0..4 | connection id of the last writer |
+//! | 4..8 | value length |
+//! | 8..16 | sequence number of the last write on that connection |
+//! | 16..20 | CRC-32C of bytes 0..16 and the value |
+//! | 20..64 | reserved (zero) |
+//! | 64.. | value |
+//!
+//! The (connection, sequence) stamp makes re-executing a logged request after a crash
+//! idempotent (seed 003 §4.2: "the RPC can be re-executed with the operation log"): a Put
+//! whose stamp the object already carries, or passed, was executed and is skipped.
+
+use crate::api::{Op, Reply, RpcError};
+use remora_verbs::{Space, Verbs};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+/// Bytes of an object's header.
+pub const OBJECT_HEADER: u64 = 64;
+
+/// Where the objects live.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct KvLayout {
+    /// PM address of slot 0 (64-byte aligned).
+    pub base: u64,
+    /// Number of slots (keys `0..objects`).
+    pub objects: u64,
+    /// Largest value a slot holds.
+    pub max_value: u64,
+}
+
+impl KvLayout {
+    /// Bytes per slot: header plus value, rounded up to a cache line.
+    pub fn slot_bytes(&self) -> u64 {
+        (OBJECT_HEADER + self.max_value).div_ceil(64) * 64
+    }
+    /// Bytes of the whole store.
+    pub fn bytes(&self) -> u64 {
+        self.slot_bytes() * self.objects
+    }
+    /// Address of `key`'s slot: the client-side index of §5.1 is this arithmetic.
+    pub fn slot(&self, key: u64) -> Result<u64, RpcError> {
+        if key >= self.objects {
+            return Err(RpcError::Malformed(format!(
+                "key {key} outside the store's {} objects",
+                self.objects
+            )));
+        }
+        Ok(self.base + key * self.slot_bytes())
+    }
+}
+
+/// A stored object's header.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    /// Connection of the last writer.
+    pub conn: u32,
+    /// Its sequence number.
+    pub seq: u64,
+}
+
+/// Per-request execution counts kept outside the simulated machine (they survive its
+/// crashes), so a checker can tell "executed exactly once" from "executed twice".
+pub type ExecutionLog = Rc<RefCell<BTreeMap<(u32, u64), u32>>>;
+
+/// The server's object store.
+pub struct KvStore<V: Verbs> {
+    v: V,
+    layout: KvLayout,
+    executions: Option<ExecutionLog>,
+}
+
+impl<V: Verbs> KvStore<V> {
+    /// A store over `layout` on node `v`. Does not touch memory: a fresh store reads as
+    /// empty objects, a recovered one as what survived.
+    pub fn new(v: V, layout: KvLayout) -> Self {
+        KvStore {
+            v,
+            layout,
+            executions: None,
+        }
+    }
+
+    /// Counts every executed (not skipped) Put in `log`.
+    pub fn with_execution_log(mut self, log: ExecutionLog) -> Self {
+        self.executions = Some(log);
+        self
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> KvLayout {
+        self.layout
+    }
+
+    /// Reads `key`'s header and value; `None` if the slot was never written or its
+    /// checksum fails (a torn write that never became durable as a whole).
+    pub fn read(&self, key: u64) -> Result<Option<(Stamp, Vec<u8>)>, RpcError> {
+        let at = self.layout.slot(key)?;
+        let mut h = [0u8; 20];
+        self.v.load(Space::Pm, at, &mut h);
+        let conn = u32::from_le_bytes(h[0..4].try_into().unwrap());
+        let len = u32::from_le_bytes(h[4..8].try_into().unwrap()) as u64;
+        let seq = u64::from_le_bytes(h[8..16].try_into().unwrap());
+        let crc = u32::from_le_bytes(h[16..20].try_into().unwrap());
+        if seq == 0 || len > self.layout.max_value {
+            return Ok(None);
+        }
+        let mut value = vec![0u8; len as usize];
+        self.v.load(Space::Pm, at + OBJECT_HEADER, &mut value);
+        if crc32c::crc32c_append(crc32c::crc32c(&h[0..16]), &value) != crc {
+            return Ok(None);
+        }
+        Ok(Some((Stamp { conn, seq }, value)))
+    }
+
+    /// Executes request `seq` of connection `conn` and makes its effect durable (stores,
+    /// then `clwb`+`sfence` of the slot) before returning. A Put already executed (the
+    /// object carries this stamp or a later one of the same connection) is skipped.
+    pub async fn apply(&mut self, conn: u32, seq: u64, op: &Op) -> Result<Reply, RpcError> {
+        match op {
+            Op::Get { key } => Ok(Reply {
+                seq,
+                value: self.read(*key)?.map(|(_, v)| v).unwrap_or_default(),
+            }),
+            Op::Scan { key, count } => {
+                let mut value = Vec::new();
+                for k in *key..key.saturating_add(*count as u64).min(self.layout.objects) {
+                    if let Some((_, v)) = self.read(k)? {
+                        value.extend_from_slice(&v);
+                    }
+                }
+                Ok(Reply { seq, value })
+            }
+            Op::Put { key, value } => {
+                if value.len() as u64 > self.layout.max_value {
+                    return Err(RpcError::Malformed(format!(
+                        "value of {} bytes exceeds the slot's {}",
+                        value.len(),
+                        self.layout.max_value
+                    )));
+                }
+                if let Some((s, _)) = self.read(*key)? {
+                    if s.conn == conn && s.seq >= seq {
+                        return Ok(Reply { seq, value: vec![] });
+                    }
+                }
+                let at = self.layout.slot(*key)?;
+                let mut h = [0u8; 20];
+                h[0..4].copy_from_slice(&conn.to_le_bytes());
+                h[4..8].copy_from_slice(&(value.len() as u32).to_le_bytes());
+                h[8..16].copy_from_slice(&seq.to_le_bytes());
+                let crc = crc32c::crc32c_append(crc32c::crc32c(&h[0..16]), value);
+                h[16..20].copy_from_slice(&crc.to_le_bytes());
+                self.v.store(Space::Pm, at + OBJECT_HEADER, value);
+                self.v.store(Space::Pm, at, &h);
+                self.v
+                    .persist_local(at, OBJECT_HEADER + value.len() as u64)
+                    .await;
+                if let Some(log) = &self.executions {
+                    *log.borrow_mut().entry((conn, seq)).or_default() += 1;
+                }
+                Ok(Reply { seq, value: vec![] })
+            }
+        }
+    }
+}
