@@ -335,18 +335,19 @@ impl MemoryHierarchy {
             }
             debug_assert!(r.t_visible <= t, "persisted before visible");
             let (line, in_llc) = (r.line, r.in_llc);
-            // In the WPQ: durable under every domain (DMP's entry point).
-            self.write_media(id);
-            if in_llc {
-                self.llc_count -= 1;
+            if !in_llc {
+                self.persist_one(line, id);
+                continue;
             }
+            // The line's write-back: every record still dirty in it shares this `t_wpq`
+            // (see `enter_llc`) and enters the WPQ now, in version order.
             let ls = self.lines.get_mut(&line).expect("pending line has state");
-            ls.pending -= 1;
-            ls.llc.retain(|&(i, s)| !(i == id && s == seq));
-            if ls.pending == 0 {
-                self.lines.remove(&line);
+            let group = std::mem::take(&mut ls.llc);
+            for (gid, gseq) in group {
+                debug_assert!(self.rec(gid, gseq).is_some_and(|r| r.t_wpq == t));
+                self.llc_count -= 1;
+                self.persist_one(line, gid);
             }
-            self.release(id);
         }
     }
 
@@ -557,11 +558,17 @@ impl MemoryHierarchy {
                         .filter(|r| r.seq == seq)
                         .is_some_and(|r| r.t_visible <= now)
                 });
-            let ls = self.lines.get_mut(&line).unwrap();
-            ls.llc = later;
             if recs.is_empty() {
+                self.lines.get_mut(&line).unwrap().llc = later;
                 continue;
             }
+            // The records that stay keep their write-back time; the group's heap entry may
+            // have left with `recs`, so the newest that stays carries it now.
+            if let Some(&(lid, lseq)) = later.last() {
+                let t = self.records[lid as usize].as_ref().unwrap().t_wpq;
+                self.persist_heap.push(Reverse((t, lseq, lid)));
+            }
+            self.lines.get_mut(&line).unwrap().llc = later;
             let t_imc = self.imc_arrival(now + self.p.clwb.mul(i + 1), line);
             let t = self.admit_wpq(t_imc, line);
             let ls = self.lines.get_mut(&line).unwrap();
@@ -570,10 +577,10 @@ impl MemoryHierarchy {
             for (id, seq) in recs {
                 let r = self.records[id as usize].as_mut().filter(|r| r.seq == seq);
                 let r = r.expect("LLC list holds live records");
-                if t < r.t_wpq {
-                    r.t_wpq = t;
-                    self.persist_heap.push(Reverse((t, seq, id)));
-                }
+                // Out of the LLC group, the record needs its own heap entry (only the
+                // group's newest record had one).
+                r.t_wpq = r.t_wpq.min(t);
+                self.persist_heap.push(Reverse((r.t_wpq, seq, id)));
                 r.in_llc = false;
                 self.llc_count -= 1;
                 self.stats.clwb_lines += 1;
@@ -711,6 +718,18 @@ impl MemoryHierarchy {
         }
     }
 
+    /// Record `id` of `line` reached the WPQ: durable under every domain (DMP's entry
+    /// point); its bookkeeping ends.
+    fn persist_one(&mut self, line: u64, id: u32) {
+        self.write_media(id);
+        let ls = self.lines.get_mut(&line).expect("pending line has state");
+        ls.pending -= 1;
+        if ls.pending == 0 {
+            self.lines.remove(&line);
+        }
+        self.release(id);
+    }
+
     fn pcie_time(&self, bytes: u64) -> Duration {
         Duration::from_nanos((bytes * 8).div_ceil(self.p.pcie_gbps))
     }
@@ -779,13 +798,15 @@ impl MemoryHierarchy {
         // A dirty line is written back whole: earlier dirty records of the line go with it.
         let t_wpq = evict.max(ls.floor_wpq);
         ls.llc.push((id, seq));
-        let group = ls.llc.clone();
-        for (gid, gseq) in group {
+        for &(gid, gseq) in &ls.llc {
             let r = self.records[gid as usize].as_mut().unwrap();
             debug_assert_eq!(r.seq, gseq);
             r.t_wpq = t_wpq;
-            self.persist_heap.push(Reverse((t_wpq, gseq, gid)));
         }
+        // One heap entry stands for the whole group (the newest record's): when it is due,
+        // `advance` writes the line's dirty records back together, oldest first. The older
+        // records' entries are stale now (their `t_wpq` moved).
+        self.persist_heap.push(Reverse((t_wpq, seq, id)));
         self.llc_fifo.push_back((id, seq));
         // Drop entries of lines that already left the cache, so the queue stays as long as
         // the cache's contents and not as long as the run.
@@ -865,10 +886,10 @@ impl MemoryHierarchy {
             {
                 r.in_llc = false;
                 self.llc_count -= 1;
-                if r.t_wpq > t {
-                    r.t_wpq = t;
-                    self.persist_heap.push(Reverse((t, gseq, gid)));
-                }
+                // Out of the LLC group, the record needs its own heap entry (only the
+                // group's newest record had one).
+                r.t_wpq = r.t_wpq.min(t);
+                self.persist_heap.push(Reverse((r.t_wpq, gseq, gid)));
             }
         }
         let r = self.records[id as usize].as_mut().unwrap();

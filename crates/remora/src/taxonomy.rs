@@ -294,7 +294,11 @@ const DOMAINS: [PersistenceDomain; 3] = [
 impl Taxonomy {
     /// The shipped taxonomy.
     pub fn shipped() -> Taxonomy {
-        Taxonomy::from_toml(METHODS_TOML).expect("shipped taxonomy is valid")
+        // Parsed once per process: every simulated connection asks for it.
+        static SHIPPED: std::sync::OnceLock<Taxonomy> = std::sync::OnceLock::new();
+        SHIPPED
+            .get_or_init(|| Taxonomy::from_toml(METHODS_TOML).expect("shipped taxonomy is valid"))
+            .clone()
     }
 
     /// Parses and validates a taxonomy file.

@@ -24,7 +24,7 @@ use remora_model::wire::{Body, Packet};
 use remora_model::ServerConfig;
 use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -92,7 +92,9 @@ pub struct World {
     nodes: Vec<Rnic>,
     names: Vec<String>,
     ports: Vec<Port>,
-    timer_at: Vec<Instant>,
+    /// Per node, the instants of its queued timer events: a deadline already queued is
+    /// not queued again (a duplicate event would run the RNIC's timers for nothing).
+    timers_queued: Vec<BTreeSet<Instant>>,
     queue: BinaryHeap<Reverse<(Instant, u64, u32)>>,
     payloads: Vec<Option<Ev>>,
     free_slots: Vec<u32>,
@@ -163,9 +165,13 @@ impl World {
             self.transmit(ready.max(self.now), pkt);
         }
         if let Some(t) = self.nodes[n as usize].poll_timeout() {
-            if t < self.timer_at[n as usize] {
-                self.timer_at[n as usize] = t;
-                self.push(t.max(self.now), Ev::NodeTimer(n));
+            let t = t.max(now);
+            let queued = &mut self.timers_queued[n as usize];
+            // Only the earliest deadline needs an event: when it fires, the node is
+            // serviced again and its next deadline queued then.
+            if queued.first().map_or(true, |&first| t < first) {
+                queued.insert(t);
+                self.push(t, Ev::NodeTimer(n));
             }
         }
         let mut i = 0;
@@ -263,7 +269,7 @@ impl Sim {
             nodes: Vec::new(),
             names: Vec::new(),
             ports: Vec::new(),
-            timer_at: Vec::new(),
+            timers_queued: Vec::new(),
             queue: BinaryHeap::new(),
             payloads: Vec::new(),
             free_slots: Vec::new(),
@@ -296,7 +302,7 @@ impl Sim {
         w.nodes.push(rnic);
         w.names.push(name.to_string());
         w.ports.push(Port::default());
-        w.timer_at.push(Instant::NEVER);
+        w.timers_queued.push(BTreeSet::new());
         w.deaths.push(Vec::new());
         NodeHandle {
             shared: self.shared.clone(),
@@ -392,7 +398,7 @@ impl Sim {
         let mut w = self.shared.world.borrow_mut();
         let now = w.now;
         w.nodes[n as usize].restart(now);
-        w.timer_at[n as usize] = Instant::NEVER;
+        w.timers_queued[n as usize].clear();
     }
 
     /// Spawns a task belonging to `node` (it dies if the node loses power).
@@ -525,9 +531,7 @@ impl Sim {
                 }
                 Ev::NodeTimer(n) => {
                     w.trace.fold(&[2, at.as_nanos(), n as u64]);
-                    if w.timer_at[n as usize] == at {
-                        w.timer_at[n as usize] = Instant::NEVER;
-                    }
+                    w.timers_queued[n as usize].remove(&at);
                     if w.nodes[n as usize].is_up() {
                         w.nodes[n as usize].handle_timeout(at);
                         w.service(n, &mut wake);
