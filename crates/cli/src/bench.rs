@@ -147,7 +147,7 @@ pub fn run_sim_bench(opts: &BenchOptions) -> Result<BenchReport, String> {
                     addr,
                     rkey: mr.rkey,
                 });
-                let data = Payload::Inline(vec![(written & 0xff) as u8; WRITE_BYTES as usize]);
+                let data = Payload::inline([(written & 0xff) as u8; WRITE_BYTES as usize]);
                 c.post_send(
                     cqp,
                     SendWr::new(wr_id, Opcode::Write, data, remote).signaled(false),

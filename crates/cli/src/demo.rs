@@ -221,7 +221,7 @@ pub fn run_demo(opts: &DemoOptions) -> DemoReport {
                     rkey: mr.rkey,
                 };
                 let t0 = c.now();
-                let data = Payload::Inline(record(seed, i).to_vec());
+                let data = Payload::inline(record(seed, i).to_vec());
                 let write = SendWr::new(2 * i, Opcode::Write, data, Some(remote)).signaled(false);
                 c.post_send(cqp, write).expect("post WRITE");
                 let placement = FlushPlacement::Persistence;

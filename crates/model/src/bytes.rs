@@ -41,6 +41,36 @@ impl Bytes {
     }
 }
 
+impl Bytes {
+    /// `len` bytes written by `fill`; inline payloads need no allocation.
+    pub fn filled(len: usize, fill: impl FnOnce(&mut [u8])) -> Self {
+        if len <= INLINE {
+            let mut buf = [0u8; INLINE];
+            fill(&mut buf[..len]);
+            Bytes(Repr::Inline {
+                len: len as u8,
+                buf,
+            })
+        } else {
+            let mut v = vec![0u8; len];
+            fill(&mut v);
+            Bytes(Repr::Shared(Arc::from(v)))
+        }
+    }
+}
+
+impl From<&[u8]> for Bytes {
+    fn from(data: &[u8]) -> Self {
+        Bytes::copy_from(data)
+    }
+}
+
+impl<const N: usize> From<[u8; N]> for Bytes {
+    fn from(data: [u8; N]) -> Self {
+        Bytes::copy_from(&data)
+    }
+}
+
 impl From<Vec<u8>> for Bytes {
     fn from(v: Vec<u8>) -> Self {
         if v.len() <= INLINE {

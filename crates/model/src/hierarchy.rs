@@ -472,7 +472,14 @@ impl MemoryHierarchy {
     /// are applied over the visible image).
     pub fn read_ordered(&mut self, space: Space, addr: u64, len: usize) -> Vec<u8> {
         let mut out = vec![0u8; len];
-        self.read_visible(space, addr, &mut out);
+        self.read_ordered_into(space, addr, &mut out);
+        out
+    }
+
+    /// [`read_ordered`](Self::read_ordered) into `out` (no allocation).
+    pub fn read_ordered_into(&mut self, space: Space, addr: u64, out: &mut [u8]) {
+        let len = out.len();
+        self.read_visible(space, addr, out);
         let end = addr + len as u64;
         for &(id, seq) in &self.vis_fifo {
             let Some(r) = self.records[id as usize].as_ref().filter(|r| r.seq == seq) else {
@@ -488,7 +495,6 @@ impl MemoryHierarchy {
                     .copy_from_slice(&r.bytes()[(lo - ra) as usize..(hi - ra) as usize]);
             }
         }
-        out
     }
 
     // ---------------------------------------------------------------- CPU side
@@ -710,9 +716,10 @@ impl MemoryHierarchy {
             if early {
                 // Durable before visible (WSP): pin the visible copy of the bytes first,
                 // so loads keep seeing the old value until the write commits.
-                let mut old = vec![0u8; len];
-                self.pm_visible.read_over(addr, &mut old, &*self.media);
-                self.pm_visible.write_over(addr, &old, &*self.media);
+                let mut old = [0u8; LINE as usize];
+                let old = &mut old[..len];
+                self.pm_visible.read_over(addr, old, &*self.media);
+                self.pm_visible.write_over(addr, old, &*self.media);
             }
             self.media.write(addr, &data[off..off + len]);
         }

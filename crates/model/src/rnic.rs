@@ -537,7 +537,7 @@ impl Rnic {
         }
         let len = wr.local.len();
         let data = match std::mem::replace(&mut wr.local, Payload::None) {
-            Payload::Inline(v) => Some(Bytes::from(v)),
+            Payload::Inline(v) => Some(v),
             other => {
                 wr.local = other;
                 None
@@ -733,11 +733,10 @@ impl Rnic {
                         match self.check_local(qpn, sge, Access::NONE) {
                             Ok(space) => {
                                 fetch = self.pcie + self.pcie;
-                                Some(Bytes::from(self.hier.read_ordered(
-                                    space,
-                                    sge.addr,
-                                    sge.len as usize,
-                                )))
+                                let hier = &mut self.hier;
+                                Some(Bytes::filled(sge.len as usize, |buf| {
+                                    hier.read_ordered_into(space, sge.addr, buf)
+                                }))
                             }
                             Err(status) => {
                                 self.complete_with_error(now, qpn, idx, status);

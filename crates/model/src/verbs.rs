@@ -2,6 +2,7 @@
 //! recognises the other: work requests (`ibv_send_wr`, `ibv_recv_wr`), completions
 //! (`ibv_wc`, `enum ibv_wc_status`), access flags (`enum ibv_access_flags`).
 
+use crate::bytes::Bytes;
 use crate::hierarchy::FlushPlacement;
 use std::fmt;
 
@@ -80,14 +81,19 @@ pub struct Remote {
 pub enum Payload {
     /// No payload (READ target buffers use `Sge` too; FLUSH has none).
     None,
-    /// Copied into the work request at post time (`IBV_SEND_INLINE`).
-    Inline(Vec<u8>),
+    /// Copied into the work request at post time (`IBV_SEND_INLINE`); build it with
+    /// [`Payload::inline`].
+    Inline(Bytes),
     /// Read by the RNIC from registered local memory; READ and atomics write their
     /// results here.
     Sge(Sge),
 }
 
 impl Payload {
+    /// An inline payload: up to 64 bytes are held in place, without an allocation.
+    pub fn inline(data: impl Into<Bytes>) -> Payload {
+        Payload::Inline(data.into())
+    }
     /// Payload length in bytes.
     pub fn len(&self) -> u64 {
         match self {

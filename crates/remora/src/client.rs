@@ -225,13 +225,7 @@ impl<V: Verbs> Client<V> {
         };
         self.v.post_send(
             self.qp,
-            SendWr::new(
-                id,
-                Opcode::Write,
-                Payload::Inline(data.to_vec()),
-                Some(remote),
-            )
-            .signaled(false),
+            SendWr::new(id, Opcode::Write, Payload::inline(data), Some(remote)).signaled(false),
         )?;
         Ok(())
     }
@@ -370,13 +364,9 @@ impl<V: Verbs> Client<V> {
                 Step::RqWrite(x) => {
                     let (off, data) = item(*x);
                     last_wr = self.wr_id();
-                    let wr = SendWr::new(
-                        last_wr,
-                        Opcode::Write,
-                        Payload::Inline(data.to_vec()),
-                        remote(off),
-                    )
-                    .signaled(wait_next);
+                    let wr =
+                        SendWr::new(last_wr, Opcode::Write, Payload::inline(data), remote(off))
+                            .signaled(wait_next);
                     self.v.post_send(self.qp, wr)?;
                 }
                 Step::RqWriteImm(x) => {
@@ -388,7 +378,7 @@ impl<V: Verbs> Client<V> {
                     let wr = SendWr::new(
                         last_wr,
                         Opcode::WriteWithImm(imm),
-                        Payload::Inline(data.to_vec()),
+                        Payload::inline(data),
                         remote(off),
                     )
                     .signaled(wait_next);
@@ -414,7 +404,7 @@ impl<V: Verbs> Client<V> {
                     last_wr = self.wr_id();
                     self.v.post_send(
                         self.qp,
-                        SendWr::new(last_wr, Opcode::Send, Payload::Inline(frame.emit()), None)
+                        SendWr::new(last_wr, Opcode::Send, Payload::inline(frame.emit()), None)
                             .signaled(wait_next),
                     )?;
                 }
@@ -430,7 +420,7 @@ impl<V: Verbs> Client<V> {
                     last_wr = self.wr_id();
                     self.v.post_send(
                         self.qp,
-                        SendWr::new(last_wr, Opcode::Send, Payload::Inline(frame.emit()), None)
+                        SendWr::new(last_wr, Opcode::Send, Payload::inline(frame.emit()), None)
                             .signaled(false),
                     )?;
                 }

@@ -225,7 +225,7 @@ impl<V: Verbs> Responder<V> {
         let frame = Frame::Ack { seq }.emit();
         self.v.post_send(
             self.qp,
-            SendWr::new(seq, Opcode::Send, Payload::Inline(frame), None).signaled(false),
+            SendWr::new(seq, Opcode::Send, Payload::inline(frame), None).signaled(false),
         )?;
         self.stats.acks += 1;
         Ok(())
@@ -263,7 +263,7 @@ impl<V: Verbs> Responder<V> {
             SendWr::new(
                 0,
                 Opcode::Send,
-                Payload::Inline(Frame::Hello(hello).emit()),
+                Payload::inline(Frame::Hello(hello).emit()),
                 None,
             )
             .signaled(false),

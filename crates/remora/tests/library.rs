@@ -454,7 +454,7 @@ impl RawQp {
         self.node
             .post_send(
                 self.qp,
-                SendWr::new(wr_id, Opcode::Send, Payload::Inline(bytes), None).signaled(false),
+                SendWr::new(wr_id, Opcode::Send, Payload::inline(bytes), None).signaled(false),
             )
             .unwrap();
     }
@@ -878,7 +878,7 @@ fn handshake_with(bytes: Vec<u8>) -> (Result<Hello, PersistError>, Client<NodeHa
     sim.spawn_on(&server, async move {
         s.post_send(
             sqp,
-            SendWr::new(0, Opcode::Send, Payload::Inline(bytes), None),
+            SendWr::new(0, Opcode::Send, Payload::inline(bytes), None),
         )
         .unwrap();
         assert_eq!(next_completion(&s, cq).await.status, WcStatus::Success);

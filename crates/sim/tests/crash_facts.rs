@@ -65,7 +65,7 @@ impl Rig {
         })
     }
     fn write(&self, id: u64, addr: u64, data: Vec<u8>) -> SendWr {
-        SendWr::new(id, Opcode::Write, Payload::Inline(data), self.remote(addr))
+        SendWr::new(id, Opcode::Write, Payload::inline(data), self.remote(addr))
     }
     fn flush(&self, id: u64, addr: u64, len: u64) -> SendWr {
         let op = Opcode::Flush {
@@ -351,7 +351,7 @@ fn a_send_into_a_pm_receive_buffer_survives_one_in_dram_does_not() {
             r.server
                 .post_recv(r.sqp, RecvWr { wr_id: 77, sge })
                 .unwrap();
-            let send = SendWr::new(1, Opcode::Send, Payload::Inline(msg.clone()), None);
+            let send = SendWr::new(1, Opcode::Send, Payload::inline(msg.clone()), None);
             let wcs = r.run_ops(vec![send.signaled(false), r.flush(2, r.mr.addr, 64)]);
             assert_eq!(wcs[0].0.status, WcStatus::Success);
             let recv = r

@@ -157,10 +157,10 @@ fn scenario(seed: u64, crash: Option<Instant>, record: bool) -> Outcome {
                 let len = 8 * rng.range_inclusive(1, 32);
                 let (name, wr) = match rng.range_inclusive(0, 4) {
                     0 => {
-                        let data = (0..len).map(|j| (i + j + c) as u8).collect();
+                        let data: Vec<u8> = (0..len).map(|j| (i + j + c) as u8).collect();
                         (
                             "write",
-                            SendWr::new(i, Opcode::Write, Payload::Inline(data), remote(off)),
+                            SendWr::new(i, Opcode::Write, Payload::inline(data), remote(off)),
                         )
                     }
                     1 => (
@@ -171,7 +171,7 @@ fn scenario(seed: u64, crash: Option<Instant>, record: bool) -> Outcome {
                         let data = vec![(i * 7 + c) as u8; len as usize];
                         (
                             "send",
-                            SendWr::new(i, Opcode::Send, Payload::Inline(data), None),
+                            SendWr::new(i, Opcode::Send, Payload::inline(data), None),
                         )
                     }
                     3 => {

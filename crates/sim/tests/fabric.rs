@@ -57,7 +57,7 @@ fn five_servers_and_a_hundred_clients() {
                 });
                 cl.post_send(
                     qp,
-                    SendWr::new(i, Opcode::Write, Payload::Inline(vec![c as u8; 64]), remote)
+                    SendWr::new(i, Opcode::Write, Payload::inline(vec![c as u8; 64]), remote)
                         .signaled(false),
                 )
                 .unwrap();
@@ -109,7 +109,7 @@ fn a_shared_port_limits_throughput() {
                     });
                     cl.post_send(
                         qp,
-                        SendWr::new(i, Opcode::Write, Payload::Inline(vec![1; 65536]), remote)
+                        SendWr::new(i, Opcode::Write, Payload::inline(vec![1; 65536]), remote)
                             .signaled(i == 15),
                     )
                     .unwrap();
@@ -194,7 +194,7 @@ fn server_cpu_time_is_charged() {
             sn.compute(Duration::from_nanos(handle_ns)).await;
             sn.post_send(
                 sqp,
-                SendWr::new(3, Opcode::Send, Payload::Inline(vec![0; 8]), None).signaled(false),
+                SendWr::new(3, Opcode::Send, Payload::inline(vec![0; 8]), None).signaled(false),
             )
             .unwrap();
         });
@@ -203,7 +203,7 @@ fn server_cpu_time_is_charged() {
             let t0 = c.now();
             c.post_send(
                 cqp,
-                SendWr::new(4, Opcode::Send, Payload::Inline(vec![0; 64]), None).signaled(false),
+                SendWr::new(4, Opcode::Send, Payload::inline(vec![0; 64]), None).signaled(false),
             )
             .unwrap();
             loop {
@@ -274,7 +274,7 @@ fn block_on_stops_when_its_future_finishes() {
             });
             c.post_send(
                 qp,
-                SendWr::new(1, Opcode::Write, Payload::Inline(vec![1; 8]), remote),
+                SendWr::new(1, Opcode::Write, Payload::inline(vec![1; 8]), remote),
             )
             .unwrap();
             next_completion(&c, cq).await;

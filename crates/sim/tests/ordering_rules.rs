@@ -77,7 +77,7 @@ fn at(p: &Pair, off: u64) -> Option<Remote> {
 }
 
 fn write(id: u64, data: Vec<u8>, r: Option<Remote>) -> SendWr {
-    SendWr::new(id, Opcode::Write, Payload::Inline(data), r)
+    SendWr::new(id, Opcode::Write, Payload::inline(data), r)
 }
 
 fn flush(id: u64, r: Option<Remote>) -> SendWr {
@@ -144,7 +144,7 @@ fn posted_operations_take_effect_in_order() {
         .unwrap();
     c.post_send(
         cqp,
-        SendWr::new(2, Opcode::Send, Payload::Inline(vec![1; 8]), None).signaled(false),
+        SendWr::new(2, Opcode::Send, Payload::inline(vec![1; 8]), None).signaled(false),
     )
     .unwrap();
     let (s, scq) = (p.server.clone(), p.scq);
@@ -430,7 +430,7 @@ fn a_send_without_a_receive_is_retried_after_rnr_and_then_delivered() {
                 SendWr::new(
                     1,
                     Opcode::SendWithImm(77),
-                    Payload::Inline(vec![9; 16]),
+                    Payload::inline(vec![9; 16]),
                     None,
                 ),
             )
@@ -462,7 +462,7 @@ fn a_send_without_a_receive_is_retried_after_rnr_and_then_delivered() {
         .block_on(Instant::NEVER, async move {
             c.post_send(
                 cqp,
-                SendWr::new(1, Opcode::Send, Payload::Inline(vec![9; 16]), None),
+                SendWr::new(1, Opcode::Send, Payload::inline(vec![9; 16]), None),
             )
             .unwrap();
             next_completion(&c, ccq).await.status

@@ -31,7 +31,7 @@ fn write_then_flush_completes() {
                 SendWr::new(
                     1,
                     Opcode::Write,
-                    Payload::Inline(vec![7; 64]),
+                    Payload::inline(vec![7; 64]),
                     Some(Remote {
                         addr: mr.addr,
                         rkey: mr.rkey,

@@ -96,7 +96,7 @@ fn violations() -> Vec<Violation> {
             name: "WRITE starting before the MR",
             make: |p| {
                 let x = extra_mr(p, p.spd, Access::ALL);
-                let wr = SendWr::new(1, Opcode::Write, Payload::Inline(vec![9; 16]), None);
+                let wr = SendWr::new(1, Opcode::Write, Payload::inline(vec![9; 16]), None);
                 let wr = SendWr {
                     remote: Some(Remote {
                         addr: x.addr - 8,
@@ -120,7 +120,7 @@ fn violations() -> Vec<Violation> {
             name: "WRITE without REMOTE_WRITE",
             make: |p| {
                 let x = extra_mr(p, p.spd, Access::REMOTE_READ | Access::REMOTE_ATOMIC);
-                let wr = SendWr::new(1, Opcode::Write, Payload::Inline(vec![9; 64]), at_mr(&x, 0));
+                let wr = SendWr::new(1, Opcode::Write, Payload::inline(vec![9; 64]), at_mr(&x, 0));
                 (wr, x.addr, 64)
             },
             status: E,
@@ -130,7 +130,7 @@ fn violations() -> Vec<Violation> {
             make: |p| {
                 let x = extra_mr(p, p.spd, Access::REMOTE_READ);
                 let op = Opcode::WriteWithImm(5);
-                let wr = SendWr::new(1, op, Payload::Inline(vec![9; 64]), at_mr(&x, 0));
+                let wr = SendWr::new(1, op, Payload::inline(vec![9; 64]), at_mr(&x, 0));
                 (wr, x.addr, 64)
             },
             status: E,
@@ -231,7 +231,7 @@ fn violations() -> Vec<Violation> {
             make: |p| {
                 let pd2 = p.server.alloc_pd().unwrap();
                 let x = extra_mr(p, pd2, Access::ALL);
-                let wr = SendWr::new(1, Opcode::Write, Payload::Inline(vec![9; 64]), at_mr(&x, 0));
+                let wr = SendWr::new(1, Opcode::Write, Payload::inline(vec![9; 64]), at_mr(&x, 0));
                 (wr, x.addr, 64)
             },
             status: E,
@@ -240,7 +240,7 @@ fn violations() -> Vec<Violation> {
             name: "deregistered MR",
             make: |p| {
                 let x = extra_mr(p, p.spd, Access::ALL);
-                let wr = SendWr::new(1, Opcode::Write, Payload::Inline(vec![9; 64]), at_mr(&x, 0));
+                let wr = SendWr::new(1, Opcode::Write, Payload::inline(vec![9; 64]), at_mr(&x, 0));
                 p.sim
                     .with_rnic(p.server.id(), |r, _| r.dereg_mr(x.rkey))
                     .unwrap();
@@ -553,7 +553,7 @@ fn post_send_refuses_operations_the_nic_lacks() {
     let npw = SendWr::new(
         3,
         Opcode::NonPostedWrite,
-        Payload::Inline(vec![1; 8]),
+        Payload::inline(vec![1; 8]),
         p.remote(a),
     );
     assert_eq!(
@@ -586,9 +586,9 @@ fn post_send_refuses_malformed_requests() {
     let p = Pair::new(0, cfg("DMP+noDDIO+PM-RQWRB"));
     let a = p.mr.addr;
     let invalid = |r: Result<(), VerbsError>| matches!(r, Err(VerbsError::Invalid(_)));
-    let no_remote = SendWr::new(1, Opcode::Write, Payload::Inline(vec![1; 8]), None);
+    let no_remote = SendWr::new(1, Opcode::Write, Payload::inline(vec![1; 8]), None);
     assert!(invalid(p.client.post_send(p.cqp, no_remote)));
-    let inline_read = SendWr::new(2, Opcode::Read, Payload::Inline(vec![0; 8]), p.remote(a));
+    let inline_read = SendWr::new(2, Opcode::Read, Payload::inline(vec![0; 8]), p.remote(a));
     assert!(invalid(p.client.post_send(p.cqp, inline_read)));
     let short_cas = SendWr::new(
         3,
@@ -601,7 +601,7 @@ fn post_send_refuses_malformed_requests() {
     );
     assert!(invalid(p.client.post_send(p.cqp, short_cas)));
     let mut flush_with_data = p.flush(4, a, 64, PERSIST);
-    flush_with_data.local = Payload::Inline(vec![1]);
+    flush_with_data.local = Payload::inline(vec![1]);
     assert!(invalid(p.client.post_send(p.cqp, flush_with_data)));
     // Nothing was queued: the sim has nothing to do.
     assert!(p.run_ops(vec![]).is_empty());
@@ -917,7 +917,7 @@ fn a_write_longer_than_the_ack_timeout_succeeds() {
     let wr = SendWr::new(
         1,
         Opcode::Write,
-        Payload::Inline(vec![7; len as usize]),
+        Payload::inline(vec![7; len as usize]),
         Some(Remote {
             addr: base,
             rkey: m.rkey,

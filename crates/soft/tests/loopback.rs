@@ -87,16 +87,23 @@ fn remotelog_appends_over_tcp_for_every_primitive() {
                     }
                     // Read the records back through RDMA READ. A one-sided SEND is applied
                     // by the server after it is durable in the receive ring (seed 000 §3.3:
-                    // reading it back needs coordination), so give the server a moment.
-                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    // reading it back needs coordination), so poll until the server has
+                    // applied them all, within a bound (a loaded machine may take a while).
                     let c = log.client();
                     let mut rs = Vec::new();
-                    for i in 0..20u64 {
-                        rs.push(
-                            c.read(shape.slot(i), shape.record_bytes as u32)
-                                .await
-                                .unwrap(),
-                        );
+                    for _attempt in 0..200 {
+                        rs.clear();
+                        for i in 0..20u64 {
+                            rs.push(
+                                c.read(shape.slot(i), shape.record_bytes as u32)
+                                    .await
+                                    .unwrap(),
+                            );
+                        }
+                        if rs.iter().enumerate().all(|(i, r)| is_record(r, i as u64)) {
+                            break;
+                        }
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                     }
                     (rs, hello)
                 });

@@ -177,21 +177,21 @@ impl Pair {
     }
     /// Signaled, unfenced inline WRITE.
     pub fn write(&self, id: u64, addr: u64, data: Vec<u8>) -> SendWr {
-        SendWr::new(id, Opcode::Write, Payload::Inline(data), self.remote(addr))
+        SendWr::new(id, Opcode::Write, Payload::inline(data), self.remote(addr))
     }
     pub fn write_imm(&self, id: u64, addr: u64, data: Vec<u8>, imm: u32) -> SendWr {
         SendWr::new(
             id,
             Opcode::WriteWithImm(imm),
-            Payload::Inline(data),
+            Payload::inline(data),
             self.remote(addr),
         )
     }
     pub fn send(&self, id: u64, data: Vec<u8>) -> SendWr {
-        SendWr::new(id, Opcode::Send, Payload::Inline(data), None)
+        SendWr::new(id, Opcode::Send, Payload::inline(data), None)
     }
     pub fn send_imm(&self, id: u64, data: Vec<u8>, imm: u32) -> SendWr {
-        SendWr::new(id, Opcode::SendWithImm(imm), Payload::Inline(data), None)
+        SendWr::new(id, Opcode::SendWithImm(imm), Payload::inline(data), None)
     }
     /// READ of `len` bytes at remote `addr` into client `laddr`.
     pub fn read(&self, id: u64, addr: u64, len: u32, laddr: u64) -> SendWr {
