@@ -169,7 +169,7 @@ impl World {
             let queued = &mut self.timers_queued[n as usize];
             // Only the earliest deadline needs an event: when it fires, the node is
             // serviced again and its next deadline queued then.
-            if !queued.first().is_some_and(|&first| first <= t) {
+            if queued.first().is_none_or(|&first| first > t) {
                 queued.insert(t);
                 self.push(t, Ev::NodeTimer(n));
             }
