@@ -433,12 +433,6 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
         })
     }
 
-    /// Makes the freshly formatted header durable (call once after [`create`](Self::create)
-    /// on a new server, before clients connect).
-    pub async fn persist_header(&self) {
-        self.v.persist_local(self.layout.base, 128).await;
-    }
-
     /// The queue pair to connect to the client's.
     pub fn qp(&self) -> QpNum {
         self.qp
@@ -909,6 +903,11 @@ impl<V: Verbs> DurableClient<V> {
         }
     }
 
+    /// Sequence numbers issued so far (requests `1..=issued()` of this connection).
+    pub fn issued(&self) -> u64 {
+        self.next_seq - 1
+    }
+
     /// Requests issued but not yet acknowledged durable, in sequence order.
     pub fn unacknowledged(&self) -> Vec<u64> {
         self.unacked.keys().copied().collect()
@@ -1371,18 +1370,14 @@ impl<V: Verbs> DurableClient<V> {
 }
 
 impl<V: Verbs> RpcClient for DurableClient<V> {
-    fn call(&mut self, op: Op) -> impl Future<Output = Result<Completion, RpcError>> {
-        async move {
-            let mut v = self.call_batch(vec![op]).await?;
-            Ok(v.pop().expect("one completion per op"))
-        }
+    async fn call(&mut self, op: Op) -> Result<Completion, RpcError> {
+        let mut v = self.call_batch(vec![op]).await?;
+        Ok(v.pop().expect("one completion per op"))
     }
 
-    fn drain(&mut self) -> impl Future<Output = Result<Vec<Reply>, RpcError>> {
-        async move {
-            self.pump_until(|c| c.pending.is_empty()).await?;
-            Ok(std::mem::take(&mut self.replies).into_values().collect())
-        }
+    async fn drain(&mut self) -> Result<Vec<Reply>, RpcError> {
+        self.pump_until(|c| c.pending.is_empty()).await?;
+        Ok(std::mem::take(&mut self.replies).into_values().collect())
     }
 }
 
@@ -1401,6 +1396,7 @@ pub struct DurablePair {
     /// Executions counted outside the simulated machine (they survive its crashes).
     pub executions: ExecutionLog,
     kv: Cell<Option<KvLayout>>,
+    stats: RefCell<Option<Rc<Cell<ServerStats>>>>,
 }
 
 impl DurablePair {
@@ -1421,6 +1417,7 @@ impl DurablePair {
             opts,
             executions: ExecutionLog::default(),
             kv: Cell::new(None),
+            stats: RefCell::new(None),
         }
     }
 
@@ -1444,6 +1441,7 @@ impl DurablePair {
         self.sim
             .connect((&self.client, client.qp()), (&self.server, server.qp()))?;
         client.attach(server.conn_info())?;
+        *self.stats.borrow_mut() = Some(server.stats());
         self.sim.spawn_on(&self.server, server.serve());
         Ok(client)
     }
@@ -1476,8 +1474,18 @@ impl DurablePair {
         self.sim
             .connect((&self.client, qp), (&self.server, server.qp()))?;
         client.attach(server.conn_info())?;
+        *self.stats.borrow_mut() = Some(server.stats());
         self.sim.spawn_on(&self.server, server.serve());
         Ok(())
+    }
+
+    /// Counters of the server serving now (zero before [`open`](Self::open)).
+    pub fn server_stats(&self) -> ServerStats {
+        self.stats
+            .borrow()
+            .as_ref()
+            .map(|s| s.get())
+            .unwrap_or_default()
     }
 
     /// The server's object store as its CPU sees it now (for checks); `None` before

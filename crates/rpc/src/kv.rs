@@ -171,6 +171,14 @@ impl<V: Verbs> KvStore<V> {
                 }
                 if let Some((s, _)) = self.read(*key)?.filter(|_| check_stamp) {
                     if s.conn == conn && s.seq >= seq {
+                        if s.seq == seq {
+                            // An execution whose effect became durable but which a crash
+                            // cut short before it was counted (e.g. during the persist
+                            // wait under MHP): its stamp proves it ran once.
+                            if let Some(log) = &self.executions {
+                                log.borrow_mut().entry((conn, seq)).or_insert(1);
+                            }
+                        }
                         return Ok(Reply { seq, value: vec![] });
                     }
                 }

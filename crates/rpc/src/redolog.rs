@@ -169,7 +169,7 @@ impl LogHeader {
         if u32_at(20) as u64 != DATA_OFFSET
             || h.capacity == 0
             || h.capacity > MAX_CAPACITY
-            || h.entry_bytes % 64 != 0
+            || !h.entry_bytes.is_multiple_of(64)
             || (h.entry_bytes as u64) < DATA_OFFSET + crate::proto::REQUEST_HEADER as u64
         {
             return bad(format!("layout {h:?}"));
