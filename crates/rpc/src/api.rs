@@ -79,6 +79,10 @@ pub enum RpcError {
     /// A reply or log record failed validation.
     #[error("malformed {0}")]
     Malformed(String),
+    /// The connection failed: an error completion (peer down, retries exhausted), or a
+    /// recovered server that lost a request it had acknowledged as durable.
+    #[error("connection failed: {0}")]
+    Connection(String),
     /// The server did not answer in time.
     #[error("timed out after {0}")]
     Timeout(Duration),

@@ -125,6 +125,28 @@ impl<V: Verbs> KvStore<V> {
     /// then `clwb`+`sfence` of the slot) before returning. A Put already executed (the
     /// object carries this stamp or a later one of the same connection) is skipped.
     pub async fn apply(&mut self, conn: u32, seq: u64, op: &Op) -> Result<Reply, RpcError> {
+        self.apply_checked(conn, seq, op, true).await
+    }
+
+    /// [`apply`](Self::apply) without the idempotency check: a Put is executed even when
+    /// the object already carries its stamp. Only for checkers' negative controls
+    /// ("recovery that ignores the idempotency stamp" must be caught).
+    pub async fn apply_ignoring_stamp(
+        &mut self,
+        conn: u32,
+        seq: u64,
+        op: &Op,
+    ) -> Result<Reply, RpcError> {
+        self.apply_checked(conn, seq, op, false).await
+    }
+
+    async fn apply_checked(
+        &mut self,
+        conn: u32,
+        seq: u64,
+        op: &Op,
+        check_stamp: bool,
+    ) -> Result<Reply, RpcError> {
         match op {
             Op::Get { key } => Ok(Reply {
                 seq,
@@ -147,8 +169,16 @@ impl<V: Verbs> KvStore<V> {
                         self.layout.max_value
                     )));
                 }
-                if let Some((s, _)) = self.read(*key)? {
+                if let Some((s, _)) = self.read(*key)?.filter(|_| check_stamp) {
                     if s.conn == conn && s.seq >= seq {
+                        if s.seq == seq {
+                            // An execution whose effect became durable but which a crash
+                            // cut short before it was counted (e.g. during the persist
+                            // wait under MHP): its stamp proves it ran once.
+                            if let Some(log) = &self.executions {
+                                log.borrow_mut().entry((conn, seq)).or_insert(1);
+                            }
+                        }
                         return Ok(Reply { seq, value: vec![] });
                     }
                 }

@@ -16,11 +16,19 @@
 //! | [`api`] | what every design's client and server offer, so one benchmark drives all |
 //! | [`proto`] | the request and reply frames (typed `emit`/`parse`, CRC-32C) |
 //! | [`kv`] | the key-value service: objects in the server's PM, idempotent re-execution |
+//! | [`flush`] | the WFlush/SFlush/RFlush primitives, native and emulated (§4.1), DDIO's CPU flush (§4.4.2) |
+//! | [`redolog`] | the per-connection redo log in PM: header, operator word, entries (§4.2) |
+//! | [`durable`] | the four durable RPCs: client, server, recovery, simulator harness (§4.2–4.3) |
+//! | [`check`] | the crash checker for the durable RPCs, with negative controls |
 
 pub mod api;
+pub mod check;
 pub mod design;
+pub mod durable;
+pub mod flush;
 pub mod kv;
 pub mod proto;
+pub mod redolog;
 
 pub use api::{Completion, Op, Reply, RpcClient, RpcError, ServerCosts};
 pub use design::{Design, Family, FlushForm};

@@ -1,0 +1,479 @@
+//! The crash checker for seed 003's durable RPCs (§4.2 turned into a test), after
+//! `remora_remotelog::check`: run a workload of Puts and Gets on a durable design, cut the
+//! server's power at many points (event boundaries of the run, and random instants),
+//! recover the server from its PM redo log, reconnect the client (which learns the
+//! recovered results and re-sends what was never durable), and judge from outside:
+//!
+//! - every Put acknowledged as durable was executed exactly once (the [`ExecutionLog`]
+//!   lives outside the simulated machine) and, after the client finished, every issued
+//!   Put was executed exactly once;
+//! - no request was executed twice, and nothing executed that was not issued;
+//! - each object holds the last executed Put to its key, intact;
+//! - recovery found no committed entry over torn data, and the reconnected client learned
+//!   a result for every issued Put.
+//!
+//! Negative controls ([`negative_controls`]) run wrong protocols the same way; the
+//! checker must catch each.
+//!
+//! [`ExecutionLog`]: crate::kv::ExecutionLog
+
+use crate::api::{Op, RpcClient};
+use crate::design::{Design, FlushForm};
+use crate::durable::{DurableClient, DurableOptions, DurablePair, Fault};
+use remora_model::config::ServerConfig;
+use remora_model::prng::Prng;
+use remora_model::profile::LatencyProfile;
+use remora_model::time::Instant;
+use remora_sim::{CrashAt, FaultPlan, NodeHandle};
+use serde::Serialize;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+
+/// A durable design on a server to check.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// Name in reports.
+    pub name: String,
+    /// The server configuration.
+    pub config: ServerConfig,
+    /// The connection's options (design, flush form, batch, fault).
+    pub opts: DurableOptions,
+    /// True for a negative control: a wrong protocol the checker must catch.
+    pub wrong: bool,
+}
+
+/// Checker settings.
+#[derive(Clone, Debug)]
+pub struct CheckOptions {
+    /// Operations per run (every fourth a Get, the rest Puts over three keys).
+    pub ops: u64,
+    /// Crash points per target (at least; every event boundary of a short run first,
+    /// then random instants).
+    pub crash_points: u64,
+    /// First seed.
+    pub seed: u64,
+    /// Latency profile.
+    pub profile: LatencyProfile,
+    /// Stop a target at its first violation (negative controls only need one).
+    pub stop_at_first: bool,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions {
+            ops: 8,
+            crash_points: 300,
+            seed: 1,
+            profile: LatencyProfile::default_profile(),
+            stop_at_first: false,
+        }
+    }
+}
+
+/// What the checker found for one target.
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckReport {
+    /// Target name.
+    pub name: String,
+    /// True for a negative control.
+    pub wrong: bool,
+    /// Runs in which the server lost power.
+    pub crash_points: u64,
+    /// Runs whose outcome broke a rule.
+    pub violations: u64,
+    /// The first violation, described with its seed and crash point.
+    pub example: Option<String>,
+}
+
+impl CheckReport {
+    /// A correct design passes with no violation; a negative control when caught.
+    pub fn passed(&self) -> bool {
+        if self.wrong {
+            self.violations > 0
+        } else {
+            self.violations == 0
+        }
+    }
+}
+
+const DESIGNS: [Design; 4] = [
+    Design::SFlushRpc,
+    Design::WFlushRpc,
+    Design::SRFlushRpc,
+    Design::WRFlushRpc,
+];
+
+/// Server configurations the checker covers: DMP without and with DDIO, MHP.
+pub const CONFIGS: [&str; 3] = [
+    "DMP+noDDIO+PM-RQWRB",
+    "DMP+DDIO+PM-RQWRB",
+    "MHP+DDIO+PM-RQWRB",
+];
+
+fn options(design: Design, form: FlushForm, batch: u32, fault: Option<Fault>) -> DurableOptions {
+    let mut o = DurableOptions::new(design);
+    o.flush.form = form;
+    o.capacity = 4;
+    o.objects = 4;
+    o.max_value = 96;
+    o.batch = batch;
+    o.fault = fault;
+    o
+}
+
+fn config(s: &str) -> ServerConfig {
+    s.parse().expect("valid configuration")
+}
+
+/// Every durable design × [`CONFIGS`], emulated Flush; native WFlush (the only native
+/// form the model has); and batched variants (3 requests per Flush).
+pub fn targets() -> Vec<Target> {
+    let mut v = Vec::new();
+    for c in CONFIGS {
+        for d in DESIGNS {
+            v.push(Target {
+                name: format!("{d}/emulated/{c}"),
+                config: config(c),
+                opts: options(d, FlushForm::Emulated, 1, None),
+                wrong: false,
+            });
+        }
+        v.push(Target {
+            name: format!("WFlush-RPC/native/{c}"),
+            config: config(c),
+            opts: options(Design::WFlushRpc, FlushForm::Native, 1, None),
+            wrong: false,
+        });
+    }
+    for d in DESIGNS {
+        v.push(Target {
+            name: format!("{d}/emulated/batch3/DMP+noDDIO+PM-RQWRB"),
+            config: config("DMP+noDDIO+PM-RQWRB"),
+            opts: options(d, FlushForm::Emulated, 3, None),
+            wrong: false,
+        });
+    }
+    v
+}
+
+/// Wrong protocols; the checker must catch every one.
+pub fn negative_controls() -> Vec<Target> {
+    let t = |name: &str, c: &str, d: Design, fault: Fault| Target {
+        name: name.into(),
+        config: config(c),
+        opts: options(d, FlushForm::Emulated, 1, Some(fault)),
+        wrong: true,
+    };
+    vec![
+        t(
+            "WFlush-RPC acknowledging on WRITE completion, no Flush (DMP, no DDIO)",
+            "DMP+noDDIO+PM-RQWRB",
+            Design::WFlushRpc,
+            Fault::AckOnWriteCompletion,
+        ),
+        t(
+            "emulated WFlush under DMP+DDIO without the responder CPU's flush (§4.4.2)",
+            "DMP+DDIO+PM-RQWRB",
+            Design::WFlushRpc,
+            Fault::SkipResponderCpuFlush,
+        ),
+        t(
+            "WFlush-RPC persisting the operator before the data (DMP, no DDIO)",
+            "DMP+noDDIO+PM-RQWRB",
+            Design::WFlushRpc,
+            Fault::OperatorBeforeData,
+        ),
+        t(
+            "recovery ignoring the idempotency stamp (W-RFlush-RPC, DMP, no DDIO)",
+            "DMP+noDDIO+PM-RQWRB",
+            Design::WRFlushRpc,
+            Fault::IgnoreStampOnRecovery,
+        ),
+    ]
+}
+
+fn workload(n: u64) -> Vec<Op> {
+    (0..n)
+        .map(|i| {
+            if i % 4 == 3 {
+                Op::Get { key: i % 3 }
+            } else {
+                Op::Put {
+                    key: i % 3,
+                    value: vec![(i as u8).wrapping_mul(37).wrapping_add(1); 40 + i as usize],
+                }
+            }
+        })
+        .collect()
+}
+
+#[derive(Default)]
+struct ClientLog {
+    /// Requests the client issued (sequence numbers 1..=issued, in workload order).
+    issued: u64,
+    /// Put sequence numbers acknowledged as durable.
+    acked: BTreeSet<u64>,
+    /// Sequence numbers the client received or learned replies for.
+    replied: BTreeSet<u64>,
+    failed: Option<String>,
+    finished: bool,
+}
+
+struct Run {
+    events: u64,
+    start_events: u64,
+    end: Instant,
+    crashed: bool,
+    violation: Option<String>,
+}
+
+type Slot = Rc<RefCell<Option<DurableClient<NodeHandle>>>>;
+
+fn run_once(
+    target: &Target,
+    opts: &CheckOptions,
+    seed: u64,
+    crash: Option<CrashAt>,
+) -> Result<Run, String> {
+    let pair = DurablePair::new(
+        seed,
+        opts.profile.clone(),
+        target.config,
+        target.opts.clone(),
+    );
+    let client = pair.open().map_err(|e| e.to_string())?;
+    let start_events = pair.sim.events_processed();
+    if let Some(at) = crash {
+        pair.sim.set_faults(&FaultPlan::crash(pair.server.id(), at));
+    }
+    let ops = workload(opts.ops);
+    let log = Rc::new(RefCell::new(ClientLog::default()));
+    let slot: Slot = Rc::new(RefCell::new(None));
+    let batch = target.opts.batch.max(1) as usize;
+    {
+        let (log, slot, ops) = (log.clone(), slot.clone(), ops.clone());
+        pair.sim.spawn_on(&pair.client, async move {
+            let mut c = client;
+            let mut ok = true;
+            for chunk in ops.chunks(batch) {
+                let r = c.call_batch(chunk.to_vec()).await;
+                log.borrow_mut().issued = c.issued();
+                match r {
+                    Ok(done) => {
+                        let mut l = log.borrow_mut();
+                        for d in done {
+                            if d.durable_at.is_some() {
+                                l.acked.insert(d.seq);
+                            }
+                            if d.reply.is_some() {
+                                l.replied.insert(d.seq);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        log.borrow_mut().failed = Some(e.to_string());
+                        ok = false;
+                        break;
+                    }
+                }
+            }
+            if ok {
+                match c.drain().await {
+                    Ok(r) => {
+                        let mut l = log.borrow_mut();
+                        l.replied.extend(r.iter().map(|r| r.seq));
+                        l.finished = true;
+                    }
+                    Err(e) => log.borrow_mut().failed = Some(e.to_string()),
+                }
+            }
+            *slot.borrow_mut() = Some(c);
+        });
+    }
+    let events = pair.sim.run();
+    let end = pair.sim.now();
+    let crashed = !pair.sim.crashed().is_empty();
+    let mut violation = None;
+    let mut complete = log.borrow().finished;
+    if crashed {
+        violation = recover_and_resume(&pair, &slot, &log);
+        complete = violation.is_none();
+    } else if !complete {
+        return Err(format!(
+            "{}: run without a crash did not finish: {:?}",
+            target.name,
+            log.borrow().failed
+        ));
+    }
+    if violation.is_none() {
+        violation = judge(&pair, &ops, &log.borrow(), complete);
+    }
+    Ok(Run {
+        events,
+        start_events,
+        end,
+        crashed,
+        violation,
+    })
+}
+
+/// Recovers the server, reconnects the client and lets it resume and drain.
+fn recover_and_resume(
+    pair: &DurablePair,
+    slot: &Slot,
+    log: &Rc<RefCell<ClientLog>>,
+) -> Option<String> {
+    let Some(mut client) = slot.borrow_mut().take() else {
+        return Some("the client hung after the server's power failure".into());
+    };
+    let (server, report) = match pair.recover_server() {
+        Ok(x) => x,
+        Err(e) => return Some(format!("recovery failed: {e}")),
+    };
+    if let Some(torn) = report.torn {
+        return Some(format!(
+            "recovery found a committed entry over torn data: {torn}"
+        ));
+    }
+    if let Err(e) = pair.reconnect(server, &mut client) {
+        return Some(format!("reconnect failed: {e}"));
+    }
+    let l = log.clone();
+    let out = pair.sim.block_on(Instant::NEVER, async move {
+        client.resume().await?;
+        let r = client.drain().await?;
+        l.borrow_mut().replied.extend(r.iter().map(|r| r.seq));
+        Ok::<(), crate::api::RpcError>(())
+    });
+    match out {
+        Some(Ok(())) => None,
+        Some(Err(e)) => Some(format!("client after recovery: {e}")),
+        None => Some("client after recovery never finished".into()),
+    }
+}
+
+fn judge(pair: &DurablePair, ops: &[Op], log: &ClientLog, complete: bool) -> Option<String> {
+    let conn = pair.opts.conn;
+    let ex = pair.executions.borrow();
+    let puts: BTreeMap<u64, &Op> = ops
+        .iter()
+        .enumerate()
+        .map(|(i, op)| (i as u64 + 1, op))
+        .filter(|(s, op)| *s <= log.issued && matches!(op, Op::Put { .. }))
+        .collect();
+    for (&(c, seq), &n) in ex.iter() {
+        if c != conn || !puts.contains_key(&seq) {
+            return Some(format!(
+                "executed ({c}, {seq}), which was never issued as a Put"
+            ));
+        }
+        if n > 1 {
+            return Some(format!("Put seq {seq} executed {n} times"));
+        }
+    }
+    for &seq in &log.acked {
+        if ex.get(&(conn, seq)).copied().unwrap_or(0) != 1 {
+            return Some(format!(
+                "Put seq {seq} was acknowledged durable but never executed"
+            ));
+        }
+    }
+    if complete {
+        for &seq in puts.keys() {
+            if ex.get(&(conn, seq)).copied().unwrap_or(0) != 1 {
+                return Some(format!(
+                    "issued Put seq {seq} not executed after the client finished"
+                ));
+            }
+            if !log.replied.contains(&seq) {
+                return Some(format!(
+                    "the client never learned the result of Put seq {seq}"
+                ));
+            }
+        }
+    }
+    // Each object holds the last executed Put to its key.
+    let Some(store) = pair.store() else {
+        return Some("the server never opened its store".into());
+    };
+    let mut last: BTreeMap<u64, (u64, &Vec<u8>)> = BTreeMap::new();
+    for (&seq, op) in &puts {
+        if let Op::Put { key, value } = op {
+            if ex.contains_key(&(conn, seq)) {
+                last.insert(*key, (seq, value));
+            }
+        }
+    }
+    for key in 0..pair.opts.objects {
+        let got = match store.read(key) {
+            Ok(g) => g,
+            Err(e) => return Some(format!("reading key {key}: {e}")),
+        };
+        match (last.get(&key), got) {
+            (None, None) => {}
+            (Some((seq, value)), Some((stamp, v))) if stamp.seq == *seq && &v == *value => {}
+            (want, got) => {
+                return Some(format!(
+                    "key {key} holds {:?}, expected the Put of seq {:?}",
+                    got.map(|(s, v)| (s.seq, v.len())),
+                    want.map(|w| w.0)
+                ))
+            }
+        }
+    }
+    None
+}
+
+/// Checks one target with at least `opts.crash_points` crash points.
+pub fn check(target: &Target, opts: &CheckOptions) -> Result<CheckReport, String> {
+    let mut report = CheckReport {
+        name: target.name.clone(),
+        wrong: target.wrong,
+        crash_points: 0,
+        violations: 0,
+        example: None,
+    };
+    let mut seed = opts.seed;
+    let mut rng = Prng::from_seed(opts.seed ^ 0xd0_7a61e);
+    while report.crash_points < opts.crash_points {
+        let dry = run_once(target, opts, seed, None)?;
+        if dry.crashed || dry.violation.is_some() {
+            return Err(format!(
+                "{}: run without a crash failed: {:?}",
+                target.name, dry.violation
+            ));
+        }
+        let first = dry.start_events;
+        let last = dry.start_events + dry.events;
+        let mut points: Vec<CrashAt> = (first..last).map(CrashAt::Event).collect();
+        for _ in 0..dry.events / 4 {
+            points.push(CrashAt::Time(Instant::from_nanos(
+                rng.range_inclusive(1, dry.end.as_nanos().max(1)),
+            )));
+        }
+        // Spread the points over the whole run when there are more than needed.
+        let stride = (points.len() as u64 / (opts.crash_points - report.crash_points)).max(1);
+        for at in points.into_iter().step_by(stride as usize) {
+            if report.crash_points >= opts.crash_points {
+                break;
+            }
+            let run = run_once(target, opts, seed, Some(at))?;
+            if !run.crashed {
+                continue;
+            }
+            report.crash_points += 1;
+            if let Some(v) = run.violation {
+                report.violations += 1;
+                if report.example.is_none() {
+                    report.example = Some(format!("seed {seed}, crash at {at:?}: {v}"));
+                }
+                if opts.stop_at_first {
+                    return Ok(report);
+                }
+            }
+        }
+        seed += 1;
+    }
+    Ok(report)
+}

@@ -1,0 +1,202 @@
+//! Durable RPCs without faults: every design and server configuration runs a small
+//! workload to the end, replies arrive, the store holds the last Put of each key.
+
+use remora_model::config::ServerConfig;
+use remora_model::profile::LatencyProfile;
+use remora_model::time::Duration;
+use remora_rpc::durable::{DurableOptions, DurablePair};
+use remora_rpc::{Design, FlushForm, Op, RpcClient};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+const DESIGNS: [Design; 4] = [
+    Design::SFlushRpc,
+    Design::WFlushRpc,
+    Design::SRFlushRpc,
+    Design::WRFlushRpc,
+];
+
+fn run(design: Design, config: &str, batch: u32, heavy: bool) -> (u64, Vec<u64>, u64) {
+    let config: ServerConfig = config.parse().unwrap();
+    let mut opts = DurableOptions::new(design);
+    opts.capacity = 8;
+    opts.objects = 4;
+    opts.max_value = 200;
+    opts.batch = batch;
+    if heavy {
+        opts.costs.processing = Duration::from_micros(100);
+        opts.costs.backlog_threshold = 2;
+    }
+    let pair = DurablePair::new(7, LatencyProfile::default_profile(), config, opts);
+    let client = pair.open().unwrap();
+    let out = Rc::new(RefCell::new(None));
+    let o = out.clone();
+    pair.sim.spawn_on(&pair.client, async move {
+        let mut c = client;
+        let mut puts = Vec::new();
+        for i in 0..12u64 {
+            let op = Op::Put {
+                key: i % 4,
+                value: vec![i as u8; 50 + i as usize],
+            };
+            if batch > 1 {
+                puts.push(op);
+                continue;
+            }
+            let comp = c.call(op).await.unwrap();
+            assert!(comp.durable_at.is_some());
+        }
+        if batch > 1 {
+            let comps = c.call_batch(puts).await.unwrap();
+            assert_eq!(comps.len(), 12);
+        }
+        let g = c.call(Op::Get { key: 3 }).await.unwrap();
+        assert_eq!(g.reply.unwrap().value, vec![11u8; 61]);
+        let replies = c.drain().await.unwrap();
+        *o.borrow_mut() = Some(replies.iter().map(|r| r.seq).collect::<Vec<_>>());
+    });
+    pair.sim.run();
+    let seqs = out.borrow_mut().take().expect("client finished");
+    let store = pair.store().unwrap();
+    for k in 0..4u64 {
+        let (_, v) = store.read(k).unwrap().expect("written");
+        let last = 8 + k;
+        assert_eq!(v, vec![last as u8; 50 + last as usize], "{design} key {k}");
+    }
+    for (k, n) in pair.executions.borrow().iter() {
+        assert_eq!(*n, 1, "{design}: {k:?} executed {n} times");
+    }
+    let st = pair.server_stats();
+    assert_eq!(st.processed, 13, "{design}");
+    (pair.sim.now().as_nanos(), seqs, st.slow_downs)
+}
+
+#[test]
+fn every_design_runs_on_dmp_ddio_and_mhp() {
+    for d in DESIGNS {
+        for c in [
+            "DMP+noDDIO+PM-RQWRB",
+            "DMP+DDIO+PM-RQWRB",
+            "MHP+DDIO+PM-RQWRB",
+        ] {
+            let (_, seqs, _) = run(d, c, 1, false);
+            assert_eq!(seqs, (1..=12).collect::<Vec<_>>(), "{d} {c}");
+        }
+    }
+}
+
+#[test]
+fn batching_and_heavy_load_with_slow_down() {
+    for d in DESIGNS {
+        let (_, seqs, slow) = run(d, "DMP+noDDIO+PM-RQWRB", 4, true);
+        assert_eq!(seqs.len(), 12, "{d}");
+        assert!(
+            slow > 0,
+            "{d}: a backlog over 2 never asked the client to slow down"
+        );
+    }
+}
+
+#[test]
+fn native_wflush_runs_and_native_sflush_rflush_are_refused() {
+    let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
+    let mut opts = DurableOptions::new(Design::WFlushRpc);
+    opts.flush.form = FlushForm::Native;
+    let pair = DurablePair::new(1, LatencyProfile::default_profile(), config, opts.clone());
+    let client = pair.open().unwrap();
+    pair.sim.spawn_on(&pair.client, async move {
+        let mut c = client;
+        c.call(Op::Put {
+            key: 1,
+            value: vec![1; 8],
+        })
+        .await
+        .unwrap();
+        c.drain().await.unwrap();
+    });
+    pair.sim.run();
+    assert_eq!(pair.executions.borrow().len(), 1);
+    for d in [Design::SFlushRpc, Design::SRFlushRpc, Design::WRFlushRpc] {
+        opts.design = d;
+        let pair = DurablePair::new(1, LatencyProfile::default_profile(), config, opts.clone());
+        assert!(matches!(
+            pair.open(),
+            Err(remora_rpc::RpcError::Unsupported { .. })
+        ));
+    }
+}
+
+/// Seed 003 §4.2/§5.4: requests acknowledged durable but not yet processed when the
+/// server loses power are executed from the redo log after restart, without the client
+/// re-sending them, exactly once; the reconnected client learns their results.
+#[test]
+fn durable_but_unprocessed_requests_are_reexecuted_from_the_log() {
+    use remora_sim::{CrashAt, FaultPlan};
+    for d in DESIGNS {
+        let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
+        let mut opts = DurableOptions::new(d);
+        opts.capacity = 8;
+        opts.costs.processing = Duration::from_micros(100);
+        let run = |crash: Option<remora_model::time::Instant>| {
+            let pair = DurablePair::new(3, LatencyProfile::default_profile(), config, opts.clone());
+            let client = pair.open().unwrap();
+            if let Some(t) = crash {
+                pair.sim
+                    .set_faults(&FaultPlan::crash(pair.server.id(), CrashAt::Time(t)));
+            }
+            let acked_at = Rc::new(RefCell::new(None));
+            let slot = Rc::new(RefCell::new(None));
+            let (a, s, node) = (acked_at.clone(), slot.clone(), pair.client.clone());
+            pair.sim.spawn_on(&pair.client, async move {
+                let mut c = client;
+                for k in 0..4u64 {
+                    c.call(Op::Put {
+                        key: k,
+                        value: vec![k as u8 + 1; 32],
+                    })
+                    .await
+                    .unwrap();
+                }
+                *a.borrow_mut() = Some(remora_verbs::Verbs::now(&node));
+                let _ = c.drain().await;
+                *s.borrow_mut() = Some(c);
+            });
+            pair.sim.run();
+            let t = acked_at
+                .borrow()
+                .expect("all four acknowledged before the crash");
+            (pair, t, slot)
+        };
+        let (_, t, _) = run(None);
+        let (pair, _, slot) = run(Some(t + Duration::from_micros(1)));
+        assert!(!pair.sim.crashed().is_empty());
+        let mut client = slot
+            .borrow_mut()
+            .take()
+            .expect("drain failed, client returned");
+        assert!(client.unacknowledged().is_empty());
+        let (server, report) = pair.recover_server().unwrap();
+        assert!(report.reexecuted >= 3, "{d}: {report:?}");
+        assert_eq!(report.processed, 4, "{d}: {report:?}");
+        pair.reconnect(server, &mut client).unwrap();
+        let replies = pair
+            .sim
+            .block_on(remora_model::time::Instant::NEVER, async move {
+                client.resume().await.unwrap();
+                client.drain().await.unwrap()
+            })
+            .unwrap();
+        assert_eq!(
+            replies.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            [1, 2, 3, 4],
+            "{d}"
+        );
+        let ex = pair.executions.borrow();
+        assert_eq!(ex.len(), 4, "{d}");
+        assert!(ex.values().all(|&n| n == 1), "{d}: {ex:?}");
+        let store = pair.store().unwrap();
+        for k in 0..4u64 {
+            assert_eq!(store.read(k).unwrap().unwrap().1, vec![k as u8 + 1; 32]);
+        }
+    }
+}
