@@ -647,7 +647,7 @@ impl<V: Verbs> Core<V> {
             SendWr::new(
                 0,
                 Opcode::SendWithImm(notice.to_imm()),
-                Payload::Inline(msg.to_bytes()),
+                Payload::inline(msg.to_bytes()),
                 None,
             )
             .signaled(false),
@@ -1114,7 +1114,7 @@ impl<V: Verbs> DurableClient<V> {
                 SendWr::new(
                     last,
                     Opcode::Write,
-                    Payload::Inline(word.to_le_bytes().to_vec()),
+                    Payload::inline(word.to_le_bytes()),
                     remote,
                 )
                 .fenced(true)
