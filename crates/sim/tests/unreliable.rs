@@ -58,7 +58,8 @@ fn run_client(net: &Rc<Net>, wrs: Vec<SendWr>) -> Vec<(WorkCompletion, Instant)>
 
 #[test]
 fn each_service_type_refuses_the_operations_it_lacks() {
-    let remote = Some(Remote { addr: 0, rkey: 1 });
+    let r = Remote { addr: 0, rkey: 1 };
+    let remote = Some(r);
     let local8 = |n: &Net| Payload::Sge(n.client.sge(false, 0, 8));
     for t in [QpType::Uc, QpType::Ud] {
         let net = Net::new(1, cfg(CONFIG), t);
@@ -81,7 +82,7 @@ fn each_service_type_refuses_the_operations_it_lacks() {
                 remote,
             ),
             SendWr::new(1, Opcode::FetchAdd { add: 1 }, local8(&net), remote),
-            SendWr::wflush(1, remote.unwrap(), 8),
+            SendWr::wflush(1, r, 8),
             SendWr::new(1, Opcode::AtomicWrite { value: 1 }, Payload::None, remote),
             SendWr::new(1, Opcode::NonPostedWrite, Payload::Inline(vec![1]), remote),
         ];
