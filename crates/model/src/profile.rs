@@ -62,6 +62,9 @@ pub struct Rnic {
     pub translation_miss_every: u64,
     /// Extra DMA start delay of a translation miss.
     pub translation_miss_ns: u64,
+    /// Time the responder's RNIC takes to find where a SEND landed (the buffer of the
+    /// receive it consumed) before an SFlush can persist it (seed 003 §4.1.3).
+    pub sflush_lookup_ns: u64,
 }
 
 /// Host memory-system parameters.

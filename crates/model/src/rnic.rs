@@ -14,6 +14,9 @@
 //!   receiver-not-ready NAK and retried after a delay (seed 000 §4.3);
 //! - remote access violations complete with an error status and never touch memory.
 //!
+//! The unreliable service types (UC, UD) are in `rnic/transport.rs`, the native flush
+//! primitives of seed 003 §4.1 (SFlush, RFlush; WFlush is FLUSH) in `rnic/flush.rs`.
+//!
 //! The runtime feeds packets in with [`Rnic::handle_packet`], takes packets out with
 //! [`Rnic::poll_transmit`], and calls [`Rnic::handle_timeout`] at [`Rnic::poll_timeout`].
 
@@ -28,6 +31,9 @@ use crate::verbs::*;
 use crate::wire::{Body, NakCode, Packet, Psn};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+
+mod flush;
+mod transport;
 
 /// Largest message on a reliable connection (seed 000 §3.2: 1 to 2^31 bytes).
 pub const MAX_MESSAGE: u64 = 1 << 31;
@@ -64,6 +70,10 @@ pub struct QpAttr {
     pub rq_depth: usize,
     /// RNR retries before an error; [`RNR_RETRY_INFINITE`] retries forever.
     pub rnr_retry: u8,
+    /// Transport service type (`ibv_qp_init_attr.qp_type`); RC by default.
+    pub qp_type: QpType,
+    /// The Q_Key of a UD QP (`ibv_qp_attr.qkey`): datagrams naming another are dropped.
+    pub qkey: u32,
 }
 
 impl Default for QpAttr {
@@ -72,6 +82,8 @@ impl Default for QpAttr {
             sq_depth: 1024,
             rq_depth: 1024,
             rnr_retry: RNR_RETRY_INFINITE,
+            qp_type: QpType::Rc,
+            qkey: 0,
         }
     }
 }
@@ -154,6 +166,8 @@ struct Wqe {
     psn: Psn,
     sent: bool,
     done: Option<(WcStatus, Instant)>,
+    /// For an SFlush: the PSN of the SEND it follows.
+    sflush_of: Psn,
 }
 
 #[derive(Debug)]
@@ -180,6 +194,8 @@ struct Qp {
     deferred: VecDeque<Packet>,
     deferred_timer_armed: bool,
     doorbell: bool,
+    /// State of the seed 003 flush primitives.
+    flush: flush::QpFlush,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -200,6 +216,16 @@ pub struct RnicStats {
     pub rnr_naks: u64,
     /// Packets dropped.
     pub dropped: u64,
+    /// UC/UD messages silently dropped because no receive was posted (an RC responder
+    /// sends an RNR NAK instead).
+    pub unreliable_no_recv: u64,
+    /// UC WRITEs silently dropped for a bad rkey, range or rights (RC NAKs them).
+    pub unreliable_access: u64,
+    /// UC/UD messages longer than the receive buffer: the receive completes with
+    /// `LocLenErr` and the message is dropped (RC NAKs the sender too).
+    pub unreliable_too_long: u64,
+    /// UD datagrams dropped because they named another Q_Key than the QP's.
+    pub ud_bad_qkey: u64,
 }
 
 /// One node's RNIC and memory system.
@@ -228,6 +254,7 @@ pub struct Rnic {
     alloc_next: [u64; 2],
     events: Option<Vec<NodeEvent>>,
     stats: RnicStats,
+    ext: transport::RnicExt,
 }
 
 /// Base of the PM physical range, so DRAM and PM addresses never collide in traces.
@@ -273,6 +300,7 @@ impl Rnic {
             alloc_next: [0x1000, PM_BASE],
             events: None,
             stats: RnicStats::default(),
+            ext: transport::RnicExt::new(profile),
         }
     }
 
@@ -437,8 +465,11 @@ impl Rnic {
             deferred: VecDeque::new(),
             deferred_timer_armed: false,
             doorbell: false,
+            flush: flush::QpFlush::default(),
         });
-        Ok(QpNum(self.qps.len() as u32 - 1))
+        let qpn = QpNum(self.qps.len() as u32 - 1);
+        self.created_qp(qpn);
+        Ok(qpn)
     }
 
     /// Connects a QP to a remote QP and moves it to RTS (the `ibv_modify_qp` sequence
@@ -453,6 +484,11 @@ impl Rnic {
             .qps
             .get_mut(qp.0 as usize)
             .ok_or(VerbsError::NoSuch("queue pair"))?;
+        if q.attr.qp_type == QpType::Ud {
+            return Err(VerbsError::Invalid(
+                "a UD queue pair is not connected: each work request names its destination",
+            ));
+        }
         if q.state != QpState::Init {
             return Err(VerbsError::QpState(qp, q.state.name()));
         }
@@ -503,7 +539,11 @@ impl Rnic {
             }
             _ => {}
         }
-        let needs_remote = !matches!(wr.opcode, Opcode::Send | Opcode::SendWithImm(_));
+        self.check_post(qp, &wr)?;
+        let needs_remote = !matches!(
+            wr.opcode,
+            Opcode::Send | Opcode::SendWithImm(_) | Opcode::SFlush | Opcode::RFlush { .. }
+        );
         if needs_remote && wr.remote.is_none() {
             return Err(VerbsError::Invalid(
                 "operation needs a remote address and rkey",
@@ -547,6 +587,7 @@ impl Rnic {
         let q = &mut self.qps[qp.0 as usize];
         let psn = q.next_psn;
         q.next_psn = q.next_psn.wrapping_add(1);
+        let sflush_of = q.flush.posted(wr.opcode, psn);
         q.sq.push_back(Wqe {
             wr,
             len,
@@ -554,6 +595,7 @@ impl Rnic {
             psn,
             sent: false,
             done: None,
+            sflush_of,
         });
         if !q.doorbell {
             q.doorbell = true;
@@ -693,6 +735,9 @@ impl Rnic {
         let Some(q) = self.qps.get(pkt.dst_qp.0 as usize) else {
             return self.drop_packet(now, &pkt);
         };
+        if q.attr.qp_type != QpType::Rc || matches!(pkt.body, Body::Datagram { .. }) {
+            return self.handle_unreliable(now, pkt);
+        }
         if q.remote != Some((pkt.src, pkt.src_qp)) || q.state == QpState::Error {
             return self.drop_packet(now, &pkt);
         }
@@ -723,7 +768,11 @@ impl Rnic {
                 break;
             }
             let op = w.wr.opcode;
-            let (remote_node, remote_qp) = q.remote.expect("RTS QP is connected");
+            let (remote_node, remote_qp) = match w.wr.ud {
+                Some(d) => (d.node, d.qpn),
+                None => q.remote.expect("RTS QP is connected"),
+            };
+            let unreliable = q.attr.qp_type != QpType::Rc;
             // Fetch the payload from local memory (a DMA read over PCIe) unless inline.
             let mut fetch = Duration::ZERO;
             if self.qps[qpn.0 as usize].sq[idx].data.is_none() {
@@ -748,8 +797,12 @@ impl Rnic {
                 };
                 self.qps[qpn.0 as usize].sq[idx].data = fetched;
             }
-            let ready = (now + self.proc + fetch).max(self.tx_free);
+            let Some(flushed) = self.rflush_before_send(now, qpn, idx) else {
+                return;
+            };
+            let ready = (now + self.proc + fetch).max(self.tx_free).max(flushed);
             self.tx_free = ready;
+            let tx_done = ready + self.ext.wire_time(self.qps[qpn.0 as usize].sq[idx].len);
             let q = &mut self.qps[qpn.0 as usize];
             let last = idx + 1 == q.sq.len();
             let w = &mut q.sq[idx];
@@ -816,8 +869,17 @@ impl Rnic {
                     data,
                     atomic: false,
                 },
+                (Opcode::SFlush, _) => Body::SFlush {
+                    send_psn: w.sflush_of,
+                },
+                (Opcode::RFlush { imm, .. }, _) => Body::Send {
+                    data: Bytes::EMPTY,
+                    imm: Some(imm),
+                    ack_req,
+                },
                 (_, None) => unreachable!("post_send checked the remote address"),
             };
+            let body = transport::datagram(body, w.wr.ud);
             w.sent = true;
             let psn = w.psn;
             let wr_id = w.wr.wr_id;
@@ -826,6 +888,9 @@ impl Rnic {
             } else if iwarp {
                 // iWARP: complete once the local transport has the data (seed 000 §3.2).
                 w.done = Some((WcStatus::Success, ready));
+            } else if unreliable {
+                // UC/UD: complete once the last byte is transmitted (seed 003 §2.4).
+                w.done = Some((WcStatus::Success, tx_done));
             }
             q.next_send += 1;
             self.outbox.push_back((
@@ -1010,6 +1075,7 @@ impl Rnic {
                     byte_len: w.len as u32,
                     imm: None,
                     qp: qpn,
+                    src: None,
                 };
                 self.push_cqe(now, at, cq, wc);
             }
@@ -1082,6 +1148,7 @@ impl Rnic {
                 byte_len: 0,
                 imm: None,
                 qp: qpn,
+                src: None,
             };
             self.push_cqe(now, at, cq, wc);
         }
@@ -1152,6 +1219,7 @@ impl Rnic {
                 | Body::Atomic { .. }
                 | Body::Flush { .. }
                 | Body::NonPostedWrite { .. }
+                | Body::SFlush { .. }
         );
         if is_np {
             q.expected_psn = q.expected_psn.wrapping_add(1);
@@ -1203,6 +1271,7 @@ impl Rnic {
                         byte_len: data.len() as u32,
                         imm: Some(*imm),
                         qp: qpn,
+                        src: None,
                     };
                     self.push_cqe(now, t.visible + self.proc, cq, wc);
                 }
@@ -1234,6 +1303,7 @@ impl Rnic {
                             byte_len: data.len() as u32,
                             imm: *imm,
                             qp: qpn,
+                            src: None,
                         };
                         self.push_cqe(now, now + self.proc, cq, wc);
                         return self.nak(now, &pkt, NakCode::InvalidRequest);
@@ -1244,6 +1314,12 @@ impl Rnic {
                 q.expected_psn += 1;
                 let cq = q.recv_cq;
                 let t = self.hier.dma_write(now, space, r.sge.addr, data);
+                self.qps[qpn.0 as usize].flush.landed(
+                    pkt.psn,
+                    space,
+                    r.sge.addr,
+                    data.len() as u64,
+                );
                 // The receive completion follows the buffer's visibility (seed 000 §3.1.3).
                 let wc = WorkCompletion {
                     wr_id: r.wr_id,
@@ -1252,6 +1328,7 @@ impl Rnic {
                     byte_len: data.len() as u32,
                     imm: *imm,
                     qp: qpn,
+                    src: None,
                 };
                 self.push_cqe(now, t.visible + self.proc, cq, wc);
                 if *ack_req {
@@ -1366,6 +1443,10 @@ impl Rnic {
                 self.respond(t, &pkt, Body::Done);
                 t
             }
+            Body::SFlush { send_psn } => match self.execute_sflush(now, &pkt, *send_psn) {
+                Some(t) => t,
+                None => return,
+            },
             _ => unreachable!("posted requests do not come here"),
         };
         self.qps[qpn.0 as usize].np_barrier = done;

@@ -76,6 +76,50 @@ pub struct Remote {
     pub rkey: u32,
 }
 
+/// Transport service type of a queue pair (`enum ibv_qp_type`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub enum QpType {
+    /// `IBV_QPT_RC`, reliable connection: acknowledged, retried, every operation.
+    #[default]
+    Rc,
+    /// `IBV_QPT_UC`, unreliable connection: WRITE, WRITE_WITH_IMM and SEND (+imm) only;
+    /// no ACKs and no retransmission; a request completes once its last byte is
+    /// transmitted; the responder silently drops what it cannot place.
+    Uc,
+    /// `IBV_QPT_UD`, unreliable datagram: SEND (+imm) of at most [`UD_MTU`] bytes, each
+    /// work request naming its destination ([`UdDest`]); no ACKs; completion at transmit;
+    /// one QP talks to many peers, filtered by Q_Key.
+    Ud,
+}
+
+impl QpType {
+    /// The libibverbs name (`IBV_QPT_RC`, ...), for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            QpType::Rc => "IBV_QPT_RC",
+            QpType::Uc => "IBV_QPT_UC",
+            QpType::Ud => "IBV_QPT_UD",
+        }
+    }
+}
+
+/// Largest UD message: one packet of the path MTU, 4096 bytes (InfiniBand's largest MTU;
+/// a UD message is never segmented).
+pub const UD_MTU: u64 = 4096;
+
+/// Where a UD send goes: the `wr.ud` part of `ibv_send_wr` (`ah`, `remote_qpn`,
+/// `remote_qkey`). On remora's flat fabric the address handle (`ibv_ah`, made by
+/// `ibv_create_ah` from a LID/GID) is just the node.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct UdDest {
+    /// The destination node (the address handle).
+    pub node: NodeId,
+    /// The destination QP (`remote_qpn`).
+    pub qpn: QpNum,
+    /// The Q_Key the destination QP must hold (`remote_qkey`); a mismatch is dropped.
+    pub qkey: u32,
+}
+
 /// Where a send work request's payload comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Payload {
@@ -148,6 +192,28 @@ pub enum Opcode {
     },
     /// Non-posted RDMA WRITE of any size (an IBTA proposal, seed 000 §2).
     NonPostedWrite,
+    /// SFlush (seed 003 §4.1.1, Figure 3(a)): follows a SEND on an RC QP. The responder's
+    /// RNIC looks up where that SEND landed (the buffer of the receive it consumed; the
+    /// lookup costs the profile's `rnic.sflush_lookup_ns`), persists that range and then
+    /// answers, so the completion means the SEND's data is durable. Non-posted, like FLUSH.
+    /// Under DMP with DDIO on the RNIC cannot write the LLC back (seed 000 §3.1.2, seed 003
+    /// §4.4.2), so there it proves visibility only. No remote address: see
+    /// [`SendWr::sflush`].
+    SFlush,
+    /// RFlush (seed 003 §4.1.2, Figure 3(c)): posted by the *receiver* of data. Its RNIC,
+    /// without the CPU, persists the local range `range` (data that arrived earlier), and
+    /// only then sends the peer a zero-length notification carrying `imm`, which consumes a
+    /// receive there (the peer's CPU polls a `Recv` completion with `imm`). Works on RC, UC
+    /// and UD (on UD the work request names its destination). The poster's completion
+    /// follows the notification's (RC: acknowledged; UC/UD: transmitted), so it, too, comes
+    /// after the data is in the persistence domain. As [`Opcode::SFlush`], LLC-resident
+    /// lines under DMP with DDIO are not written back. See [`SendWr::rflush`].
+    RFlush {
+        /// The local range to persist (its `lkey` must name a local MR of the QP's PD).
+        range: Sge,
+        /// Immediate data of the notification.
+        imm: u32,
+    },
 }
 
 impl Opcode {
@@ -156,8 +222,51 @@ impl Opcode {
     pub fn is_non_posted(self) -> bool {
         !matches!(
             self,
-            Opcode::Write | Opcode::WriteWithImm(_) | Opcode::Send | Opcode::SendWithImm(_)
+            Opcode::Write
+                | Opcode::WriteWithImm(_)
+                | Opcode::Send
+                | Opcode::SendWithImm(_)
+                | Opcode::RFlush { .. }
         )
+    }
+
+    /// Whether a QP of service type `t` can carry this operation: RC all of them, UC
+    /// WRITE, WRITE_WITH_IMM, SEND (+imm) and RFlush, UD SEND (+imm) and RFlush (seed 003
+    /// §4.1.1: the sender-initiated flushes wait for the responder's ACK, so RC only).
+    pub fn allowed_on(self, t: QpType) -> bool {
+        match t {
+            QpType::Rc => true,
+            QpType::Uc => matches!(
+                self,
+                Opcode::Write
+                    | Opcode::WriteWithImm(_)
+                    | Opcode::Send
+                    | Opcode::SendWithImm(_)
+                    | Opcode::RFlush { .. }
+            ),
+            QpType::Ud => matches!(
+                self,
+                Opcode::Send | Opcode::SendWithImm(_) | Opcode::RFlush { .. }
+            ),
+        }
+    }
+
+    /// The libibverbs-style name, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Opcode::Write => "RDMA WRITE",
+            Opcode::WriteWithImm(_) => "RDMA WRITE_WITH_IMM",
+            Opcode::Send => "SEND",
+            Opcode::SendWithImm(_) => "SEND_WITH_IMM",
+            Opcode::Read => "RDMA READ",
+            Opcode::CompareSwap { .. } => "ATOMIC CMP_AND_SWP",
+            Opcode::FetchAdd { .. } => "ATOMIC FETCH_AND_ADD",
+            Opcode::Flush { .. } => "RDMA FLUSH",
+            Opcode::AtomicWrite { .. } => "RDMA ATOMIC WRITE",
+            Opcode::NonPostedWrite => "non-posted RDMA WRITE",
+            Opcode::SFlush => "SFlush",
+            Opcode::RFlush { .. } => "RFlush",
+        }
     }
 }
 
@@ -176,6 +285,8 @@ pub struct SendWr {
     pub signaled: bool,
     /// `IBV_SEND_FENCE`: wait for all prior non-posted operations to complete first.
     pub fence: bool,
+    /// The destination of a work request on a UD QP (`wr.ud`); `None` on RC and UC.
+    pub ud: Option<UdDest>,
 }
 
 impl SendWr {
@@ -188,7 +299,42 @@ impl SendWr {
             remote,
             signaled: true,
             fence: false,
+            ud: None,
         }
+    }
+    /// WFlush (seed 003 §4.1.1, Figure 3(b)): after a WRITE of `len` bytes to `remote` on
+    /// an RC QP, makes the responder's RNIC persist that range and acknowledge. This is
+    /// the IBTA FLUSH with persistence placement (`IBV_WR_FLUSH`, `IBV_FLUSH_PERSISTENT`)
+    /// over the written range: a WRITE carries its target address, so the RNIC needs no
+    /// lookup and WFlush has nothing FLUSH lacks. Needs `Access::FLUSH_PERSISTENT` on the
+    /// responder's MR and an RNIC with native FLUSH. Under DMP with DDIO on, the data stops
+    /// in the LLC, outside the domain (seed 000 §3.1.2, seed 003 §4.4.2).
+    pub fn wflush(wr_id: u64, remote: Remote, len: u64) -> Self {
+        SendWr::new(
+            wr_id,
+            Opcode::Flush {
+                placement: FlushPlacement::Persistence,
+                len,
+            },
+            Payload::None,
+            Some(remote),
+        )
+    }
+    /// SFlush (see [`Opcode::SFlush`]): persists the landing buffer of the most recent SEND
+    /// posted before it on this RC QP. Signaled; `post_send` refuses it on a QP that has not
+    /// posted a SEND.
+    pub fn sflush(wr_id: u64) -> Self {
+        SendWr::new(wr_id, Opcode::SFlush, Payload::None, None)
+    }
+    /// RFlush (see [`Opcode::RFlush`]): persists the local `range`, then notifies the peer
+    /// with `imm`. On a UD QP add the destination with [`SendWr::to`].
+    pub fn rflush(wr_id: u64, range: Sge, imm: u32) -> Self {
+        SendWr::new(wr_id, Opcode::RFlush { range, imm }, Payload::None, None)
+    }
+    /// Sets the UD destination (`wr.ud.ah`, `remote_qpn`, `remote_qkey`).
+    pub fn to(mut self, dest: UdDest) -> Self {
+        self.ud = Some(dest);
+        self
     }
     /// Sets `IBV_SEND_SIGNALED`.
     pub fn signaled(mut self, on: bool) -> Self {
@@ -263,6 +409,10 @@ pub enum WcOpcode {
     Recv,
     /// A received WRITE_WITH_IMM.
     RecvRdmaWithImm,
+    /// An SFlush (seed 003 §4.1.1).
+    SFlush,
+    /// An RFlush (seed 003 §4.1.2), at the receiver that posted it.
+    RFlush,
 }
 
 impl WcOpcode {
@@ -277,6 +427,8 @@ impl WcOpcode {
             Opcode::Flush { .. } => WcOpcode::Flush,
             Opcode::AtomicWrite { .. } => WcOpcode::AtomicWrite,
             Opcode::NonPostedWrite => WcOpcode::NonPostedWrite,
+            Opcode::SFlush => WcOpcode::SFlush,
+            Opcode::RFlush { .. } => WcOpcode::RFlush,
         }
     }
 }
@@ -296,6 +448,9 @@ pub struct WorkCompletion {
     pub imm: Option<u32>,
     /// The local QP.
     pub qp: QpNum,
+    /// The sender of a message received on a UD QP (`ibv_wc.slid`/`src_qp`: node and QP);
+    /// `None` otherwise.
+    pub src: Option<(NodeId, QpNum)>,
 }
 
 /// Why a verb call was refused at once (the `errno` of `ibv_post_send` and friends).
@@ -322,4 +477,23 @@ pub enum VerbsError {
     /// A memory registration outside the node's memory or of zero length.
     #[error("bad memory registration: {0}")]
     BadRegistration(&'static str),
+    /// The operation does not exist on this QP's transport service type (e.g. an RDMA
+    /// READ on an `IBV_QPT_UC` QP; `ibv_post_send` returns `EINVAL`).
+    #[error("{op} is not available on an {qp_type} queue pair")]
+    NotOnQpType {
+        /// The operation.
+        op: &'static str,
+        /// The QP's service type (`IBV_QPT_UC`, ...).
+        qp_type: &'static str,
+    },
+    /// The message exceeds a size limit (a UD message is one MTU-sized packet).
+    #[error("message of {len} bytes exceeds the {max}-byte limit of {what}")]
+    TooLong {
+        /// Message length.
+        len: u64,
+        /// The limit.
+        max: u64,
+        /// Whose limit.
+        what: &'static str,
+    },
 }

@@ -115,6 +115,22 @@ pub enum Body {
     AtomicResp(u64),
     /// FLUSH, ATOMIC WRITE or non-posted WRITE done.
     Done,
+    /// SFlush (seed 003 §4.1.1): persist where the SEND with PSN `send_psn` of this QP
+    /// landed, then answer with [`Body::Done`].
+    SFlush {
+        /// PSN of the SEND the SFlush follows.
+        send_psn: Psn,
+    },
+    /// A UD datagram (SEND on an `IBV_QPT_UD` QP): one packet, at most
+    /// [`UD_MTU`](crate::verbs::UD_MTU) bytes, never acknowledged. The PSN is unused.
+    Datagram {
+        /// The Q_Key the sender named (the DETH Q_Key); the receiving QP must hold it.
+        qkey: u32,
+        /// Message.
+        data: Bytes,
+        /// Immediate data.
+        imm: Option<u32>,
+    },
 }
 
 impl Packet {
@@ -124,6 +140,7 @@ impl Packet {
             Body::Write { data, .. }
             | Body::Send { data, .. }
             | Body::NonPostedWrite { data, .. } => data.len() as u64,
+            Body::Datagram { data, .. } => data.len() as u64,
             Body::ReadResp(d) => d.len() as u64,
             Body::Atomic { .. } | Body::AtomicResp(_) => 8,
             _ => 0,
@@ -140,6 +157,8 @@ impl Packet {
                 | Body::Atomic { .. }
                 | Body::Flush { .. }
                 | Body::NonPostedWrite { .. }
+                | Body::SFlush { .. }
+                | Body::Datagram { .. }
         )
     }
 }
@@ -230,6 +249,8 @@ impl Body {
             Body::ReadResp(_) => 9,
             Body::AtomicResp(_) => 10,
             Body::Done => 11,
+            Body::SFlush { .. } => 12,
+            Body::Datagram { .. } => 13,
         }
     }
 }
@@ -310,6 +331,13 @@ impl Packet {
             }),
             Body::ReadResp(d) => put_bytes(&mut body, d),
             Body::AtomicResp(v) => body.extend_from_slice(&v.to_le_bytes()),
+            Body::SFlush { send_psn } => body.extend_from_slice(&send_psn.to_le_bytes()),
+            Body::Datagram { qkey, data, imm } => {
+                flags |= imm.is_some() as u8;
+                body.extend_from_slice(&qkey.to_le_bytes());
+                body.extend_from_slice(&imm.unwrap_or(0).to_le_bytes());
+                put_bytes(&mut body, data);
+            }
         }
         let mut out = Vec::with_capacity(WIRE_HEADER + body.len());
         out.extend_from_slice(&WIRE_MAGIC.to_le_bytes());
@@ -371,7 +399,7 @@ impl Packet {
         let _len = c.u32()?;
         let allowed_flags = match opcode {
             1 | 2 => 3,
-            4..=6 => 1,
+            4..=6 | 13 => 1,
             _ => 0,
         };
         if flags & !allowed_flags != 0 {
@@ -439,6 +467,19 @@ impl Packet {
             9 => Body::ReadResp(c.bytes()?),
             10 => Body::AtomicResp(c.u64()?),
             11 => Body::Done,
+            12 => Body::SFlush { send_psn: c.u32()? },
+            13 => {
+                let (qkey, imm) = (c.u32()?, c.u32()?);
+                let data = c.bytes()?;
+                if data.len() as u64 > crate::verbs::UD_MTU {
+                    return Err(WireError::BadValue("datagram longer than the UD MTU"));
+                }
+                Body::Datagram {
+                    qkey,
+                    imm: (flags & 1 != 0).then_some(imm),
+                    data,
+                }
+            }
             other => return Err(WireError::UnknownOpcode(other)),
         };
         if c.at != total {
@@ -526,8 +567,11 @@ mod tests {
                 Just(NakCode::InvalidRequest)
             ]
             .prop_map(Body::Nak),
-            data.prop_map(Body::ReadResp),
+            data.clone().prop_map(Body::ReadResp),
             any::<u64>().prop_map(Body::AtomicResp),
+            any::<u32>().prop_map(|send_psn| Body::SFlush { send_psn }),
+            (any::<u32>(), data, any::<Option<u32>>())
+                .prop_map(|(qkey, data, imm)| Body::Datagram { qkey, data, imm }),
         ]
     }
 
@@ -595,5 +639,36 @@ mod tests {
         let mut b = p.emit();
         b[0] = 0;
         assert_eq!(Packet::parse(&b), Err(WireError::BadMagic));
+    }
+
+    #[test]
+    fn new_bodies_refuse_bad_flags_and_oversized_datagrams() {
+        let mk = |body| Packet {
+            src: 1,
+            dst: 2,
+            src_qp: QpNum(3),
+            dst_qp: QpNum(4),
+            psn: 5,
+            body,
+        };
+        let mut b = mk(Body::SFlush { send_psn: 9 }).emit();
+        b[4] = 1;
+        assert_eq!(Packet::parse(&b), Err(WireError::BadValue("flags")));
+        let dg = |n: usize| {
+            mk(Body::Datagram {
+                qkey: 7,
+                data: Bytes::from(vec![1u8; n]),
+                imm: Some(1),
+            })
+        };
+        let ok = dg(crate::verbs::UD_MTU as usize);
+        assert_eq!(Packet::parse(&ok.emit()).unwrap(), ok);
+        let mut b = ok.emit();
+        b[4] = 3;
+        assert_eq!(Packet::parse(&b), Err(WireError::BadValue("flags")));
+        assert_eq!(
+            Packet::parse(&dg(crate::verbs::UD_MTU as usize + 1).emit()),
+            Err(WireError::BadValue("datagram longer than the UD MTU"))
+        );
     }
 }

@@ -245,6 +245,8 @@ fn body_name(b: &Body) -> &'static str {
         Body::ReadResp(_) => "READ_RESP",
         Body::AtomicResp(_) => "ATOMIC_RESP",
         Body::Done => "DONE",
+        Body::SFlush { .. } => "SFLUSH",
+        Body::Datagram { .. } => "UD_SEND",
     }
 }
 

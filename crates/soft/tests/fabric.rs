@@ -1,0 +1,278 @@
+//! The seed 003 flush primitives and the UC/UD service types on the soft RNIC: two
+//! real-time nodes in one process joined by a loopback TCP connection, exchanging
+//! `Packet::emit` bytes (SFlush and UD datagram frames included).
+
+use remora_model::prng::Prng;
+use remora_model::profile::LatencyProfile;
+use remora_model::rnic::Rnic;
+use remora_soft::runtime::{real_time_profile, RtNode};
+use remora_verbs::*;
+
+struct Side {
+    node: RtNode,
+    pd: PdId,
+    pm: MrInfo,
+    dram: MrInfo,
+    scq: CqId,
+    rcq: CqId,
+}
+
+impl Side {
+    fn new(id: NodeId, config: &str) -> Side {
+        let profile = real_time_profile(&LatencyProfile::default_profile());
+        let rnic = Rnic::new(
+            id,
+            config.parse().unwrap(),
+            &profile,
+            Prng::from_seed(id as u64),
+        );
+        let node = RtNode::new(rnic);
+        tokio::task::spawn_local(node.clone().drive());
+        let pd = node.alloc_pd().unwrap();
+        let a = node.alloc(Space::Pm, 1 << 16, 4096);
+        let pm = node.reg_mr(pd, Space::Pm, a, 1 << 16, Access::ALL).unwrap();
+        let a = node.alloc(Space::Dram, 1 << 16, 4096);
+        let dram = node
+            .reg_mr(pd, Space::Dram, a, 1 << 16, Access::ALL)
+            .unwrap();
+        let scq = node.create_cq(256).unwrap();
+        let rcq = node.create_cq(256).unwrap();
+        Side {
+            node,
+            pd,
+            pm,
+            dram,
+            scq,
+            rcq,
+        }
+    }
+    fn qp(&self, qp_type: QpType) -> QpNum {
+        let attr = QpAttr {
+            qp_type,
+            qkey: 0x77,
+            ..QpAttr::default()
+        };
+        self.node
+            .create_qp(self.pd, self.scq, self.rcq, attr)
+            .unwrap()
+    }
+    fn pm_sge(&self, off: u64, len: u32) -> Sge {
+        Sge {
+            addr: self.pm.addr + off,
+            len,
+            lkey: self.pm.lkey,
+        }
+    }
+    fn dram_sge(&self, off: u64, len: u32) -> Sge {
+        Sge {
+            addr: self.dram.addr + off,
+            len,
+            lkey: self.dram.lkey,
+        }
+    }
+    /// What a power failure now would leave at `addr`.
+    fn durable(&self, addr: u64, len: usize) -> Vec<u8> {
+        self.node
+            .with(|r, now| r.crash_image(now).read_vec(addr, len))
+    }
+}
+
+/// A server (node 0) and a client (node 1) over one loopback TCP connection.
+async fn pair(config: &str) -> (Side, Side) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (a, b) = tokio::join!(listener.accept(), tokio::net::TcpStream::connect(addr));
+    let (a, b) = (a.unwrap().0, b.unwrap());
+    let (server, client) = (Side::new(0, config), Side::new(1, config));
+    let (r, w) = a.into_split();
+    server.node.attach(1, r, w, |_| {});
+    let (r, w) = b.into_split();
+    client.node.attach(0, r, w, |_| {});
+    (server, client)
+}
+
+fn run<T>(f: impl std::future::Future<Output = T>) -> T {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    tokio::task::LocalSet::new().block_on(&rt, f)
+}
+
+#[test]
+fn sflush_wflush_and_rflush_over_tcp() {
+    run(async {
+        let (s, c) = pair("DMP+noDDIO+PM-RQWRB").await;
+        let (sqp, cqp) = (s.qp(QpType::Rc), c.qp(QpType::Rc));
+        s.node.connect(sqp, 1, cqp).unwrap();
+        c.node.connect(cqp, 0, sqp).unwrap();
+        // SEND + SFlush into a PM receive buffer.
+        let buf = s.pm_sge(0, 512);
+        s.node
+            .post_recv(sqp, RecvWr { wr_id: 1, sge: buf })
+            .unwrap();
+        let data = vec![0x5a; 512];
+        c.node
+            .post_send(
+                cqp,
+                SendWr::new(1, Opcode::Send, Payload::Inline(data.clone()), None),
+            )
+            .unwrap();
+        c.node.post_send(cqp, SendWr::sflush(2)).unwrap();
+        let a = next_completion(&c.node, c.scq).await;
+        let b = next_completion(&c.node, c.scq).await;
+        assert_eq!(
+            (a.status, b.status, b.opcode),
+            (WcStatus::Success, WcStatus::Success, WcOpcode::SFlush)
+        );
+        assert_eq!(
+            s.durable(buf.addr, 512),
+            data,
+            "durable when the SFlush completes"
+        );
+        // WRITE + WFlush.
+        let r = Remote {
+            addr: s.pm.addr + 4096,
+            rkey: s.pm.rkey,
+        };
+        let d2 = vec![0x6b; 1024];
+        c.node
+            .post_send(
+                cqp,
+                SendWr::new(3, Opcode::Write, Payload::Inline(d2.clone()), Some(r)),
+            )
+            .unwrap();
+        c.node.post_send(cqp, SendWr::wflush(4, r, 1024)).unwrap();
+        for _ in 0..2 {
+            assert_eq!(
+                next_completion(&c.node, c.scq).await.status,
+                WcStatus::Success
+            );
+        }
+        assert_eq!(s.durable(r.addr, 1024), d2);
+        // RFlush from the server, notification to the client.
+        c.node
+            .post_recv(
+                cqp,
+                RecvWr {
+                    wr_id: 9,
+                    sge: c.dram_sge(0, 16),
+                },
+            )
+            .unwrap();
+        s.node
+            .post_send(sqp, SendWr::rflush(5, s.pm_sge(4096, 1024), 0xF1))
+            .unwrap();
+        let note = next_completion(&c.node, c.rcq).await;
+        assert_eq!(
+            (note.status, note.imm, note.byte_len),
+            (WcStatus::Success, Some(0xF1), 0)
+        );
+        let done = next_completion(&s.node, s.scq).await;
+        assert_eq!(
+            (done.status, done.opcode),
+            (WcStatus::Success, WcOpcode::RFlush)
+        );
+        assert_eq!(
+            s.node.net_stats().malformed + c.node.net_stats().malformed,
+            0
+        );
+    });
+}
+
+#[test]
+fn uc_and_ud_over_tcp() {
+    run(async {
+        let (s, c) = pair("DMP+noDDIO+PM-RQWRB").await;
+        // UC: a WRITE_WITH_IMM, and a SEND with no receive posted (dropped, counted).
+        let (sqp, cqp) = (s.qp(QpType::Uc), c.qp(QpType::Uc));
+        s.node.connect(sqp, 1, cqp).unwrap();
+        c.node.connect(cqp, 0, sqp).unwrap();
+        s.node
+            .post_recv(
+                sqp,
+                RecvWr {
+                    wr_id: 1,
+                    sge: s.dram_sge(0, 16),
+                },
+            )
+            .unwrap();
+        let r = Remote {
+            addr: s.pm.addr,
+            rkey: s.pm.rkey,
+        };
+        c.node
+            .post_send(
+                cqp,
+                SendWr::new(
+                    1,
+                    Opcode::WriteWithImm(3),
+                    Payload::Inline(vec![7; 64]),
+                    Some(r),
+                ),
+            )
+            .unwrap();
+        c.node
+            .post_send(
+                cqp,
+                SendWr::new(2, Opcode::Send, Payload::Inline(vec![8; 8]), None),
+            )
+            .unwrap();
+        for _ in 0..2 {
+            assert_eq!(
+                next_completion(&c.node, c.scq).await.status,
+                WcStatus::Success
+            );
+        }
+        let got = next_completion(&s.node, s.rcq).await;
+        assert_eq!((got.opcode, got.imm), (WcOpcode::RecvRdmaWithImm, Some(3)));
+        while s.node.with(|r, _| r.stats().unreliable_no_recv) == 0 {
+            tokio::task::yield_now().await;
+        }
+        // UD: a datagram, and an RFlush notification back to its sender.
+        let (sud, cud) = (s.qp(QpType::Ud), c.qp(QpType::Ud));
+        let buf = s.pm_sge(8192, 4096);
+        s.node
+            .post_recv(sud, RecvWr { wr_id: 2, sge: buf })
+            .unwrap();
+        c.node
+            .post_recv(
+                cud,
+                RecvWr {
+                    wr_id: 3,
+                    sge: c.dram_sge(0, 16),
+                },
+            )
+            .unwrap();
+        let dest = UdDest {
+            node: 0,
+            qpn: sud,
+            qkey: 0x77,
+        };
+        let data = vec![0x42; 4096];
+        c.node
+            .post_send(
+                cud,
+                SendWr::new(4, Opcode::Send, Payload::Inline(data.clone()), None).to(dest),
+            )
+            .unwrap();
+        let big = SendWr::new(5, Opcode::Send, Payload::Inline(vec![0; 4097]), None).to(dest);
+        assert!(matches!(
+            c.node.post_send(cud, big),
+            Err(VerbsError::TooLong { .. })
+        ));
+        let got = next_completion(&s.node, s.rcq).await;
+        assert_eq!((got.byte_len, got.src), (4096, Some((1, cud))));
+        let back = UdDest {
+            node: 1,
+            qpn: cud,
+            qkey: 0x77,
+        };
+        s.node
+            .post_send(sud, SendWr::rflush(6, buf, 0xAB).to(back))
+            .unwrap();
+        let note = next_completion(&c.node, c.rcq).await;
+        assert_eq!((note.imm, note.src), (Some(0xAB), Some((0, sud))));
+        assert_eq!(s.durable(buf.addr, 4096), data);
+    });
+}
