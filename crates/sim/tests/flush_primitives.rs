@@ -136,7 +136,7 @@ fn wflush_run(seed: u64, config: &str, p: &LatencyProfile) -> Run {
             SendWr::new(
                 1,
                 Opcode::Write,
-                Payload::Inline(d),
+                Payload::inline(d),
                 Some(c_remote(&n, off)),
             ),
         )
@@ -216,7 +216,7 @@ fn sflush_scenario(
         let t0 = c.h.now();
         c.h.post_send(
             n.cqp,
-            SendWr::new(1, Opcode::Send, Payload::Inline(data), None),
+            SendWr::new(1, Opcode::Send, Payload::inline(data), None),
         )
         .unwrap();
         c.h.post_send(n.cqp, SendWr::sflush(2)).unwrap();
@@ -301,7 +301,7 @@ fn sflush_covers_the_last_send_before_it() {
         for (id, d) in [(1, a2), (2, b2)] {
             c.h.post_send(
                 n.cqp,
-                SendWr::new(id, Opcode::Send, Payload::Inline(d), None),
+                SendWr::new(id, Opcode::Send, Payload::inline(d), None),
             )
             .unwrap();
         }
@@ -353,7 +353,7 @@ fn sflush_is_refused_at_post_time_where_it_cannot_work() {
         .h
         .post_send(
             net.cqp,
-            SendWr::new(1, Opcode::Send, Payload::Inline(vec![1]), None),
+            SendWr::new(1, Opcode::Send, Payload::inline(vec![1]), None),
         )
         .unwrap();
     let e = net
@@ -415,12 +415,12 @@ fn rflush_run_on(
         let c = &n.client;
         let wr = match t {
             QpType::Ud => {
-                SendWr::new(1, Opcode::SendWithImm(5), Payload::Inline(d), None).to(n.to_server())
+                SendWr::new(1, Opcode::SendWithImm(5), Payload::inline(d), None).to(n.to_server())
             }
             _ => SendWr::new(
                 1,
                 Opcode::WriteWithImm(5),
-                Payload::Inline(d),
+                Payload::inline(d),
                 Some(n.server.remote_pm(off)),
             ),
         };
@@ -499,7 +499,7 @@ fn rflush_is_refused_at_post_time_for_a_bad_range() {
     assert!(is_invalid(post(SendWr::rflush(1, bad, 0)).unwrap_err()));
     // No payload, no remote address.
     let mut wr = SendWr::rflush(1, s.sge(true, 0, 64), 0);
-    wr.local = Payload::Inline(vec![1]);
+    wr.local = Payload::inline(vec![1]);
     assert!(is_invalid(post(wr).unwrap_err()));
     // A UD RFlush must name where the notification goes.
     let net = Net::new(1, cfg("DMP+noDDIO+PM-RQWRB"), QpType::Ud);

@@ -18,13 +18,13 @@ fn write(id: u64, n: &Net, off: u64, data: Vec<u8>) -> SendWr {
     SendWr::new(
         id,
         Opcode::Write,
-        Payload::Inline(data),
+        Payload::inline(data),
         Some(n.server.remote_pm(off)),
     )
 }
 
 fn send(id: u64, data: Vec<u8>) -> SendWr {
-    SendWr::new(id, Opcode::Send, Payload::Inline(data), None)
+    SendWr::new(id, Opcode::Send, Payload::inline(data), None)
 }
 
 /// Packets node `from` put on the wire (needs `record_trace(true)`).
@@ -84,7 +84,7 @@ fn each_service_type_refuses_the_operations_it_lacks() {
             SendWr::new(1, Opcode::FetchAdd { add: 1 }, local8(&net), remote),
             SendWr::wflush(1, r, 8),
             SendWr::new(1, Opcode::AtomicWrite { value: 1 }, Payload::None, remote),
-            SendWr::new(1, Opcode::NonPostedWrite, Payload::Inline(vec![1]), remote),
+            SendWr::new(1, Opcode::NonPostedWrite, Payload::inline(vec![1]), remote),
         ];
         for wr in ops {
             let op = wr.opcode.name();
@@ -100,8 +100,8 @@ fn each_service_type_refuses_the_operations_it_lacks() {
             assert!(e.to_string().contains(t.name()), "{e}");
         }
         let writes = [
-            SendWr::new(1, Opcode::Write, Payload::Inline(vec![1]), remote),
-            SendWr::new(1, Opcode::WriteWithImm(1), Payload::Inline(vec![1]), remote),
+            SendWr::new(1, Opcode::Write, Payload::inline(vec![1]), remote),
+            SendWr::new(1, Opcode::WriteWithImm(1), Payload::inline(vec![1]), remote),
         ];
         for wr in writes {
             let r = net.client.h.post_send(net.cqp, dest(wr));
@@ -192,7 +192,7 @@ fn uc_drops_what_it_cannot_place_and_keeps_going() {
     let bad = SendWr::new(
         1,
         Opcode::Write,
-        Payload::Inline(vec![0xaa; 64]),
+        Payload::inline(vec![0xaa; 64]),
         Some(Remote {
             addr: net.server.pm.addr,
             rkey: 0xbad,
@@ -201,7 +201,7 @@ fn uc_drops_what_it_cannot_place_and_keeps_going() {
     let imm_no_recv = SendWr::new(
         2,
         Opcode::WriteWithImm(7),
-        Payload::Inline(vec![0xbb; 64]),
+        Payload::inline(vec![0xbb; 64]),
         Some(net.server.remote_pm(4096)),
     );
     let send_no_recv = send(3, vec![0xcc; 64]);
@@ -262,7 +262,7 @@ fn uc_write_with_imm_consumes_a_receive() {
     let wr = SendWr::new(
         1,
         Opcode::WriteWithImm(0x77),
-        Payload::Inline(vec![5; 100]),
+        Payload::inline(vec![5; 100]),
         Some(net.server.remote_pm(512)),
     );
     run_client(&net, vec![wr]);
@@ -354,7 +354,7 @@ fn ud_checks_the_qkey_and_drops_without_a_receive() {
         vec![SendWr::new(
             3,
             Opcode::SendWithImm(0xabc),
-            Payload::Inline(vec![3; 8]),
+            Payload::inline(vec![3; 8]),
             None,
         )
         .to(net.to_server())],

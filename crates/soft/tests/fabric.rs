@@ -115,7 +115,7 @@ fn sflush_wflush_and_rflush_over_tcp() {
         c.node
             .post_send(
                 cqp,
-                SendWr::new(1, Opcode::Send, Payload::Inline(data.clone()), None),
+                SendWr::new(1, Opcode::Send, Payload::inline(data.clone()), None),
             )
             .unwrap();
         c.node.post_send(cqp, SendWr::sflush(2)).unwrap();
@@ -139,7 +139,7 @@ fn sflush_wflush_and_rflush_over_tcp() {
         c.node
             .post_send(
                 cqp,
-                SendWr::new(3, Opcode::Write, Payload::Inline(d2.clone()), Some(r)),
+                SendWr::new(3, Opcode::Write, Payload::inline(d2.clone()), Some(r)),
             )
             .unwrap();
         c.node.post_send(cqp, SendWr::wflush(4, r, 1024)).unwrap();
@@ -207,7 +207,7 @@ fn uc_and_ud_over_tcp() {
                 SendWr::new(
                     1,
                     Opcode::WriteWithImm(3),
-                    Payload::Inline(vec![7; 64]),
+                    Payload::inline(vec![7; 64]),
                     Some(r),
                 ),
             )
@@ -215,7 +215,7 @@ fn uc_and_ud_over_tcp() {
         c.node
             .post_send(
                 cqp,
-                SendWr::new(2, Opcode::Send, Payload::Inline(vec![8; 8]), None),
+                SendWr::new(2, Opcode::Send, Payload::inline(vec![8; 8]), None),
             )
             .unwrap();
         for _ in 0..2 {
@@ -253,10 +253,10 @@ fn uc_and_ud_over_tcp() {
         c.node
             .post_send(
                 cud,
-                SendWr::new(4, Opcode::Send, Payload::Inline(data.clone()), None).to(dest),
+                SendWr::new(4, Opcode::Send, Payload::inline(data.clone()), None).to(dest),
             )
             .unwrap();
-        let big = SendWr::new(5, Opcode::Send, Payload::Inline(vec![0; 4097]), None).to(dest);
+        let big = SendWr::new(5, Opcode::Send, Payload::inline(vec![0; 4097]), None).to(dest);
         assert!(matches!(
             c.node.post_send(cud, big),
             Err(VerbsError::TooLong { .. })
