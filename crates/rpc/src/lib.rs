@@ -16,11 +16,13 @@
 //! | [`api`] | what every design's client and server offer, so one benchmark drives all |
 //! | [`proto`] | the request and reply frames (typed `emit`/`parse`, CRC-32C) |
 //! | [`kv`] | the key-value service: objects in the server's PM, idempotent re-execution |
+//! | [`workload`] | §5.1 micro-benchmark and YCSB A–F operation streams (seeded, YCSB's Zipfian) |
 
 pub mod api;
 pub mod design;
 pub mod kv;
 pub mod proto;
+pub mod workload;
 
 pub use api::{Completion, Op, Reply, RpcClient, RpcError, ServerCosts};
 pub use design::{Design, Family, FlushForm};
