@@ -16,10 +16,14 @@
 //! | [`api`] | what every design's client and server offer, so one benchmark drives all |
 //! | [`proto`] | the request and reply frames (typed `emit`/`parse`, CRC-32C) |
 //! | [`kv`] | the key-value service: objects in the server's PM, idempotent re-execution |
+//! | [`baselines`] | the eight earlier designs of §3 Figure 2 (DaRPC, FaRM, HERD, FaSST, L5, RFP, ScaleRPC, Octopus): clients, servers |
+//! | [`harness`] | a server and its senders on the simulator for any design ([`harness::Deployment`]) |
 //! | [`workload`] | §5.1 micro-benchmark and YCSB A–F operation streams (seeded, YCSB's Zipfian) |
 
 pub mod api;
+pub mod baselines;
 pub mod design;
+pub mod harness;
 pub mod kv;
 pub mod proto;
 pub mod workload;
