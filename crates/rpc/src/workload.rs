@@ -512,8 +512,13 @@ pub fn value_for(key: u64, version: u64, len: u64) -> Vec<u8> {
     v.extend_from_slice(&version.to_le_bytes());
     let seed =
         key.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ version.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
-    for i in 16..len {
-        v.push((seed >> ((i % 8) * 8)) as u8 ^ i as u8);
+    // Word at a time: a full run generates and checks 300K 64 KB objects.
+    let mut i = 2u64;
+    while (v.len() as u64) < len {
+        let word = (seed ^ i.wrapping_mul(0xD6E8_FEB8_6659_FD93)).to_le_bytes();
+        let take = (len - v.len() as u64).min(8) as usize;
+        v.extend_from_slice(&word[..take]);
+        i += 1;
     }
     v
 }
