@@ -17,7 +17,7 @@
 //! | [`proto`] | the request and reply frames (typed `emit`/`parse`, CRC-32C) |
 //! | [`kv`] | the key-value service: objects in the server's PM, idempotent re-execution |
 //! | [`baselines`] | the eight earlier designs of §3 Figure 2 (DaRPC, FaRM, HERD, FaSST, L5, RFP, ScaleRPC, Octopus): clients, servers |
-//! | [`bench`] | the §5 evaluation: a design-agnostic driver, the experiment sets, recovery model, report |
+//! | [`bench`](mod@bench) | the §5 evaluation: a design-agnostic driver, the experiment sets, recovery model, report |
 //! | [`harness`] | a server and its senders on the simulator for any design ([`harness::Deployment`]) |
 //! | [`workload`] | §5.1 micro-benchmark and YCSB A–F operation streams (seeded, YCSB's Zipfian) |
 

@@ -15,7 +15,7 @@
 //! Every server is durable the way seed 003 §3 says these designs are: "the sender has to
 //! wait for a completion event from the remote CPU", and the server replies only after
 //! [`KvStore::apply`](crate::kv::KvStore::apply) copied the data to its object in PM and
-//! ran `clwb`+`sfence`. Each request costs the server [`ServerCosts::processing`]
+//! ran `clwb`+`sfence`. Each request costs the server [`ServerCosts::processing`](crate::api::ServerCosts::processing)
 //! (0 = light load, 100 µs = heavy load, §5.2) plus the CPU time to notice it, dispatch it
 //! and copy the object.
 //!

@@ -11,7 +11,7 @@
 //! | [`senders`] | §5.5, Figure 17 | 1, 2, 4, 8 concurrent senders (30K requests each) | mean latency |
 //! | [`read_write`] | §5.5, Figure 18 | read:write 95:5, 50:50, 5:95 | mean latency |
 //! | [`batch`] | §5.5, Figure 19 | requests per RPC 1 … 16 | total execution time |
-//! | [`recovery`] | §5.4, Figure 12 | server availability × read:write | total execution time |
+//! | [`recovery`](fn@recovery) | §5.4, Figure 12 | server availability × read:write | total execution time |
 //!
 //! Designs plug in through [`crate::harness::Deployment`]: [`run_with`] runs any of them;
 //! [`run`] picks the baseline deployment for a baseline and the caller's

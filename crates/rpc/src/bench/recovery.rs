@@ -3,7 +3,7 @@
 //!
 //! The paper's scenario: the service runs in a unikernel that restarts in about 300 ms;
 //! "we simulate unexpected failures ... with different probabilities of server
-//! availability"; "the re-transfer interval of RDMA packets [is] 100 ms"; RPCs are
+//! availability"; "the re-transfer interval of RDMA packets \[is\] 100 ms"; RPCs are
 //! performed 10^9 times. "For traditional RPCs, the sender has to re-send RPC requests
 //! upon a system failure"; a durable RPC's request already persisted in the log "can be
 //! re-executed ... without re-sending the data from clients".

@@ -208,7 +208,11 @@ pub fn markdown(rs: &Results) -> String {
          their rows once they are wired in.\n\n{}",
         recovery_table(&rs.recovery)
     );
-    let _ = writeln!(s, "## Notes\n\n{}", notes(rs));
+    let _ = writeln!(
+        s,
+        "## Notes\n\n{}         - Busy polling of memory (FaRM, HERD, L5, RFP's server, ScaleRPC) probes every          `cpu.poll_ns`, and 4 × `cpu.poll_ns` apart after 5 µs of waiting, so noticing a          message late by at most 0.4 µs after long waits (`baselines::Polling`).\n         - Only objects the operation streams touch are preloaded; untouched objects change          no measurement.\n         - FaSST's 4 KB UD MTU is applied to object bytes (values, scan results, batches);          cell and frame headers are not counted against it.\n         - A batched RPC's latency is recorded once per RPC; its operations share it equally          in the read/write means.",
+        notes(rs)
+    );
     s
 }
 
