@@ -98,4 +98,19 @@ pub trait RpcClient {
     /// Waits until every issued request was processed and returns the replies not yet
     /// returned by [`call`](Self::call), in sequence order.
     fn drain(&mut self) -> impl Future<Output = Result<Vec<Reply>, RpcError>>;
+
+    /// Issues `ops` as one RPC where the design batches (seed 003 §5.5, Figure 19: "multiple
+    /// RDMA requests are batched into one RPC"); by default one [`call`](Self::call) each.
+    fn call_batch(
+        &mut self,
+        ops: Vec<Op>,
+    ) -> impl Future<Output = Result<Vec<Completion>, RpcError>> {
+        async move {
+            let mut out = Vec::with_capacity(ops.len());
+            for op in ops {
+                out.push(self.call(op).await?);
+            }
+            Ok(out)
+        }
+    }
 }

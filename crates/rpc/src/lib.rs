@@ -12,7 +12,7 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`design`] | the ten designs as data: name, primitive family, transport, flush form |
+//! | [`design`] | the twelve designs as data: name, primitive family, transport, flush form |
 //! | [`api`] | what every design's client and server offer, so one benchmark drives all |
 //! | [`proto`] | the request and reply frames (typed `emit`/`parse`, CRC-32C) |
 //! | [`kv`] | the key-value service: objects in the server's PM, idempotent re-execution |
@@ -20,15 +20,23 @@
 //! | [`redolog`] | the per-connection redo log in PM: header, operator word, entries (§4.2) |
 //! | [`durable`] | the four durable RPCs: client, server, recovery, simulator harness (§4.2–4.3) |
 //! | [`check`] | the crash checker for the durable RPCs, with negative controls |
+//! | [`baselines`] | the eight earlier designs of §3 Figure 2 (DaRPC, FaRM, HERD, FaSST, L5, RFP, ScaleRPC, Octopus): clients, servers |
+//! | [`bench`](mod@bench) | the §5 evaluation: a design-agnostic driver, the experiment sets, recovery model, report |
+//! | [`harness`] | a server and its senders on the simulator for any design ([`harness::Deployment`]) |
+//! | [`workload`] | §5.1 micro-benchmark and YCSB A–F operation streams (seeded, YCSB's Zipfian) |
 
 pub mod api;
+pub mod baselines;
+pub mod bench;
 pub mod check;
 pub mod design;
 pub mod durable;
 pub mod flush;
+pub mod harness;
 pub mod kv;
 pub mod proto;
 pub mod redolog;
+pub mod workload;
 
 pub use api::{Completion, Op, Reply, RpcClient, RpcError, ServerCosts};
 pub use design::{Design, Family, FlushForm};

@@ -1,0 +1,462 @@
+//! A baseline's client: sends each RPC the design's way and returns once the reply
+//! arrived, which the server sends only after persisting the data (seed 003 §3).
+
+use super::cell::{self, Header, Kind, Status, WarmUp};
+use super::{BaselineParams, ReplyPath, RequestPath, UD_MTU};
+use crate::api::{Completion, Op, Reply, RpcClient, RpcError};
+use crate::design::Design;
+use crate::proto::Request;
+use remora_verbs::{
+    next_completion, Access, CqId, MrInfo, Opcode, Payload, QpAttr, QpNum, RecvWr, Remote, SendWr,
+    Sge, Space, Verbs, WcStatus,
+};
+
+/// Where the server's buffers of one connection are (what a connection manager tells
+/// the client).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ServerSide {
+    /// The request ring.
+    pub ring: u64,
+    /// L5's mailbox.
+    pub mailbox: u64,
+    /// RFP's response buffers.
+    pub replies: u64,
+    /// The rkey of all three.
+    pub rkey: u32,
+}
+
+/// The client side of one baseline connection.
+pub struct BaselineClient<V: Verbs> {
+    v: V,
+    p: BaselineParams,
+    conn: u32,
+    qp: QpNum,
+    scq: CqId,
+    rcq: CqId,
+    mr: MrInfo,
+    requests: u64,
+    replies: u64,
+    control: u64,
+    fetch: u64,
+    server: ServerSide,
+    req: RequestPath,
+    rep: ReplyPath,
+    next_seq: u64,
+    next_cell: u64,
+    corrupt_next: bool,
+}
+
+const READ_TAG: u64 = u64::MAX - 1;
+
+impl<V: Verbs> BaselineClient<V> {
+    /// Sets up the client's queue pair and buffers and posts its receive buffers. Called by
+    /// [`super::BaselineServer::accept`].
+    pub(crate) fn create(
+        v: V,
+        p: BaselineParams,
+        conn: u32,
+        server: ServerSide,
+    ) -> Result<Self, RpcError> {
+        let (req, rep) = super::paths(p.design).expect("a baseline design");
+        let slots = p.ring_slots as u64;
+        let (rq, rp) = (p.request_slot(), p.reply_slot());
+        let len = slots * rq + slots * rp + slots * 64 + rp;
+        let pd = v.alloc_pd()?;
+        let base = v.alloc(Space::Dram, len, 64);
+        let mr = v.reg_mr(
+            pd,
+            Space::Dram,
+            base,
+            len,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+        )?;
+        let scq = v.create_cq(1024)?;
+        let rcq = v.create_cq(1024)?;
+        let qp = v.create_qp(
+            pd,
+            scq,
+            rcq,
+            QpAttr {
+                rq_depth: p.ring_slots as usize * 2,
+                ..QpAttr::default()
+            },
+        )?;
+        let requests = base;
+        let replies = requests + slots * rq;
+        let control = replies + slots * rp;
+        let fetch = control + slots * 64;
+        let c = BaselineClient {
+            v,
+            p,
+            conn,
+            qp,
+            scq,
+            rcq,
+            mr,
+            requests,
+            replies,
+            control,
+            fetch,
+            server,
+            req,
+            rep,
+            next_seq: 1,
+            next_cell: 1,
+            corrupt_next: false,
+        };
+        if matches!(rep, ReplyPath::Send | ReplyPath::WriteImm) {
+            for s in 0..slots {
+                c.post_slot(s)?;
+            }
+        }
+        Ok(c)
+    }
+
+    /// The design.
+    pub fn design(&self) -> Design {
+        self.p.design
+    }
+
+    /// The connection id (the first field of every request frame).
+    pub fn conn(&self) -> u32 {
+        self.conn
+    }
+
+    /// The client's queue pair (to connect to the server's).
+    pub fn qp(&self) -> QpNum {
+        self.qp
+    }
+
+    /// The client's reply ring, where WRITE replies land.
+    pub fn reply_ring(&self) -> Remote {
+        Remote {
+            addr: self.replies,
+            rkey: self.mr.rkey,
+        }
+    }
+
+    /// Flips one byte of the next request frame after its checksum was computed, as a
+    /// corrupted message would arrive; the server must reject it and keep serving (tests).
+    pub fn corrupt_next_request(&mut self) {
+        self.corrupt_next = true;
+    }
+
+    fn post_slot(&self, slot: u64) -> Result<(), RpcError> {
+        let sge = Sge {
+            addr: self.replies + slot * self.p.reply_slot(),
+            len: self.p.reply_slot() as u32,
+            lkey: self.mr.lkey,
+        };
+        Ok(self.v.post_recv(self.qp, RecvWr { wr_id: slot, sge })?)
+    }
+
+    fn unsupported(&self, what: String) -> RpcError {
+        RpcError::Unsupported {
+            design: self.p.design.name(),
+            what,
+        }
+    }
+
+    /// Sends `ops` as one RPC (one cell; several ops is §5.5's batching) and waits for the
+    /// reply.
+    pub async fn call_batch(&mut self, ops: Vec<Op>) -> Result<Vec<Completion>, RpcError> {
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        if ops.len() > self.p.max_batch as usize {
+            return Err(self.unsupported(format!(
+                "a batch of {} (limit {})",
+                ops.len(),
+                self.p.max_batch
+            )));
+        }
+        let limit = self.p.design.max_object().unwrap_or(u64::MAX);
+        let mut put_bytes = 0u64;
+        for op in &ops {
+            if let Op::Put { value, .. } = op {
+                if value.len() as u64 > limit {
+                    return Err(self.unsupported(format!(
+                        "a {}-byte object (the UD MTU is {} bytes)",
+                        value.len(),
+                        UD_MTU
+                    )));
+                }
+                if value.len() as u64 > self.p.max_value {
+                    return Err(self.unsupported(format!(
+                        "a {}-byte object (slots hold {})",
+                        value.len(),
+                        self.p.max_value
+                    )));
+                }
+                put_bytes += value.len() as u64;
+            }
+            if let Op::Scan { count, .. } = op {
+                if *count > self.p.max_scan {
+                    return Err(self.unsupported(format!("a scan of {count} objects")));
+                }
+            }
+        }
+        if put_bytes > limit {
+            return Err(self.unsupported(format!(
+                "{put_bytes} bytes in one message (the UD MTU is {UD_MTU})"
+            )));
+        }
+        let first = self.next_seq;
+        self.next_seq += ops.len() as u64;
+        let mut body = Vec::new();
+        for (i, op) in ops.iter().enumerate() {
+            Request {
+                conn: self.conn,
+                seq: first + i as u64,
+                op: op.clone(),
+            }
+            .emit(&mut body);
+        }
+        if std::mem::take(&mut self.corrupt_next) {
+            body[16] ^= 0x10;
+        }
+        let seq = self.next_cell;
+        self.next_cell += 1;
+        self.transmit(seq, &body)?;
+        let reply = self.wait_reply(seq).await?;
+        let done = self.v.now();
+        let header = Header::parse(&reply)
+            .ok_or_else(|| RpcError::Malformed(format!("reply cell {seq} has no header")))?;
+        let body = &reply[cell::CELL_HEADER as usize..][..header.len as usize];
+        match header.status {
+            Status::Ok => {}
+            Status::Rejected => {
+                return Err(RpcError::Malformed(format!(
+                    "{} server rejected RPC {seq}: {}",
+                    self.p.design,
+                    String::from_utf8_lossy(body)
+                )))
+            }
+            Status::Unsupported => {
+                return Err(self.unsupported(String::from_utf8_lossy(body).into_owned()))
+            }
+        }
+        let frames = cell::parse_replies(body).map_err(RpcError::Malformed)?;
+        if frames.len() != ops.len() {
+            return Err(RpcError::Malformed(format!(
+                "RPC {seq}: {} replies to {} requests",
+                frames.len(),
+                ops.len()
+            )));
+        }
+        let mut out = Vec::with_capacity(ops.len());
+        for (i, (f, op)) in frames.into_iter().zip(&ops).enumerate() {
+            let want = first + i as u64;
+            if f.conn != self.conn || f.reply.seq != want {
+                return Err(RpcError::Malformed(format!(
+                    "reply for connection {} request {}, expected {} request {want}",
+                    f.conn, f.reply.seq, self.conn
+                )));
+            }
+            out.push(Completion {
+                seq: want,
+                durable_at: matches!(op, Op::Put { .. }).then_some(done),
+                reply: Some(f.reply),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Posts request cell `seq` the design's way.
+    fn transmit(&mut self, seq: u64, body: &[u8]) -> Result<(), RpcError> {
+        let p = self.p;
+        let slot = seq % p.ring_slots as u64;
+        let staging = self.requests + slot * p.request_slot();
+        let ring = Remote {
+            addr: self.server.ring + slot * p.request_slot(),
+            rkey: self.server.rkey,
+        };
+        // ScaleRPC: cell 1, then one warm-up every `process_per_warmup + 1` cells.
+        let warm_up = self.req == RequestPath::WarmUpThenWrite
+            && (seq - 1).is_multiple_of(p.process_per_warmup as u64 + 1);
+        let (bytes, src) = if warm_up {
+            // The body stays in client memory; the server READs it.
+            self.v.store(Space::Dram, staging, body);
+            let w = WarmUp {
+                addr: staging,
+                rkey: self.mr.rkey,
+                len: body.len() as u32,
+            };
+            let c = cell::encode(seq, Kind::WarmUp, Status::Ok, &w.to_bytes());
+            (c, self.control + slot * 64)
+        } else {
+            (cell::encode(seq, Kind::Message, Status::Ok, body), staging)
+        };
+        self.v.store(Space::Dram, src, &bytes);
+        let sge = Payload::Sge(Sge {
+            addr: src,
+            len: bytes.len() as u32,
+            lkey: self.mr.lkey,
+        });
+        let wr = match self.req {
+            RequestPath::Send => SendWr::new(seq, Opcode::Send, sge, None),
+            RequestPath::WriteImm => {
+                SendWr::new(seq, Opcode::WriteWithImm(slot as u32), sge, Some(ring))
+            }
+            _ => SendWr::new(seq, Opcode::Write, sge, Some(ring)),
+        };
+        self.v.post_send(self.qp, wr.signaled(false))?;
+        if self.req == RequestPath::WriteMailbox {
+            let mailbox = Remote {
+                addr: self.server.mailbox,
+                rkey: self.server.rkey,
+            };
+            let wr = SendWr::new(
+                seq,
+                Opcode::Write,
+                Payload::inline(seq.to_le_bytes()),
+                Some(mailbox),
+            );
+            self.v.post_send(self.qp, wr.signaled(false))?;
+        }
+        Ok(())
+    }
+
+    /// Waits for reply cell `seq` and returns its bytes.
+    async fn wait_reply(&mut self, seq: u64) -> Result<Vec<u8>, RpcError> {
+        let p = self.p;
+        let slot = seq % p.ring_slots as u64;
+        let at = self.replies + slot * p.reply_slot();
+        match self.rep {
+            ReplyPath::Send | ReplyPath::WriteImm => {
+                let wc = next_completion(&self.v, self.rcq).await;
+                if wc.status != WcStatus::Success {
+                    return Err(RpcError::Malformed(format!(
+                        "reply receive failed ({})",
+                        wc.status
+                    )));
+                }
+                // A SEND lands in the oldest posted buffer; a WRITE_WITH_IMM where the
+                // server wrote it, named by the immediate.
+                let got = match self.rep {
+                    ReplyPath::WriteImm => wc.imm.unwrap_or(0) as u64 % p.ring_slots as u64,
+                    _ => wc.wr_id,
+                };
+                let bytes = self.read_cell(self.replies + got * p.reply_slot());
+                self.post_slot(wc.wr_id)?;
+                match bytes {
+                    Some(b) if cell_seq(&b) == seq => Ok(b),
+                    Some(b) => Err(RpcError::Malformed(format!(
+                        "expected reply {seq}, got reply {}",
+                        cell_seq(&b)
+                    ))),
+                    None => Err(RpcError::Malformed(format!(
+                        "reply {seq} is not a complete cell"
+                    ))),
+                }
+            }
+            ReplyPath::Write => {
+                let start = self.v.now();
+                loop {
+                    if let Some(b) = self.read_cell(at).filter(|b| cell_seq(b) == seq) {
+                        return Ok(b);
+                    }
+                    let waited = self.v.now().saturating_since(start);
+                    if waited >= p.polling.timeout {
+                        return Err(RpcError::Timeout(waited));
+                    }
+                    self.v.compute(p.polling.gap(waited)).await;
+                }
+            }
+            ReplyPath::RemoteRead => {
+                let start = self.v.now();
+                let remote = self.server.replies + slot * p.reply_slot();
+                loop {
+                    let first = (p.rfp_fetch_bytes as u64).min(p.reply_slot());
+                    self.read_remote(remote, self.fetch, first).await?;
+                    let mut hb = [0u8; 16];
+                    self.v.load(Space::Dram, self.fetch, &mut hb);
+                    if let Some(h) = Header::parse(&hb).filter(|h| h.seq == seq) {
+                        let total = cell::cell_bytes(h.len as u64);
+                        if total > p.reply_slot() {
+                            return Err(RpcError::Malformed(format!(
+                                "reply {seq} claims {total} bytes"
+                            )));
+                        }
+                        if total > first {
+                            self.read_remote(remote + first, self.fetch + first, total - first)
+                                .await?;
+                        }
+                        if let Some(b) = self.read_cell(self.fetch).filter(|b| cell_seq(b) == seq) {
+                            return Ok(b);
+                        }
+                    }
+                    let waited = self.v.now().saturating_since(start);
+                    if waited >= p.polling.timeout {
+                        return Err(RpcError::Timeout(waited));
+                    }
+                }
+            }
+        }
+    }
+
+    /// An RDMA READ of `len` bytes of the server's memory into local `dst`.
+    async fn read_remote(&mut self, remote: u64, dst: u64, len: u64) -> Result<(), RpcError> {
+        let wr = SendWr::new(
+            READ_TAG,
+            Opcode::Read,
+            Payload::Sge(Sge {
+                addr: dst,
+                len: len as u32,
+                lkey: self.mr.lkey,
+            }),
+            Some(Remote {
+                addr: remote,
+                rkey: self.server.rkey,
+            }),
+        );
+        self.v.post_send(self.qp, wr)?;
+        loop {
+            let wc = next_completion(&self.v, self.scq).await;
+            if wc.status != WcStatus::Success {
+                return Err(RpcError::Malformed(format!(
+                    "RDMA {:?} failed ({})",
+                    wc.opcode, wc.status
+                )));
+            }
+            if wc.wr_id == READ_TAG {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The complete cell at `at` (header and matching trailer), if there is one.
+    fn read_cell(&self, at: u64) -> Option<Vec<u8>> {
+        let mut hb = [0u8; 16];
+        self.v.load(Space::Dram, at, &mut hb);
+        let h = Header::parse(&hb)?;
+        let total = cell::cell_bytes(h.len as u64);
+        if total > self.p.reply_slot() {
+            return None;
+        }
+        let mut b = vec![0u8; total as usize];
+        self.v.load(Space::Dram, at, &mut b);
+        let t = h.trailer_at() as usize;
+        (u64::from_le_bytes(b[t..t + 8].try_into().expect("8")) == h.seq).then_some(b)
+    }
+}
+
+fn cell_seq(b: &[u8]) -> u64 {
+    u64::from_le_bytes(b[0..8].try_into().expect("header"))
+}
+
+impl<V: Verbs> RpcClient for BaselineClient<V> {
+    async fn call(&mut self, op: Op) -> Result<Completion, RpcError> {
+        let mut c = self.call_batch(vec![op]).await?;
+        Ok(c.pop().expect("one reply per request"))
+    }
+
+    async fn drain(&mut self) -> Result<Vec<Reply>, RpcError> {
+        // A baseline returns every reply from `call`: nothing is outstanding.
+        Ok(Vec::new())
+    }
+
+    async fn call_batch(&mut self, ops: Vec<Op>) -> Result<Vec<Completion>, RpcError> {
+        BaselineClient::call_batch(self, ops).await
+    }
+}

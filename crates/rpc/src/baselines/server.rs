@@ -1,0 +1,507 @@
+//! A baseline's server: one CPU thread serving every connection (seed 003 §5.1: "We deploy
+//! each RPC service in a single server"), noticing requests the way its design does
+//! (receive completions, or polling rings or mailboxes), persisting Puts through
+//! [`KvStore::apply`] and only then replying (§3: "When the RPC is completed, the sender
+//! can validate that the data has been persisted by the receiver").
+
+use super::cell::{self, Header, Kind, Status, WarmUp};
+use super::client::{BaselineClient, ServerSide};
+use super::{BaselineParams, ReplyPath, RequestPath, ServerCpu, UD_MTU};
+use crate::api::{Op, RpcError, ServerCosts};
+use crate::design::Design;
+use crate::kv::{KvLayout, KvStore};
+use crate::proto::{ReplyFrame, REPLY_HEADER};
+use remora_verbs::{
+    next_completion, Access, CqId, MrInfo, Opcode, Payload, PdId, QpAttr, QpNum, RecvWr, Remote,
+    SendWr, Sge, Space, Verbs, WcStatus,
+};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// What a server did, readable while it runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Requests executed.
+    pub requests: u64,
+    /// Cells (RPCs) answered, including rejections.
+    pub cells: u64,
+    /// Cells refused as malformed (the sender got a `Rejected` reply).
+    pub rejected: u64,
+    /// Requests refused as beyond the design (FaSST's UD MTU).
+    pub unsupported: u64,
+    /// ScaleRPC warm-up phases served.
+    pub warmups: u64,
+    /// The most recent errors, oldest first (at most [`ServerStats::ERRORS_KEPT`]).
+    pub errors: Vec<String>,
+}
+
+impl ServerStats {
+    /// Errors kept.
+    pub const ERRORS_KEPT: usize = 16;
+
+    fn error(&mut self, e: String) {
+        if self.errors.len() == Self::ERRORS_KEPT {
+            self.errors.remove(0);
+        }
+        self.errors.push(e);
+    }
+}
+
+/// One client connection as the server sees it.
+struct Conn {
+    id: u32,
+    qp: QpNum,
+    mr: MrInfo,
+    /// Request ring (also the receive buffers of SEND designs).
+    ring: u64,
+    /// L5 mailbox.
+    mailbox: u64,
+    /// Reply staging; RFP's response buffer.
+    replies: u64,
+    /// ScaleRPC: where the server READs a warm-up's message body.
+    fetch: u64,
+    /// The client's reply ring and its rkey.
+    peer_replies: Remote,
+    /// The next cell's sequence number.
+    expect: u64,
+    /// The connection failed; it is no longer polled.
+    dead: bool,
+}
+
+/// A baseline server over node `V`.
+pub struct BaselineServer<V: Verbs> {
+    v: V,
+    p: BaselineParams,
+    cpu: ServerCpu,
+    costs: ServerCosts,
+    kv: KvStore<V>,
+    pd: PdId,
+    scq: CqId,
+    rcq: CqId,
+    conns: Vec<Conn>,
+    stats: Rc<RefCell<ServerStats>>,
+    req: RequestPath,
+    rep: ReplyPath,
+    next_poll: usize,
+}
+
+const READ_TAG: u64 = u64::MAX;
+
+impl<V: Verbs + Clone> BaselineServer<V> {
+    /// A server for `p.design` with its objects at `layout` in PM (allocate it with
+    /// [`KvLayout`] on this node first; a recovered server passes the same layout).
+    pub fn create(
+        v: V,
+        p: BaselineParams,
+        cpu: ServerCpu,
+        costs: ServerCosts,
+        layout: KvLayout,
+    ) -> Result<Self, RpcError> {
+        let (req, rep) = super::paths(p.design).expect("a baseline design");
+        assert!(
+            layout.max_value >= p.max_value,
+            "slots hold the largest object"
+        );
+        let pd = v.alloc_pd()?;
+        let scq = v.create_cq(4096)?;
+        let rcq = v.create_cq(4096)?;
+        let kv = KvStore::new(v.clone(), layout);
+        Ok(BaselineServer {
+            v,
+            p,
+            cpu,
+            costs,
+            kv,
+            pd,
+            scq,
+            rcq,
+            conns: Vec::new(),
+            stats: Rc::default(),
+            req,
+            rep,
+            next_poll: 0,
+        })
+    }
+
+    /// The design served.
+    pub fn design(&self) -> Design {
+        self.p.design
+    }
+
+    /// Counters shared with whoever holds the handle.
+    pub fn stats(&self) -> Rc<RefCell<ServerStats>> {
+        self.stats.clone()
+    }
+
+    /// The object store (to preload objects before serving, or inspect them).
+    pub fn kv(&mut self) -> &mut KvStore<V> {
+        &mut self.kv
+    }
+
+    /// Sets up connection `conn_id` on both sides: the server's queue pair and buffers,
+    /// and a client on node `client`. Returns the client and the server's QP; the caller
+    /// connects the two QPs (the connection manager's job; `Sim::connect` on the
+    /// simulator) before either side sends.
+    pub fn accept<C: Verbs>(
+        &mut self,
+        client: C,
+        conn_id: u32,
+    ) -> Result<(BaselineClient<C>, QpNum), RpcError> {
+        assert!(conn_id != 0, "connection 0 is the preloader");
+        let slots = self.p.ring_slots as u64;
+        let (rq, rp) = (self.p.request_slot(), self.p.reply_slot());
+        let len = slots * rq + slots * rp + rq + 64;
+        let base = self.v.alloc(Space::Dram, len, 64);
+        let mr = self.v.reg_mr(
+            self.pd,
+            Space::Dram,
+            base,
+            len,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+        )?;
+        let qp = self.v.create_qp(
+            self.pd,
+            self.scq,
+            self.rcq,
+            QpAttr {
+                rq_depth: self.p.ring_slots as usize * 2,
+                ..QpAttr::default()
+            },
+        )?;
+        let (ring, replies) = (base, base + slots * rq);
+        let (fetch, mailbox) = (replies + slots * rp, replies + slots * rp + rq);
+        let side = ServerSide {
+            ring,
+            mailbox,
+            replies,
+            rkey: mr.rkey,
+        };
+        let c = BaselineClient::create(client, self.p, conn_id, side)?;
+        self.conns.push(Conn {
+            id: conn_id,
+            qp,
+            mr,
+            ring,
+            mailbox,
+            replies,
+            fetch,
+            peer_replies: c.reply_ring(),
+            expect: 1,
+            dead: false,
+        });
+        Ok((c, qp))
+    }
+
+    fn post_slot(&self, ci: usize, slot: u64) -> Result<(), RpcError> {
+        let c = &self.conns[ci];
+        let sge = Sge {
+            addr: c.ring + slot * self.p.request_slot(),
+            len: self.p.request_slot() as u32,
+            lkey: c.mr.lkey,
+        };
+        let wr_id = ((ci as u64) << 32) | slot;
+        Ok(self.v.post_recv(c.qp, RecvWr { wr_id, sge })?)
+    }
+
+    /// Serves until every connection failed or the node lost power; returns why it
+    /// stopped. A malformed request gets a `Rejected` reply naming the problem and the
+    /// server goes on serving.
+    pub async fn serve(mut self) -> RpcError {
+        match self.serve_inner().await {
+            Ok(never) => match never {},
+            Err(e) => e,
+        }
+    }
+
+    async fn serve_inner(&mut self) -> Result<std::convert::Infallible, RpcError> {
+        if matches!(self.req, RequestPath::Send | RequestPath::WriteImm) {
+            for ci in 0..self.conns.len() {
+                for s in 0..self.p.ring_slots as u64 {
+                    self.post_slot(ci, s)?;
+                }
+            }
+        }
+        loop {
+            if self.conns.iter().all(|c| c.dead) {
+                return Err(RpcError::Malformed("every connection failed".into()));
+            }
+            let (ci, slot) = self.next_request().await?;
+            self.handle(ci, slot).await?;
+            if self.req == RequestPath::Send {
+                // The buffer is reposted once its message was handled.
+                self.post_slot(ci, slot)?;
+            }
+        }
+    }
+
+    /// Waits for the next request cell: (connection index, ring slot).
+    async fn next_request(&mut self) -> Result<(usize, u64), RpcError> {
+        match self.req {
+            RequestPath::Send | RequestPath::WriteImm => loop {
+                let wc = next_completion(&self.v, self.rcq).await;
+                let ci = (wc.wr_id >> 32) as usize;
+                if wc.status != WcStatus::Success {
+                    if let Some(c) = self.conns.get_mut(ci) {
+                        c.dead = true;
+                    }
+                    self.stats
+                        .borrow_mut()
+                        .error(format!("connection {ci}: receive failed ({})", wc.status));
+                    if self.conns.iter().all(|c| c.dead) {
+                        return Err(RpcError::Malformed("every connection failed".into()));
+                    }
+                    continue;
+                }
+                self.v.compute(self.cpu.poll + self.cpu.handle).await;
+                let slot = match self.req {
+                    RequestPath::WriteImm => {
+                        // The receive buffer is not used: repost it at once.
+                        self.post_slot(ci, wc.wr_id & 0xffff_ffff)?;
+                        wc.imm.unwrap_or(0) as u64 % self.p.ring_slots as u64
+                    }
+                    _ => wc.wr_id & 0xffff_ffff,
+                };
+                return Ok((ci, slot));
+            },
+            _ => {
+                let start = self.v.now();
+                loop {
+                    let n = self.conns.len();
+                    for k in 0..n {
+                        let ci = (self.next_poll + k) % n;
+                        if self.arrived(ci) {
+                            self.next_poll = (ci + 1) % n;
+                            self.v.compute(self.cpu.handle).await;
+                            let slot = self.conns[ci].expect % self.p.ring_slots as u64;
+                            return Ok((ci, slot));
+                        }
+                    }
+                    let waited = self.v.now().saturating_since(start);
+                    self.v.compute(self.p.polling.gap(waited)).await;
+                }
+            }
+        }
+    }
+
+    /// One probe of connection `ci`: has its next cell landed?
+    fn arrived(&self, ci: usize) -> bool {
+        let c = &self.conns[ci];
+        if c.dead {
+            return false;
+        }
+        if self.req == RequestPath::WriteMailbox {
+            let mut b = [0u8; 8];
+            self.v.load(Space::Dram, c.mailbox, &mut b);
+            return u64::from_le_bytes(b) >= c.expect;
+        }
+        let at = c.ring + (c.expect % self.p.ring_slots as u64) * self.p.request_slot();
+        let mut h = [0u8; 16];
+        self.v.load(Space::Dram, at, &mut h);
+        match Header::parse(&h) {
+            Some(h) if h.seq == c.expect && h.len as u64 <= self.p.max_request_body() => {
+                let mut t = [0u8; 8];
+                self.v.load(Space::Dram, at + h.trailer_at(), &mut t);
+                u64::from_le_bytes(t) == c.expect
+            }
+            _ => false,
+        }
+    }
+
+    /// Handles the cell in slot `slot` of connection `ci`.
+    async fn handle(&mut self, ci: usize, slot: u64) -> Result<(), RpcError> {
+        let (at, expect, id) = {
+            let c = &self.conns[ci];
+            (c.ring + slot * self.p.request_slot(), c.expect, c.id)
+        };
+        let mut hb = [0u8; 16];
+        self.v.load(Space::Dram, at, &mut hb);
+        let header = match Header::parse(&hb) {
+            Some(h) if h.len as u64 <= self.p.max_request_body() => h,
+            Some(h) => {
+                let why = format!(
+                    "cell of {} bytes exceeds the {}-byte limit",
+                    h.len,
+                    self.p.max_request_body()
+                );
+                return self.reject(ci, expect, Status::Rejected, why).await;
+            }
+            None => {
+                return self
+                    .reject(ci, expect, Status::Rejected, "not a request cell".into())
+                    .await
+            }
+        };
+        if header.seq != expect {
+            let why = format!("cell {} out of order (expected {expect})", header.seq);
+            return self.reject(ci, expect, Status::Rejected, why).await;
+        }
+        let mut body = vec![0u8; header.len as usize];
+        self.v.load(Space::Dram, at + cell::CELL_HEADER, &mut body);
+        if header.kind == Kind::WarmUp {
+            match WarmUp::parse(&body) {
+                Ok(w) if w.len as u64 <= self.p.max_request_body() => {
+                    body = self.fetch(ci, w).await?;
+                    self.stats.borrow_mut().warmups += 1;
+                }
+                Ok(w) => {
+                    let why = format!("warm-up of {} bytes exceeds the limit", w.len);
+                    return self.reject(ci, expect, Status::Rejected, why).await;
+                }
+                Err(why) => return self.reject(ci, expect, Status::Rejected, why).await,
+            }
+        }
+        let requests = match cell::parse_requests(&body) {
+            Ok(r) => r,
+            Err(why) => return self.reject(ci, expect, Status::Rejected, why).await,
+        };
+        let mut out = Vec::new();
+        for r in &requests {
+            if r.conn != id {
+                let why = format!("request names connection {}, arrived on {id}", r.conn);
+                return self.reject(ci, expect, Status::Rejected, why).await;
+            }
+            if self.p.design == Design::Fasst {
+                if let Op::Put { value, .. } = &r.op {
+                    if value.len() as u64 > UD_MTU {
+                        let why = format!("a {}-byte object exceeds the 4 KB UD MTU", value.len());
+                        return self.reject(ci, expect, Status::Unsupported, why).await;
+                    }
+                }
+            }
+            self.v.compute(self.costs.processing).await;
+            if let Op::Put { value, .. } = &r.op {
+                // The CPU copies the object from the message buffer to its slot.
+                self.v.compute(self.cpu.copy(value.len() as u64)).await;
+            }
+            let reply = match self.kv.apply(r.conn, r.seq, &r.op).await {
+                Ok(reply) => reply,
+                Err(e) => {
+                    return self
+                        .reject(ci, expect, Status::Rejected, e.to_string())
+                        .await
+                }
+            };
+            if !reply.value.is_empty() {
+                // ... and a read's objects into the reply.
+                self.v
+                    .compute(self.cpu.copy(reply.value.len() as u64))
+                    .await;
+            }
+            if self.p.design == Design::Fasst && reply.value.len() as u64 > UD_MTU {
+                let why = format!("a {}-byte reply exceeds the 4 KB UD MTU", reply.value.len());
+                return self.reject(ci, expect, Status::Unsupported, why).await;
+            }
+            self.stats.borrow_mut().requests += 1;
+            ReplyFrame { conn: id, reply }.emit(&mut out);
+        }
+        debug_assert!(out.len() >= requests.len() * REPLY_HEADER);
+        self.reply(ci, expect, Status::Ok, &out)?;
+        Ok(())
+    }
+
+    /// ScaleRPC's warm-up: READs the message body from the client.
+    async fn fetch(&mut self, ci: usize, w: WarmUp) -> Result<Vec<u8>, RpcError> {
+        let c = &self.conns[ci];
+        let wr = SendWr::new(
+            READ_TAG,
+            Opcode::Read,
+            Payload::Sge(Sge {
+                addr: c.fetch,
+                len: w.len,
+                lkey: c.mr.lkey,
+            }),
+            Some(Remote {
+                addr: w.addr,
+                rkey: w.rkey,
+            }),
+        );
+        self.v.post_send(c.qp, wr)?;
+        loop {
+            let wc = next_completion(&self.v, self.scq).await;
+            if wc.wr_id != READ_TAG {
+                // An unsignaled reply that failed: its connection is gone.
+                self.stats
+                    .borrow_mut()
+                    .error(format!("send failed ({})", wc.status));
+                continue;
+            }
+            if wc.status != WcStatus::Success {
+                return Err(RpcError::Malformed(format!(
+                    "warm-up READ failed ({})",
+                    wc.status
+                )));
+            }
+            break;
+        }
+        let mut body = vec![0u8; w.len as usize];
+        self.v.load(Space::Dram, self.conns[ci].fetch, &mut body);
+        Ok(body)
+    }
+
+    async fn reject(
+        &mut self,
+        ci: usize,
+        seq: u64,
+        status: Status,
+        why: String,
+    ) -> Result<(), RpcError> {
+        {
+            let mut s = self.stats.borrow_mut();
+            match status {
+                Status::Unsupported => s.unsupported += 1,
+                _ => s.rejected += 1,
+            }
+            s.error(format!(
+                "connection {}: cell {seq}: {why}",
+                self.conns[ci].id
+            ));
+        }
+        self.reply(ci, seq, status, why.as_bytes())
+    }
+
+    /// Sends the reply cell `seq` of connection `ci` the design's way.
+    fn reply(&mut self, ci: usize, seq: u64, status: Status, body: &[u8]) -> Result<(), RpcError> {
+        let p = self.p;
+        let mut body = body;
+        if body.len() as u64 > p.max_reply_body() {
+            body = b"reply exceeds the reply buffer";
+        }
+        let bytes = cell::encode(seq, Kind::Message, status, body);
+        let c = &mut self.conns[ci];
+        c.expect = seq + 1;
+        let slot = seq % p.ring_slots as u64;
+        let staging = c.replies + slot * p.reply_slot();
+        self.v.store(Space::Dram, staging, &bytes);
+        let sge = Sge {
+            addr: staging,
+            len: bytes.len() as u32,
+            lkey: c.mr.lkey,
+        };
+        let remote = Remote {
+            addr: c.peer_replies.addr + slot * p.reply_slot(),
+            rkey: c.peer_replies.rkey,
+        };
+        let wr = match self.rep {
+            ReplyPath::RemoteRead => None,
+            ReplyPath::Send => Some(SendWr::new(seq, Opcode::Send, Payload::Sge(sge), None)),
+            ReplyPath::Write => Some(SendWr::new(
+                seq,
+                Opcode::Write,
+                Payload::Sge(sge),
+                Some(remote),
+            )),
+            ReplyPath::WriteImm => Some(SendWr::new(
+                seq,
+                Opcode::WriteWithImm(slot as u32),
+                Payload::Sge(sge),
+                Some(remote),
+            )),
+        };
+        if let Some(wr) = wr {
+            self.v.post_send(c.qp, wr.signaled(false))?;
+        }
+        let mut s = self.stats.borrow_mut();
+        s.cells += 1;
+        Ok(())
+    }
+}

@@ -1,0 +1,789 @@
+//! The evaluation of seed 003 §5 on the simulator: a driver that runs any design on any
+//! workload and measures throughput (operations per simulated second) and latency (mean,
+//! p50, p99 with hdrhistogram), and the experiment sets of §5.2–§5.5 as functions
+//! returning result tables.
+//!
+//! | function | seed 003 | what varies | reported |
+//! |---|---|---|---|
+//! | [`micro`] | §5.2, Figures 8–9 | object 32 B, 1 KB, 64 KB × heavy/light load | throughput, p99 |
+//! | [`ycsb`] | §5.3, Figure 11 | YCSB A–F (4 KB values) | mean latency |
+//! | [`sizes`] | §5.5, Figure 13 | object 64 B … 256 KB | mean latency |
+//! | [`senders`] | §5.5, Figure 17 | 1, 2, 4, 8 concurrent senders (30K requests each) | mean latency |
+//! | [`read_write`] | §5.5, Figure 18 | read:write 95:5, 50:50, 5:95 | mean latency |
+//! | [`batch`] | §5.5, Figure 19 | requests per RPC 1 … 16 | total execution time |
+//! | [`recovery`](fn@recovery) | §5.4, Figure 12 | server availability × read:write | total execution time |
+//!
+//! Designs plug in through [`crate::harness::Deployment`]: [`run_with`] runs any of them;
+//! [`run`] picks the baseline deployment for a baseline and the caller's
+//! [`BenchOptions::durable`] runner for a durable RPC. [`run_all`] runs every set and
+//! [`report::write_report`] writes `rpc.md`, `rpc.csv`, `rpc.json` and SVG plots.
+
+pub mod recovery;
+pub mod report;
+
+use crate::api::{Op, RpcClient, ServerCosts};
+use crate::baselines::{transport_substituted, BASELINES};
+use crate::design::Design;
+use crate::harness::{dmp, BaselineDeployment, Deployment, SimEnv, SimSetup};
+use crate::workload::{
+    check_value, fnv64, InsertCursor, MicroSpec, OpKind, OpSpec, Workload, YcsbKind, YcsbSpec,
+};
+use remora_model::config::ServerConfig;
+use remora_model::profile::LatencyProfile;
+use remora_model::time::{Duration, Instant};
+use remora_verbs::Verbs;
+use serde::Serialize;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+
+pub use recovery::{recovery, FailureSide, RecoveryParams, RecoveryResult};
+pub use report::write_report;
+
+/// Server load (seed 003 §5.2): "injecting an additional latency of 100 us for data
+/// processing ... heavy load ... light-load RPCs only perform read/write operations".
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Load {
+    /// No injected processing time.
+    Light,
+    /// 100 µs of processing per request.
+    Heavy,
+}
+
+impl Load {
+    /// The per-request processing time.
+    pub fn processing(self) -> Duration {
+        match self {
+            Load::Light => Duration::ZERO,
+            Load::Heavy => Duration::from_micros(100),
+        }
+    }
+
+    /// "light" or "heavy".
+    pub fn name(self) -> &'static str {
+        match self {
+            Load::Light => "light",
+            Load::Heavy => "heavy",
+        }
+    }
+}
+
+/// One measured run: a design, a workload, senders, batch size, load.
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    /// Experiment label carried into the result.
+    pub experiment: &'static str,
+    /// The design.
+    pub design: Design,
+    /// The workload each sender runs.
+    pub workload: Workload,
+    /// Concurrent senders (§5.5).
+    pub senders: u32,
+    /// Requests per RPC (§5.5 batching; 1 = none).
+    pub batch: u32,
+    /// Server load (§5.2).
+    pub load: Load,
+    /// The server's configuration.
+    pub server_config: ServerConfig,
+    /// Simulation seed (senders' operation streams derive from it).
+    pub seed: u64,
+    /// Latency profile.
+    pub profile: LatencyProfile,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RunResult {
+    /// Experiment label.
+    pub experiment: String,
+    /// Design name.
+    pub design: String,
+    /// Workload name.
+    pub workload: String,
+    /// Object size.
+    pub object_bytes: u64,
+    /// Senders.
+    pub senders: u32,
+    /// Requests per RPC.
+    pub batch: u32,
+    /// "light" or "heavy".
+    pub load: String,
+    /// Read percentage of a micro-benchmark (YCSB: its mix's reads).
+    pub read_percent: u32,
+    /// Server configuration name.
+    pub config: String,
+    /// Operations completed (all senders).
+    pub ops: u64,
+    /// RPCs issued (batches count once; a read-modify-write twice).
+    pub rpcs: u64,
+    /// Simulated time from the first request to the last reply, ns.
+    pub elapsed_ns: u64,
+    /// Operations per simulated second.
+    pub throughput_ops_s: f64,
+    /// Mean latency of an operation (of an RPC when batched), ns.
+    pub mean_ns: f64,
+    /// Median, ns.
+    pub p50_ns: u64,
+    /// 99th percentile, ns.
+    pub p99_ns: u64,
+    /// Maximum, ns.
+    pub max_ns: u64,
+    /// Mean latency of reads (Get, Scan), ns (NaN when none).
+    pub read_mean_ns: f64,
+    /// Mean latency of writes (Put, insert, read-modify-write), ns (NaN when none).
+    pub write_mean_ns: f64,
+    /// Reads whose result was checked.
+    pub reads_checked: u64,
+    /// Simulator events.
+    pub events: u64,
+    /// The simulation's fingerprint (same seed, same value).
+    pub fingerprint: u64,
+    /// A transport the model substituted (HERD, FaSST over RC until UC/UD exist).
+    pub transport_note: Option<String>,
+    /// Why the run was skipped (e.g. FaSST and objects over the 4 KB UD MTU).
+    pub skipped: Option<String>,
+}
+
+impl RunResult {
+    fn skipped(spec: &RunSpec, why: String) -> Self {
+        let mut r = Self::empty(spec);
+        r.skipped = Some(why);
+        r
+    }
+
+    fn empty(spec: &RunSpec) -> Self {
+        RunResult {
+            experiment: spec.experiment.into(),
+            design: spec.design.name().into(),
+            workload: spec.workload.name(),
+            object_bytes: spec.workload.object_bytes(),
+            senders: spec.senders,
+            batch: spec.batch,
+            load: spec.load.name().into(),
+            read_percent: read_percent(&spec.workload),
+            config: spec.server_config.name(),
+            ops: 0,
+            rpcs: 0,
+            elapsed_ns: 0,
+            throughput_ops_s: f64::NAN,
+            mean_ns: f64::NAN,
+            p50_ns: 0,
+            p99_ns: 0,
+            max_ns: 0,
+            read_mean_ns: f64::NAN,
+            write_mean_ns: f64::NAN,
+            reads_checked: 0,
+            events: 0,
+            fingerprint: 0,
+            transport_note: transport_substituted(spec.design).map(str::to_string),
+            skipped: None,
+        }
+    }
+}
+
+fn read_percent(w: &Workload) -> u32 {
+    match w {
+        Workload::Micro(m) => m.read_percent,
+        Workload::Ycsb(y) => {
+            let m = y.kind.mix();
+            m[0] + m[3]
+        }
+    }
+}
+
+/// Runs a durable RPC (supplied by the code that implements them).
+pub type DurableRunner = fn(&RunSpec) -> Result<RunResult, String>;
+
+/// Runs `spec` with the baseline deployment, or `durable` for a durable RPC.
+pub fn run(spec: &RunSpec, durable: Option<DurableRunner>) -> Result<RunResult, String> {
+    if crate::baselines::paths(spec.design).is_some() {
+        run_with(spec, |setup| BaselineDeployment::new(spec.design, setup))
+    } else if let Some(f) = durable {
+        f(spec)
+    } else {
+        Ok(RunResult::skipped(
+            spec,
+            "durable RPCs are not wired into this benchmark yet".into(),
+        ))
+    }
+}
+
+/// Why `design` cannot run `w`, if it cannot (FaSST's 4 KB UD MTU, seed 003 §5.1: "we only
+/// show experimental results of FaSST for objects smaller than 4KB").
+pub fn unsupported(design: Design, w: &Workload, batch: u32) -> Option<String> {
+    let limit = design.max_object()?;
+    let object = w.object_bytes();
+    if object > limit {
+        return Some(format!(
+            "{design}: {object}-byte objects exceed the 4 KB UD MTU"
+        ));
+    }
+    if object * w.max_scan() as u64 > limit {
+        return Some(format!(
+            "{design}: scans of up to {} objects exceed the 4 KB UD MTU",
+            w.max_scan()
+        ));
+    }
+    if object * batch as u64 > limit {
+        return Some(format!(
+            "{design}: a batch of {batch} objects exceeds the 4 KB UD MTU"
+        ));
+    }
+    None
+}
+
+/// The seed of sender `i`'s operation stream.
+pub fn sender_seed(seed: u64, i: u32) -> u64 {
+    fnv64(seed ^ fnv64(i as u64 + 1))
+}
+
+/// Keys the run reads before it could have written them: preloaded (seed 003 §5.1: "the
+/// sender first generates 50K objects in a remote server"). Objects no operation touches
+/// are left out; they change no measurement and would only cost memory.
+pub fn touched_keys(w: &Workload, senders: u32, seed: u64) -> BTreeSet<u64> {
+    let mut keys = BTreeSet::new();
+    let cursor: InsertCursor = Rc::new(Cell::new(w.preload()));
+    let cap = w.key_space(senders as u64);
+    for i in 0..senders {
+        for op in w
+            .generator(sender_seed(seed, i))
+            .share_inserts(cursor.clone(), cap)
+        {
+            match op.kind {
+                OpKind::Insert => {}
+                OpKind::Scan { count } => {
+                    keys.extend(op.key..(op.key + count as u64).min(w.preload()));
+                }
+                _ => {
+                    if op.key < w.preload() {
+                        keys.insert(op.key);
+                    }
+                }
+            }
+        }
+    }
+    keys
+}
+
+#[derive(Default)]
+struct Tally {
+    hist: Option<hdrhistogram::Histogram<u64>>,
+    ops: u64,
+    rpcs: u64,
+    reads: (u64, u64),
+    writes: (u64, u64),
+    reads_checked: u64,
+    error: Option<String>,
+}
+
+impl Tally {
+    fn record(&mut self, ns: u64) {
+        self.hist
+            .get_or_insert_with(|| hdrhistogram::Histogram::new(3).expect("histogram"))
+            .record(ns.max(1))
+            .expect("latency fits");
+    }
+}
+
+/// Runs `spec` with the deployment `make` builds for the run's [`SimSetup`]: preloads the
+/// objects, deploys, runs every sender's operation stream on its own node, checks every
+/// read, and measures.
+pub fn run_with<D: Deployment>(
+    spec: &RunSpec,
+    make: impl FnOnce(&SimSetup) -> D,
+) -> Result<RunResult, String> {
+    if let Some(why) = unsupported(spec.design, &spec.workload, spec.batch) {
+        return Ok(RunResult::skipped(spec, why));
+    }
+    let w = spec.workload;
+    let key_space = w.key_space(spec.senders as u64);
+    let setup = SimSetup {
+        seed: spec.seed,
+        profile: spec.profile.clone(),
+        server_config: spec.server_config,
+        senders: spec.senders,
+        objects: key_space,
+        max_value: w.object_bytes(),
+        max_batch: spec.batch.max(1),
+        max_scan: w.max_scan(),
+        costs: ServerCosts {
+            processing: spec.load.processing(),
+            backlog_threshold: 64,
+        },
+    };
+    let dep = make(&setup);
+    assert_eq!(dep.design(), spec.design);
+    let env = SimEnv::new(setup);
+    env.preload(touched_keys(&w, spec.senders, spec.seed), w.object_bytes());
+    let clients = dep.deploy(&env).map_err(|e| e.to_string())?;
+    let tally = Rc::new(RefCell::new(Tally::default()));
+    let cursor: InsertCursor = Rc::new(Cell::new(w.preload()));
+    let versions = Rc::new(RefCell::new(vec![0u64; key_space as usize]));
+    let next_version = Rc::new(Cell::new(1u64));
+    let exact = spec.senders == 1;
+    let mut senders: Vec<Pin<Box<dyn Future<Output = ()>>>> = Vec::new();
+    for (i, client) in clients.into_iter().enumerate() {
+        let gen = w
+            .generator(sender_seed(spec.seed, i as u32))
+            .share_inserts(cursor.clone(), key_space);
+        let ctx = Sender {
+            node: env.senders[i].clone(),
+            tally: tally.clone(),
+            versions: versions.clone(),
+            next_version: next_version.clone(),
+            exact,
+            object: w.object_bytes(),
+            preloaded: w.preload(),
+            batch: spec.batch.max(1) as usize,
+        };
+        senders.push(Box::pin(ctx.run(client, gen)));
+    }
+    let start = env.sim.now();
+    let events0 = env.sim.events_processed();
+    let finished = env.sim.block_on(Instant::NEVER, JoinAll(senders));
+    let elapsed = env.sim.now().saturating_since(start).as_nanos();
+    let t = tally.borrow();
+    if let Some(e) = &t.error {
+        return Err(format!("{} on {}: {e}", spec.design, w.name()));
+    }
+    if finished.is_none() {
+        return Err(format!("{} on {}: the run stalled", spec.design, w.name()));
+    }
+    let h = t.hist.as_ref().ok_or("no operation ran")?;
+    let mut r = RunResult::empty(spec);
+    r.ops = t.ops;
+    r.rpcs = t.rpcs;
+    r.elapsed_ns = elapsed;
+    r.throughput_ops_s = t.ops as f64 / (elapsed.max(1) as f64 / 1e9);
+    r.mean_ns = h.mean();
+    r.p50_ns = h.value_at_quantile(0.5);
+    r.p99_ns = h.value_at_quantile(0.99);
+    r.max_ns = h.max();
+    r.read_mean_ns = mean(t.reads);
+    r.write_mean_ns = mean(t.writes);
+    r.reads_checked = t.reads_checked;
+    r.events = env.sim.events_processed() - events0;
+    r.fingerprint = env.sim.fingerprint();
+    Ok(r)
+}
+
+fn mean((sum, n): (u64, u64)) -> f64 {
+    if n == 0 {
+        f64::NAN
+    } else {
+        sum as f64 / n as f64
+    }
+}
+
+/// Polls every future until all finished (the simulator's executor has no join).
+struct JoinAll(Vec<Pin<Box<dyn Future<Output = ()>>>>);
+
+impl Future for JoinAll {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.0.retain_mut(|f| f.as_mut().poll(cx).is_pending());
+        if self.0.is_empty() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+struct Sender<N: Verbs> {
+    node: N,
+    tally: Rc<RefCell<Tally>>,
+    versions: Rc<RefCell<Vec<u64>>>,
+    next_version: Rc<Cell<u64>>,
+    exact: bool,
+    object: u64,
+    preloaded: u64,
+    batch: usize,
+}
+
+impl<N: Verbs> Sender<N> {
+    fn fail(&self, e: String) {
+        self.tally.borrow_mut().error.get_or_insert(e);
+    }
+
+    async fn run<C: RpcClient>(self, mut client: C, gen: impl Iterator<Item = OpSpec>) {
+        let mut gen = gen.peekable();
+        while gen.peek().is_some() {
+            let mut specs = Vec::with_capacity(self.batch);
+            while specs.len() < self.batch {
+                match gen.peek() {
+                    Some(s) if s.kind == OpKind::ReadModifyWrite && !specs.is_empty() => break,
+                    Some(_) => specs.push(gen.next().expect("peeked")),
+                    None => break,
+                }
+            }
+            if let Err(e) = self.one(&mut client, specs).await {
+                self.fail(e);
+                return;
+            }
+        }
+        if let Err(e) = client.drain().await {
+            self.fail(e.to_string());
+        }
+    }
+
+    fn put(&self, key: u64) -> (Op, u64) {
+        let v = self.next_version.get();
+        self.next_version.set(v + 1);
+        let value = crate::workload::value_for(key, v, self.object);
+        (Op::Put { key, value }, v)
+    }
+
+    /// One RPC (or, for a read-modify-write, a Get then a Put), timed.
+    async fn one<C: RpcClient>(&self, client: &mut C, specs: Vec<OpSpec>) -> Result<(), String> {
+        let t0 = self.node.now();
+        let mut rpcs = 0;
+        if let [OpSpec {
+            kind: OpKind::ReadModifyWrite,
+            key,
+        }] = specs[..]
+        {
+            let got = client
+                .call(Op::Get { key })
+                .await
+                .map_err(|e| e.to_string())?;
+            self.check_get(key, got.reply.map(|r| r.value))?;
+            let (op, v) = self.put(key);
+            client.call(op).await.map_err(|e| e.to_string())?;
+            self.versions.borrow_mut()[key as usize] = v;
+            rpcs = 2;
+        } else {
+            let mut ops = Vec::with_capacity(specs.len());
+            let mut written = Vec::new();
+            for s in &specs {
+                ops.push(match s.kind {
+                    OpKind::Read => Op::Get { key: s.key },
+                    OpKind::Scan { count } => Op::Scan { key: s.key, count },
+                    _ => {
+                        let (op, v) = self.put(s.key);
+                        written.push((s.key, v));
+                        op
+                    }
+                });
+            }
+            let done = client.call_batch(ops).await.map_err(|e| e.to_string())?;
+            if done.len() != specs.len() {
+                return Err(format!(
+                    "{} completions for {} requests",
+                    done.len(),
+                    specs.len()
+                ));
+            }
+            // The server executes a batch in order: a read sees the writes before it.
+            let mut written = written.into_iter();
+            for (s, c) in specs.iter().zip(done) {
+                match s.kind {
+                    OpKind::Read => self.check_get(s.key, c.reply.map(|r| r.value))?,
+                    OpKind::Scan { count } => {
+                        self.check_scan(s.key, count, c.reply.map(|r| r.value))?
+                    }
+                    _ => {
+                        let (k, v) = written.next().expect("one version per write");
+                        self.versions.borrow_mut()[k as usize] = v;
+                    }
+                }
+            }
+            rpcs += 1;
+        }
+        let ns = self.node.now().saturating_since(t0).as_nanos();
+        let mut t = self.tally.borrow_mut();
+        t.record(ns);
+        t.ops += specs.len() as u64;
+        t.rpcs += rpcs;
+        let per = ns / specs.len() as u64;
+        for s in &specs {
+            let slot = if s.kind.writes() {
+                &mut t.writes
+            } else {
+                &mut t.reads
+            };
+            slot.0 += per;
+            slot.1 += 1;
+        }
+        Ok(())
+    }
+
+    fn check_get(&self, key: u64, value: Option<Vec<u8>>) -> Result<(), String> {
+        let Some(value) = value else {
+            // A durable RPC may return a read's result through `drain`.
+            return Ok(());
+        };
+        if value.is_empty() && (key >= self.preloaded || !self.exact) {
+            // An inserted key another sender has not finished writing.
+            return Ok(());
+        }
+        let v = check_value(key, self.object, &value)?;
+        if self.exact && v != self.versions.borrow()[key as usize] {
+            return Err(format!(
+                "object {key}: read version {v}, last written {}",
+                self.versions.borrow()[key as usize]
+            ));
+        }
+        self.tally.borrow_mut().reads_checked += 1;
+        Ok(())
+    }
+
+    fn check_scan(&self, key: u64, count: u32, value: Option<Vec<u8>>) -> Result<(), String> {
+        let Some(value) = value else { return Ok(()) };
+        if !(value.len() as u64).is_multiple_of(self.object) {
+            return Err(format!("scan from {key}: {} bytes", value.len()));
+        }
+        for chunk in value.chunks(self.object as usize) {
+            let k = u64::from_le_bytes(chunk[0..8].try_into().expect("8"));
+            if !(key..key + count as u64).contains(&k) {
+                return Err(format!("scan {key}+{count} returned object {k}"));
+            }
+            check_value(k, self.object, chunk)?;
+        }
+        self.tally.borrow_mut().reads_checked += 1;
+        Ok(())
+    }
+}
+
+/// How to run the experiment sets.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Small sizes that run in seconds (CI) instead of the paper's.
+    pub quick: bool,
+    /// Seed of every simulation.
+    pub seed: u64,
+    /// Latency profile.
+    pub profile: LatencyProfile,
+    /// Worker threads (each simulation is single-threaded).
+    pub threads: usize,
+    /// Server configuration (seed 003 §5.1: "We disable the DDIO by default": DMP without
+    /// DDIO).
+    pub server_config: ServerConfig,
+    /// Designs to run (default: the eight baselines).
+    pub designs: Vec<Design>,
+    /// Runs durable RPCs, once they exist.
+    pub durable: Option<DurableRunner>,
+}
+
+impl BenchOptions {
+    /// Quick mode: every set with small N and M.
+    pub fn quick() -> Self {
+        BenchOptions {
+            quick: true,
+            seed: 3,
+            profile: LatencyProfile::default_profile(),
+            threads: 1,
+            server_config: dmp(false),
+            designs: BASELINES.to_vec(),
+            durable: None,
+        }
+    }
+
+    /// The paper's sizes (§5.1: 50K objects, 300K operations; §5.5: 30K per sender).
+    pub fn full() -> Self {
+        BenchOptions {
+            quick: false,
+            ..Self::quick()
+        }
+    }
+
+    /// (objects, operations) of a micro-benchmark.
+    fn micro_size(&self) -> (u64, u64) {
+        if self.quick {
+            (256, 40)
+        } else {
+            let m = MicroSpec::default();
+            (m.objects, m.operations)
+        }
+    }
+
+    fn micro(&self, object_bytes: u64, read_percent: u32) -> Workload {
+        let (objects, operations) = self.micro_size();
+        Workload::Micro(MicroSpec {
+            objects,
+            operations,
+            read_percent,
+            object_bytes,
+            ..MicroSpec::default()
+        })
+    }
+
+    fn spec(&self, experiment: &'static str, design: Design, workload: Workload) -> RunSpec {
+        RunSpec {
+            experiment,
+            design,
+            workload,
+            senders: 1,
+            batch: 1,
+            load: Load::Light,
+            server_config: self.server_config,
+            seed: self.seed,
+            profile: self.profile.clone(),
+        }
+    }
+
+    fn run_specs(&self, specs: Vec<RunSpec>) -> Vec<RunResult> {
+        let durable = self.durable;
+        remora_remotelog::eval::parallel_map(&specs, self.threads, &|_, _| {}, |s| {
+            run(s, durable).unwrap_or_else(|e| RunResult::skipped(s, format!("failed: {e}")))
+        })
+    }
+}
+
+/// §5.2 (Figures 8 and 9): objects of 32 B, 1 KB and 64 KB under heavy and light load;
+/// throughput and p99 latency.
+pub fn micro(o: &BenchOptions) -> Vec<RunResult> {
+    let mut specs = Vec::new();
+    for load in [Load::Heavy, Load::Light] {
+        for size in [32, 1024, 64 * 1024] {
+            for &d in &o.designs {
+                let mut s = o.spec("micro", d, o.micro(size, 50));
+                s.load = load;
+                specs.push(s);
+            }
+        }
+    }
+    o.run_specs(specs)
+}
+
+/// §5.3 (Figure 11): YCSB A–F, 4 KB values, mean latency, light load.
+pub fn ycsb(o: &BenchOptions) -> Vec<RunResult> {
+    let mut specs = Vec::new();
+    for kind in YcsbKind::ALL {
+        let mut y = YcsbSpec::paper(kind);
+        if o.quick {
+            (y.records, y.operations, y.max_scan) = (256, 40, 10);
+        }
+        for &d in &o.designs {
+            specs.push(o.spec("ycsb", d, Workload::Ycsb(y)));
+        }
+    }
+    o.run_specs(specs)
+}
+
+/// Object sizes of §5.5 (Figure 13: "from 64 B to 4 KB ... larger than 4 KB"), and
+/// beyond the paper's 64 KB.
+pub const SIZES: [u64; 7] = [64, 256, 1024, 4096, 16384, 65536, 262144];
+
+/// §5.5 object sizes (Figure 13): mean latency, micro-benchmark, light load.
+pub fn sizes(o: &BenchOptions) -> Vec<RunResult> {
+    let mut specs = Vec::new();
+    for size in SIZES {
+        for &d in &o.designs {
+            specs.push(o.spec("sizes", d, o.micro(size, 50)));
+        }
+    }
+    o.run_specs(specs)
+}
+
+/// §5.5 concurrent senders (Figure 17: "Each sender requests objects for 30K times").
+pub fn senders(o: &BenchOptions) -> Vec<RunResult> {
+    let mut specs = Vec::new();
+    for n in [1u32, 2, 4, 8] {
+        for &d in &o.designs {
+            let mut w = o.micro(MicroSpec::default().object_bytes, 50);
+            if let Workload::Micro(m) = &mut w {
+                m.operations = if o.quick { 20 } else { 30_000 };
+            }
+            let mut s = o.spec("senders", d, w);
+            s.senders = n;
+            specs.push(s);
+        }
+    }
+    o.run_specs(specs)
+}
+
+/// §5.5 data access patterns (Figure 18): read:write 95:5, 50:50, 5:95.
+pub fn read_write(o: &BenchOptions) -> Vec<RunResult> {
+    let mut specs = Vec::new();
+    for reads in [95u32, 50, 5] {
+        for &d in &o.designs {
+            specs.push(o.spec(
+                "read_write",
+                d,
+                o.micro(MicroSpec::default().object_bytes, reads),
+            ));
+        }
+    }
+    o.run_specs(specs)
+}
+
+/// §5.5 batch sizes (Figure 19): total execution time with 1 … 16 requests per RPC.
+pub fn batch(o: &BenchOptions) -> Vec<RunResult> {
+    let mut specs = Vec::new();
+    for b in [1u32, 2, 4, 8, 16] {
+        for &d in &o.designs {
+            let mut s = o.spec("batch", d, o.micro(MicroSpec::default().object_bytes, 50));
+            s.batch = b;
+            specs.push(s);
+        }
+    }
+    o.run_specs(specs)
+}
+
+/// Every experiment set's results.
+#[derive(Clone, Debug, Serialize)]
+pub struct Results {
+    /// Quick or full mode.
+    pub quick: bool,
+    /// Seed.
+    pub seed: u64,
+    /// Latency profile name.
+    pub profile: String,
+    /// Server configuration name.
+    pub config: String,
+    /// §5.2.
+    pub micro: Vec<RunResult>,
+    /// §5.3.
+    pub ycsb: Vec<RunResult>,
+    /// §5.5 object sizes.
+    pub sizes: Vec<RunResult>,
+    /// §5.5 concurrent senders.
+    pub senders: Vec<RunResult>,
+    /// §5.5 read/write ratios.
+    pub read_write: Vec<RunResult>,
+    /// §5.5 batch sizes.
+    pub batch: Vec<RunResult>,
+    /// §5.4.
+    pub recovery: Vec<RecoveryResult>,
+}
+
+impl Results {
+    /// Every run result, set by set.
+    pub fn runs(&self) -> impl Iterator<Item = &RunResult> {
+        self.micro
+            .iter()
+            .chain(&self.ycsb)
+            .chain(&self.sizes)
+            .chain(&self.senders)
+            .chain(&self.read_write)
+            .chain(&self.batch)
+    }
+}
+
+/// Runs every experiment set; recovery (§5.4) uses the read/write runs' latencies.
+pub fn run_all(o: &BenchOptions) -> Results {
+    let read_write = read_write(o);
+    let params = if o.quick {
+        RecoveryParams::quick()
+    } else {
+        RecoveryParams::paper()
+    };
+    let recovery = recovery(&read_write, &params, o.seed);
+    Results {
+        quick: o.quick,
+        seed: o.seed,
+        profile: o.profile.name.clone(),
+        config: o.server_config.name(),
+        micro: micro(o),
+        ycsb: ycsb(o),
+        sizes: sizes(o),
+        senders: senders(o),
+        read_write,
+        batch: batch(o),
+        recovery,
+    }
+}

@@ -1,0 +1,210 @@
+//! One RPC server and its senders on the simulator, for any design: the benchmark, the
+//! tests and (later) the durable RPCs' checker build on it.
+//!
+//! A design plugs in through [`Deployment`]: given the simulated nodes and the object
+//! store's layout, it sets up its server, connects one client per sender node and spawns
+//! the server's task. [`BaselineDeployment`] does this for the eight baselines; the
+//! durable RPCs implement the same trait.
+
+use crate::api::{RpcClient, RpcError, ServerCosts};
+use crate::baselines::{BaselineClient, BaselineParams, BaselineServer, ServerCpu, ServerStats};
+use crate::design::Design;
+use crate::kv::{KvLayout, KvStore};
+use crate::workload::value_for;
+use remora_model::config::ServerConfig;
+use remora_model::profile::LatencyProfile;
+use remora_model::time::Instant;
+use remora_sim::{NodeHandle, Sim};
+use remora_verbs::{Space, Verbs};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// The connection id the preloader stamps objects with (clients use 1, 2, ...).
+pub const PRELOAD_CONN: u32 = 0;
+
+/// What a simulated deployment looks like.
+#[derive(Clone, Debug)]
+pub struct SimSetup {
+    /// Seed of the simulation.
+    pub seed: u64,
+    /// Latency profile.
+    pub profile: LatencyProfile,
+    /// The server's configuration (seed 003 §5.1: "We disable the DDIO by default").
+    pub server_config: ServerConfig,
+    /// Sender nodes, one client connection each (seed 003 §5.5, "concurrent senders").
+    pub senders: u32,
+    /// Objects the store holds (keys `0..objects`).
+    pub objects: u64,
+    /// Largest object.
+    pub max_value: u64,
+    /// Most requests per RPC (batching, §5.5).
+    pub max_batch: u32,
+    /// Longest scan.
+    pub max_scan: u32,
+    /// Per-request server costs (§5.2 light/heavy load).
+    pub costs: ServerCosts,
+}
+
+impl SimSetup {
+    /// One sender, `objects` objects of up to `max_value` bytes, light load, DMP without
+    /// DDIO, the default profile.
+    pub fn new(seed: u64, objects: u64, max_value: u64) -> Self {
+        SimSetup {
+            seed,
+            profile: LatencyProfile::default_profile(),
+            server_config: dmp(false),
+            senders: 1,
+            objects,
+            max_value,
+            max_batch: 1,
+            max_scan: 1,
+            costs: ServerCosts {
+                processing: remora_model::time::Duration::ZERO,
+                backlog_threshold: 64,
+            },
+        }
+    }
+}
+
+/// A DMP (ADR) server with or without DDIO, PM receive buffers not used by baselines.
+pub fn dmp(ddio: bool) -> ServerConfig {
+    ServerConfig {
+        domain: remora_model::config::PersistenceDomain::Dmp,
+        ddio,
+        rqwrb: remora_model::config::RqwrbPlacement::Dram,
+        transport: remora_model::config::Transport::InfiniBand,
+        caps: remora_model::NicCaps::ALL,
+    }
+}
+
+/// The simulated machines of one run.
+pub struct SimEnv {
+    /// The simulation.
+    pub sim: Sim,
+    /// The server node.
+    pub server: NodeHandle,
+    /// One node per sender.
+    pub senders: Vec<NodeHandle>,
+    /// Where the objects live in the server's PM.
+    pub layout: KvLayout,
+    /// The setup it was built from.
+    pub setup: SimSetup,
+}
+
+impl SimEnv {
+    /// Builds the nodes and reserves the object store (nothing runs yet).
+    pub fn new(setup: SimSetup) -> Self {
+        let sim = Sim::new(setup.seed, setup.profile.clone());
+        let server = sim.add_node("server", setup.server_config);
+        let senders = (0..setup.senders)
+            .map(|i| sim.add_node(&format!("sender{i}"), setup.server_config))
+            .collect();
+        let mut layout = KvLayout {
+            base: 0,
+            objects: setup.objects,
+            max_value: setup.max_value,
+        };
+        layout.base = server.alloc(Space::Pm, layout.bytes(), 64);
+        SimEnv {
+            sim,
+            server,
+            senders,
+            layout,
+            setup,
+        }
+    }
+
+    /// Writes version 0 of each of `keys` (`object_bytes` each, [`value_for`]) into the
+    /// store and persists it, on the server's CPU, before any client runs.
+    pub fn preload(&self, keys: impl IntoIterator<Item = u64>, object_bytes: u64) {
+        let mut kv = KvStore::new(self.server.clone(), self.layout);
+        let keys: Vec<u64> = keys.into_iter().collect();
+        let done = self.sim.block_on(Instant::NEVER, async move {
+            for k in keys {
+                let op = crate::api::Op::Put {
+                    key: k,
+                    value: value_for(k, 0, object_bytes),
+                };
+                kv.apply(PRELOAD_CONN, k + 1, &op).await.expect("preload");
+            }
+        });
+        assert!(done.is_some(), "the preload finished");
+    }
+
+    /// Reads object `key` as the server's CPU sees it now (after a crash and
+    /// [`Sim::restart`], what survived).
+    pub fn server_object(&self, key: u64) -> Option<Vec<u8>> {
+        KvStore::new(self.server.clone(), self.layout)
+            .read(key)
+            .expect("key in the store")
+            .map(|(_, v)| v)
+    }
+}
+
+/// How a design is set up on simulated machines.
+pub trait Deployment {
+    /// The client type.
+    type Client: RpcClient + 'static;
+    /// The design.
+    fn design(&self) -> Design;
+    /// Sets up the server on `env.server`, connects one client per sender node (client `i`
+    /// on `env.senders[i]`), spawns the server's task(s) and returns the clients.
+    fn deploy(&self, env: &SimEnv) -> Result<Vec<Self::Client>, RpcError>;
+}
+
+/// One of the eight baselines.
+#[derive(Clone, Debug)]
+pub struct BaselineDeployment {
+    /// Its parameters (sizes are overwritten from the [`SimSetup`]).
+    pub params: BaselineParams,
+    /// The server's counters, once deployed.
+    pub stats: Rc<RefCell<Option<Rc<RefCell<ServerStats>>>>>,
+}
+
+impl BaselineDeployment {
+    /// Baseline `design` with default parameters for `setup`.
+    pub fn new(design: Design, setup: &SimSetup) -> Self {
+        let mut params = BaselineParams::new(design, setup.max_value, &setup.profile);
+        params.max_batch = setup.max_batch;
+        params.max_scan = setup.max_scan;
+        BaselineDeployment {
+            params,
+            stats: Rc::default(),
+        }
+    }
+
+    /// The server's counters (after [`Deployment::deploy`]).
+    pub fn server_stats(&self) -> Option<ServerStats> {
+        self.stats.borrow().as_ref().map(|s| s.borrow().clone())
+    }
+}
+
+impl Deployment for BaselineDeployment {
+    type Client = BaselineClient<NodeHandle>;
+
+    fn design(&self) -> Design {
+        self.params.design
+    }
+
+    fn deploy(&self, env: &SimEnv) -> Result<Vec<Self::Client>, RpcError> {
+        let cpu = ServerCpu::from_profile(&env.setup.profile);
+        let mut server = BaselineServer::create(
+            env.server.clone(),
+            self.params,
+            cpu,
+            env.setup.costs,
+            env.layout,
+        )?;
+        let mut clients = Vec::with_capacity(env.senders.len());
+        for (i, node) in env.senders.iter().enumerate() {
+            let (c, sqp) = server.accept(node.clone(), i as u32 + 1)?;
+            env.sim.connect((node, c.qp()), (&env.server, sqp))?;
+            clients.push(c);
+        }
+        *self.stats.borrow_mut() = Some(server.stats());
+        env.sim.spawn_on(&env.server, async move {
+            let _why = server.serve().await;
+        });
+        Ok(clients)
+    }
+}
