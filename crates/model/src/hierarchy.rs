@@ -156,6 +156,8 @@ pub struct MemoryHierarchy {
     lines: LineMap<LineState>,
     llc_fifo: VecDeque<(u32, u64)>,
     llc_count: u64,
+    /// Reused by `clwb` for the records it writes back (no allocation per line).
+    clwb_scratch: Vec<RecRef>,
     channels: Vec<Channel>,
     rnic_dma_free: Instant,
     last_visible: Instant,
@@ -253,6 +255,7 @@ impl MemoryHierarchy {
             lines: LineMap::default(),
             llc_fifo: VecDeque::new(),
             llc_count: 0,
+            clwb_scratch: Vec::new(),
             channels,
             rnic_dma_free: Instant::ZERO,
             last_visible: Instant::ZERO,
@@ -556,16 +559,23 @@ impl MemoryHierarchy {
             }
             // Only lines already in the cache can be written back: an inbound DMA still in
             // the RNIC or IIO stays where it is.
-            let (recs, later): (Vec<RecRef>, Vec<RecRef>) = std::mem::take(&mut ls.llc)
-                .into_iter()
-                .partition(|&(id, seq)| {
-                    self.records[id as usize]
-                        .as_ref()
-                        .filter(|r| r.seq == seq)
-                        .is_some_and(|r| r.t_visible <= now)
-                });
+            let mut later = std::mem::take(&mut ls.llc);
+            let mut recs = std::mem::take(&mut self.clwb_scratch);
+            recs.clear();
+            let records = &self.records;
+            later.retain(|&(id, seq)| {
+                let visible = records[id as usize]
+                    .as_ref()
+                    .filter(|r| r.seq == seq)
+                    .is_some_and(|r| r.t_visible <= now);
+                if visible {
+                    recs.push((id, seq));
+                }
+                !visible
+            });
             if recs.is_empty() {
                 self.lines.get_mut(&line).unwrap().llc = later;
+                self.clwb_scratch = recs;
                 continue;
             }
             // The records that stay keep their write-back time; the group's heap entry may
@@ -580,7 +590,7 @@ impl MemoryHierarchy {
             let ls = self.lines.get_mut(&line).unwrap();
             let t = t.max(ls.floor_wpq);
             ls.floor_wpq = t;
-            for (id, seq) in recs {
+            for &(id, seq) in &recs {
                 let r = self.records[id as usize].as_mut().filter(|r| r.seq == seq);
                 let r = r.expect("LLC list holds live records");
                 // Out of the LLC group, the record needs its own heap entry (only the
@@ -592,6 +602,7 @@ impl MemoryHierarchy {
                 self.stats.clwb_lines += 1;
             }
             self.fence_until = self.fence_until.max(t);
+            self.clwb_scratch = recs;
         }
         self.p.clwb.mul(lines)
     }
