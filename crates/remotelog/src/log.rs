@@ -70,7 +70,7 @@ pub fn record_into(i: u64, r: &mut [u8]) {
         "a record holds at least its sequence number and checksum"
     );
     r[..8].copy_from_slice(&(i + 1).to_le_bytes());
-    let body = len as usize - 4;
+    let body = len - 4;
     for (k, b) in r[8..body].iter_mut().enumerate() {
         *b = (i as u8).wrapping_mul(31).wrapping_add(k as u8);
     }
