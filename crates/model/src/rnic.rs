@@ -193,6 +193,10 @@ struct Qp {
     np_barrier: Instant,
     deferred: VecDeque<Packet>,
     deferred_timer_armed: bool,
+    /// A request refused (access/invalid NAK) while earlier non-posted requests still
+    /// wait in `deferred`: the NAK goes out, and the QP fails, only after they execute
+    /// (IBTA: the responder handles requests in PSN order).
+    deferred_nak: Option<(Packet, NakCode)>,
     doorbell: bool,
     /// State of the seed 003 flush primitives.
     flush: flush::QpFlush,
@@ -464,6 +468,7 @@ impl Rnic {
             np_barrier: Instant::ZERO,
             deferred: VecDeque::new(),
             deferred_timer_armed: false,
+            deferred_nak: None,
             doorbell: false,
             flush: flush::QpFlush::default(),
         });
@@ -906,7 +911,12 @@ impl Rnic {
             ));
             self.stats.requests_sent += 1;
             self.event(ready, EventKind::Transmitted, qpn, wr_id);
-            self.arm_ack_timer(now, qpn);
+            // The transport timer runs from when the last byte left, and a request sent
+            // while nothing else was outstanding is judged from its own departure, not by
+            // progress made before an idle period.
+            let q = &self.qps[qpn.0 as usize];
+            let idle = q.sq.iter().take(idx).all(|w| w.done.is_some());
+            self.arm_ack_timer(tx_done, idle, qpn);
         }
         self.retire(now, qpn);
     }
@@ -927,14 +937,20 @@ impl Rnic {
         Ok(mr.space)
     }
 
-    fn arm_ack_timer(&mut self, now: Instant, qpn: QpNum) {
+    /// Starts (or extends) the ACK timer for a request whose last byte leaves at `sent`;
+    /// `idle` when no earlier request of the QP is outstanding.
+    fn arm_ack_timer(&mut self, sent: Instant, idle: bool, qpn: QpNum) {
         let q = &mut self.qps[qpn.0 as usize];
         if q.ack_timer_armed {
+            // The pending timer re-arms itself from `last_progress` when it fires.
+            if idle {
+                q.last_progress = q.last_progress.max(sent);
+            }
             return;
         }
         q.ack_timer_armed = true;
-        q.last_progress = now;
-        let at = now + self.ack_timeout;
+        q.last_progress = q.last_progress.max(sent);
+        let at = q.last_progress + self.ack_timeout;
         self.push_timer(at, Timer::AckTimeout(qpn));
     }
 
@@ -969,7 +985,15 @@ impl Rnic {
         let q = &mut self.qps[qpn.0 as usize];
         q.last_progress = now;
         let Some(idx) = q.sq.iter().position(|w| w.psn == pkt.psn && w.sent) else {
-            return; // a late response for a retired or rewound request
+            // A late response for a retired or rewound request. On iWARP, requests are
+            // retired (completed) when the transport has them, so a refusal can only come
+            // afterwards: like an RDMAP Terminate it fails the connection, and the
+            // application learns of it from every later request, never silently.
+            if self.config.transport == Transport::IWarp && matches!(pkt.body, Body::Nak(_)) {
+                self.enter_error(now, qpn);
+                self.retire(now, qpn);
+            }
+            return;
         };
         // Responses come in PSN order, so any response implicitly acknowledges every
         // posted request before it (an ACK also acknowledges its own).
@@ -1133,6 +1157,7 @@ impl Rnic {
         let q = &mut self.qps[qpn.0 as usize];
         q.state = QpState::Error;
         q.deferred.clear();
+        q.deferred_nak = None;
         for w in q.sq.iter_mut() {
             if w.done.is_none() {
                 w.done = Some((WcStatus::WrFlushErr, at));
@@ -1192,6 +1217,17 @@ impl Rnic {
     }
 
     fn nak(&mut self, now: Instant, req: &Packet, code: NakCode) {
+        let q = &mut self.qps[req.dst_qp.0 as usize];
+        // Only a request *behind* the waiting ones waits (PSNs compared modulo 2^32); a
+        // deferred request that fails is the earliest and is refused at once.
+        let behind = q
+            .deferred
+            .front()
+            .is_some_and(|d| (req.psn.wrapping_sub(d.psn) as i32) > 0);
+        if code != NakCode::Rnr && behind {
+            q.deferred_nak = Some((req.clone(), code));
+            return;
+        }
         let kind = if code == NakCode::Rnr {
             EventKind::RnrNak
         } else {
@@ -1208,7 +1244,7 @@ impl Rnic {
     fn handle_request(&mut self, now: Instant, pkt: Packet) {
         let qpn = pkt.dst_qp;
         let q = &mut self.qps[qpn.0 as usize];
-        if pkt.psn != q.expected_psn {
+        if pkt.psn != q.expected_psn || q.deferred_nak.is_some() {
             // Out of sequence: after an RNR NAK, requests behind the refused one are
             // dropped until the requester goes back and resends them.
             return self.drop_packet(now, &pkt);
@@ -1344,7 +1380,13 @@ impl Rnic {
     fn run_deferred(&mut self, now: Instant, qpn: QpNum) {
         loop {
             let q = &mut self.qps[qpn.0 as usize];
-            if q.state == QpState::Error || q.deferred.is_empty() {
+            if q.state == QpState::Error {
+                return;
+            }
+            if q.deferred.is_empty() {
+                if let Some((pkt, code)) = q.deferred_nak.take() {
+                    self.nak(now, &pkt, code);
+                }
                 return;
             }
             if q.np_barrier > now {
@@ -1361,6 +1403,19 @@ impl Rnic {
     /// Executes a non-posted request once every earlier request of its QP took effect.
     fn execute_np(&mut self, now: Instant, pkt: Packet) {
         let qpn = pkt.dst_qp;
+        // The responder's own RNIC must implement the operation: a requester that assumed
+        // FLUSH or ATOMIC WRITE of a legacy responder gets NAK invalid request (IBTA),
+        // never a silent success.
+        let caps = self.config.caps;
+        let supported = match &pkt.body {
+            Body::Flush { .. } | Body::SFlush { .. } => caps.native_flush,
+            Body::NonPostedWrite { atomic: true, .. } => caps.atomic_write,
+            Body::NonPostedWrite { atomic: false, .. } => caps.non_posted_write,
+            _ => true,
+        };
+        if !supported {
+            return self.nak(now, &pkt, NakCode::InvalidRequest);
+        }
         let done = match &pkt.body {
             Body::Read { addr, rkey, len } => {
                 let space =

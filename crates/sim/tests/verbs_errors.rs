@@ -308,7 +308,6 @@ fn remote_access_violations_fail_without_touching_memory() {
 /// requests in PSN order, and a NAK acknowledges every earlier request). Here a READ or
 /// CAS waits at the responder behind an earlier FLUSH when the request after it is refused.
 #[test]
-#[ignore = "model bug: a non-posted WR deferred behind an earlier one is dropped when a LATER WR is NAKed and completes with WrFlushErr (rnic.rs enter_error clears q.deferred)"]
 fn requests_before_a_failing_one_complete_normally() {
     for with_cas in [false, true] {
         let p = Pair::new(0, cfg("DMP+noDDIO+PM-RQWRB"));
@@ -373,7 +372,6 @@ fn a_read_before_a_failing_write_completes_normally() {
 /// then refuses it, the requester's QP must still learn of it (RDMAP Terminate): later
 /// requests may not "succeed" without ever executing.
 #[test]
-#[ignore = "model bug: iWARP requester ignores a NAK for an already-retired WR; its QP stays RTS and later WRs 'succeed' but are dropped (rnic.rs handle_response)"]
 fn an_iwarp_access_error_is_not_silently_lost() {
     let p = Opts::new(0, cfg("DMP+noDDIO+PM-RQWRB"))
         .client(cfg("DMP+noDDIO+PM-RQWRB@iwarp"))
@@ -569,7 +567,6 @@ fn post_send_refuses_operations_the_nic_lacks() {
 /// A FLUSH sent to a responder whose RNIC has no FLUSH cannot be executed there: the
 /// responder refuses the unknown operation (IBTA: NAK invalid request).
 #[test]
-#[ignore = "model bug: the responder executes FLUSH / ATOMIC WRITE whatever its own NicCaps (rnic.rs execute_np never checks self.config.caps)"]
 fn a_responder_without_flush_refuses_it() {
     let p = Opts::new(0, cfg("DMP+noDDIO+PM-RQWRB,legacy"))
         .client(cfg("DMP+noDDIO+PM-RQWRB"))
@@ -872,7 +869,6 @@ fn a_waiting_client_is_woken_by_the_timeout() {
 /// A live server never causes RetryExcErr: after an idle period, a READ posted shortly
 /// before the ACK timer (armed by an earlier request) fires must still succeed.
 #[test]
-#[ignore = "model bug: ACK timer judges a new request by a stale last_progress (arm_ack_timer does not refresh it when already armed), spurious RetryExcErr (rnic.rs arm_ack_timer/ack_timeout)"]
 fn a_request_after_an_idle_period_does_not_time_out() {
     for before in [100u64, 300, 500, 800] {
         let p = Pair::new(0, cfg("DMP+noDDIO+PM-RQWRB"));
@@ -905,7 +901,6 @@ fn a_request_after_an_idle_period_does_not_time_out() {
 /// 200 Gb/s is 1.3 ms; the timeout is 1.05 ms) to a live server must succeed: the
 /// transport timer runs from the end of the transmission, not from the doorbell.
 #[test]
-#[ignore = "model bug: the ACK timer starts when the WR is pumped, not when its last byte leaves, so a long message to a live server gets RetryExcErr (rnic.rs pump/arm_ack_timer)"]
 fn a_write_longer_than_the_ack_timeout_succeeds() {
     let p = Pair::new(0, cfg("DMP+noDDIO+PM-RQWRB"));
     let len = 32u64 << 20;
@@ -925,6 +920,12 @@ fn a_write_longer_than_the_ack_timeout_succeeds() {
     );
     let wcs = p.run_ops(vec![wr]);
     assert_eq!(statuses(&wcs), vec![(1, WcStatus::Success)]);
+    // The ACK of a posted WRITE says the data reached the responder's RNIC, not memory:
+    // give its DMA (32 MiB over PCIe) time to land before looking.
+    let c = p.client.clone();
+    p.sim.block_on(Instant::NEVER, async move {
+        c.sleep(Duration::from_millis(10)).await
+    });
     assert_eq!(p.server_bytes(Space::Dram, base + len - 8, 8), vec![7; 8]);
 }
 
