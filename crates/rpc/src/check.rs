@@ -126,35 +126,41 @@ fn config(s: &str) -> ServerConfig {
     s.parse().expect("valid configuration")
 }
 
-/// Every durable design × [`CONFIGS`], emulated Flush; native WFlush (the only native
-/// form the model has); and batched variants (3 requests per Flush).
+/// Every durable design × [`CONFIGS`] × {emulated, native} Flush (native SFlush and
+/// RFlush are the model's opcodes, native WFlush the IBTA FLUSH); and batched variants
+/// (3 requests per Flush) of both forms.
 pub fn targets() -> Vec<Target> {
     let mut v = Vec::new();
     for c in CONFIGS {
+        for form in [FlushForm::Emulated, FlushForm::Native] {
+            for d in DESIGNS {
+                v.push(Target {
+                    name: format!("{d}/{}/{c}", form_name(form)),
+                    config: config(c),
+                    opts: options(d, form, 1, None),
+                    wrong: false,
+                });
+            }
+        }
+    }
+    for form in [FlushForm::Emulated, FlushForm::Native] {
         for d in DESIGNS {
             v.push(Target {
-                name: format!("{d}/emulated/{c}"),
-                config: config(c),
-                opts: options(d, FlushForm::Emulated, 1, None),
+                name: format!("{d}/{}/batch3/DMP+noDDIO+PM-RQWRB", form_name(form)),
+                config: config("DMP+noDDIO+PM-RQWRB"),
+                opts: options(d, form, 3, None),
                 wrong: false,
             });
         }
-        v.push(Target {
-            name: format!("WFlush-RPC/native/{c}"),
-            config: config(c),
-            opts: options(Design::WFlushRpc, FlushForm::Native, 1, None),
-            wrong: false,
-        });
-    }
-    for d in DESIGNS {
-        v.push(Target {
-            name: format!("{d}/emulated/batch3/DMP+noDDIO+PM-RQWRB"),
-            config: config("DMP+noDDIO+PM-RQWRB"),
-            opts: options(d, FlushForm::Emulated, 3, None),
-            wrong: false,
-        });
     }
     v
+}
+
+fn form_name(form: FlushForm) -> &'static str {
+    match form {
+        FlushForm::Native => "native",
+        FlushForm::Emulated => "emulated",
+    }
 }
 
 /// Wrong protocols; the checker must catch every one.
@@ -190,7 +196,32 @@ pub fn negative_controls() -> Vec<Target> {
             Design::WRFlushRpc,
             Fault::IgnoreStampOnRecovery,
         ),
+        // With SEND-carried requests the server sees each entry as it arrives and, idle,
+        // processes it before the sender's acknowledgement is back; heavy load (§5.2) opens
+        // the window in which an acknowledged entry is only in the log.
+        heavy(native(t(
+            "native SFlush under DMP+DDIO without the responder CPU's flush (§4.4.2, heavy load)",
+            "DMP+DDIO+PM-RQWRB",
+            Design::SFlushRpc,
+            Fault::SkipResponderCpuFlush,
+        ))),
+        heavy(native(t(
+            "native RFlush under DMP+DDIO without the responder CPU's flush (S-RFlush-RPC, §4.4.2, heavy load)",
+            "DMP+DDIO+PM-RQWRB",
+            Design::SRFlushRpc,
+            Fault::SkipResponderCpuFlush,
+        ))),
     ]
+}
+
+fn native(mut t: Target) -> Target {
+    t.opts.flush.form = FlushForm::Native;
+    t
+}
+
+fn heavy(mut t: Target) -> Target {
+    t.opts.costs.processing = remora_model::time::Duration::from_micros(50);
+    t
 }
 
 fn workload(n: u64) -> Vec<Op> {

@@ -105,10 +105,12 @@ impl Design {
         )
     }
 
-    /// The largest object the design carries, if limited (FaSST: the 4 KB UD MTU, §5.1).
+    /// The largest object the design carries, if limited (FaSST: a Put must fit one 4 KB
+    /// UD datagram, §5.1, with its 16-byte cell header, 8-byte trailer and 32-byte request
+    /// header: 4040 bytes).
     pub fn max_object(self) -> Option<u64> {
         match self {
-            Design::Fasst => Some(4096),
+            Design::Fasst => Some(4096 - 16 - 8 - 32),
             _ => None,
         }
     }

@@ -13,9 +13,13 @@
 //! With a sender-initiated Flush (SFlush, WFlush) and no DDIO under DMP, the sender
 //! writes the operator itself (RDMA ATOMIC WRITE, or a fenced 8-byte WRITE on a NIC
 //! without it) and flushes it; its completion is the durability acknowledgement. With
-//! RFlush, and with every design under DMP+DDIO (§4.4.2), the responder's CPU persists
-//! the entry (`clwb`+`sfence`), writes and persists the operator, and notifies the sender
-//! with a `Durable` message.
+//! emulated RFlush, and with every design under DMP+DDIO (§4.4.2), the responder's CPU
+//! persists the entry (`clwb`+`sfence`), writes and persists the operator, and notifies
+//! the sender with a `Durable` message. With native RFlush the responder's CPU only posts
+//! the RFlush opcode over the arrived entries; its RNIC persists them and sends the
+//! zero-length notification (immediate: the last sequence number covered), and the
+//! entry's frame is its own commit record ([`FlushPlan::frame_commits`]); under DMP+DDIO
+//! the CPU step runs first and the RFlush carries the notification.
 //!
 //! **Server** ([`DurableServer`]). Two threads: the *dispatcher* takes receive completions
 //! (SENDs into log entries, doorbells after WRITEs), runs the responder-CPU step when the
@@ -136,12 +140,17 @@ impl DurableOptions {
     /// The plan this connection runs on `config`, with the fault applied.
     pub fn plan(&self, config: &ServerConfig) -> Result<FlushPlan, RpcError> {
         let mut plan = FlushPlan::new(self.design, self.flush, config)?;
-        if self.fault == Some(Fault::SkipResponderCpuFlush) && plan.data_flush.is_some() {
+        if self.fault == Some(Fault::SkipResponderCpuFlush)
+            && (plan.data_flush.is_some() || plan.receiver_rflush)
+        {
             plan.responder_cpu = false;
-            plan.operator_flush = plan.data_flush.map(|f| match f {
-                SenderFlush::LookupThenRead(_) => SenderFlush::ReadLastByte,
-                f => f,
-            });
+            if !plan.receiver_rflush {
+                plan.operator_flush = plan.data_flush.map(|f| match f {
+                    SenderFlush::LookupThenRead(_) => SenderFlush::ReadLastByte,
+                    SenderFlush::NativeSFlush => SenderFlush::NativeWFlush,
+                    f => f,
+                });
+            }
         }
         Ok(plan)
     }
@@ -326,6 +335,8 @@ pub struct ServerStats {
     pub slow_downs: u64,
     /// Receive completions that did not name a parsable entry.
     pub bad_entries: u64,
+    /// Native RFlush work requests posted (one per ring run of arrived entries).
+    pub rflushes: u64,
 }
 
 /// The server side of one durable-RPC connection.
@@ -471,9 +482,10 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             processed_before: self.processed,
             ..RecoveryReport::default()
         };
+        let frames = self.plan.frame_commits();
         loop {
             let seq = self.processed + 1;
-            match read_entry(&self.v, &self.layout, self.opts.conn, seq) {
+            match read_entry_with(&self.v, &self.layout, self.opts.conn, seq, frames) {
                 EntryState::Committed(r) => {
                     let reply = if self.opts.fault == Some(Fault::IgnoreStampOnRecovery) {
                         self.kv
@@ -504,6 +516,18 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             if u64::from_le_bytes(w) != 0 {
                 self.v.store(Space::Pm, at, &[0u8; 8]);
                 self.v.persist_local(at, 8).await;
+                report.truncated += 1;
+            } else if frames
+                && matches!(
+                    read_entry_with(&self.v, &self.layout, self.opts.conn, seq, true),
+                    EntryState::Committed(_)
+                )
+            {
+                // A self-committing frame past the end (never acknowledged: an RFlush
+                // notification covers every earlier entry): clear its magic.
+                let d = self.layout.data_addr(seq);
+                self.v.store(Space::Pm, d, &[0u8; 8]);
+                self.v.persist_local(d, 8).await;
                 report.truncated += 1;
             }
         }
@@ -564,10 +588,31 @@ fn r_frame(conn: u32, r: &Reply) -> ReplyFrame {
 
 /// Reads and judges `seq`'s entry as the server's CPU sees it.
 pub fn read_entry<V: Verbs>(v: &V, layout: &LogLayout, conn: u32, seq: u64) -> EntryState {
+    read_entry_with(v, layout, conn, seq, false)
+}
+
+/// As [`read_entry`]; with `frames` (a native-RFlush log, [`FlushPlan::frame_commits`]) an
+/// entry without an operator is committed when its data area holds an intact frame
+/// (magic, CRC-32C) of `conn` and `seq`, and uncommitted otherwise.
+pub fn read_entry_with<V: Verbs>(
+    v: &V,
+    layout: &LogLayout,
+    conn: u32,
+    seq: u64,
+    frames: bool,
+) -> EntryState {
     let mut w = [0u8; 8];
     v.load(Space::Pm, layout.entry_addr(seq), &mut w);
     let word = u64::from_le_bytes(w);
     let Some(op) = Operator::from_word(word) else {
+        if frames {
+            let mut data = vec![0u8; layout.max_frame() as usize];
+            v.load(Space::Pm, layout.data_addr(seq), &mut data);
+            return match Request::parse(&data) {
+                Ok((r, _)) if r.conn == conn && r.seq == seq => EntryState::Committed(r),
+                _ => EntryState::Uncommitted,
+            };
+        }
         return EntryState::Uncommitted;
     };
     let len = (op.frame_len as u64).min(layout.max_frame()) as usize;
@@ -654,6 +699,32 @@ impl<V: Verbs> Core<V> {
         )
     }
 
+    /// Native RFlush (seed 003 §4.1.2): the RNIC persists the entries `from..=to` (one
+    /// work request per ring run) and notifies the client with the run's last sequence
+    /// number as immediate. No `clwb`, no operator: the frames commit themselves (under
+    /// DMP+DDIO [`cpu_persist`](Self::cpu_persist) ran first).
+    fn rflush(&self, from: u64, to: u64) -> Result<(), VerbsError> {
+        let mut a = from;
+        while a <= to {
+            let mut b = a;
+            while b < to && self.layout.slot(b + 1) != 0 {
+                b += 1;
+            }
+            let start = self.layout.entry_addr(a);
+            let len = self.layout.entry_addr(b) + self.layout.entry_bytes as u64 - start;
+            let range = Sge {
+                addr: start,
+                len: len as u32,
+                lkey: self.log_lkey,
+            };
+            self.v
+                .post_send(self.qp, SendWr::rflush(0, range, b as u32).signaled(false))?;
+            self.bump(|s| s.rflushes += 1);
+            a = b + 1;
+        }
+        Ok(())
+    }
+
     /// Emulated RFlush, and the §4.4.2 step under DMP+DDIO: the responder's CPU writes
     /// back the entry's data (`clwb`+`sfence`), then writes and persists the operator.
     async fn cpu_persist(&self, seq: u64) -> bool {
@@ -701,14 +772,22 @@ impl<V: Verbs> Core<V> {
                 self.bump(|s| s.bad_entries += 1);
                 continue;
             }
-            if self.plan.responder_cpu && seq > self.durable.get() {
+            if self.plan.server_acknowledges() && seq > self.durable.get() {
+                let from = self.durable.get() + 1;
                 let mut ok = true;
-                for s in self.durable.get() + 1..=seq {
-                    ok &= self.cpu_persist(s).await;
+                if self.plan.responder_cpu {
+                    for s in from..=seq {
+                        ok &= self.cpu_persist(s).await;
+                    }
                 }
                 if ok {
                     self.durable.set(seq);
-                    if self.send(ServerMsg::Durable { upto: seq }).is_err() {
+                    let sent = if self.plan.receiver_rflush {
+                        self.rflush(from, seq)
+                    } else {
+                        self.send(ServerMsg::Durable { upto: seq })
+                    };
+                    if sent.is_err() {
                         return;
                     }
                 }
@@ -721,10 +800,11 @@ impl<V: Verbs> Core<V> {
     async fn process(&self, kv: &mut KvStore<V>) {
         const MAX_POLLS: u32 = 20_000;
         let mut polls = 0u32;
+        let frames = self.plan.frame_commits();
         loop {
             let seen = self.notify.generation.get();
             let seq = self.processed.get() + 1;
-            match read_entry(&self.v, &self.layout, self.opts.conn, seq) {
+            match read_entry_with(&self.v, &self.layout, self.opts.conn, seq, frames) {
                 EntryState::Committed(r) => {
                     polls = 0;
                     if self.opts.costs.processing > Duration::ZERO {
@@ -918,6 +998,18 @@ impl<V: Verbs> DurableClient<V> {
             return Err(wc_error(&wc));
         }
         match wc.opcode {
+            WcOpcode::Recv if wc.byte_len == 0 => {
+                // A native RFlush's notification: the immediate is the low 32 bits of the
+                // last durable sequence number (no backlog notice; replies carry it).
+                self.post_recv(wc.wr_id)?;
+                let issued = self.next_seq - 1;
+                let low = wc.imm.unwrap_or(0) as u64;
+                let mut upto = (issued & !0xffff_ffff) | low;
+                if upto > issued && upto >= 1 << 32 {
+                    upto -= 1 << 32;
+                }
+                self.durable_known = self.durable_known.max(upto.min(issued));
+            }
             WcOpcode::Recv => {
                 let b = self.opts.recv_bytes();
                 let mut buf = vec![0u8; wc.byte_len as usize];
@@ -1053,6 +1145,12 @@ impl<V: Verbs> DurableClient<V> {
             // Emulated SFlush: the RNIC's destination lookup (§4.1.3).
             self.v.compute(d).await;
         }
+        if kind.covers_all() {
+            // Native SFlush: one after the batch's last SEND (see `crate::flush`).
+            let id = self.wr_id(WR_FLUSH);
+            self.post(SendWr::sflush(id).signaled(signal))?;
+            return Ok(id);
+        }
         let seqs: Vec<u64> = reqs.iter().map(|r| r.seq).collect();
         let runs = Self::runs(&info.layout, &seqs);
         let mut last = 0;
@@ -1176,7 +1274,7 @@ impl<V: Verbs> DurableClient<V> {
         let (info, plan) = self.info()?;
         let last_seq = reqs.last().expect("at least one request").seq;
         let fault = self.opts.fault;
-        if fault == Some(Fault::OperatorBeforeData) && !plan.responder_cpu {
+        if fault == Some(Fault::OperatorBeforeData) && !plan.server_acknowledges() {
             let id = self.post_operators(&info, plan.operator_flush, reqs)?;
             self.wait_wr(id).await?;
         }
@@ -1191,7 +1289,7 @@ impl<V: Verbs> DurableClient<V> {
             self.wait_wr(id).await?;
             return Ok(self.v.now());
         }
-        if plan.responder_cpu {
+        if plan.server_acknowledges() {
             if let Some(kind) = plan.data_flush {
                 self.post_data_flush(&info, kind, reqs, false).await?;
             }

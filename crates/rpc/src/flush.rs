@@ -4,26 +4,38 @@
 //!
 //! | primitive | native (§4.1.1–4.1.2) | emulated (§4.1.3) |
 //! |---|---|---|
-//! | WFlush | IBTA RDMA FLUSH of the written range | RDMA READ of the last byte after the WRITE |
-//! | SFlush | RNIC looks up the SEND's destination and persists it: **not in the model yet** | wait the address-lookup time (~7 µs), then an RDMA READ |
-//! | RFlush | receiver RNIC persists and notifies: **not in the model yet** | receiver CPU polls, `clwb`+`sfence`, then notifies the sender |
+//! | WFlush | IBTA RDMA FLUSH of the written range ([`SendWr::wflush`]) | RDMA READ of the last byte after the WRITE |
+//! | SFlush | the SFlush opcode after the SENDs ([`SendWr::sflush`]): the responder's RNIC looks up where the SEND landed (`rnic.sflush_lookup_ns`), persists and answers | wait the address-lookup time (~7 µs), then an RDMA READ |
+//! | RFlush | the receiver posts the RFlush opcode ([`SendWr::rflush`]): its RNIC persists the entry and sends the zero-length notification | receiver CPU polls, `clwb`+`sfence`, then notifies the sender |
 //!
-//! Native SFlush and RFlush need RNIC opcodes the model does not have yet;
-//! [`FlushPlan::new`] refuses them with [`RpcError::Unsupported`] rather than faking them.
-//! Wiring them is local to this module: add the opcode to [`SenderFlush`] (SFlush) or a
-//! `ReceiverNic` arm next to the responder-CPU path (RFlush).
+//! **Native SFlush** ([`SenderFlush::NativeSFlush`]) is posted once after the last SEND of
+//! a batch. It is non-posted, so it executes after every earlier SEND of the queue pair
+//! landed, and the model's RNIC flush waits for every earlier inbound write of the node
+//! (`rnic/flush.rs`): one SFlush covers the batch, as one WFlush covers a batch of WRITEs
+//! (§4.3, Figure 6(b)); the lookup is paid once per batch, as in the emulation.
 //!
-//! **DDIO.** Every sender-side flush (native FLUSH or READ) pushes data out of the RNIC
-//! and IIO buffers, but with DDIO on it lands in the LLC, which a DMP (ADR) server loses
-//! (seed 000 Table 2). "To guarantee data persistence, the receiver's CPUs should perform
-//! a clflush instruction to flush the data from the L3 cache to the PM" (§4.4.2): under
-//! DMP+DDIO every plan therefore adds the responder-CPU step ([`FlushPlan::responder_cpu`]).
+//! **Native RFlush** ([`FlushPlan::receiver_rflush`]): the responder's CPU still polls for
+//! arrivals (§4.1.2: the receiver "issues an RDMA RFlush primitive") but neither writes
+//! back the data nor writes the operator; its RNIC persists the entries and its
+//! notification is the durability acknowledgement. The entry's own frame (conn, seq,
+//! CRC-32C) is then the commit record ([`FlushPlan::frame_commits`]): a CPU-written
+//! operator could only be made durable after the RNIC reported the data durable, which on
+//! RC costs the responder a round trip before it could notify. A partially persisted
+//! frame fails its checksum, so recovery never takes torn data for a request.
+//!
+//! **DDIO.** Every RNIC-side flush (native FLUSH, SFlush, RFlush or an emulating READ)
+//! pushes data out of the RNIC and IIO buffers, but with DDIO on it lands in the LLC,
+//! which a DMP (ADR) server loses (seed 000 Table 2). "To guarantee data persistence, the
+//! receiver's CPUs should perform a clflush instruction to flush the data from the L3
+//! cache to the PM" (§4.4.2): under DMP+DDIO every plan therefore adds the responder-CPU
+//! step ([`FlushPlan::responder_cpu`]), native forms included; native RFlush then still
+//! carries the notification (posted after the CPU's `clwb`+`sfence` and operator).
 
 use crate::api::RpcError;
 use crate::design::{Design, Family, FlushForm};
 use remora_model::config::{PersistenceDomain, ServerConfig};
 use remora_model::time::Duration;
-use remora_verbs::{FlushPlacement, Opcode, Payload, Remote, SendWr, Sge};
+use remora_verbs::{Opcode, Payload, Remote, SendWr, Sge};
 
 /// Default SFlush address-lookup time: "we use a function sleep(0) to simulate the latency
 /// (about 7 us) of addressing conservatively" (seed 003 §4.1.3).
@@ -80,6 +92,9 @@ pub enum SenderFlush {
     ReadLastByte,
     /// Emulated SFlush: wait the address lookup, then RDMA READ of the last byte (§4.1.3).
     LookupThenRead(Duration),
+    /// Native SFlush: the SFlush opcode after the SENDs; no address (the responder's RNIC
+    /// looks up where the last SEND landed).
+    NativeSFlush,
 }
 
 impl SenderFlush {
@@ -91,20 +106,18 @@ impl SenderFlush {
         }
     }
 
+    /// True when one work request covers every range (native SFlush names none).
+    pub fn covers_all(self) -> bool {
+        self == SenderFlush::NativeSFlush
+    }
+
     /// The work request flushing `len` bytes at `remote`; `scratch` is a local buffer of
-    /// at least one byte the READ forms read into.
+    /// at least one byte the READ forms read into. A native SFlush ignores the range.
     pub fn work_request(self, wr_id: u64, remote: Remote, len: u64, scratch: Sge) -> SendWr {
         assert!(len > 0, "a flush covers at least one byte");
         match self {
-            SenderFlush::NativeWFlush => SendWr::new(
-                wr_id,
-                Opcode::Flush {
-                    placement: FlushPlacement::Persistence,
-                    len,
-                },
-                Payload::None,
-                Some(remote),
-            ),
+            SenderFlush::NativeWFlush => SendWr::wflush(wr_id, remote, len),
+            SenderFlush::NativeSFlush => SendWr::sflush(wr_id),
             SenderFlush::ReadLastByte | SenderFlush::LookupThenRead(_) => {
                 assert!(scratch.len >= 1, "READ emulation needs a scratch byte");
                 let last = Remote {
@@ -147,12 +160,16 @@ pub struct FlushPlan {
     /// operator, then notifies the sender: emulated RFlush (§4.1.3), and every design
     /// under DMP+DDIO (§4.4.2).
     pub responder_cpu: bool,
+    /// Native RFlush: the responder posts the RFlush opcode over the arrived entries and
+    /// its RNIC's zero-length notification (immediate: the last sequence number covered)
+    /// acknowledges durability.
+    pub receiver_rflush: bool,
 }
 
 impl FlushPlan {
-    /// The plan of `design` with `params` on a server with `config`. Refuses baselines,
-    /// native SFlush and RFlush (no such RNIC opcode in the model yet), and a native
-    /// WFlush on a NIC without RDMA FLUSH.
+    /// The plan of `design` with `params` on a server with `config`. Refuses baselines and
+    /// any native form on a NIC without RDMA FLUSH (the model's SFlush and RFlush extend
+    /// its FLUSH machinery).
     pub fn new(
         design: Design,
         params: FlushParams,
@@ -168,32 +185,22 @@ impl FlushPlan {
         let wflush = if native {
             if !config.caps.native_flush {
                 return Err(unsupported(
-                    "native WFlush: the server's RNIC has no RDMA FLUSH",
+                    "native Flush primitives: the server's RNIC has no RDMA FLUSH",
                 ));
             }
             SenderFlush::NativeWFlush
         } else {
             SenderFlush::ReadLastByte
         };
-        let (data_flush, responder_cpu) = match primitive {
-            Primitive::WFlush => (Some(wflush), false),
-            Primitive::SFlush if native => {
-                // Wire here once the model's RNIC has the SFlush opcode (branch `fabric`).
-                return Err(unsupported(
-                    "native SFlush: the RNIC model has no SFlush opcode yet",
-                ));
-            }
+        let (data_flush, responder_cpu, receiver_rflush) = match primitive {
+            Primitive::WFlush => (Some(wflush), false, false),
+            Primitive::SFlush if native => (Some(SenderFlush::NativeSFlush), false, false),
             Primitive::SFlush => (
                 Some(SenderFlush::LookupThenRead(params.sflush_lookup)),
                 false,
+                false,
             ),
-            Primitive::RFlush if native => {
-                // Wire here once the model's RNIC has the RFlush opcode (branch `fabric`).
-                return Err(unsupported(
-                    "native RFlush: the RNIC model has no RFlush opcode yet",
-                ));
-            }
-            Primitive::RFlush => (None, true),
+            Primitive::RFlush => (None, !native, native),
         };
         let responder_cpu = responder_cpu || needs_responder_cpu_flush(config);
         Ok(FlushPlan {
@@ -201,9 +208,22 @@ impl FlushPlan {
             primitive,
             carrier: design.family(),
             data_flush,
-            operator_flush: (!responder_cpu).then_some(wflush),
+            operator_flush: (!responder_cpu && !receiver_rflush).then_some(wflush),
             responder_cpu,
+            receiver_rflush,
         })
+    }
+
+    /// True when the server, not the sender's flush completion, acknowledges durability
+    /// (a `Durable` message or an RFlush notification).
+    pub fn server_acknowledges(&self) -> bool {
+        self.responder_cpu || self.receiver_rflush
+    }
+
+    /// True when no operator is written and an entry is committed by its own frame
+    /// (conn, seq and CRC-32C): native RFlush without the responder-CPU step.
+    pub fn frame_commits(&self) -> bool {
+        self.receiver_rflush && !self.responder_cpu
     }
 }
 
@@ -216,21 +236,38 @@ mod tests {
     }
 
     #[test]
-    fn native_sflush_and_rflush_are_refused_not_faked() {
+    fn native_plans_use_the_opcodes() {
         let native = FlushParams {
             form: FlushForm::Native,
             ..FlushParams::default()
         };
         let c = cfg("DMP+noDDIO+PM-RQWRB");
-        for d in [Design::SFlushRpc, Design::SRFlushRpc, Design::WRFlushRpc] {
-            let e = FlushPlan::new(d, native, &c).unwrap_err();
-            assert!(
-                matches!(&e, RpcError::Unsupported { what, .. } if what.contains("native")),
-                "{e}"
-            );
+        let s = FlushPlan::new(Design::SFlushRpc, native, &c).unwrap();
+        assert_eq!(s.data_flush, Some(SenderFlush::NativeSFlush));
+        assert_eq!(s.operator_flush, Some(SenderFlush::NativeWFlush));
+        assert!(!s.server_acknowledges());
+        for d in [Design::SRFlushRpc, Design::WRFlushRpc] {
+            let r = FlushPlan::new(d, native, &c).unwrap();
+            assert!(r.receiver_rflush && !r.responder_cpu && r.frame_commits());
+            assert!(r.data_flush.is_none() && r.operator_flush.is_none());
+            // DMP+DDIO: the CPU's write-back stays (§4.4.2); the operator commits again.
+            let r = FlushPlan::new(d, native, &cfg("DMP+DDIO+PM-RQWRB")).unwrap();
+            assert!(r.receiver_rflush && r.responder_cpu && !r.frame_commits());
         }
         assert!(FlushPlan::new(Design::WFlushRpc, native, &c).is_ok());
         assert!(FlushPlan::new(Design::DaRpc, FlushParams::default(), &c).is_err());
+        let wr = SenderFlush::NativeSFlush.work_request(
+            9,
+            Remote { addr: 0, rkey: 1 },
+            8,
+            Sge {
+                addr: 0,
+                len: 8,
+                lkey: 1,
+            },
+        );
+        assert_eq!(wr.opcode, Opcode::SFlush);
+        assert!(wr.remote.is_none());
     }
 
     #[test]

@@ -98,31 +98,32 @@ fn batching_and_heavy_load_with_slow_down() {
 }
 
 #[test]
-fn native_wflush_runs_and_native_sflush_rflush_are_refused() {
+fn every_native_form_runs_and_a_nic_without_flush_refuses_them() {
     let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
-    let mut opts = DurableOptions::new(Design::WFlushRpc);
-    opts.flush.form = FlushForm::Native;
-    let pair = DurablePair::new(1, LatencyProfile::default_profile(), config, opts.clone());
-    let client = pair.open().unwrap();
-    pair.sim.spawn_on(&pair.client, async move {
-        let mut c = client;
-        c.call(Op::Put {
-            key: 1,
-            value: vec![1; 8],
-        })
-        .await
-        .unwrap();
-        c.drain().await.unwrap();
-    });
-    pair.sim.run();
-    assert_eq!(pair.executions.borrow().len(), 1);
-    for d in [Design::SFlushRpc, Design::SRFlushRpc, Design::WRFlushRpc] {
-        opts.design = d;
+    for d in DESIGNS {
+        let mut opts = DurableOptions::new(d);
+        opts.flush.form = FlushForm::Native;
         let pair = DurablePair::new(1, LatencyProfile::default_profile(), config, opts.clone());
-        assert!(matches!(
-            pair.open(),
-            Err(remora_rpc::RpcError::Unsupported { .. })
-        ));
+        let client = pair.open().unwrap();
+        pair.sim.spawn_on(&pair.client, async move {
+            let mut c = client;
+            c.call(Op::Put {
+                key: 1,
+                value: vec![1; 8],
+            })
+            .await
+            .unwrap();
+            c.drain().await.unwrap();
+        });
+        pair.sim.run();
+        assert_eq!(pair.executions.borrow().len(), 1, "{d}");
+        let mut no_flush = config;
+        no_flush.caps.native_flush = false;
+        let pair = DurablePair::new(1, LatencyProfile::default_profile(), no_flush, opts);
+        assert!(
+            matches!(pair.open(), Err(remora_rpc::RpcError::Unsupported { .. })),
+            "{d}"
+        );
     }
 }
 

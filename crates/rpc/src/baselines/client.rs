@@ -2,14 +2,17 @@
 //! arrived, which the server sends only after persisting the data (seed 003 §3).
 
 use super::cell::{self, Header, Kind, Status, WarmUp};
-use super::{BaselineParams, ReplyPath, RequestPath, UD_MTU};
+use super::{chunk_of, BaselineParams, ReplyPath, RequestPath, QKEY, UD_MTU};
 use crate::api::{Completion, Op, Reply, RpcClient, RpcError};
 use crate::design::Design;
 use crate::proto::Request;
 use remora_verbs::{
-    next_completion, Access, CqId, MrInfo, Opcode, Payload, QpAttr, QpNum, RecvWr, Remote, SendWr,
-    Sge, Space, Verbs, WcStatus,
+    next_completion, Access, CqId, Duration, MrInfo, Opcode, Payload, QpAttr, QpNum, QpType,
+    RecvWr, Remote, SendWr, Sge, Space, UdDest, Verbs, WcStatus,
 };
+use std::future::{poll_fn, Future};
+use std::pin::pin;
+use std::task::Poll;
 
 /// Where the server's buffers of one connection are (what a connection manager tells
 /// the client).
@@ -23,6 +26,8 @@ pub struct ServerSide {
     pub replies: u64,
     /// The rkey of all three.
     pub rkey: u32,
+    /// The server's UD queue pair of this connection (HERD, FaSST).
+    pub ud: Option<UdDest>,
 }
 
 /// The client side of one baseline connection.
@@ -31,9 +36,13 @@ pub struct BaselineClient<V: Verbs> {
     p: BaselineParams,
     conn: u32,
     qp: QpNum,
+    /// The UD queue pair (HERD: replies; FaSST: requests and replies).
+    ud: Option<QpNum>,
     scq: CqId,
     rcq: CqId,
     mr: MrInfo,
+    /// UD receive buffers, [`UD_MTU`] bytes each, enough for the largest reply plus one.
+    ud_bufs: u64,
     requests: u64,
     replies: u64,
     control: u64,
@@ -60,7 +69,11 @@ impl<V: Verbs> BaselineClient<V> {
         let (req, rep) = super::paths(p.design).expect("a baseline design");
         let slots = p.ring_slots as u64;
         let (rq, rp) = (p.request_slot(), p.reply_slot());
-        let len = slots * rq + slots * rp + slots * 64 + rp;
+        let (req_type, rep_type) = super::qp_types(p.design);
+        let ud_used = req_type == QpType::Ud || rep_type == QpType::Ud;
+        // Enough datagram buffers for the largest reply, plus one.
+        let chunks = if ud_used { rp.div_ceil(UD_MTU) + 1 } else { 0 };
+        let len = slots * rq + slots * rp + slots * 64 + rp + chunks * UD_MTU;
         let pd = v.alloc_pd()?;
         let base = v.alloc(Space::Dram, len, 64);
         let mr = v.reg_mr(
@@ -78,21 +91,40 @@ impl<V: Verbs> BaselineClient<V> {
             rcq,
             QpAttr {
                 rq_depth: p.ring_slots as usize * 2,
+                qp_type: super::connected_qp_type(p.design),
                 ..QpAttr::default()
             },
         )?;
+        let ud = if ud_used {
+            Some(v.create_qp(
+                pd,
+                scq,
+                rcq,
+                QpAttr {
+                    rq_depth: chunks as usize,
+                    qp_type: QpType::Ud,
+                    qkey: QKEY,
+                    ..QpAttr::default()
+                },
+            )?)
+        } else {
+            None
+        };
         let requests = base;
         let replies = requests + slots * rq;
         let control = replies + slots * rp;
         let fetch = control + slots * 64;
+        let ud_bufs = fetch + rp;
         let c = BaselineClient {
             v,
             p,
             conn,
             qp,
+            ud,
             scq,
             rcq,
             mr,
+            ud_bufs,
             requests,
             replies,
             control,
@@ -104,12 +136,43 @@ impl<V: Verbs> BaselineClient<V> {
             next_cell: 1,
             corrupt_next: false,
         };
-        if matches!(rep, ReplyPath::Send | ReplyPath::WriteImm) {
+        if c.ud.is_some() {
+            for i in 0..chunks {
+                c.post_chunk(i)?;
+            }
+        } else if matches!(rep, ReplyPath::Send | ReplyPath::WriteImm) {
             for s in 0..slots {
                 c.post_slot(s)?;
             }
         }
         Ok(c)
+    }
+
+    /// The queue pairs this client uses and their service types (the connected one first,
+    /// then the UD one, if any).
+    pub fn qps(&self) -> Vec<(QpNum, QpType)> {
+        let mut v = vec![(self.qp, super::connected_qp_type(self.p.design))];
+        v.extend(self.ud.map(|q| (q, QpType::Ud)));
+        v
+    }
+
+    /// Where the server sends this client's UD replies (HERD, FaSST).
+    pub fn ud_dest(&self) -> Option<UdDest> {
+        self.ud.map(|qpn| UdDest {
+            node: self.v.node(),
+            qpn,
+            qkey: QKEY,
+        })
+    }
+
+    fn post_chunk(&self, i: u64) -> Result<(), RpcError> {
+        let sge = Sge {
+            addr: self.ud_bufs + i * UD_MTU,
+            len: UD_MTU as u32,
+            lkey: self.mr.lkey,
+        };
+        let qp = self.ud.expect("a UD queue pair");
+        Ok(self.v.post_recv(qp, RecvWr { wr_id: i, sge })?)
     }
 
     /// The design.
@@ -200,6 +263,25 @@ impl<V: Verbs> BaselineClient<V> {
             return Err(self.unsupported(format!(
                 "{put_bytes} bytes in one message (the UD MTU is {UD_MTU})"
             )));
+        }
+        if self.req == RequestPath::Send && self.ud.is_some() {
+            let cell = cell::cell_bytes(
+                ops.iter()
+                    .map(|op| {
+                        let r = Request {
+                            conn: self.conn,
+                            seq: 0,
+                            op: op.clone(),
+                        };
+                        r.to_bytes().len() as u64
+                    })
+                    .sum(),
+            );
+            if cell > UD_MTU {
+                return Err(self.unsupported(format!(
+                    "a {cell}-byte request in one datagram (the UD MTU is {UD_MTU} bytes)"
+                )));
+            }
         }
         let first = self.next_seq;
         self.next_seq += ops.len() as u64;
@@ -293,12 +375,14 @@ impl<V: Verbs> BaselineClient<V> {
             len: bytes.len() as u32,
             lkey: self.mr.lkey,
         });
-        let wr = match self.req {
-            RequestPath::Send => SendWr::new(seq, Opcode::Send, sge, None),
-            RequestPath::WriteImm => {
-                SendWr::new(seq, Opcode::WriteWithImm(slot as u32), sge, Some(ring))
+        let wr = match (self.req, self.server.ud) {
+            (RequestPath::Send, Some(dest)) => {
+                let wr = SendWr::new(seq, Opcode::Send, sge, None).to(dest);
+                let ud = self.ud.expect("a UD queue pair");
+                self.v.post_send(ud, wr.signaled(false))?;
+                return Ok(());
             }
-            _ => SendWr::new(seq, Opcode::Write, sge, Some(ring)),
+            _ => self.request_wr(seq, slot, sge, ring),
         };
         self.v.post_send(self.qp, wr.signaled(false))?;
         if self.req == RequestPath::WriteMailbox {
@@ -317,11 +401,79 @@ impl<V: Verbs> BaselineClient<V> {
         Ok(())
     }
 
+    /// The request work request on the connected queue pair.
+    fn request_wr(&self, seq: u64, slot: u64, sge: Payload, ring: Remote) -> SendWr {
+        match self.req {
+            RequestPath::Send => SendWr::new(seq, Opcode::Send, sge, None),
+            RequestPath::WriteImm => {
+                SendWr::new(seq, Opcode::WriteWithImm(slot as u32), sge, Some(ring))
+            }
+            _ => SendWr::new(seq, Opcode::Write, sge, Some(ring)),
+        }
+    }
+
+    /// Waits for reply cell `seq` as UD datagrams: each is copied from its receive buffer
+    /// to its place in the reply slot (the immediate numbers it) and the buffer reposted.
+    /// A lost datagram shows as [`RpcError::Timeout`] after `polling.timeout`.
+    async fn wait_datagrams(&mut self, seq: u64) -> Result<Vec<u8>, RpcError> {
+        let p = self.p;
+        let at = self.replies + (seq % p.ring_slots as u64) * p.reply_slot();
+        let start = self.v.now();
+        let (mut got, mut total) = (0u32, None);
+        loop {
+            while let Some(wc) = self.v.poll_one(self.rcq) {
+                if wc.status != WcStatus::Success {
+                    return Err(RpcError::Malformed(format!(
+                        "reply datagram receive failed ({})",
+                        wc.status
+                    )));
+                }
+                let (idx, n) = chunk_of(wc.imm.unwrap_or(0));
+                let off = idx as u64 * UD_MTU;
+                if n == 0 || idx >= n || off + wc.byte_len as u64 > p.reply_slot() {
+                    self.post_chunk(wc.wr_id)?;
+                    return Err(RpcError::Malformed(format!(
+                        "reply datagram {idx} of {n} ({} bytes) does not fit the reply slot",
+                        wc.byte_len
+                    )));
+                }
+                let mut buf = vec![0u8; wc.byte_len as usize];
+                self.v
+                    .load(Space::Dram, self.ud_bufs + wc.wr_id * UD_MTU, &mut buf);
+                self.post_chunk(wc.wr_id)?;
+                self.v.store(Space::Dram, at + off, &buf);
+                got += 1;
+                total = Some(n);
+            }
+            if total.is_some_and(|n| got >= n) {
+                return match self.read_cell(at) {
+                    Some(b) if cell_seq(&b) == seq => Ok(b),
+                    Some(b) => Err(RpcError::Malformed(format!(
+                        "expected reply {seq}, got reply {}",
+                        cell_seq(&b)
+                    ))),
+                    None => Err(RpcError::Malformed(format!(
+                        "reply {seq} is not a complete cell"
+                    ))),
+                };
+            }
+            let waited = self.v.now().saturating_since(start);
+            if waited >= p.polling.timeout {
+                return Err(RpcError::Timeout(waited));
+            }
+            let left = Duration::from_nanos(p.polling.timeout.as_nanos() - waited.as_nanos());
+            wait_cq_or(&self.v, self.rcq, left).await;
+        }
+    }
+
     /// Waits for reply cell `seq` and returns its bytes.
     async fn wait_reply(&mut self, seq: u64) -> Result<Vec<u8>, RpcError> {
         let p = self.p;
         let slot = seq % p.ring_slots as u64;
         let at = self.replies + slot * p.reply_slot();
+        if self.ud.is_some() {
+            return self.wait_datagrams(seq).await;
+        }
         match self.rep {
             ReplyPath::Send | ReplyPath::WriteImm => {
                 let wc = next_completion(&self.v, self.rcq).await;
@@ -439,6 +591,22 @@ impl<V: Verbs> BaselineClient<V> {
         let t = h.trailer_at() as usize;
         (u64::from_le_bytes(b[t..t + 8].try_into().expect("8")) == h.seq).then_some(b)
     }
+}
+
+/// Waits for `cq` or for `d` to pass; true if `cq` woke first.
+async fn wait_cq_or<V: Verbs>(v: &V, cq: CqId, d: Duration) -> bool {
+    let mut a = pin!(v.wait_cq(cq));
+    let mut b = pin!(v.compute(d));
+    poll_fn(|cx| {
+        if a.as_mut().poll(cx).is_ready() {
+            Poll::Ready(true)
+        } else if b.as_mut().poll(cx).is_ready() {
+            Poll::Ready(false)
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
 }
 
 fn cell_seq(b: &[u8]) -> u64 {

@@ -19,10 +19,28 @@
 //! (0 = light load, 100 µs = heavy load, §5.2) plus the CPU time to notice it, dispatch it
 //! and copy the object.
 //!
-//! **Transport substitution.** The model has RC queue pairs only (UC and UD are being
-//! added). Until then HERD's UC WRITE and UD SEND and FaSST's UD SENDs run over RC with the
-//! same message pattern; [`transport_substituted`] says so and every report prints it.
-//! FaSST still refuses objects over the 4 KB UD MTU ([`Design::max_object`], §5.1).
+//! **Service types** ([`qp_types`]). HERD's requests are UC WRITEs and its replies UD
+//! SENDs; FaSST's requests and replies are UD SENDs; every other baseline runs over RC.
+//! A UD message is one datagram of at most [`UD_MTU`] = 4096 bytes, cell and frame
+//! headers included: FaSST refuses a request or reply that does not fit one
+//! ([`Design::max_object`]: a Put value of at most 4040 bytes, §5.1 "we only show
+//! experimental results of FaSST for objects smaller than 4KB"). HERD's replies to reads of
+//! larger objects are cut into datagrams of at most 4096 bytes (the immediate numbers
+//! them, the client reassembles them in its reply slot): HERD itself targets small values,
+//! and this keeps it in the large-object experiments at one datagram per 4 KB. Each
+//! connection has its own server UD QP (FaSST shares one per thread among its peers; on
+//! this fabric the number of QPs changes nothing). FaSST's connected pair, which
+//! [`BaselineServer::accept`] returns for the caller to connect like every design's, is an
+//! idle UC pair standing for the connection manager's session: no message uses it.
+//!
+//! **Drops.** UC and UD drop, silently, a message that finds no receive posted (or, for a
+//! UC WRITE, a bad key); on the simulated fabric nothing else is lost. Servers post their
+//! UD receives when the connection is accepted, before any client can send, and repost
+//! each after handling its message; clients post theirs before sending and repost each as
+//! it completes, and have one RPC outstanding, so in these designs no message is dropped.
+//! If one were (a server that stopped serving), HERD and FaSST rely on the application's
+//! retry, as the originals do: the client's call fails with [`crate::RpcError::Timeout`]
+//! after [`Polling::timeout`] and the caller may retry.
 //!
 //! Messages travel in [`cell`]s (sequence number, length, status, then the request or
 //! reply frames of [`crate::proto`], then the sequence number again so a poller knows the
@@ -39,18 +57,21 @@ pub use server::{BaselineServer, ServerStats};
 use crate::design::Design;
 use crate::proto::{REPLY_HEADER, REQUEST_HEADER};
 use remora_model::time::Duration;
+use remora_verbs::QpType;
 
 /// The UD MTU FaSST's messages must fit (seed 003 §5.1: "the maximum transmission unit of
-/// the RDMA UD connection in FaSST is 4KB").
-pub const UD_MTU: u64 = 4096;
+/// the RDMA UD connection in FaSST is 4KB"): the model's [`remora_verbs::UD_MTU`].
+pub const UD_MTU: u64 = remora_verbs::UD_MTU;
 
-/// Whether the model has UC and UD queue pairs. While false, HERD and FaSST run over RC
-/// ([`transport_substituted`]); flipping it is the switch once the `fabric` branch lands.
-pub const UC_UD_AVAILABLE: bool = false;
+/// The Q_Key of every baseline UD queue pair.
+pub const QKEY: u32 = 0x0003_1111;
 
-/// The transports `design` runs over here instead of the paper's, if any: HERD's UC WRITE
-/// requests and UD SEND replies, FaSST's UD SENDs, are carried by RC queue pairs with the
-/// same message pattern until the model has UC/UD ([`UC_UD_AVAILABLE`]).
+/// Whether the model has UC and UD queue pairs: it does, and HERD and FaSST use them.
+pub const UC_UD_AVAILABLE: bool = true;
+
+/// The transports `design` runs over here instead of the paper's, if any. `None` for every
+/// design now that HERD and FaSST run over UC and UD ([`qp_types`]); kept so reports can
+/// still print a substitution should one be needed again.
 pub fn transport_substituted(design: Design) -> Option<&'static str> {
     if UC_UD_AVAILABLE {
         return None;
@@ -59,6 +80,42 @@ pub fn transport_substituted(design: Design) -> Option<&'static str> {
         Design::Herd => Some("UC WRITE request and UD SEND reply run over RC"),
         Design::Fasst => Some("UD SEND request and reply run over RC"),
         _ => None,
+    }
+}
+
+/// The service types of a baseline's request and reply messages (seed 003 §3, Figure 2:
+/// "FaRM, Herd, and FaSST use RC-based RDMA write, UC-based RDMA write, and UD-based RDMA
+/// send"): HERD (UC, UD), FaSST (UD, UD), the others (RC, RC).
+pub fn qp_types(design: Design) -> (QpType, QpType) {
+    match design {
+        Design::Herd => (QpType::Uc, QpType::Ud),
+        Design::Fasst => (QpType::Ud, QpType::Ud),
+        _ => (QpType::Rc, QpType::Rc),
+    }
+}
+
+/// True when `design`'s replies are UD datagrams.
+pub fn ud_replies(design: Design) -> bool {
+    qp_types(design).1 == QpType::Ud
+}
+
+/// The immediate of reply datagram `index` of `total` (HERD cuts a reply over the UD MTU
+/// into several).
+pub fn chunk_imm(index: u32, total: u32) -> u32 {
+    (index << 16) | total
+}
+
+/// (index, total) from a reply datagram's immediate.
+pub fn chunk_of(imm: u32) -> (u32, u32) {
+    (imm >> 16, imm & 0xffff)
+}
+
+/// The connected queue pair's service type: UC for HERD (its requests) and FaSST (an idle
+/// session pair, see the module documentation), RC otherwise.
+pub(crate) fn connected_qp_type(design: Design) -> QpType {
+    match design {
+        Design::Herd | Design::Fasst => QpType::Uc,
+        _ => QpType::Rc,
     }
 }
 

@@ -6,14 +6,14 @@
 
 use super::cell::{self, Header, Kind, Status, WarmUp};
 use super::client::{BaselineClient, ServerSide};
-use super::{BaselineParams, ReplyPath, RequestPath, ServerCpu, UD_MTU};
+use super::{chunk_imm, BaselineParams, ReplyPath, RequestPath, ServerCpu, QKEY, UD_MTU};
 use crate::api::{Op, RpcError, ServerCosts};
 use crate::design::Design;
 use crate::kv::{KvLayout, KvStore};
 use crate::proto::{ReplyFrame, REPLY_HEADER};
 use remora_verbs::{
-    next_completion, Access, CqId, MrInfo, Opcode, Payload, PdId, QpAttr, QpNum, RecvWr, Remote,
-    SendWr, Sge, Space, Verbs, WcStatus,
+    next_completion, Access, CqId, MrInfo, Opcode, Payload, PdId, QpAttr, QpNum, QpType, RecvWr,
+    Remote, SendWr, Sge, Space, UdDest, Verbs, WcStatus,
 };
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -51,6 +51,12 @@ impl ServerStats {
 struct Conn {
     id: u32,
     qp: QpNum,
+    /// The connection's UD queue pair (HERD: replies; FaSST: requests and replies).
+    ud: Option<QpNum>,
+    /// The client's UD queue pair.
+    peer_ud: Option<UdDest>,
+    /// Request receives are posted (UD ones when the connection is accepted).
+    posted: bool,
     mr: MrInfo,
     /// Request ring (also the receive buffers of SEND designs).
     ring: u64,
@@ -165,9 +171,26 @@ impl<V: Verbs + Clone> BaselineServer<V> {
             self.rcq,
             QpAttr {
                 rq_depth: self.p.ring_slots as usize * 2,
+                qp_type: super::connected_qp_type(self.p.design),
                 ..QpAttr::default()
             },
         )?;
+        let (req_type, rep_type) = super::qp_types(self.p.design);
+        let ud = if req_type == QpType::Ud || rep_type == QpType::Ud {
+            Some(self.v.create_qp(
+                self.pd,
+                self.scq,
+                self.rcq,
+                QpAttr {
+                    rq_depth: self.p.ring_slots as usize * 2,
+                    qp_type: QpType::Ud,
+                    qkey: QKEY,
+                    ..QpAttr::default()
+                },
+            )?)
+        } else {
+            None
+        };
         let (ring, replies) = (base, base + slots * rq);
         let (fetch, mailbox) = (replies + slots * rp, replies + slots * rp + rq);
         let side = ServerSide {
@@ -175,11 +198,19 @@ impl<V: Verbs + Clone> BaselineServer<V> {
             mailbox,
             replies,
             rkey: mr.rkey,
+            ud: ud.map(|qpn| UdDest {
+                node: self.v.node(),
+                qpn,
+                qkey: QKEY,
+            }),
         };
         let c = BaselineClient::create(client, self.p, conn_id, side)?;
         self.conns.push(Conn {
             id: conn_id,
             qp,
+            ud,
+            peer_ud: c.ud_dest(),
+            posted: false,
             mr,
             ring,
             mailbox,
@@ -189,6 +220,14 @@ impl<V: Verbs + Clone> BaselineServer<V> {
             expect: 1,
             dead: false,
         });
+        if req_type == QpType::Ud {
+            // A datagram finding no receive is dropped: post before the client can send.
+            let ci = self.conns.len() - 1;
+            for s in 0..slots {
+                self.post_slot(ci, s)?;
+            }
+            self.conns[ci].posted = true;
+        }
         Ok((c, qp))
     }
 
@@ -200,7 +239,12 @@ impl<V: Verbs + Clone> BaselineServer<V> {
             lkey: c.mr.lkey,
         };
         let wr_id = ((ci as u64) << 32) | slot;
-        Ok(self.v.post_recv(c.qp, RecvWr { wr_id, sge })?)
+        let qp = match self.req {
+            // FaSST's requests arrive as datagrams on the UD queue pair.
+            RequestPath::Send => c.ud.unwrap_or(c.qp),
+            _ => c.qp,
+        };
+        Ok(self.v.post_recv(qp, RecvWr { wr_id, sge })?)
     }
 
     /// Serves until every connection failed or the node lost power; returns why it
@@ -216,9 +260,13 @@ impl<V: Verbs + Clone> BaselineServer<V> {
     async fn serve_inner(&mut self) -> Result<std::convert::Infallible, RpcError> {
         if matches!(self.req, RequestPath::Send | RequestPath::WriteImm) {
             for ci in 0..self.conns.len() {
+                if self.conns[ci].posted {
+                    continue;
+                }
                 for s in 0..self.p.ring_slots as u64 {
                     self.post_slot(ci, s)?;
                 }
+                self.conns[ci].posted = true;
             }
         }
         loop {
@@ -360,12 +408,13 @@ impl<V: Verbs + Clone> BaselineServer<V> {
                 let why = format!("request names connection {}, arrived on {id}", r.conn);
                 return self.reject(ci, expect, Status::Rejected, why).await;
             }
-            if self.p.design == Design::Fasst {
-                if let Op::Put { value, .. } = &r.op {
-                    if value.len() as u64 > UD_MTU {
-                        let why = format!("a {}-byte object exceeds the 4 KB UD MTU", value.len());
-                        return self.reject(ci, expect, Status::Unsupported, why).await;
-                    }
+            if let (Some(limit), Op::Put { value, .. }) = (self.p.design.max_object(), &r.op) {
+                if value.len() as u64 > limit {
+                    let why = format!(
+                        "a {}-byte object does not fit a {UD_MTU}-byte UD datagram (max {limit})",
+                        value.len()
+                    );
+                    return self.reject(ci, expect, Status::Unsupported, why).await;
                 }
             }
             self.v.compute(self.costs.processing).await;
@@ -387,12 +436,15 @@ impl<V: Verbs + Clone> BaselineServer<V> {
                     .compute(self.cpu.copy(reply.value.len() as u64))
                     .await;
             }
-            if self.p.design == Design::Fasst && reply.value.len() as u64 > UD_MTU {
-                let why = format!("a {}-byte reply exceeds the 4 KB UD MTU", reply.value.len());
-                return self.reject(ci, expect, Status::Unsupported, why).await;
-            }
             self.stats.borrow_mut().requests += 1;
             ReplyFrame { conn: id, reply }.emit(&mut out);
+        }
+        let reply_cell = cell::cell_bytes(out.len() as u64);
+        if self.p.design == Design::Fasst && reply_cell > UD_MTU {
+            let why = format!(
+                "a {reply_cell}-byte reply exceeds the {UD_MTU}-byte UD MTU (one datagram)"
+            );
+            return self.reject(ci, expect, Status::Unsupported, why).await;
         }
         debug_assert!(out.len() >= requests.len() * REPLY_HEADER);
         self.reply(ci, expect, Status::Ok, &out)?;
@@ -481,6 +533,28 @@ impl<V: Verbs + Clone> BaselineServer<V> {
             addr: c.peer_replies.addr + slot * p.reply_slot(),
             rkey: c.peer_replies.rkey,
         };
+        if let (Some(ud), Some(dest)) = (c.ud, c.peer_ud) {
+            // UD: datagrams of at most the MTU, numbered in the immediate.
+            let total = (bytes.len() as u64).div_ceil(UD_MTU);
+            for i in 0..total {
+                let off = i * UD_MTU;
+                let len = (bytes.len() as u64 - off).min(UD_MTU);
+                let wr = SendWr::new(
+                    seq,
+                    Opcode::SendWithImm(chunk_imm(i as u32, total as u32)),
+                    Payload::Sge(Sge {
+                        addr: staging + off,
+                        len: len as u32,
+                        lkey: c.mr.lkey,
+                    }),
+                    None,
+                )
+                .to(dest);
+                self.v.post_send(ud, wr.signaled(false))?;
+            }
+            self.stats.borrow_mut().cells += 1;
+            return Ok(());
+        }
         let wr = match self.rep {
             ReplyPath::RemoteRead => None,
             ReplyPath::Send => Some(SendWr::new(seq, Opcode::Send, Payload::Sge(sge), None)),
