@@ -629,7 +629,13 @@ impl<V: Verbs> Core<V> {
     }
 
     fn notice(&self) -> Notice {
-        let backlog = self.arrived.get().max(self.durable.get()) - self.processed.get();
+        // On a real-time runtime the processor may execute an entry whose doorbell the
+        // dispatcher has not taken yet, so `processed` can pass `arrived`.
+        let backlog = self
+            .arrived
+            .get()
+            .max(self.durable.get())
+            .saturating_sub(self.processed.get());
         let backlog = u32::try_from(backlog).unwrap_or(u32::MAX);
         Notice {
             slow: backlog > self.opts.costs.backlog_threshold,

@@ -67,6 +67,26 @@ pub struct Stamp {
     pub seq: u64,
 }
 
+/// Decodes one object slot's bytes (header and value, as laid out above): `None` if the
+/// slot was never written, its length is past `max_value` or the slot, or its checksum
+/// fails (the same rules as [`KvStore::read`]). Checkers that read a PM image from outside the server (the soft RNIC's pool
+/// file) use it directly.
+pub fn parse_object(slot: &[u8], max_value: u64) -> Option<(Stamp, Vec<u8>)> {
+    let h = slot.get(..20)?;
+    let conn = u32::from_le_bytes(h[0..4].try_into().unwrap());
+    let len = u32::from_le_bytes(h[4..8].try_into().unwrap()) as u64;
+    let seq = u64::from_le_bytes(h[8..16].try_into().unwrap());
+    let crc = u32::from_le_bytes(h[16..20].try_into().unwrap());
+    if seq == 0 || len > max_value {
+        return None;
+    }
+    let value = slot.get(OBJECT_HEADER as usize..(OBJECT_HEADER + len) as usize)?;
+    if crc32c::crc32c_append(crc32c::crc32c(&h[0..16]), value) != crc {
+        return None;
+    }
+    Some((Stamp { conn, seq }, value.to_vec()))
+}
+
 /// Per-request execution counts kept outside the simulated machine (they survive its
 /// crashes), so a checker can tell "executed exactly once" from "executed twice".
 pub type ExecutionLog = Rc<RefCell<BTreeMap<(u32, u64), u32>>>;

@@ -8,7 +8,7 @@
 //! RPC designs (§3, Figure 2) on a key-value service (§5).
 //!
 //! Every design here is ordinary async code generic over [`remora_verbs::Verbs`], so it
-//! runs on the simulator and on the real-time backend.
+//! runs on the simulator and on the real-time backend (the soft RNIC, [`real`]).
 //!
 //! | module | what |
 //! |---|---|
@@ -20,6 +20,7 @@
 //! | [`redolog`] | the per-connection redo log in PM: header, operator word, entries (§4.2) |
 //! | [`durable`] | the four durable RPCs: client, server, recovery, simulator harness (§4.2–4.3) |
 //! | [`check`] | the crash checker for the durable RPCs, with negative controls |
+//! | [`real`] | the durable RPCs on the soft RNIC: a server over a PM pool file, the handshake, a reconnecting client |
 
 pub mod api;
 pub mod check;
@@ -28,6 +29,7 @@ pub mod durable;
 pub mod flush;
 pub mod kv;
 pub mod proto;
+pub mod real;
 pub mod redolog;
 
 pub use api::{Completion, Op, Reply, RpcClient, RpcError, ServerCosts};
