@@ -215,6 +215,10 @@ enum Cmd {
         /// A negative control (for the crash checker only).
         #[arg(long, hide = true, value_parser = rpcreal::parse_fault)]
         fault: Option<remora_rpc::durable::Fault>,
+        /// Append `conn seq` to this file at each executed Put (for the crash checker: the
+        /// counts survive a kill -9).
+        #[arg(long, hide = true)]
+        execution_journal: Option<PathBuf>,
     },
     /// Durable RPCs against a `remora rpc-serve` server: Puts (returning once durable) and
     /// Gets over the soft RNIC, wall-clock latency.
@@ -622,6 +626,7 @@ fn run(cli: Cli) -> Result<(), String> {
             processing_us,
             profile,
             fault,
+            execution_journal,
         } => {
             let args = rpcreal::RpcServeArgs {
                 listen,
@@ -638,6 +643,7 @@ fn run(cli: Cli) -> Result<(), String> {
                     processing_us,
                     fault,
                 ),
+                journal: execution_journal,
             };
             rpcreal::rpc_serve_blocking(&args)?;
         }

@@ -87,6 +87,8 @@ pub struct RpcServeArgs {
     pub profile: LatencyProfile,
     /// The connection's options.
     pub opts: DurableOptions,
+    /// Execution journal (for checkers), if any.
+    pub journal: Option<PathBuf>,
 }
 
 /// The connection options of `rpc-serve`'s flags.
@@ -125,6 +127,7 @@ pub fn rpc_serve_blocking(args: &RpcServeArgs) -> Result<(), String> {
         config: args.config,
         profile: args.profile.clone(),
         opts: args.opts.clone(),
+        journal: args.journal.clone(),
     };
     let (design, form, config) = (args.opts.design, args.opts.flush.form, args.config);
     local
@@ -295,10 +298,9 @@ impl RpcTarget {
 pub const RPC_CONFIGS: [&str; 3] = remora_rpc::check::CONFIGS;
 
 /// The real loop's targets: every durable design (emulated Flush) on DMP without and with
-/// DDIO and MHP; with `negative`, the negative controls whose effect is visible in the
-/// pool file (a lost acknowledged Put, or a committed entry over torn data). Recovery that
-/// ignores the idempotency stamp re-executes a Put with the same value and stamp, which
-/// only an execution count kept outside the server shows; the simulator's checker has it.
+/// DDIO and MHP; with `negative`, the four negative controls of `remora_rpc::check` (a
+/// lost acknowledged Put, a committed entry over torn data, or a Put executed twice, which
+/// the servers' execution journal shows).
 pub fn rpc_targets(negative: bool) -> Vec<RpcTarget> {
     let mut v = Vec::new();
     for c in RPC_CONFIGS {
@@ -324,6 +326,16 @@ pub fn rpc_targets(negative: bool) -> Vec<RpcTarget> {
                 fault: Some(f),
             });
         }
+        let c = "DMP+noDDIO+PM-RQWRB";
+        v.push(RpcTarget {
+            name: format!(
+                "W-RFlush-RPC/{}/{c}",
+                fault_name(Fault::IgnoreStampOnRecovery)
+            ),
+            config: c.parse().expect("valid configuration"),
+            design: Design::WRFlushRpc,
+            fault: Some(Fault::IgnoreStampOnRecovery),
+        });
     }
     v
 }
@@ -388,6 +400,10 @@ const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 /// Most operations per life (a bound, should a kill never land).
 const MAX_OPS_PER_LIFE: u64 = 100_000;
 
+fn journal_path(pool: &Path) -> PathBuf {
+    pool.with_extension("journal")
+}
+
 struct RpcServerProc {
     child: Option<Child>,
     addr: String,
@@ -411,7 +427,9 @@ impl RpcServerProc {
             .args(["--objects", &OBJECTS.to_string()])
             .args(["--max-value", &MAX_VALUE.to_string()])
             .args(["--profile", &args.profile_arg])
-            .args(["--processing-us", &args.processing_us.to_string()]);
+            .args(["--processing-us", &args.processing_us.to_string()])
+            .arg("--execution-journal")
+            .arg(journal_path(pool));
         if let Some(f) = t.fault {
             cmd.args(["--fault", fault_name(f)]);
         }
@@ -520,10 +538,27 @@ async fn timed<T, E: std::fmt::Display>(
     }
 }
 
-/// After a (re)connection and drain: every issued Put's result is known, and each object
-/// in the pool holds the last issued Put to its key, stamped with its sequence number
-/// (executed, and not re-executed over a later Put).
-fn judge(h: &History, pool: &Path, kv: &KvLayout) -> Result<Option<String>, String> {
+/// After a (re)connection and drain: every issued Put was executed exactly once (the
+/// servers' execution journal), its result is known to the client, and each object in the
+/// pool holds the last issued Put to its key, stamped with its sequence number.
+fn judge(h: &History, pool: &Path, kv: &KvLayout, conn: u32) -> Result<Option<String>, String> {
+    // Executions, as the servers' journal counts them (it survives their kills).
+    let ex = remora_rpc::real::read_journal(&journal_path(pool))?;
+    for (&(c, s), &n) in ex.borrow().iter() {
+        if c != conn || !matches!(h.ops.get(&s), Some(Op::Put { .. })) {
+            return Ok(Some(format!(
+                "executed ({c}, {s}), which was never issued as a Put"
+            )));
+        }
+        if n > 1 {
+            return Ok(Some(format!("Put seq {s} executed {n} times")));
+        }
+    }
+    for (s, op) in &h.ops {
+        if matches!(op, Op::Put { .. }) && !ex.borrow().contains_key(&(conn, *s)) {
+            return Ok(Some(format!("issued Put seq {s} never executed")));
+        }
+    }
     for (s, op) in &h.ops {
         if matches!(op, Op::Put { .. }) && !h.replied.contains(s) {
             return Ok(Some(format!(
@@ -560,6 +595,7 @@ pub fn rpc_real_crash(
 ) -> Result<RpcCrashReport, String> {
     let pool = args.dir.join(format!("rpc-pool-{index}.pm"));
     let _ = std::fs::remove_file(&pool);
+    let _ = std::fs::remove_file(journal_path(&pool));
     let mut rng = Prng::from_seed(args.seed ^ index.wrapping_mul(0x9e37_79b9));
     let mut report = RpcCrashReport {
         name: target.name.clone(),
@@ -605,7 +641,7 @@ pub fn rpc_real_crash(
                 Ok(r) => h.replied.extend(r.iter().map(|r| r.seq)),
                 Err(e) => return Ok((Some(format!("life {life}: {e}")), false)),
             }
-            if let Some(v) = judge(&h, &pool, &c.hello.kv_layout())? {
+            if let Some(v) = judge(&h, &pool, &c.hello.kv_layout(), c.hello.opts.conn)? {
                 return Ok((Some(format!("life {life}: {v}")), false));
             }
             if life == args.kills {
@@ -662,6 +698,7 @@ pub fn rpc_real_crash(
     }
     report.acked = h.acked.len() as u64;
     let _ = std::fs::remove_file(&pool);
+    let _ = std::fs::remove_file(journal_path(&pool));
     Ok(report)
 }
 

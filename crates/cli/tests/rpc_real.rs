@@ -216,5 +216,5 @@ fn real_sigkill_loop_catches_the_negative_controls() {
         Duration::from_secs(60),
     );
     assert!(ok, "{out}\n{err}");
-    assert_eq!(out.matches("caught:").count(), 3, "{out}");
+    assert_eq!(out.matches("caught:").count(), 4, "{out}");
 }

@@ -437,6 +437,11 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
     pub fn qp(&self) -> QpNum {
         self.qp
     }
+    /// Calls `hook` whenever the store's execution log counts an execution (see
+    /// [`crate::kv::ExecutionHook`]); only with an execution log.
+    pub fn set_execution_hook(&mut self, hook: crate::kv::ExecutionHook) {
+        self.kv.set_execution_hook(hook);
+    }
     /// Where the object store lives.
     pub fn kv_layout(&self) -> KvLayout {
         self.kv.layout()

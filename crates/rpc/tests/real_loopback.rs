@@ -57,6 +57,7 @@ fn start(
             config,
             profile: LatencyProfile::default_profile(),
             opts,
+            journal: None,
         };
         let tx2 = tx.clone();
         let r = local.block_on(
