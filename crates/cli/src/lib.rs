@@ -10,6 +10,9 @@
 //! - [`bench`]: how fast the simulator itself runs (wall clock).
 //! - [`paper`]: seed 000: the taxonomy tables, the planner, RemoteLog (Figure 2) and the
 //!   crash checker.
+//! - [`real`]: the soft RNIC: `serve`, RemoteLog against a server, the real SIGKILL loop.
+//! - [`rpcreal`]: seed 003's durable RPCs on the soft RNIC: `rpc-serve`, `rpc`, and their
+//!   real SIGKILL loop (`rpc-crashcheck`).
 
 pub mod bench;
 pub mod configs;
@@ -17,6 +20,7 @@ pub mod demo;
 pub mod paper;
 pub mod profiles;
 pub mod real;
+pub mod rpcreal;
 pub mod softbench;
 
 /// Formats nanoseconds as microseconds with three decimals (`2345` → `2.345`).

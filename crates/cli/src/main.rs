@@ -3,7 +3,7 @@
 
 use clap::{Parser, Subcommand};
 use remora::Update;
-use remora_cli::{bench, configs, demo, paper, profiles, real};
+use remora_cli::{bench, configs, demo, paper, profiles, real, rpcreal};
 use remora_model::ServerConfig;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -174,6 +174,98 @@ enum Cmd {
         /// With --real: address the servers listen on.
         #[arg(long, default_value = "127.0.0.1:0")]
         server_listen: String,
+    },
+    /// Serve seed 003's durable RPCs on the soft RNIC: the redo log and the key-value
+    /// store live in the PM pool file; start-up recovery re-executes logged requests.
+    /// One client connection at a time. Stops on SIGTERM or Ctrl-C.
+    RpcServe {
+        /// Address to listen on (host:port; IPv4 or IPv6; port 0 picks one).
+        #[arg(long, default_value = "127.0.0.1:7472")]
+        listen: String,
+        /// The PM pool file (created if missing; a wrong or damaged file is refused).
+        #[arg(long)]
+        pool: PathBuf,
+        /// Bytes of PM in the pool.
+        #[arg(long, default_value_t = 16 << 20)]
+        pool_bytes: u64,
+        /// Server configuration (see `remora configs`).
+        #[arg(long, value_name = "NAME", value_parser = parse_config)]
+        config: ServerConfig,
+        /// Durable design: SFlush-RPC, WFlush-RPC, S-RFlush-RPC or W-RFlush-RPC.
+        #[arg(long, value_parser = rpcreal::parse_durable)]
+        design: remora_rpc::Design,
+        /// Flush form: emulated (seed 003 §4.1.3) or native (WFlush only).
+        #[arg(long, default_value = "emulated", value_parser = rpcreal::parse_form)]
+        form: remora_rpc::FlushForm,
+        /// Redo-log entries.
+        #[arg(long, default_value_t = 64)]
+        capacity: u32,
+        /// Objects in the store (keys 0..objects).
+        #[arg(long, default_value_t = 64)]
+        objects: u64,
+        /// Largest value, bytes.
+        #[arg(long, default_value_t = 1024)]
+        max_value: u32,
+        /// Injected processing time per request, µs (seed 003 §5.2's heavy load: 100).
+        #[arg(long, default_value_t = 0)]
+        processing_us: u64,
+        /// Latency profile of the model: a built-in name or a TOML file.
+        #[arg(long, value_name = "NAME|PATH", default_value = "default")]
+        profile: String,
+        /// A negative control (for the crash checker only).
+        #[arg(long, hide = true, value_parser = rpcreal::parse_fault)]
+        fault: Option<remora_rpc::durable::Fault>,
+        /// Append `conn seq` to this file at each executed Put (for the crash checker: the
+        /// counts survive a kill -9).
+        #[arg(long, hide = true)]
+        execution_journal: Option<PathBuf>,
+    },
+    /// Durable RPCs against a `remora rpc-serve` server: Puts (returning once durable) and
+    /// Gets over the soft RNIC, wall-clock latency.
+    Rpc {
+        /// The server (host:port).
+        #[arg(long, value_name = "HOST:PORT")]
+        server: String,
+        /// The design the client expects (default: whatever the server runs).
+        #[arg(long, value_parser = rpcreal::parse_durable)]
+        design: Option<remora_rpc::Design>,
+        /// Operations (every fourth a Get, the rest Puts).
+        #[arg(long, default_value_t = 1000)]
+        ops: u64,
+        /// Latency profile of the client's model: a built-in name or a TOML file.
+        #[arg(long, value_name = "NAME|PATH", default_value = "default")]
+        profile: String,
+    },
+    /// The real crash loop for durable RPCs: start `remora rpc-serve` processes, SIGKILL
+    /// them at random moments, restart on the same pool (recovery), reconnect the same
+    /// client, and check every acknowledged Put; negative controls must be caught.
+    RpcCrashcheck {
+        /// SIGKILLs per target.
+        #[arg(long, default_value_t = 10)]
+        kills: u64,
+        /// Longest life of a server before its SIGKILL, ms.
+        #[arg(long, default_value_t = 30)]
+        max_life_ms: u64,
+        /// Seed of the kill times.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Which targets: correct, negative, or all.
+        #[arg(long, default_value = "all")]
+        targets: String,
+        /// Only targets whose name contains this.
+        #[arg(long)]
+        only: Option<String>,
+        /// Latency profile (slow-data-path stretches the volatile windows the negative
+        /// controls need past a loopback round trip).
+        #[arg(long, value_name = "NAME|PATH", default_value = "default")]
+        profile: String,
+        /// Address the servers listen on.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        server_listen: String,
+        /// Injected processing time per request, µs (a backlog of logged, unprocessed
+        /// requests widens the windows the negative controls need).
+        #[arg(long, default_value_t = 0)]
+        processing_us: u64,
     },
 }
 
@@ -519,6 +611,110 @@ fn run(cli: Cli) -> Result<(), String> {
             let failed = rs.iter().filter(|r| !r.passed()).count();
             if failed > 0 {
                 return Err(format!("{failed} checker targets failed"));
+            }
+        }
+        Cmd::RpcServe {
+            listen,
+            pool,
+            pool_bytes,
+            config,
+            design,
+            form,
+            capacity,
+            objects,
+            max_value,
+            processing_us,
+            profile,
+            fault,
+            execution_journal,
+        } => {
+            let args = rpcreal::RpcServeArgs {
+                listen,
+                pool,
+                pool_bytes,
+                config,
+                profile: profiles::load(&profile)?,
+                opts: rpcreal::serve_options(
+                    design,
+                    form,
+                    capacity,
+                    objects,
+                    max_value,
+                    processing_us,
+                    fault,
+                ),
+                journal: execution_journal,
+            };
+            rpcreal::rpc_serve_blocking(&args)?;
+        }
+        Cmd::Rpc {
+            server,
+            design,
+            ops,
+            profile,
+        } => print!(
+            "{}",
+            rpcreal::rpc_against(&server, design, ops, &profiles::load(&profile)?)?
+        ),
+        Cmd::RpcCrashcheck {
+            kills,
+            max_life_ms,
+            seed,
+            targets: sel,
+            only,
+            profile,
+            server_listen,
+            processing_us,
+        } => {
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            let dir =
+                std::env::temp_dir().join(format!("remora-rpc-crashcheck-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            let args = rpcreal::RpcCrashArgs {
+                kills,
+                max_life_ms,
+                seed,
+                dir: dir.clone(),
+                profile: profiles::load(&profile)?,
+                profile_arg: profile.clone(),
+                server_listen,
+                processing_us,
+            };
+            let mut targets = rpcreal::rpc_targets(true);
+            match sel.as_str() {
+                "all" => {}
+                "correct" => targets.retain(|t| !t.wrong()),
+                "negative" => targets.retain(|t| t.wrong()),
+                other => return Err(format!("--targets {other:?}: correct, negative or all")),
+            }
+            if let Some(f) = &only {
+                targets.retain(|t| t.name.contains(f.as_str()));
+            }
+            if targets.is_empty() {
+                return Err("no target matches".into());
+            }
+            let bar = progress_bar("targets");
+            bar.set_length(targets.len() as u64);
+            let mut reports = Vec::new();
+            for (i, t) in targets.iter().enumerate() {
+                let r = rpcreal::rpc_real_crash(t, &args, &exe, i as u64);
+                match r {
+                    Ok(r) => reports.push(r),
+                    Err(e) => {
+                        let _ = std::fs::remove_dir_all(&dir);
+                        return Err(format!("{}: {e}", t.name));
+                    }
+                }
+                bar.set_position(i as u64 + 1);
+            }
+            bar.finish_and_clear();
+            let _ = std::fs::remove_dir_all(&dir);
+            print!("{}", rpcreal::rpc_crash_table(&reports));
+            let failed = reports.iter().filter(|r| !r.passed()).count();
+            if failed > 0 {
+                return Err(format!(
+                    "{failed} targets failed the real durable-RPC crash loop"
+                ));
             }
         }
     }

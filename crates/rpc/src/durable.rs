@@ -448,6 +448,11 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
     pub fn qp(&self) -> QpNum {
         self.qp
     }
+    /// Calls `hook` whenever the store's execution log counts an execution (see
+    /// [`crate::kv::ExecutionHook`]); only with an execution log.
+    pub fn set_execution_hook(&mut self, hook: crate::kv::ExecutionHook) {
+        self.kv.set_execution_hook(hook);
+    }
     /// Where the object store lives.
     pub fn kv_layout(&self) -> KvLayout {
         self.kv.layout()
@@ -674,7 +679,13 @@ impl<V: Verbs> Core<V> {
     }
 
     fn notice(&self) -> Notice {
-        let backlog = self.arrived.get().max(self.durable.get()) - self.processed.get();
+        // On a real-time runtime the processor may execute an entry whose doorbell the
+        // dispatcher has not taken yet, so `processed` can pass `arrived`.
+        let backlog = self
+            .arrived
+            .get()
+            .max(self.durable.get())
+            .saturating_sub(self.processed.get());
         let backlog = u32::try_from(backlog).unwrap_or(u32::MAX);
         Notice {
             slow: backlog > self.opts.costs.backlog_threshold,

@@ -67,15 +67,41 @@ pub struct Stamp {
     pub seq: u64,
 }
 
+/// Decodes one object slot's bytes (header and value, as laid out above): `None` if the
+/// slot was never written, its length is past `max_value` or the slot, or its checksum
+/// fails (the same rules as [`KvStore::read`]). Checkers that read a PM image from outside the server (the soft RNIC's pool
+/// file) use it directly.
+pub fn parse_object(slot: &[u8], max_value: u64) -> Option<(Stamp, Vec<u8>)> {
+    let h = slot.get(..20)?;
+    let conn = u32::from_le_bytes(h[0..4].try_into().unwrap());
+    let len = u32::from_le_bytes(h[4..8].try_into().unwrap()) as u64;
+    let seq = u64::from_le_bytes(h[8..16].try_into().unwrap());
+    let crc = u32::from_le_bytes(h[16..20].try_into().unwrap());
+    if seq == 0 || len > max_value {
+        return None;
+    }
+    let value = slot.get(OBJECT_HEADER as usize..(OBJECT_HEADER + len) as usize)?;
+    if crc32c::crc32c_append(crc32c::crc32c(&h[0..16]), value) != crc {
+        return None;
+    }
+    Some((Stamp { conn, seq }, value.to_vec()))
+}
+
 /// Per-request execution counts kept outside the simulated machine (they survive its
 /// crashes), so a checker can tell "executed exactly once" from "executed twice".
 pub type ExecutionLog = Rc<RefCell<BTreeMap<(u32, u64), u32>>>;
+
+/// Called with (connection, sequence) each time an execution is counted in the
+/// [`ExecutionLog`], so a checker can keep the counts where a `kill -9` of the server does
+/// not reach them (the soft RNIC's execution journal).
+pub type ExecutionHook = Rc<dyn Fn(u32, u64)>;
 
 /// The server's object store.
 pub struct KvStore<V: Verbs> {
     v: V,
     layout: KvLayout,
     executions: Option<ExecutionLog>,
+    hook: Option<ExecutionHook>,
 }
 
 impl<V: Verbs> KvStore<V> {
@@ -86,6 +112,7 @@ impl<V: Verbs> KvStore<V> {
             v,
             layout,
             executions: None,
+            hook: None,
         }
     }
 
@@ -93,6 +120,17 @@ impl<V: Verbs> KvStore<V> {
     pub fn with_execution_log(mut self, log: ExecutionLog) -> Self {
         self.executions = Some(log);
         self
+    }
+
+    /// Calls `hook` whenever the execution log counts an execution.
+    pub fn set_execution_hook(&mut self, hook: ExecutionHook) {
+        self.hook = Some(hook);
+    }
+
+    fn counted(&self, conn: u32, seq: u64) {
+        if let Some(h) = &self.hook {
+            h(conn, seq);
+        }
     }
 
     /// The layout.
@@ -176,7 +214,11 @@ impl<V: Verbs> KvStore<V> {
                             // cut short before it was counted (e.g. during the persist
                             // wait under MHP): its stamp proves it ran once.
                             if let Some(log) = &self.executions {
-                                log.borrow_mut().entry((conn, seq)).or_insert(1);
+                                let new = !log.borrow().contains_key(&(conn, seq));
+                                if new {
+                                    log.borrow_mut().insert((conn, seq), 1);
+                                    self.counted(conn, seq);
+                                }
                             }
                         }
                         return Ok(Reply { seq, value: vec![] });
@@ -196,6 +238,7 @@ impl<V: Verbs> KvStore<V> {
                     .await;
                 if let Some(log) = &self.executions {
                     *log.borrow_mut().entry((conn, seq)).or_default() += 1;
+                    self.counted(conn, seq);
                 }
                 Ok(Reply { seq, value: vec![] })
             }

@@ -8,7 +8,7 @@
 //! RPC designs (§3, Figure 2) on a key-value service (§5).
 //!
 //! Every design here is ordinary async code generic over [`remora_verbs::Verbs`], so it
-//! runs on the simulator and on the real-time backend.
+//! runs on the simulator and on the real-time backend (the soft RNIC, [`real`]).
 //!
 //! | module | what |
 //! |---|---|
@@ -24,6 +24,7 @@
 //! | [`bench`](mod@bench) | the §5 evaluation: a design-agnostic driver, the experiment sets, recovery model, report |
 //! | [`harness`] | a server and its senders on the simulator for any design ([`harness::Deployment`]) |
 //! | [`workload`] | §5.1 micro-benchmark and YCSB A–F operation streams (seeded, YCSB's Zipfian) |
+//! | [`real`] | the durable RPCs on the soft RNIC: a server over a PM pool file, the handshake, a reconnecting client |
 
 pub mod api;
 pub mod baselines;
@@ -35,6 +36,7 @@ pub mod flush;
 pub mod harness;
 pub mod kv;
 pub mod proto;
+pub mod real;
 pub mod redolog;
 pub mod workload;
 

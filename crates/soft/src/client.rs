@@ -7,6 +7,7 @@ use remora::Client;
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::rnic::Rnic;
+use remora_model::verbs::{NodeId, QpNum};
 use remora_model::ServerConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -41,6 +42,16 @@ pub enum ConnectError {
         /// Why.
         code: RefuseCode,
     },
+    /// A reconnecting node was assigned another node id than the one it has.
+    #[error("{addr} assigned node id {assigned}, but the reconnecting node is {have}")]
+    NodeId {
+        /// Server address.
+        addr: String,
+        /// Id the server assigned.
+        assigned: NodeId,
+        /// The node's id.
+        have: NodeId,
+    },
     /// Local verbs failed.
     #[error(transparent)]
     Verbs(#[from] remora_verbs::VerbsError),
@@ -53,6 +64,96 @@ pub async fn connect(
     addr: &str,
     profile: &LatencyProfile,
 ) -> Result<(RtNode, ServerConfig, Client<RtNode>), ConnectError> {
+    let opening = open(addr, profile, None).await?;
+    let config = opening.config();
+    let lib = Client::create(opening.node().clone())?;
+    let node = opening.finish(lib.qp()).await?;
+    Ok((node, config, lib))
+}
+
+/// A connection halfway through the connection manager's handshake: the server assigned
+/// node ids and sent its configuration (`Assign`); the client's QP is not connected yet.
+/// Between [`open`] and [`finish`](Opening::finish) an application may exchange frames of
+/// its own on [`stream`](Opening::stream), as it would in RDMA CM's private data (the
+/// durable RPCs carry their log's address there).
+pub struct Opening {
+    addr: String,
+    node: RtNode,
+    config: ServerConfig,
+    server: NodeId,
+    stream: TcpStream,
+}
+
+impl Opening {
+    /// The local node (created by [`open`], or the one passed to it).
+    pub fn node(&self) -> &RtNode {
+        &self.node
+    }
+    /// The server's configuration.
+    pub fn config(&self) -> ServerConfig {
+        self.config
+    }
+    /// The server's node id.
+    pub fn server(&self) -> NodeId {
+        self.server
+    }
+    /// The TCP connection, for application frames before [`finish`](Self::finish).
+    pub fn stream(&mut self) -> &mut TcpStream {
+        &mut self.stream
+    }
+
+    /// Sends the client's QP (`Ready`), waits for the server's (`Accepted`), connects the
+    /// two and starts exchanging packets over the connection; when it closes, `qp` fails.
+    pub async fn finish(mut self, qp: QpNum) -> Result<RtNode, ConnectError> {
+        let addr = self.addr.clone();
+        self.stream
+            .write_all(&Cm::Ready { qp }.emit())
+            .await
+            .map_err(|err| ConnectError::Io {
+                addr: addr.clone(),
+                err,
+            })?;
+        let Cm::Accepted { qp: server_qp } = next_cm(&mut self.stream, &addr).await? else {
+            return Err(ConnectError::Protocol(addr));
+        };
+        self.node.connect(qp, self.server, server_qp)?;
+        let (read, write) = self.stream.into_split();
+        self.node.attach(self.server, read, write, move |n| {
+            let _ = n.with(|r, now| r.destroy_qp(now, qp));
+        });
+        Ok(self.node)
+    }
+}
+
+async fn next_cm(s: &mut TcpStream, addr: &str) -> Result<Cm, ConnectError> {
+    let mut b = [0u8; CM_FRAME];
+    s.read_exact(&mut b).await.map_err(|err| ConnectError::Io {
+        addr: addr.to_string(),
+        err,
+    })?;
+    match Cm::parse(&b) {
+        Ok(Cm::Refused { code }) => Err(ConnectError::Refused {
+            addr: addr.to_string(),
+            code,
+        }),
+        Ok(f) => Ok(f),
+        Err(err) => Err(ConnectError::Handshake {
+            addr: addr.to_string(),
+            err,
+        }),
+    }
+}
+
+/// Opens a connection to `addr` and runs the connection manager's handshake up to the
+/// server's `Assign`. With `node`, reuses that local node (a client reconnecting after
+/// its server restarted keeps its memory and queues); the server must then assign the
+/// same node id. Without, creates and starts a node with the assigned id. Must run inside
+/// a `tokio::task::LocalSet`.
+pub async fn open(
+    addr: &str,
+    profile: &LatencyProfile,
+    node: Option<RtNode>,
+) -> Result<Opening, ConnectError> {
     let io = |err| ConnectError::Io {
         addr: addr.to_string(),
         err,
@@ -60,54 +161,45 @@ pub async fn connect(
     let mut s = TcpStream::connect(addr).await.map_err(io)?;
     s.set_nodelay(true).map_err(io)?;
     s.write_all(&Cm::Hello.emit()).await.map_err(io)?;
-    let mut b = [0u8; CM_FRAME];
-    let mut next = async |s: &mut TcpStream| -> Result<Cm, ConnectError> {
-        s.read_exact(&mut b).await.map_err(|err| ConnectError::Io {
-            addr: addr.to_string(),
-            err,
-        })?;
-        match Cm::parse(&b) {
-            Ok(Cm::Refused { code }) => Err(ConnectError::Refused {
-                addr: addr.to_string(),
-                code,
-            }),
-            Ok(f) => Ok(f),
-            Err(err) => Err(ConnectError::Handshake {
-                addr: addr.to_string(),
-                err,
-            }),
-        }
-    };
     let Cm::Assign {
         client,
         server,
         config,
-    } = next(&mut s).await?
+    } = next_cm(&mut s, addr).await?
     else {
         return Err(ConnectError::Protocol(addr.to_string()));
     };
-    // The client's RNIC shares the fabric's transport and extensions; its own persistence
-    // domain plays no part.
-    let rnic = Rnic::new(
-        client,
-        config,
-        &crate::runtime::real_time_profile(profile),
-        Prng::from_seed(client as u64),
-    );
-    let node = RtNode::new(rnic);
-    tokio::task::spawn_local(node.clone().drive());
-    let lib = Client::create(node.clone())?;
-    s.write_all(&Cm::Ready { qp: lib.qp() }.emit())
-        .await
-        .map_err(io)?;
-    let Cm::Accepted { qp } = next(&mut s).await? else {
-        return Err(ConnectError::Protocol(addr.to_string()));
+    let node = match node {
+        Some(n) => {
+            let have = remora_verbs::Verbs::node(&n);
+            if have != client {
+                return Err(ConnectError::NodeId {
+                    addr: addr.to_string(),
+                    assigned: client,
+                    have,
+                });
+            }
+            n
+        }
+        None => {
+            // The client's RNIC shares the fabric's transport and extensions; its own
+            // persistence domain plays no part.
+            let rnic = Rnic::new(
+                client,
+                config,
+                &crate::runtime::real_time_profile(profile),
+                Prng::from_seed(client as u64),
+            );
+            let n = RtNode::new(rnic);
+            tokio::task::spawn_local(n.clone().drive());
+            n
+        }
     };
-    node.connect(lib.qp(), server, qp)?;
-    let (read, write) = s.into_split();
-    let my_qp = lib.qp();
-    node.attach(server, read, write, move |n| {
-        let _ = n.with(|r, now| r.destroy_qp(now, my_qp));
-    });
-    Ok((node, config, lib))
+    Ok(Opening {
+        addr: addr.to_string(),
+        node,
+        config,
+        server,
+        stream: s,
+    })
 }

@@ -9,11 +9,12 @@ use remora::{CpuCosts, Responder, ServerSetup};
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::rnic::Rnic;
+use remora_model::verbs::{NodeId, QpNum};
 use remora_model::ServerConfig;
 use remora_verbs::Verbs;
 use std::cell::Cell;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -65,28 +66,10 @@ pub struct Started {
 /// Runs the server until SIGTERM or Ctrl-C (returns `Ok`) or a fatal error. `started` is
 /// called once the socket listens. Must run inside a `tokio::task::LocalSet`.
 pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result<(), ServeError> {
-    let pool = Pool::open_or_create(&opts.pool, opts.pool_bytes)?;
-    let (created, dax) = (pool.created(), pool.dax());
-    let profile = crate::runtime::real_time_profile(&opts.profile);
-    let rnic = Rnic::with_media(
-        0,
-        opts.config,
-        &profile,
-        Prng::from_seed(0x5eed),
-        Box::new(pool),
-    );
-    let node = RtNode::new(rnic);
-    tokio::task::spawn_local(node.clone().drive());
-    let listener = TcpListener::bind(&opts.listen)
-        .await
-        .map_err(|err| ServeError::Listen {
-            addr: opts.listen.clone(),
-            err,
-        })?;
-    let addr = listener.local_addr().map_err(|err| ServeError::Listen {
-        addr: opts.listen.clone(),
-        err,
-    })?;
+    let PoolNode {
+        node, created, dax, ..
+    } = open_node(&opts.pool, opts.pool_bytes, opts.config, &opts.profile)?;
+    let (listener, addr) = bind(&opts.listen).await?;
     started(&Started { addr, created, dax });
     let next_id = Rc::new(Cell::new(1u32));
     let first = Rc::new(Cell::new(true));
@@ -110,7 +93,8 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
     }
 }
 
-async fn shutdown_signal() {
+/// Resolves on SIGTERM or Ctrl-C (never, where no handler can be installed).
+pub async fn shutdown_signal() {
     #[cfg(unix)]
     {
         let mut term =
@@ -129,6 +113,110 @@ async fn shutdown_signal() {
     }
 }
 
+/// A server node over a pool file, started by [`open_node`].
+pub struct PoolNode {
+    /// The node: the RNIC with the pool file as its persistent memory.
+    pub node: RtNode,
+    /// True if the pool file was created by this start.
+    pub created: bool,
+    /// True if the pool is on a DAX file system.
+    pub dax: bool,
+    /// Bytes of PM in the pool.
+    pub pm_bytes: u64,
+}
+
+/// Opens (or creates) the pool file and starts a server node (node id 0) whose PM is the
+/// pool: what `serve` does before it listens, for servers of other protocols. Must run
+/// inside a `tokio::task::LocalSet`.
+pub fn open_node(
+    pool: &Path,
+    pool_bytes: u64,
+    config: ServerConfig,
+    profile: &LatencyProfile,
+) -> Result<PoolNode, ServeError> {
+    let pool = Pool::open_or_create(pool, pool_bytes)?;
+    let (created, dax, pm_bytes) = (pool.created(), pool.dax(), pool.len());
+    let profile = crate::runtime::real_time_profile(profile);
+    let rnic = Rnic::with_media(0, config, &profile, Prng::from_seed(0x5eed), Box::new(pool));
+    let node = RtNode::new(rnic);
+    tokio::task::spawn_local(node.clone().drive());
+    Ok(PoolNode {
+        node,
+        created,
+        dax,
+        pm_bytes,
+    })
+}
+
+/// Binds a listening socket (`host:port`, IPv4 or IPv6; port 0 picks one) and returns it
+/// with the bound address.
+pub async fn bind(listen: &str) -> Result<(TcpListener, SocketAddr), ServeError> {
+    let err = |err| ServeError::Listen {
+        addr: listen.to_string(),
+        err,
+    };
+    let listener = TcpListener::bind(listen).await.map_err(err)?;
+    let addr = listener.local_addr().map_err(err)?;
+    Ok((listener, addr))
+}
+
+/// Server side of the connection manager, step 1: reads the client's `Hello`. Anything
+/// else (another protocol or version) is answered with `Refused { Version }` and gives
+/// `false`.
+pub async fn cm_hello(stream: &mut TcpStream) -> std::io::Result<bool> {
+    stream.set_nodelay(true)?;
+    if let Some(Cm::Hello) = read_cm(stream).await? {
+        return Ok(true);
+    }
+    cm_refuse(stream, RefuseCode::Version).await?;
+    Ok(false)
+}
+
+/// Refuses the connection with `code`.
+pub async fn cm_refuse(stream: &mut TcpStream, code: RefuseCode) -> std::io::Result<()> {
+    stream.write_all(&Cm::Refused { code }.emit()).await
+}
+
+/// Step 2: assigns the client its node id (the server is node 0) and sends the server's
+/// configuration.
+pub async fn cm_assign(
+    stream: &mut TcpStream,
+    client: NodeId,
+    config: ServerConfig,
+) -> std::io::Result<()> {
+    stream
+        .write_all(
+            &Cm::Assign {
+                client,
+                server: 0,
+                config,
+            }
+            .emit(),
+        )
+        .await
+}
+
+/// Step 3: reads the client's `Ready`, connects `qp` to the client's QP and answers
+/// `Accepted`. Gives `false` (after `Refused`, where it can) if the client sent anything
+/// else or the QP cannot be connected. Then exchange application frames, if any, and
+/// [`RtNode::attach`] the stream.
+pub async fn cm_accept(
+    stream: &mut TcpStream,
+    node: &RtNode,
+    client: NodeId,
+    qp: QpNum,
+) -> std::io::Result<bool> {
+    let Some(Cm::Ready { qp: client_qp }) = read_cm(stream).await? else {
+        return Ok(false);
+    };
+    if node.connect(qp, client, client_qp).is_err() {
+        cm_refuse(stream, RefuseCode::Resources).await?;
+        return Ok(false);
+    }
+    stream.write_all(&Cm::Accepted { qp }.emit()).await?;
+    Ok(true)
+}
+
 async fn read_cm(s: &mut TcpStream) -> std::io::Result<Option<Cm>> {
     let mut b = [0u8; CM_FRAME];
     s.read_exact(&mut b).await?;
@@ -144,31 +232,10 @@ async fn handle(
     costs: CpuCosts,
     first: Rc<Cell<bool>>,
 ) -> std::io::Result<()> {
-    stream.set_nodelay(true)?;
-    match read_cm(&mut stream).await? {
-        Some(Cm::Hello) => {}
-        _ => {
-            stream
-                .write_all(
-                    &Cm::Refused {
-                        code: RefuseCode::Version,
-                    }
-                    .emit(),
-                )
-                .await?;
-            return Ok(());
-        }
+    if !cm_hello(&mut stream).await? {
+        return Ok(());
     }
-    stream
-        .write_all(
-            &Cm::Assign {
-                client: id,
-                server: 0,
-                config,
-            }
-            .emit(),
-        )
-        .await?;
+    cm_assign(&mut stream, id, config).await?;
     let Some(Cm::Ready { qp: client_qp }) = read_cm(&mut stream).await? else {
         return Ok(());
     };

@@ -1,0 +1,220 @@
+//! Seed 003's durable RPCs on the soft RNIC through the built `remora` binary:
+//! `rpc-serve` and `rpc` between two processes, and the real SIGKILL loop
+//! (`rpc-crashcheck`) with correct designs and negative controls. Every child process
+//! runs under a deadline, so a hang fails the test instead of stalling it.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Runs `remora args`, killing it after `limit`; returns (success, stdout, stderr).
+fn remora(args: &[&str], limit: Duration) -> (bool, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_remora"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run remora");
+    // Read both pipes on threads so a chatty child never blocks on a full pipe.
+    let mut so = child.stdout.take().unwrap();
+    let mut se = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = so.read_to_end(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = se.read_to_end(&mut s);
+        s
+    });
+    let step = Duration::from_millis(50);
+    let mut waited = Duration::ZERO;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if waited >= limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("remora {args:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(step);
+        waited += step;
+    };
+    (
+        status.success(),
+        text(&out.join().unwrap()),
+        text(&err.join().unwrap()),
+    )
+}
+
+struct Server(Child, String);
+
+impl Server {
+    fn start(pool: &std::path::Path, config: &str, design: &str) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_remora"))
+            .args(["rpc-serve", "--listen", "127.0.0.1:0", "--pool"])
+            .arg(pool)
+            .args([
+                "--config",
+                config,
+                "--design",
+                design,
+                "--pool-bytes",
+                "2097152",
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start rpc-serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("listening line, got {line:?}"))
+            .to_string();
+        Server(child, addr)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn rpc_runs_against_rpc_serve_and_bad_input_is_refused() {
+    let pool = std::env::temp_dir().join(format!("remora-rpc-serve-{}.pm", std::process::id()));
+    let _ = std::fs::remove_file(&pool);
+    let server = Server::start(&pool, "DMP+DDIO+PM-RQWRB", "W-RFlush-RPC");
+    let limit = Duration::from_secs(60);
+    let (ok, out, err) = remora(&["rpc", "--server", &server.1, "--ops", "40"], limit);
+    assert!(ok, "{out}\n{err}");
+    assert!(
+        out.contains("W-RFlush-RPC") && out.contains("every reply arrived"),
+        "{out}"
+    );
+    assert!(out.contains("| Put (until durable) | 30 |"), "{out}");
+    // A second client continues the sequence on the same log.
+    let (ok, out, err) = remora(&["rpc", "--server", &server.1, "--ops", "4"], limit);
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("sequence numbers 41..=44"), "{out}");
+    // A client expecting another design is told which one the server runs.
+    let (ok, _, err) = remora(
+        &["rpc", "--server", &server.1, "--design", "SFlush-RPC"],
+        limit,
+    );
+    assert!(
+        !ok && err.contains("runs W-RFlush-RPC, not SFlush-RPC"),
+        "{err}"
+    );
+    drop(server);
+    // A baseline has no redo log; an unknown name lists the designs.
+    let p = pool.to_str().unwrap();
+    let serve = |design: &str| {
+        remora(
+            &[
+                "rpc-serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--pool",
+                p,
+                "--config",
+                "DMP+noDDIO+PM-RQWRB",
+                "--design",
+                design,
+            ],
+            limit,
+        )
+    };
+    let (ok, _, err) = serve("DaRPC");
+    assert!(!ok && err.contains("baseline without a redo log"), "{err}");
+    let (ok, _, err) = serve("FooRPC");
+    assert!(!ok && err.contains("unknown RPC design"), "{err}");
+    // A pool laid out for another log is refused (it is not reformatted).
+    let (ok, _, err) = remora(
+        &[
+            "rpc-serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--pool",
+            p,
+            "--config",
+            "DMP+DDIO+PM-RQWRB",
+            "--design",
+            "W-RFlush-RPC",
+            "--capacity",
+            "16",
+            "--pool-bytes",
+            "2097152",
+        ],
+        limit,
+    );
+    assert!(!ok && err.contains("redo log in PM is"), "{err}");
+    // A file that is not a pool is refused, and left alone.
+    let foreign = pool.with_extension("txt");
+    std::fs::write(&foreign, b"not a pool").unwrap();
+    let (ok, _, err) = remora(
+        &[
+            "rpc-serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--pool",
+            foreign.to_str().unwrap(),
+            "--config",
+            "DMP+noDDIO+PM-RQWRB",
+            "--design",
+            "WFlush-RPC",
+        ],
+        limit,
+    );
+    assert!(!ok && err.contains("not a remora PM pool"), "{err}");
+    assert_eq!(std::fs::read(&foreign).unwrap(), b"not a pool");
+    let _ = std::fs::remove_file(&foreign);
+    let _ = std::fs::remove_file(&pool);
+}
+
+#[test]
+fn real_sigkill_loop_loses_no_acknowledged_put() {
+    // Every durable design on DMP without and with DDIO and MHP, 3 SIGKILLs each (the
+    // full run is `remora rpc-crashcheck --targets correct`).
+    let (ok, out, err) = remora(
+        &["rpc-crashcheck", "--targets", "correct", "--kills", "3"],
+        Duration::from_secs(60),
+    );
+    assert!(ok, "{out}\n{err}");
+    assert_eq!(out.matches("| pass |").count(), 12, "{out}");
+    assert!(out.contains("12 targets, 36 SIGKILLs"), "{out}");
+}
+
+#[test]
+fn real_sigkill_loop_catches_the_negative_controls() {
+    // Their windows close before a loopback round trip with the default profile; the
+    // slow-data-path profile and a processing backlog stretch them. Each stops at its
+    // first catch (usually within a few dozen kills).
+    let (ok, out, err) = remora(
+        &[
+            "rpc-crashcheck",
+            "--targets",
+            "negative",
+            "--kills",
+            "300",
+            "--profile",
+            "slow-data-path",
+            "--processing-us",
+            "1000",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(ok, "{out}\n{err}");
+    assert_eq!(out.matches("caught:").count(), 4, "{out}");
+}

@@ -1,0 +1,970 @@
+//! The durable RPCs on the soft RNIC (`remora_soft`): [`DurableServer`] and
+//! [`DurableClient`], unchanged, between real processes over TCP, with the redo log and the
+//! object store in a memory-mapped PM pool file, so a `kill -9` of the server loses exactly
+//! what the model says a power failure loses and the restarted server recovers from the
+//! log (seed 003 §4.2: "the RPC can be re-executed with the operation log, without
+//! re-sending the data from the client").
+//!
+//! **Connecting.** After the soft connection manager's `Hello`/`Assign` (node ids and the
+//! server's configuration), the server sends one [`DurableHello`] frame: the options both
+//! sides must agree on (design, Flush form, connection id, log capacity, object store
+//! shape) and the [`ConnInfo`] of its log (address, remote key, processed watermark before
+//! and after recovery). The client adopts those options, creates its queue pair, and the
+//! connection manager's `Ready`/`Accepted` connect the two. On real hardware the same bytes
+//! would travel in RDMA CM's private data.
+//!
+//! **Server** ([`serve_durable`]). One durable-RPC connection at a time, as the redo log is
+//! per connection (§4.2). At start-up the server allocates, at fixed PM addresses, the log
+//! and the store, formats a fresh pool, and runs [`DurableServer::recover`]: committed but
+//! unprocessed entries are executed before anyone connects, and their replies go to the
+//! first client. When a connection closes, its server tasks stop; the next connection gets
+//! a new [`DurableServer`] over the same PM (recovering anything the old one logged but did
+//! not process).
+//!
+//! **Client** ([`RealClient`]). [`RealClient::connect`] opens a connection; after the
+//! server died and restarted, [`RealClient::reconnect`] gives the same [`DurableClient`] a
+//! new queue pair on the same node and runs [`DurableClient::resume`]: it learns the results
+//! of recovered requests and re-sends only those never acknowledged durable.
+
+use crate::api::{RpcError, ServerCosts};
+use crate::design::{Design, FlushForm};
+use crate::durable::{
+    ConnInfo, DurableClient, DurableOptions, DurableServer, Fault, RecoveryReport,
+};
+use crate::flush::FlushParams;
+use crate::kv::KvLayout;
+use remora_model::config::ServerConfig;
+use remora_model::profile::LatencyProfile;
+use remora_model::rnic::MrInfo;
+use remora_model::time::{Duration, Instant};
+use remora_soft::client::{ConnectError, Opening};
+use remora_soft::cm::RefuseCode;
+use remora_soft::runtime::RtNode;
+use remora_soft::server::{PoolNode, ServeError};
+use remora_verbs::*;
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::rc::Rc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+// ------------------------------------------------------------------ the hello frame
+
+/// Bytes of a [`DurableHello`] frame.
+pub const HELLO_BYTES: usize = 96;
+/// Version of the [`DurableHello`] frame.
+pub const HELLO_VERSION: u16 = 1;
+const HELLO_MAGIC: &[u8; 4] = b"RDRH";
+/// Node id a durable-RPC server assigns its (single) client, so a client reconnecting
+/// after a restart keeps its node.
+pub const CLIENT_NODE: u32 = 1;
+
+/// What the server tells a connecting client after the connection manager's `Assign`:
+/// the connection options both sides must share and where its redo log is.
+///
+/// Layout (96 bytes, little-endian):
+///
+/// | bytes | field |
+/// |---|---|
+/// | 0..4 | magic `RDRH` |
+/// | 4..6 | version (1) |
+/// | 6 | design: 1 SFlush-RPC, 2 WFlush-RPC, 3 S-RFlush-RPC, 4 W-RFlush-RPC |
+/// | 7 | Flush form: 1 emulated, 2 native |
+/// | 8..12 | connection id |
+/// | 12..16 | log capacity (entries) |
+/// | 16..20 | largest value |
+/// | 20..24 | largest Scan count |
+/// | 24..32 | objects in the store |
+/// | 32..40 | emulated SFlush's address lookup, ns |
+/// | 40 | negative control: 0 none, 1..4 ([`Fault`] in declaration order) |
+/// | 41..46 | server configuration (`ServerConfig::to_bytes`) |
+/// | 46..48 | reserved (0) |
+/// | 48..56 | log base address |
+/// | 56..60 | log entry bytes |
+/// | 60..64 | log remote key |
+/// | 64..72 | processed watermark after recovery |
+/// | 72..80 | processed watermark before recovery |
+/// | 80..88 | object store base address (for checkers reading the pool) |
+/// | 88..92 | CRC-32C of bytes 0..88 |
+/// | 92..96 | reserved (0) |
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DurableHello {
+    /// The options the server runs (the fields both sides share; the server's costs and
+    /// the client's batch and time-outs are each side's own).
+    pub opts: DurableOptions,
+    /// The server's log.
+    pub info: ConnInfo,
+    /// PM address of the object store.
+    pub kv_base: u64,
+}
+
+/// Why bytes are not a [`DurableHello`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HelloError {
+    /// Not exactly [`HELLO_BYTES`] bytes.
+    #[error("durable-RPC hello of {0} bytes (need {HELLO_BYTES})")]
+    Length(usize),
+    /// Not a durable-RPC hello.
+    #[error("not a durable-RPC hello (bad magic {0:02x?})")]
+    BadMagic([u8; 4]),
+    /// Another version.
+    #[error("server speaks durable-RPC hello version {0}, this is {HELLO_VERSION}")]
+    Version(u16),
+    /// The checksum does not match.
+    #[error("durable-RPC hello checksum mismatch")]
+    Checksum,
+    /// A field holds a value this build does not know, or fields disagree.
+    #[error("bad durable-RPC hello: {0}")]
+    BadValue(String),
+}
+
+fn design_code(d: Design) -> Option<u8> {
+    Some(match d {
+        Design::SFlushRpc => 1,
+        Design::WFlushRpc => 2,
+        Design::SRFlushRpc => 3,
+        Design::WRFlushRpc => 4,
+        _ => return None,
+    })
+}
+
+const DESIGNS: [Design; 4] = [
+    Design::SFlushRpc,
+    Design::WFlushRpc,
+    Design::SRFlushRpc,
+    Design::WRFlushRpc,
+];
+const FAULTS: [Fault; 4] = [
+    Fault::AckOnWriteCompletion,
+    Fault::SkipResponderCpuFlush,
+    Fault::OperatorBeforeData,
+    Fault::IgnoreStampOnRecovery,
+];
+
+impl DurableHello {
+    /// The frame's bytes. Panics if `opts.design` is not a durable design (a server is
+    /// never built for one).
+    pub fn emit(&self) -> [u8; HELLO_BYTES] {
+        let o = &self.opts;
+        let mut b = [0u8; HELLO_BYTES];
+        b[0..4].copy_from_slice(HELLO_MAGIC);
+        b[4..6].copy_from_slice(&HELLO_VERSION.to_le_bytes());
+        b[6] = design_code(o.design).expect("a durable design");
+        b[7] = match o.flush.form {
+            FlushForm::Emulated => 1,
+            FlushForm::Native => 2,
+        };
+        b[8..12].copy_from_slice(&o.conn.to_le_bytes());
+        b[12..16].copy_from_slice(&o.capacity.to_le_bytes());
+        b[16..20].copy_from_slice(&o.max_value.to_le_bytes());
+        b[20..24].copy_from_slice(&o.max_scan.to_le_bytes());
+        b[24..32].copy_from_slice(&o.objects.to_le_bytes());
+        b[32..40].copy_from_slice(&o.flush.sflush_lookup.as_nanos().to_le_bytes());
+        b[40] = o.fault.map_or(0, |f| {
+            FAULTS.iter().position(|&x| x == f).unwrap() as u8 + 1
+        });
+        b[41..46].copy_from_slice(&self.info.config.to_bytes());
+        b[48..56].copy_from_slice(&self.info.layout.base.to_le_bytes());
+        b[56..60].copy_from_slice(&self.info.layout.entry_bytes.to_le_bytes());
+        b[60..64].copy_from_slice(&self.info.log_rkey.to_le_bytes());
+        b[64..72].copy_from_slice(&self.info.processed.to_le_bytes());
+        b[72..80].copy_from_slice(&self.info.processed_before_recovery.to_le_bytes());
+        b[80..88].copy_from_slice(&self.kv_base.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..88]);
+        b[88..92].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Parses exactly one frame. Rejects truncation, another magic or version, a flipped
+    /// byte (CRC-32C), unknown codes, non-zero reserved bytes, and a log layout that does
+    /// not follow from the options.
+    pub fn parse(b: &[u8]) -> Result<DurableHello, HelloError> {
+        if b.len() != HELLO_BYTES {
+            return Err(HelloError::Length(b.len()));
+        }
+        if &b[0..4] != HELLO_MAGIC {
+            return Err(HelloError::BadMagic(b[0..4].try_into().unwrap()));
+        }
+        let version = u16::from_le_bytes([b[4], b[5]]);
+        if version != HELLO_VERSION {
+            return Err(HelloError::Version(version));
+        }
+        if crc32c::crc32c(&b[..88]).to_le_bytes() != b[88..92] {
+            return Err(HelloError::Checksum);
+        }
+        let bad = |s: String| Err(HelloError::BadValue(s));
+        if b[46..48] != [0, 0] || b[92..96] != [0; 4] {
+            return bad("reserved bytes".into());
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        let Some(&design) = (b[6] as usize).checked_sub(1).and_then(|i| DESIGNS.get(i)) else {
+            return bad(format!("design code {}", b[6]));
+        };
+        let form = match b[7] {
+            1 => FlushForm::Emulated,
+            2 => FlushForm::Native,
+            x => return bad(format!("Flush form code {x}")),
+        };
+        let fault = match b[40] {
+            0 => None,
+            x => match FAULTS.get(x as usize - 1) {
+                Some(&f) => Some(f),
+                None => return bad(format!("fault code {x}")),
+            },
+        };
+        let config = ServerConfig::from_bytes(b[41..46].try_into().unwrap())
+            .map_err(|e| HelloError::BadValue(e.to_string()))?;
+        let mut opts = DurableOptions::new(design);
+        opts.flush = FlushParams {
+            form,
+            sflush_lookup: Duration::from_nanos(u64_at(32)),
+        };
+        opts.conn = u32_at(8);
+        opts.capacity = u32_at(12);
+        opts.max_value = u32_at(16);
+        opts.max_scan = u32_at(20);
+        opts.objects = u64_at(24);
+        opts.fault = fault;
+        let layout = opts
+            .log_layout(u64_at(48))
+            .map_err(|e| HelloError::BadValue(e.to_string()))?;
+        if layout.entry_bytes != u32_at(56) {
+            return bad(format!(
+                "log entries of {} bytes, but capacity {} and values up to {} make {}",
+                u32_at(56),
+                opts.capacity,
+                opts.max_value,
+                layout.entry_bytes
+            ));
+        }
+        let (processed, before) = (u64_at(64), u64_at(72));
+        if before > processed {
+            return bad(format!(
+                "watermark {before} before recovery past {processed} after"
+            ));
+        }
+        Ok(DurableHello {
+            opts,
+            info: ConnInfo {
+                config,
+                layout,
+                log_rkey: u32_at(60),
+                processed,
+                processed_before_recovery: before,
+            },
+            kv_base: u64_at(80),
+        })
+    }
+
+    /// The object store's layout.
+    pub fn kv_layout(&self) -> KvLayout {
+        KvLayout {
+            base: self.kv_base,
+            objects: self.opts.objects,
+            max_value: self.opts.max_value as u64,
+        }
+    }
+
+    /// `mine` with the fields both sides share replaced by the server's (the client keeps
+    /// its batch, probe interval and reply time-out).
+    pub fn adopt(&self, mine: &DurableOptions) -> DurableOptions {
+        DurableOptions {
+            batch: mine.batch,
+            probe_interval: mine.probe_interval,
+            reply_timeout: mine.reply_timeout,
+            costs: mine.costs,
+            poll_interval: mine.poll_interval,
+            ..self.opts.clone()
+        }
+    }
+}
+
+// ------------------------------------------------------------------ PM at fixed addresses
+
+/// A server node whose PM allocations come from one region reserved at start-up, so every
+/// [`DurableServer`] built over it (one per connection) finds the log and the store at the
+/// same addresses, as a restarted one does after a crash.
+#[derive(Clone)]
+struct Pinned {
+    node: RtNode,
+    base: u64,
+    end: u64,
+    next: Rc<Cell<u64>>,
+}
+
+impl Pinned {
+    /// A fresh view: PM allocation starts over at the region's base.
+    fn fresh(&self) -> Pinned {
+        Pinned {
+            next: Rc::new(Cell::new(self.base)),
+            ..self.clone()
+        }
+    }
+}
+
+impl Verbs for Pinned {
+    fn node(&self) -> NodeId {
+        self.node.node()
+    }
+    fn now(&self) -> Instant {
+        self.node.now()
+    }
+    fn config(&self) -> ServerConfig {
+        self.node.config()
+    }
+    fn alloc(&self, space: Space, len: u64, align: u64) -> u64 {
+        match space {
+            Space::Pm => {
+                let addr = self.next.get().next_multiple_of(align);
+                assert!(
+                    addr + len <= self.end,
+                    "durable-RPC server PM allocation past its reserved region"
+                );
+                self.next.set(addr + len);
+                addr
+            }
+            Space::Dram => self.node.alloc(space, len, align),
+        }
+    }
+    fn alloc_pd(&self) -> Result<PdId, VerbsError> {
+        self.node.alloc_pd()
+    }
+    fn reg_mr(
+        &self,
+        pd: PdId,
+        space: Space,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<MrInfo, VerbsError> {
+        self.node.reg_mr(pd, space, addr, len, access)
+    }
+    fn create_cq(&self, depth: usize) -> Result<CqId, VerbsError> {
+        self.node.create_cq(depth)
+    }
+    fn create_qp(
+        &self,
+        pd: PdId,
+        send_cq: CqId,
+        recv_cq: CqId,
+        attr: remora_model::rnic::QpAttr,
+    ) -> Result<QpNum, VerbsError> {
+        self.node.create_qp(pd, send_cq, recv_cq, attr)
+    }
+    fn post_send(&self, qp: QpNum, wr: SendWr) -> Result<(), VerbsError> {
+        self.node.post_send(qp, wr)
+    }
+    fn post_recv(&self, qp: QpNum, wr: RecvWr) -> Result<(), VerbsError> {
+        self.node.post_recv(qp, wr)
+    }
+    fn poll_cq(&self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        self.node.poll_cq(cq, max, out)
+    }
+    fn poll_one(&self, cq: CqId) -> Option<WorkCompletion> {
+        self.node.poll_one(cq)
+    }
+    fn wait_cq(&self, cq: CqId) -> impl Future<Output = ()> {
+        self.node.wait_cq(cq)
+    }
+    fn load(&self, space: Space, addr: u64, buf: &mut [u8]) {
+        self.node.load(space, addr, buf)
+    }
+    fn store(&self, space: Space, addr: u64, data: &[u8]) {
+        self.node.store(space, addr, data)
+    }
+    fn persist_local(&self, addr: u64, len: u64) -> impl Future<Output = ()> {
+        self.node.persist_local(addr, len)
+    }
+    fn compute(&self, d: Duration) -> impl Future<Output = ()> {
+        self.node.compute(d)
+    }
+    fn memcpy(&self, dst: (Space, u64), src: (Space, u64), len: u64) -> impl Future<Output = ()> {
+        self.node.memcpy(dst, src, len)
+    }
+}
+
+/// PM bytes a durable-RPC server with `opts` needs: the log, then the store, each
+/// 4096-aligned (as [`DurableServer::create`] allocates them).
+pub fn pm_bytes_needed(opts: &DurableOptions) -> Result<u64, RpcError> {
+    let log = opts.log_layout(0)?.bytes();
+    let kv = KvLayout {
+        base: 0,
+        objects: opts.objects,
+        max_value: opts.max_value as u64,
+    }
+    .bytes();
+    Ok(log.next_multiple_of(4096) + kv)
+}
+
+// ------------------------------------------------------------------ server
+
+/// How to run a durable-RPC server on the soft RNIC.
+#[derive(Clone, Debug)]
+pub struct RealServeOptions {
+    /// Address to listen on (`host:port`, IPv4 or IPv6; port 0 picks one).
+    pub listen: String,
+    /// The PM pool file (created if missing; a wrong or damaged file is refused).
+    pub pool: PathBuf,
+    /// Bytes of PM (a new pool is created this large; an existing one must be at least).
+    pub pool_bytes: u64,
+    /// The server's configuration.
+    pub config: ServerConfig,
+    /// Latency profile of the model.
+    pub profile: LatencyProfile,
+    /// The connection's options (design, Flush form, log and store shape, costs).
+    pub opts: DurableOptions,
+    /// An execution journal for checkers: a text file of `conn seq` lines, one appended
+    /// (a single `write`) each time a Put is executed, and loaded at start-up, so counts
+    /// survive a `kill -9` and "executed exactly once" can be judged from outside.
+    pub journal: Option<PathBuf>,
+}
+
+/// Reads an execution journal into counts per (connection, sequence number). A missing
+/// file is empty; a line that does not parse is an error (a torn line cannot happen: each
+/// is one `write`).
+pub fn read_journal(path: &std::path::Path) -> Result<crate::kv::ExecutionLog, String> {
+    let log = crate::kv::ExecutionLog::default();
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(log),
+        Err(e) => return Err(format!("journal {}: {e}", path.display())),
+    };
+    for (i, line) in text.lines().enumerate() {
+        let mut f = line.split(' ');
+        let (Some(c), Some(s), None) = (f.next(), f.next(), f.next()) else {
+            return Err(format!(
+                "journal {} line {}: {line:?}",
+                path.display(),
+                i + 1
+            ));
+        };
+        let (Ok(c), Ok(s)) = (c.parse::<u32>(), s.parse::<u64>()) else {
+            return Err(format!(
+                "journal {} line {}: {line:?}",
+                path.display(),
+                i + 1
+            ));
+        };
+        *log.borrow_mut().entry((c, s)).or_default() += 1;
+    }
+    Ok(log)
+}
+
+/// What [`serve_durable`] reports once it listens.
+#[derive(Clone, Debug)]
+pub struct RealStarted {
+    /// The bound address.
+    pub addr: SocketAddr,
+    /// True if the pool file was created by this start.
+    pub created: bool,
+    /// True if the pool is on a DAX file system.
+    pub dax: bool,
+    /// What start-up recovery did.
+    pub recovery: RecoveryReport,
+    /// Where the log and the store are.
+    pub info: ConnInfo,
+    /// The store's layout.
+    pub kv: KvLayout,
+}
+
+/// Why a durable-RPC server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RealServeError {
+    /// The pool or the socket.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    /// The options are not a durable design.
+    #[error(
+        "{0} is not a durable RPC design (SFlush-RPC, WFlush-RPC, S-RFlush-RPC, W-RFlush-RPC)"
+    )]
+    NotDurable(Design),
+    /// The pool is too small for the log and the store.
+    #[error("the pool holds {have} bytes of PM past what is allocated; the log and the store need {need}")]
+    PoolTooSmall {
+        /// Bytes needed.
+        need: u64,
+        /// Bytes available.
+        have: u64,
+    },
+    /// The execution journal could not be read or opened.
+    #[error("{0}")]
+    Journal(String),
+    /// The pool holds something else where the log belongs, or setup failed.
+    #[error("durable-RPC server: {0}")]
+    Rpc(#[from] RpcError),
+}
+
+/// How long a connection may take for its handshake before the server drops it.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a new client waits for the previous connection to close before it is refused.
+const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+struct ServerState {
+    pinned: Pinned,
+    journal: Option<(crate::kv::ExecutionLog, crate::kv::ExecutionHook)>,
+    opts: DurableOptions,
+    config: ServerConfig,
+    /// The server built (and recovered) at start-up, for the first connection.
+    ready: RefCell<Option<DurableServer<Pinned>>>,
+    busy: Cell<bool>,
+    idle: tokio::sync::Notify,
+}
+
+/// Builds a durable-RPC server over the pool, recovers it, listens, and serves one
+/// connection at a time until SIGTERM or Ctrl-C (returns `Ok`). `started` is called once
+/// the socket listens. Must run inside a `tokio::task::LocalSet`.
+pub async fn serve_durable(
+    o: RealServeOptions,
+    started: impl FnOnce(&RealStarted),
+) -> Result<(), RealServeError> {
+    if design_code(o.opts.design).is_none() {
+        return Err(RealServeError::NotDurable(o.opts.design));
+    }
+    // Refuse impossible plans (e.g. native SFlush) before touching the pool.
+    o.opts.plan(&o.config)?;
+    let PoolNode {
+        node,
+        created,
+        dax,
+        pm_bytes,
+    } = remora_soft::server::open_node(&o.pool, o.pool_bytes, o.config, &o.profile)?;
+    let need = pm_bytes_needed(&o.opts)?;
+    let base = node.alloc(Space::Pm, need, 4096);
+    let have = (remora_model::rnic::PM_BASE + pm_bytes).saturating_sub(base);
+    if need > have {
+        return Err(RealServeError::PoolTooSmall { need, have });
+    }
+    let pinned = Pinned {
+        node: node.clone(),
+        base,
+        end: base + need,
+        next: Rc::new(Cell::new(base)),
+    };
+    let journal = match &o.journal {
+        None => None,
+        Some(p) => {
+            let log = read_journal(p).map_err(RealServeError::Journal)?;
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .map_err(|e| RealServeError::Journal(format!("journal {}: {e}", p.display())))?;
+            let file = RefCell::new(file);
+            let hook: crate::kv::ExecutionHook = Rc::new(move |c, s| {
+                use std::io::Write;
+                // One write per line: a kill never leaves half a line.
+                file.borrow_mut()
+                    .write_all(format!("{c} {s}\n").as_bytes())
+                    .expect("execution journal write failed");
+            });
+            Some((log, hook))
+        }
+    };
+    let build = |v: Pinned| -> Result<DurableServer<Pinned>, RpcError> {
+        let mut s = DurableServer::create(v, &o.opts, journal.as_ref().map(|j| j.0.clone()))?;
+        if let Some((_, hook)) = &journal {
+            s.set_execution_hook(hook.clone());
+        }
+        Ok(s)
+    };
+    let mut server = build(pinned.fresh())?;
+    let info = server.conn_info();
+    // A fresh log's header and watermark are durable before anyone connects.
+    node.persist_local(info.layout.base, 128).await;
+    let recovery = server.recover().await?;
+    let info = server.conn_info();
+    let kv = server.kv_layout();
+    let (listener, addr) = remora_soft::server::bind(&o.listen).await?;
+    started(&RealStarted {
+        addr,
+        created,
+        dax,
+        recovery,
+        info,
+        kv,
+    });
+    let state = Rc::new(ServerState {
+        pinned,
+        journal: journal.clone(),
+        opts: o.opts.clone(),
+        config: o.config,
+        ready: RefCell::new(Some(server)),
+        busy: Cell::new(false),
+        idle: tokio::sync::Notify::new(),
+    });
+    let shutdown = remora_soft::server::shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let state = state.clone();
+                tokio::task::spawn_local(async move {
+                    // A failed or malformed handshake only ends this connection.
+                    if let Err(e) = handle(stream, state).await {
+                        eprintln!("durable-RPC connection: {e}");
+                    }
+                });
+            }
+        }
+    }
+}
+
+async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String> {
+    let io = |e: std::io::Error| e.to_string();
+    let hs = async {
+        if !remora_soft::server::cm_hello(&mut stream)
+            .await
+            .map_err(io)?
+        {
+            return Ok(None);
+        }
+        if st.busy.get() {
+            // The previous client may have just gone; give its connection time to close.
+            let _ = tokio::time::timeout(BUSY_WAIT, async {
+                while st.busy.get() {
+                    st.idle.notified().await;
+                }
+            })
+            .await;
+        }
+        if st.busy.get() {
+            remora_soft::server::cm_refuse(&mut stream, RefuseCode::Resources)
+                .await
+                .map_err(io)?;
+            return Err("refused a second client: one durable-RPC connection at a time".into());
+        }
+        st.busy.set(true);
+        let ready = st.ready.borrow_mut().take();
+        let server = match ready {
+            Some(s) => Ok(s),
+            None => {
+                // The previous connection's tasks are gone; recover whatever it logged but
+                // did not process, over the same PM.
+                match DurableServer::create(
+                    st.pinned.fresh(),
+                    &st.opts,
+                    st.journal.as_ref().map(|j| j.0.clone()),
+                ) {
+                    Ok(mut s) => {
+                        if let Some((_, hook)) = &st.journal {
+                            s.set_execution_hook(hook.clone());
+                        }
+                        s.recover().await.map(|_| s)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        let server = match server {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = remora_soft::server::cm_refuse(&mut stream, RefuseCode::Resources).await;
+                return Err(format!("cannot set up the connection: {e}"));
+            }
+        };
+        remora_soft::server::cm_assign(&mut stream, CLIENT_NODE, st.config)
+            .await
+            .map_err(io)?;
+        let hello = DurableHello {
+            opts: st.opts.clone(),
+            info: server.conn_info(),
+            kv_base: server.kv_layout().base,
+        };
+        stream.write_all(&hello.emit()).await.map_err(io)?;
+        if !remora_soft::server::cm_accept(&mut stream, &st.pinned.node, CLIENT_NODE, server.qp())
+            .await
+            .map_err(io)?
+        {
+            return Err("client broke off the handshake".into());
+        }
+        Ok(Some(server))
+    };
+    let server = match tokio::time::timeout(HANDSHAKE_TIMEOUT, hs).await {
+        Ok(Ok(Some(s))) => s,
+        Ok(Ok(None)) => return Ok(()),
+        Ok(Err(e)) => {
+            release(&st);
+            return Err(e);
+        }
+        Err(_) => {
+            release(&st);
+            return Err("handshake timed out".into());
+        }
+    };
+    let qp = server.qp();
+    let task: Rc<RefCell<Option<tokio::task::AbortHandle>>> = Rc::default();
+    let (read, write) = stream.into_split();
+    {
+        let (task, st) = (task.clone(), st.clone());
+        st.pinned
+            .node
+            .clone()
+            .attach(CLIENT_NODE, read, write, move |n| {
+                // The client went away: fail its QP and stop this connection's threads.
+                let _ = n.with(|r, now| r.destroy_qp(now, qp));
+                if let Some(t) = task.borrow_mut().take() {
+                    t.abort();
+                }
+                release(&st);
+            });
+    }
+    let h = tokio::task::spawn_local(server.serve());
+    *task.borrow_mut() = Some(h.abort_handle());
+    // A bug in the protocol code must not leave a server that accepts requests and never
+    // processes them: a panic of the connection's threads ends the process.
+    tokio::task::spawn_local(async move {
+        if let Err(e) = h.await {
+            if e.is_panic() {
+                eprintln!("durable-RPC server: the connection's threads panicked; exiting");
+                std::process::exit(101);
+            }
+        }
+    });
+    Ok(())
+}
+
+fn release(st: &ServerState) {
+    st.busy.set(false);
+    st.idle.notify_waiters();
+}
+
+// ------------------------------------------------------------------ client
+
+/// Why a real client could not connect.
+#[derive(Debug, thiserror::Error)]
+pub enum RealConnectError {
+    /// The soft connection manager failed.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// The server's hello did not parse.
+    #[error("from {addr}: {err}")]
+    Hello {
+        /// Server address.
+        addr: String,
+        /// What was wrong.
+        err: HelloError,
+    },
+    /// The server runs another design than the client asked for.
+    #[error("{addr} runs {server}, not {asked}")]
+    Design {
+        /// Server address.
+        addr: String,
+        /// The server's design.
+        server: Design,
+        /// The client's.
+        asked: Design,
+    },
+    /// The server changed the connection's options across a restart.
+    #[error("{addr} came back with other connection options: {what}")]
+    Changed {
+        /// Server address.
+        addr: String,
+        /// What changed.
+        what: String,
+    },
+    /// Socket I/O during the handshake.
+    #[error("{addr}: {err}")]
+    Io {
+        /// Server address.
+        addr: String,
+        /// The error.
+        err: std::io::Error,
+    },
+    /// The handshake took too long.
+    #[error("{0}: handshake timed out")]
+    Timeout(String),
+    /// The durable-RPC client failed to set up or resume.
+    #[error(transparent)]
+    Rpc(#[from] RpcError),
+}
+
+/// A [`DurableClient`] connected to a soft-RNIC server.
+pub struct RealClient {
+    /// The durable-RPC client: call it through [`crate::RpcClient`].
+    pub client: DurableClient<RtNode>,
+    /// The local node.
+    pub node: RtNode,
+    /// What the server said on the last (re)connection.
+    pub hello: DurableHello,
+    profile: LatencyProfile,
+}
+
+async fn read_hello(o: &mut Opening, addr: &str) -> Result<DurableHello, RealConnectError> {
+    let mut b = [0u8; HELLO_BYTES];
+    o.stream()
+        .read_exact(&mut b)
+        .await
+        .map_err(|err| RealConnectError::Io {
+            addr: addr.to_string(),
+            err,
+        })?;
+    DurableHello::parse(&b).map_err(|err| RealConnectError::Hello {
+        addr: addr.to_string(),
+        err,
+    })
+}
+
+/// Client-side settings of a real connection.
+#[derive(Clone, Debug)]
+pub struct ClientSettings {
+    /// The design the client expects (`None`: whatever the server runs).
+    pub design: Option<Design>,
+    /// Requests per Flush (§4.3).
+    pub batch: u32,
+    /// Idle time after which the client probes the server.
+    pub probe_interval: Duration,
+    /// Idle time after which a wait fails.
+    pub reply_timeout: Duration,
+}
+
+impl Default for ClientSettings {
+    /// Any design, no batching, a 1 ms probe and a 10 s time-out: wall-clock values (the
+    /// simulator's defaults are microseconds).
+    fn default() -> Self {
+        ClientSettings {
+            design: None,
+            batch: 1,
+            probe_interval: Duration::from_millis(1),
+            reply_timeout: Duration::from_millis(10_000),
+        }
+    }
+}
+
+impl RealClient {
+    /// Connects to a durable-RPC server at `addr` (`host:port`; IPv4, IPv6 or a name),
+    /// adopts its connection options, and attaches. Must run inside a
+    /// `tokio::task::LocalSet`.
+    pub async fn connect(
+        addr: &str,
+        profile: &LatencyProfile,
+        settings: &ClientSettings,
+    ) -> Result<RealClient, RealConnectError> {
+        let hs = async {
+            let mut o = remora_soft::client::open(addr, profile, None).await?;
+            let hello = read_hello(&mut o, addr).await?;
+            if let Some(asked) = settings.design {
+                if asked != hello.opts.design {
+                    return Err(RealConnectError::Design {
+                        addr: addr.to_string(),
+                        server: hello.opts.design,
+                        asked,
+                    });
+                }
+            }
+            let mut mine = DurableOptions::new(hello.opts.design);
+            mine.batch = settings.batch;
+            mine.probe_interval = settings.probe_interval;
+            mine.reply_timeout = settings.reply_timeout;
+            let opts = hello.adopt(&mine);
+            let mut client = DurableClient::create(o.node().clone(), &opts)?;
+            let node = o.finish(client.qp()).await?;
+            client.attach(hello.info)?;
+            Ok(RealClient {
+                client,
+                node,
+                hello,
+                profile: profile.clone(),
+            })
+        };
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, hs)
+            .await
+            .map_err(|_| RealConnectError::Timeout(addr.to_string()))?
+    }
+
+    /// After the server restarted (its old connection failed): connects the same client,
+    /// on a new queue pair of the same node, to `addr`, and runs
+    /// [`DurableClient::resume`], which fails if the recovered server lost a request it
+    /// had acknowledged as durable. Then [`crate::RpcClient::drain`] returns the replies
+    /// of requests recovery executed.
+    pub async fn reconnect(&mut self, addr: &str) -> Result<(), RealConnectError> {
+        let hs = async {
+            let mut o =
+                remora_soft::client::open(addr, &self.profile, Some(self.node.clone())).await?;
+            let hello = read_hello(&mut o, addr).await?;
+            if hello.opts != self.hello.opts || hello.kv_base != self.hello.kv_base {
+                return Err(RealConnectError::Changed {
+                    addr: addr.to_string(),
+                    what: format!("{:?} then {:?}", self.hello.opts, hello.opts),
+                });
+            }
+            let qp = self.client.reopen()?;
+            o.finish(qp).await?;
+            self.client.attach(hello.info)?;
+            self.hello = hello;
+            Ok::<_, RealConnectError>(())
+        };
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, hs)
+            .await
+            .map_err(|_| RealConnectError::Timeout(addr.to_string()))??;
+        self.client.resume().await?;
+        Ok(())
+    }
+}
+
+/// Default server options for the real backend: `DurableOptions::new(design)` with the
+/// costs of `costs`.
+pub fn server_options(design: Design, form: FlushForm, costs: ServerCosts) -> DurableOptions {
+    let mut o = DurableOptions::new(design);
+    o.flush.form = form;
+    o.costs = costs;
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello(design: Design, fault: Option<Fault>) -> DurableHello {
+        let mut opts = DurableOptions::new(design);
+        opts.fault = fault;
+        opts.capacity = 16;
+        DurableHello {
+            info: ConnInfo {
+                config: "DMP+DDIO+PM-RQWRB".parse().unwrap(),
+                layout: opts.log_layout(0x1_0000_0000).unwrap(),
+                log_rkey: 77,
+                processed: 9,
+                processed_before_recovery: 7,
+            },
+            kv_base: 0x1_0000_8000,
+            opts,
+        }
+    }
+
+    #[test]
+    fn hello_round_trips_and_rejects_bad_bytes() {
+        for d in DESIGNS {
+            for f in [None, Some(Fault::OperatorBeforeData)] {
+                let h = hello(d, f);
+                let b = h.emit();
+                assert_eq!(DurableHello::parse(&b), Ok(h.clone()));
+                assert_eq!(
+                    DurableHello::parse(&b[..HELLO_BYTES - 1]),
+                    Err(HelloError::Length(HELLO_BYTES - 1))
+                );
+                for i in 0..HELLO_BYTES {
+                    let mut x = b;
+                    x[i] ^= 0x10;
+                    assert!(DurableHello::parse(&x).is_err(), "{d}: byte {i} flipped");
+                }
+            }
+        }
+        // A valid checksum over unknown values is still refused.
+        let mut b = hello(Design::WFlushRpc, None).emit();
+        b[6] = 9;
+        let crc = crc32c::crc32c(&b[..88]);
+        b[88..92].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            DurableHello::parse(&b),
+            Err(HelloError::BadValue(_))
+        ));
+        let mut b = hello(Design::WFlushRpc, None).emit();
+        b[4] = 2;
+        assert_eq!(DurableHello::parse(&b), Err(HelloError::Version(2)));
+    }
+}

@@ -1,0 +1,271 @@
+//! The durable RPCs, unchanged, between a client and a soft-RNIC server over TCP: every
+//! durable design (emulated Flush) on DMP without and with DDIO, a second client on the
+//! same server, IPv6, and the errors a user can cause.
+
+use remora_model::profile::LatencyProfile;
+use remora_model::ServerConfig;
+use remora_rpc::durable::DurableOptions;
+use remora_rpc::real::{serve_durable, ClientSettings, RealClient, RealServeOptions, RealStarted};
+use remora_rpc::{Design, FlushForm, Op, RpcClient};
+use std::path::PathBuf;
+use std::sync::mpsc;
+
+const DESIGNS: [Design; 4] = [
+    Design::SFlushRpc,
+    Design::WFlushRpc,
+    Design::SRFlushRpc,
+    Design::WRFlushRpc,
+];
+
+fn pool_path(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("remora-rpc-real-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+fn options(design: Design) -> DurableOptions {
+    let mut o = DurableOptions::new(design);
+    o.flush.form = FlushForm::Emulated;
+    o.capacity = 8;
+    o.objects = 4;
+    o.max_value = 200;
+    o
+}
+
+/// Starts a server on a thread of its own; returns what it reported, or its error.
+fn start(
+    listen: &str,
+    config: &str,
+    pool: PathBuf,
+    opts: DurableOptions,
+) -> Result<RealStarted, String> {
+    let (tx, rx) = mpsc::channel();
+    let config: ServerConfig = config.parse().unwrap();
+    let listen = listen.to_string();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        let o = RealServeOptions {
+            listen,
+            pool,
+            pool_bytes: 2 << 20,
+            config,
+            profile: LatencyProfile::default_profile(),
+            opts,
+            journal: None,
+        };
+        let tx2 = tx.clone();
+        let r = local.block_on(
+            &rt,
+            serve_durable(o, move |s| tx2.send(Ok(s.clone())).unwrap()),
+        );
+        if let Err(e) = r {
+            let _ = tx.send(Err(e.to_string()));
+        }
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(30))
+        .expect("server started or failed")
+}
+
+/// Runs a client to its end, failing after 60 s (a server whose threads stopped still
+/// answers the client's RDMA probes, so the client alone would wait).
+fn run_client<T>(f: impl std::future::Future<Output = T>) -> T {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    tokio::task::LocalSet::new()
+        .block_on(&rt, async {
+            tokio::time::timeout(std::time::Duration::from_secs(60), f).await
+        })
+        .expect("client finished within 60 s")
+}
+
+fn value(i: u64) -> Vec<u8> {
+    vec![(i as u8).wrapping_mul(29).wrapping_add(3); 40 + i as usize % 100]
+}
+
+/// `n` Puts over four keys with a Get after every third; checks every Get and the drained
+/// replies. Returns the sequence numbers of the Puts' replies.
+async fn workload(c: &mut RealClient, first: u64, n: u64) -> Vec<u64> {
+    let mut last = std::collections::BTreeMap::new();
+    let mut puts = Vec::new();
+    for i in first..first + n {
+        let key = i % 4;
+        let done = c
+            .client
+            .call(Op::Put {
+                key,
+                value: value(i),
+            })
+            .await
+            .unwrap();
+        assert!(done.durable_at.is_some(), "a Put returns once durable");
+        puts.push(done.seq);
+        last.insert(key, i);
+        if i % 3 == 2 {
+            let g = c.client.call(Op::Get { key }).await.unwrap();
+            assert_eq!(g.reply.unwrap().value, value(i), "Get after Put {i}");
+        }
+    }
+    let replies = c.client.drain().await.unwrap();
+    let got: Vec<u64> = replies.iter().map(|r| r.seq).collect();
+    for s in &puts {
+        assert!(
+            got.contains(s),
+            "reply of Put seq {s} never arrived: {got:?}"
+        );
+    }
+    puts
+}
+
+#[test]
+fn every_durable_design_runs_over_tcp_on_dmp_with_and_without_ddio() {
+    for config in ["DMP+noDDIO+PM-RQWRB", "DMP+DDIO+PM-RQWRB"] {
+        for design in DESIGNS {
+            let name = format!("{design}-{config}");
+            let s = start("127.0.0.1:0", config, pool_path(&name), options(design)).unwrap();
+            assert!(s.created);
+            assert_eq!(s.recovery.reexecuted, 0);
+            let addr = s.addr.to_string();
+            run_client(async {
+                let settings = ClientSettings {
+                    design: Some(design),
+                    ..ClientSettings::default()
+                };
+                let mut c =
+                    RealClient::connect(&addr, &LatencyProfile::default_profile(), &settings)
+                        .await
+                        .unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert_eq!(c.hello.opts.design, design);
+                assert_eq!(c.hello.info.config.name(), config);
+                let puts = workload(&mut c, 0, 20).await;
+                assert_eq!(puts.len(), 20, "{name}");
+                // More requests than the ring holds went round it.
+                assert!(c.client.issued() > 8, "{name}");
+            });
+        }
+    }
+}
+
+#[test]
+fn a_second_client_continues_on_the_same_log_and_store() {
+    let s = start(
+        "127.0.0.1:0",
+        "DMP+noDDIO+PM-RQWRB",
+        pool_path("second"),
+        options(Design::WFlushRpc),
+    )
+    .unwrap();
+    let addr = s.addr.to_string();
+    let p = LatencyProfile::default_profile();
+    let issued = run_client(async {
+        let mut c = RealClient::connect(&addr, &p, &ClientSettings::default())
+            .await
+            .unwrap();
+        workload(&mut c, 0, 10).await;
+        c.client.issued()
+    });
+    // The first client's process is gone (its runtime dropped): the server takes the next.
+    run_client(async {
+        let mut c = RealClient::connect(&addr, &p, &ClientSettings::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            c.hello.info.processed, issued,
+            "the server kept its watermark"
+        );
+        // Key 1's last Put was i = 9.
+        let g = c.client.call(Op::Get { key: 1 }).await.unwrap();
+        assert_eq!(g.reply.unwrap().value, value(9));
+        workload(&mut c, 10, 10).await;
+    });
+}
+
+#[test]
+fn ipv6_loopback_works_too() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("skipped: no IPv6 loopback here");
+        return;
+    }
+    let s = start(
+        "[::1]:0",
+        "DMP+DDIO+PM-RQWRB",
+        pool_path("ipv6"),
+        options(Design::SRFlushRpc),
+    )
+    .unwrap();
+    assert!(s.addr.is_ipv6());
+    run_client(async {
+        let mut c = RealClient::connect(
+            &s.addr.to_string(),
+            &LatencyProfile::default_profile(),
+            &ClientSettings::default(),
+        )
+        .await
+        .unwrap();
+        workload(&mut c, 0, 6).await;
+    });
+}
+
+#[test]
+fn bad_input_gets_a_clear_error() {
+    // A file that is not a pool is refused and left alone.
+    let foreign = pool_path("foreign");
+    std::fs::write(&foreign, vec![b'x'; 8192]).unwrap();
+    let e = start(
+        "127.0.0.1:0",
+        "DMP+noDDIO+PM-RQWRB",
+        foreign.clone(),
+        options(Design::WFlushRpc),
+    )
+    .unwrap_err();
+    assert!(e.contains("not a remora PM pool"), "{e}");
+    assert_eq!(std::fs::read(&foreign).unwrap(), vec![b'x'; 8192]);
+    // A baseline design has no redo log.
+    let e = start(
+        "127.0.0.1:0",
+        "DMP+noDDIO+PM-RQWRB",
+        pool_path("baseline"),
+        options(Design::DaRpc),
+    )
+    .unwrap_err();
+    assert!(e.contains("not a durable RPC design"), "{e}");
+    // A pool whose log was laid out for other options.
+    let pool = pool_path("other-layout");
+    let s = start(
+        "127.0.0.1:0",
+        "DMP+noDDIO+PM-RQWRB",
+        pool.clone(),
+        options(Design::WFlushRpc),
+    )
+    .unwrap();
+    let mut other = options(Design::WFlushRpc);
+    other.capacity = 16;
+    let e = start("127.0.0.1:0", "DMP+noDDIO+PM-RQWRB", pool, other).unwrap_err();
+    assert!(e.contains("redo log in PM is"), "{e}");
+    // A client that asks for another design than the server runs.
+    run_client(async {
+        let settings = ClientSettings {
+            design: Some(Design::SFlushRpc),
+            ..ClientSettings::default()
+        };
+        let e = RealClient::connect(
+            &s.addr.to_string(),
+            &LatencyProfile::default_profile(),
+            &settings,
+        )
+        .await
+        .err()
+        .expect("design mismatch refused");
+        assert!(
+            e.to_string().contains("runs WFlush-RPC, not SFlush-RPC"),
+            "{e}"
+        );
+    });
+}
