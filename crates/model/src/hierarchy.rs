@@ -118,6 +118,8 @@ struct LineState {
     floor_wpq: Instant,
     /// Records of this line currently dirty in the LLC; they are written back together.
     llc: Vec<(u32, u64)>,
+    /// The line's latest inbound DMA that bypasses the LLC (DDIO off), while in flight.
+    last_dma: Option<(u32, u64)>,
 }
 
 #[derive(Debug)]
@@ -152,7 +154,9 @@ pub struct MemoryHierarchy {
     /// Records waiting to become visible, in `t_visible` order.
     vis_fifo: VecDeque<(u32, u64)>,
     /// PM records waiting to reach the WPQ, keyed by `t_wpq` (lazy deletion on change).
-    persist_heap: BinaryHeap<Reverse<(Instant, u64, u32)>>,
+    /// Keyed by (`t_wpq`, `t_visible`, seq): lines entering the WPQ at the same instant
+    /// reach the medium in visibility order, which is their version order.
+    persist_heap: BinaryHeap<Reverse<(Instant, Instant, u64, u32)>>,
     lines: LineMap<LineState>,
     llc_fifo: VecDeque<(u32, u64)>,
     llc_count: u64,
@@ -327,7 +331,7 @@ impl MemoryHierarchy {
                 }
             }
         }
-        while let Some(&Reverse((t, seq, id))) = self.persist_heap.peek() {
+        while let Some(&Reverse((t, _, seq, id))) = self.persist_heap.peek() {
             if t > now {
                 break;
             }
@@ -345,7 +349,14 @@ impl MemoryHierarchy {
             // The line's write-back: every record still dirty in it shares this `t_wpq`
             // (see `enter_llc`) and enters the WPQ now, in version order.
             let ls = self.lines.get_mut(&line).expect("pending line has state");
-            let group = std::mem::take(&mut ls.llc);
+            let mut group = std::mem::take(&mut ls.llc);
+            // Version order is visibility order (a CPU store can be created after, yet
+            // become visible before, an inbound DMA still crossing PCIe).
+            let records = &self.records;
+            group.sort_by_key(|&(gid, gseq)| {
+                let r = records[gid as usize].as_ref().filter(|r| r.seq == gseq);
+                (r.map(|r| r.t_visible), gseq)
+            });
             for (gid, gseq) in group {
                 debug_assert!(self.rec(gid, gseq).is_some_and(|r| r.t_wpq == t));
                 self.llc_count -= 1;
@@ -368,7 +379,7 @@ impl MemoryHierarchy {
             .vis_fifo
             .iter()
             .find_map(|&(id, seq)| self.rec(id, seq).map(|r| r.t_visible));
-        let per = self.persist_heap.peek().map(|Reverse((t, _, _))| *t);
+        let per = self.persist_heap.peek().map(|Reverse((t, _, _, _))| *t);
         match (vis, per) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -419,6 +430,11 @@ impl MemoryHierarchy {
                     self.enter_llc(id, visible + self.p.llc)
                 } else {
                     let t = self.imc_arrival(visible, addr_i);
+                    let seq = self.records[id as usize].as_ref().unwrap().seq;
+                    self.lines
+                        .get_mut(&(addr_i / LINE * LINE))
+                        .unwrap()
+                        .last_dma = Some((id, seq));
                     self.schedule_wpq(id, t)
                 };
                 if !self.ddio {
@@ -525,7 +541,35 @@ impl MemoryHierarchy {
                     if self.domain != PersistenceDomain::Dmp {
                         self.write_media(id);
                     }
-                    self.enter_llc(id, now);
+                    let line = a / LINE * LINE;
+                    let inflight = self.inflight_dmas(line, now);
+                    if self.domain == PersistenceDomain::Wsp {
+                        // A power failure drains the cache before the RNIC and IIO buffers:
+                        // a DMA still in flight lands over this store.
+                        for &dma in &inflight {
+                            let r = self.records[dma as usize].as_ref().unwrap();
+                            if r.in_media {
+                                let (addr, bytes) = (r.addr(), r.bytes().to_vec());
+                                self.media.write(addr, &bytes);
+                            }
+                        }
+                    }
+                    let bypass = inflight.iter().rev().find_map(|&dma| {
+                        let r = self.records[dma as usize].as_ref().unwrap();
+                        (!r.in_llc).then_some(r.t_wpq)
+                    });
+                    match bypass {
+                        // The in-flight DMA's commit snoops this store's line out of the
+                        // cache ahead of its own data: both reach the WPQ together, the
+                        // store first (the heap orders same-instant entries by visibility).
+                        Some(t_wpq) => {
+                            self.records[id as usize].as_mut().unwrap().t_wpq = t_wpq;
+                            self.schedule_persist(t_wpq, id);
+                        }
+                        None => {
+                            self.enter_llc(id, now);
+                        }
+                    }
                     self.stats.cpu_lines += 1;
                     done += n;
                 }
@@ -580,9 +624,9 @@ impl MemoryHierarchy {
             }
             // The records that stay keep their write-back time; the group's heap entry may
             // have left with `recs`, so the newest that stays carries it now.
-            if let Some(&(lid, lseq)) = later.last() {
+            if let Some(&(lid, _)) = later.last() {
                 let t = self.records[lid as usize].as_ref().unwrap().t_wpq;
-                self.persist_heap.push(Reverse((t, lseq, lid)));
+                self.schedule_persist(t, lid);
             }
             self.lines.get_mut(&line).unwrap().llc = later;
             let t_imc = self.imc_arrival(now + self.p.clwb.mul(i + 1), line);
@@ -596,8 +640,9 @@ impl MemoryHierarchy {
                 // Out of the LLC group, the record needs its own heap entry (only the
                 // group's newest record had one).
                 r.t_wpq = r.t_wpq.min(t);
-                self.persist_heap.push(Reverse((r.t_wpq, seq, id)));
                 r.in_llc = false;
+                let t_wpq = r.t_wpq;
+                self.schedule_persist(t_wpq, id);
                 self.llc_count -= 1;
                 self.stats.clwb_lines += 1;
             }
@@ -736,6 +781,32 @@ impl MemoryHierarchy {
         }
     }
 
+    /// Inbound DMA records of `line` not yet visible at `now`, oldest first.
+    fn inflight_dmas(&self, line: u64, now: Instant) -> Vec<u32> {
+        let Some(ls) = self.lines.get(&line) else {
+            return Vec::new();
+        };
+        let mut out: Vec<(u64, u32)> = ls
+            .llc
+            .iter()
+            .chain(ls.last_dma.iter())
+            .filter_map(|&(id, seq)| {
+                self.rec(id, seq)
+                    .filter(|r| r.t_visible > now)
+                    .map(|_| (seq, id))
+            })
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// Queues record `id`'s entry into the WPQ at `t`.
+    fn schedule_persist(&mut self, t: Instant, id: u32) {
+        let r = self.records[id as usize].as_ref().expect("live record");
+        self.persist_heap.push(Reverse((t, r.t_visible, r.seq, id)));
+    }
+
     /// Record `id` of `line` reached the WPQ: durable under every domain (DMP's entry
     /// point); its bookkeeping ends.
     fn persist_one(&mut self, line: u64, id: u32) {
@@ -813,8 +884,17 @@ impl MemoryHierarchy {
         r.in_llc = true;
         self.llc_count += 1;
         let ls = self.lines.get_mut(&line).unwrap();
-        // A dirty line is written back whole: earlier dirty records of the line go with it.
-        let t_wpq = evict.max(ls.floor_wpq);
+        // A dirty line is written back whole: earlier dirty records of the line go with it,
+        // which includes an inbound DMA still crossing PCIe (it lands in the line first).
+        let landed = ls
+            .llc
+            .iter()
+            .filter_map(|&(gid, _)| self.records[gid as usize].as_ref())
+            .filter(|r| r.t_visible > t)
+            .map(|r| r.t_visible + self.p.llc)
+            .max()
+            .unwrap_or(Instant::ZERO);
+        let t_wpq = evict.max(ls.floor_wpq).max(landed);
         ls.llc.push((id, seq));
         for &(gid, gseq) in &ls.llc {
             let r = self.records[gid as usize].as_mut().unwrap();
@@ -824,7 +904,7 @@ impl MemoryHierarchy {
         // One heap entry stands for the whole group (the newest record's): when it is due,
         // `advance` writes the line's dirty records back together, oldest first. The older
         // records' entries are stale now (their `t_wpq` moved).
-        self.persist_heap.push(Reverse((t_wpq, seq, id)));
+        self.schedule_persist(t_wpq, id);
         self.llc_fifo.push_back((id, seq));
         // Drop entries of lines that already left the cache, so the queue stays as long as
         // the cache's contents and not as long as the run.
@@ -887,10 +967,7 @@ impl MemoryHierarchy {
 
     /// Schedules a non-LLC PM record's arrival in the WPQ, keeping same-line order.
     fn schedule_wpq(&mut self, id: u32, t_imc: Instant) -> Instant {
-        let (line, seq) = {
-            let r = self.records[id as usize].as_ref().unwrap();
-            (r.line, r.seq)
-        };
+        let line = self.records[id as usize].as_ref().unwrap().line;
         let t = self.admit_wpq(t_imc, line);
         let ls = self.lines.get_mut(&line).unwrap();
         let t = t.max(ls.floor_wpq);
@@ -907,12 +984,13 @@ impl MemoryHierarchy {
                 // Out of the LLC group, the record needs its own heap entry (only the
                 // group's newest record had one).
                 r.t_wpq = r.t_wpq.min(t);
-                self.persist_heap.push(Reverse((r.t_wpq, gseq, gid)));
+                let t_wpq = r.t_wpq;
+                self.schedule_persist(t_wpq, gid);
             }
         }
         let r = self.records[id as usize].as_mut().unwrap();
         r.t_wpq = t;
-        self.persist_heap.push(Reverse((t, seq, id)));
+        self.schedule_persist(t, id);
         t
     }
 }
