@@ -264,22 +264,6 @@ impl Notify {
     }
 }
 
-/// Waits for `cq` or for `d` to pass; true if `cq` woke first.
-async fn wait_cq_or<V: Verbs>(v: &V, cq: CqId, d: Duration) -> bool {
-    let mut a = pin!(v.wait_cq(cq));
-    let mut b = pin!(v.compute(d));
-    poll_fn(|cx| {
-        if a.as_mut().poll(cx).is_ready() {
-            Poll::Ready(true)
-        } else if b.as_mut().poll(cx).is_ready() {
-            Poll::Ready(false)
-        } else {
-            Poll::Pending
-        }
-    })
-    .await
-}
-
 async fn join2(a: impl Future<Output = ()>, b: impl Future<Output = ()>) {
     let (mut a, mut b) = (pin!(a), pin!(b));
     let (mut da, mut db) = (false, false);
@@ -1061,7 +1045,7 @@ impl<V: Verbs> DurableClient<V> {
             if cond(self) {
                 return Ok(());
             }
-            if wait_cq_or(&self.v, self.cq, self.opts.probe_interval).await {
+            if remora_verbs::wait_cq_or(&self.v, self.cq, self.opts.probe_interval).await {
                 continue;
             }
             idle = Duration::from_nanos(idle.as_nanos() + self.opts.probe_interval.as_nanos());

@@ -129,6 +129,24 @@ impl FlushMethod {
     }
 }
 
+/// Waits until `cq` holds a completion or `d` has passed on this node's clock, whichever
+/// comes first; true if the completion queue woke first (a bounded `wait_cq`, for
+/// protocols that must notice a silent peer).
+pub async fn wait_cq_or<V: Verbs>(v: &V, cq: CqId, d: Duration) -> bool {
+    let mut a = std::pin::pin!(v.wait_cq(cq));
+    let mut b = std::pin::pin!(v.compute(d));
+    std::future::poll_fn(|cx| {
+        if a.as_mut().poll(cx).is_ready() {
+            std::task::Poll::Ready(true)
+        } else if b.as_mut().poll(cx).is_ready() {
+            std::task::Poll::Ready(false)
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
+
 /// Waits for the next completion on `cq`.
 pub async fn next_completion<V: Verbs>(v: &V, cq: CqId) -> WorkCompletion {
     loop {

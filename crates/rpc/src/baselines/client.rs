@@ -10,9 +10,6 @@ use remora_verbs::{
     next_completion, Access, CqId, Duration, MrInfo, Opcode, Payload, QpAttr, QpNum, QpType,
     RecvWr, Remote, SendWr, Sge, Space, UdDest, Verbs, WcStatus,
 };
-use std::future::{poll_fn, Future};
-use std::pin::pin;
-use std::task::Poll;
 
 /// Where the server's buffers of one connection are (what a connection manager tells
 /// the client).
@@ -462,7 +459,7 @@ impl<V: Verbs> BaselineClient<V> {
                 return Err(RpcError::Timeout(waited));
             }
             let left = Duration::from_nanos(p.polling.timeout.as_nanos() - waited.as_nanos());
-            wait_cq_or(&self.v, self.rcq, left).await;
+            remora_verbs::wait_cq_or(&self.v, self.rcq, left).await;
         }
     }
 
@@ -591,22 +588,6 @@ impl<V: Verbs> BaselineClient<V> {
         let t = h.trailer_at() as usize;
         (u64::from_le_bytes(b[t..t + 8].try_into().expect("8")) == h.seq).then_some(b)
     }
-}
-
-/// Waits for `cq` or for `d` to pass; true if `cq` woke first.
-async fn wait_cq_or<V: Verbs>(v: &V, cq: CqId, d: Duration) -> bool {
-    let mut a = pin!(v.wait_cq(cq));
-    let mut b = pin!(v.compute(d));
-    poll_fn(|cx| {
-        if a.as_mut().poll(cx).is_ready() {
-            Poll::Ready(true)
-        } else if b.as_mut().poll(cx).is_ready() {
-            Poll::Ready(false)
-        } else {
-            Poll::Pending
-        }
-    })
-    .await
 }
 
 fn cell_seq(b: &[u8]) -> u64 {
