@@ -17,13 +17,13 @@ use remora_model::time::{Duration, Instant};
 use remora_model::verbs::*;
 use remora_model::wire::{Packet, WireError};
 use remora_model::ServerConfig;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::rc::Rc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 
 /// Longest step the model's clock takes ahead of the wall clock without sleeping.
 const JUMP: Duration = Duration::from_micros(200);
@@ -65,8 +65,60 @@ struct State {
     /// Packets the model schedules beyond the jump horizon, by departure time.
     held: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, u64, HeldPacket)>>,
     held_seq: u64,
-    peers: BTreeMap<NodeId, mpsc::UnboundedSender<Vec<u8>>>,
+    /// Packets due in the current step, sent together at its end (reused buffer).
+    due: Vec<Packet>,
+    peers: BTreeMap<NodeId, Rc<Conn>>,
     stats: NetStats,
+}
+
+impl State {
+    /// Moves what the RNIC transmitted into the queue of held packets.
+    fn hold_transmitted(&mut self) {
+        while let Some((ready, pkt)) = self.rnic.poll_transmit() {
+            self.held_seq += 1;
+            let seq = self.held_seq;
+            self.held
+                .push(std::cmp::Reverse((ready, seq, HeldPacket(pkt))));
+        }
+    }
+}
+
+/// One peer's TCP connection. The driver appends every packet of a step to `out` and
+/// writes it with one non-blocking `write` at the end of the step; only when the socket's
+/// buffer is full does the connection's writer task take over and wait for room.
+struct Conn {
+    out: RefCell<Vec<u8>>,
+    write: OwnedWriteHalf,
+    /// Wakes the writer task (the socket was full, or the connection is closing).
+    writer: Notify,
+    closing: Cell<bool>,
+}
+
+impl Conn {
+    /// Writes what the socket takes without blocking; true if nothing is left.
+    fn try_flush(&self) -> bool {
+        let mut out = self.out.borrow_mut();
+        let mut done = 0;
+        while done < out.len() {
+            match self.write.try_write(&out[done..]) {
+                Ok(n) if n > 0 => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                // A broken connection: the reader sees it too and closes the peer.
+                _ => {
+                    done = out.len();
+                }
+            }
+        }
+        out.drain(..done);
+        out.is_empty()
+    }
+
+    /// Sends what is queued now, leaving any rest to the writer task.
+    fn flush(&self) {
+        if !self.out.borrow().is_empty() && !self.try_flush() {
+            self.writer.notify_one();
+        }
+    }
 }
 
 struct Inner {
@@ -100,6 +152,7 @@ impl RtNode {
                     model_now: Instant::ZERO,
                     held: Default::default(),
                     held_seq: 0,
+                    due: Vec::new(),
                     peers: BTreeMap::new(),
                     stats: NetStats::default(),
                 }),
@@ -140,31 +193,42 @@ impl RtNode {
         write: OwnedWriteHalf,
         on_close: impl FnOnce(&RtNode) + 'static,
     ) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        self.inner.st.borrow_mut().peers.insert(peer, tx);
-        tokio::task::spawn_local(write_loop(rx, write));
+        let conn = Rc::new(Conn {
+            out: RefCell::new(Vec::with_capacity(1 << 12)),
+            write,
+            writer: Notify::new(),
+            closing: Cell::new(false),
+        });
+        self.inner.st.borrow_mut().peers.insert(peer, conn.clone());
+        tokio::task::spawn_local(write_loop(conn));
         let node = self.clone();
         tokio::task::spawn_local(async move {
             let _ = node.read_loop(peer, read).await;
-            node.inner.st.borrow_mut().peers.remove(&peer);
+            if let Some(conn) = node.inner.st.borrow_mut().peers.remove(&peer) {
+                conn.closing.set(true);
+                conn.writer.notify_one();
+            }
             on_close(&node);
             node.inner.kick.notify_one();
         });
     }
 
     async fn read_loop(&self, peer: NodeId, mut read: OwnedReadHalf) -> Result<(), WireError> {
+        // Frames are parsed in place; consumed bytes are dropped once per read, not per
+        // frame (a 64 KiB buffer of small frames would otherwise be shifted per frame).
         let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
-        let mut chunk = vec![0u8; 1 << 16];
+        let mut at = 0;
         loop {
-            while let Some(len) = Packet::frame_len(&buf)
+            let mut handled = false;
+            while let Some(len) = Packet::frame_len(&buf[at..])
                 .inspect_err(|_| self.inner.st.borrow_mut().stats.malformed += 1)?
             {
-                if buf.len() < len {
+                if buf.len() - at < len {
                     break;
                 }
-                let pkt = Packet::parse(&buf[..len])
+                let pkt = Packet::parse(&buf[at..at + len])
                     .inspect_err(|_| self.inner.st.borrow_mut().stats.malformed += 1)?;
-                buf.drain(..len);
+                at += len;
                 let mut st = self.inner.st.borrow_mut();
                 if pkt.src != peer {
                     // A peer may only speak for itself; drop, keep the connection.
@@ -174,17 +238,24 @@ impl RtNode {
                 st.stats.received += 1;
                 let now = self.inner.now(&mut st);
                 st.rnic.handle_packet(now, pkt);
-                drop(st);
+                handled = true;
+            }
+            if handled {
+                // One wake of the driver for every packet of this read.
                 self.inner.kick.notify_one();
             }
+            buf.drain(..at);
+            at = 0;
+            if buf.capacity() - buf.len() < 1 << 14 {
+                buf.reserve(1 << 16);
+            }
             let n = read
-                .read(&mut chunk)
+                .read_buf(&mut buf)
                 .await
                 .map_err(|_| WireError::Truncated { need: 1, have: 0 })?;
             if n == 0 {
                 return Ok(());
             }
-            buf.extend_from_slice(&chunk[..n]);
         }
     }
 
@@ -213,18 +284,15 @@ impl RtNode {
 
     /// Does everything due now or within [`JUMP`]; returns the next deadline beyond.
     fn step(&self) -> Option<Instant> {
-        let mut st = self.inner.st.borrow_mut();
-        let mut now = self.inner.now(&mut st);
-        loop {
+        let mut guard = self.inner.st.borrow_mut();
+        let st = &mut *guard;
+        let mut now = self.inner.now(st);
+        let mut due = std::mem::take(&mut st.due);
+        let next = loop {
             st.rnic.handle_timeout(now);
             st.rnic.process_doorbells(now);
-            while let Some((ready, pkt)) = st.rnic.poll_transmit() {
-                st.held_seq += 1;
-                let seq = st.held_seq;
-                st.held
-                    .push(std::cmp::Reverse((ready, seq, HeldPacket(pkt))));
-            }
-            // Send what is due, jumping the model's clock over short waits: the hierarchy
+            st.hold_transmitted();
+            // Take what is due, jumping the model's clock over short waits: the hierarchy
             // reaches a packet's departure (writing the pool file, synced below) first.
             while let Some(std::cmp::Reverse((ready, _, _))) = st.held.peek() {
                 let ready = *ready;
@@ -236,17 +304,10 @@ impl RtNode {
                     now = ready;
                     st.model_now = now;
                     st.rnic.handle_timeout(now);
+                    // What that produced may be due too (and must not wait for a kick).
+                    st.hold_transmitted();
                 }
-                // Whatever the packet acknowledges is on stable storage before it leaves.
-                st.rnic.sync_media();
-                let bytes = pkt.emit();
-                let sent = st
-                    .peers
-                    .get(&pkt.dst)
-                    .is_some_and(|tx| tx.send(bytes).is_ok());
-                if sent {
-                    st.stats.sent += 1;
-                }
+                due.push(pkt);
             }
             // Wake at the next timer, departure, or data-path stage change, so a stage lasts
             // as long on the wall clock as in the model.
@@ -261,9 +322,27 @@ impl RtNode {
                     now = now.max(t);
                     st.model_now = now;
                 }
-                other => return other,
+                other => break other,
+            }
+        };
+        if !due.is_empty() {
+            // Whatever these packets acknowledge is on stable storage before they leave: one
+            // sync covers every line that entered the persistence domain up to the last
+            // departure (the model's clock is there now).
+            st.rnic.sync_media();
+            for pkt in due.drain(..) {
+                if let Some(conn) = st.peers.get(&pkt.dst) {
+                    conn.out.borrow_mut().extend_from_slice(&pkt.emit());
+                    st.stats.sent += 1;
+                }
+            }
+            // One write per connection for every packet of the step.
+            for conn in st.peers.values() {
+                conn.flush();
             }
         }
+        st.due = due;
+        next
     }
 }
 
@@ -286,19 +365,21 @@ impl Ord for HeldPacket {
     }
 }
 
-async fn write_loop(mut rx: mpsc::UnboundedReceiver<Vec<u8>>, mut write: OwnedWriteHalf) {
-    let mut batch = Vec::new();
-    while let Some(first) = rx.recv().await {
-        batch.clear();
-        batch.extend_from_slice(&first);
-        while let Ok(more) = rx.try_recv() {
-            batch.extend_from_slice(&more);
+/// A connection's writer: sends what the driver could not write at once, waiting for room
+/// in the socket; on close, sends what is left and shuts the connection down (dropping the
+/// write half).
+async fn write_loop(conn: Rc<Conn>) {
+    loop {
+        conn.writer.notified().await;
+        while !conn.try_flush() {
+            if conn.write.writable().await.is_err() {
+                return;
+            }
         }
-        if write.write_all(&batch).await.is_err() {
+        if conn.closing.get() {
             return;
         }
     }
-    let _ = write.shutdown().await;
 }
 
 impl remora_verbs::Verbs for RtNode {
