@@ -20,7 +20,9 @@ use remora_model::ServerConfig;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
 use tokio::io::AsyncReadExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Notify;
@@ -68,6 +70,10 @@ struct State {
     /// Packets due in the current step, sent together at its end (reused buffer).
     due: Vec<Packet>,
     peers: BTreeMap<NodeId, Rc<Conn>>,
+    /// Tasks waiting for a completion: (waiter id, CQ, waker). Woken only when their CQ
+    /// holds something, not after every step.
+    cq_waiters: Vec<(u64, CqId, Waker)>,
+    next_waiter: u64,
     stats: NetStats,
 }
 
@@ -124,7 +130,6 @@ impl Conn {
 struct Inner {
     st: RefCell<State>,
     kick: Notify,
-    progress: Notify,
     epoch: std::time::Instant,
 }
 
@@ -153,11 +158,12 @@ impl RtNode {
                     held: Default::default(),
                     held_seq: 0,
                     due: Vec::new(),
+                    cq_waiters: Vec::new(),
+                    next_waiter: 0,
                     peers: BTreeMap::new(),
                     stats: NetStats::default(),
                 }),
                 kick: Notify::new(),
-                progress: Notify::new(),
                 epoch: wall(),
             }),
         }
@@ -262,24 +268,54 @@ impl RtNode {
     /// The driver: runs the RNIC's timers, transmits what it produces, and wakes tasks.
     /// Spawn it once per node with `tokio::task::spawn_local`; it never returns.
     pub async fn drive(self) {
+        // One timer, moved only when the deadline changes (not re-armed every turn).
+        let sleep = tokio::time::sleep(std::time::Duration::ZERO);
+        tokio::pin!(sleep);
+        let mut armed: Option<Instant> = None;
         loop {
             let next = self.step();
-            self.inner.progress.notify_waiters();
+            self.wake_cq_waiters();
             let kicked = self.inner.kick.notified();
             match next {
                 Some(t) => {
-                    let wait = {
-                        let mut st = self.inner.st.borrow_mut();
-                        t.saturating_since(self.inner.now(&mut st))
-                    };
+                    if armed != Some(t) {
+                        let wait = {
+                            let mut st = self.inner.st.borrow_mut();
+                            t.saturating_since(self.inner.now(&mut st))
+                        };
+                        sleep.as_mut().reset(
+                            tokio::time::Instant::now()
+                                + std::time::Duration::from_nanos(wait.as_nanos()),
+                        );
+                        armed = Some(t);
+                    }
                     tokio::select! {
+                        biased;
                         _ = kicked => {}
-                        _ = tokio::time::sleep(std::time::Duration::from_nanos(wait.as_nanos())) => {}
+                        _ = sleep.as_mut() => armed = None,
                     }
                 }
                 None => kicked.await,
             }
         }
+    }
+
+    /// Wakes the tasks whose CQ now holds a completion.
+    fn wake_cq_waiters(&self) {
+        let mut st = self.inner.st.borrow_mut();
+        let st = &mut *st;
+        if st.cq_waiters.is_empty() {
+            return;
+        }
+        let rnic = &st.rnic;
+        st.cq_waiters.retain(|(_, cq, w)| {
+            if rnic.cq_len(*cq) > 0 {
+                w.wake_by_ref();
+                false
+            } else {
+                true
+            }
+        });
     }
 
     /// Does everything due now or within [`JUMP`]; returns the next deadline beyond.
@@ -382,6 +418,38 @@ async fn write_loop(conn: Rc<Conn>) {
     }
 }
 
+/// Waits until a CQ holds a completion; the driver wakes it after the step that put one
+/// there.
+struct WaitCq {
+    inner: Rc<Inner>,
+    cq: CqId,
+    id: u64,
+}
+
+impl Future for WaitCq {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut st = self.inner.st.borrow_mut();
+        if st.rnic.cq_len(self.cq) > 0 {
+            st.cq_waiters.retain(|(id, _, _)| *id != self.id);
+            return Poll::Ready(());
+        }
+        match st.cq_waiters.iter_mut().find(|(id, _, _)| *id == self.id) {
+            Some((_, _, w)) => w.clone_from(cx.waker()),
+            None => st.cq_waiters.push((self.id, self.cq, cx.waker().clone())),
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for WaitCq {
+    fn drop(&mut self) {
+        if let Ok(mut st) = self.inner.st.try_borrow_mut() {
+            st.cq_waiters.retain(|(id, _, _)| *id != self.id);
+        }
+    }
+}
+
 impl remora_verbs::Verbs for RtNode {
     fn node(&self) -> NodeId {
         self.inner.st.borrow().rnic.id()
@@ -434,17 +502,15 @@ impl remora_verbs::Verbs for RtNode {
         self.inner.st.borrow_mut().rnic.poll_one(cq)
     }
     fn wait_cq(&self, cq: CqId) -> impl Future<Output = ()> {
-        let inner = self.inner.clone();
-        async move {
-            loop {
-                let notified = inner.progress.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                if inner.st.borrow().rnic.cq_len(cq) > 0 {
-                    return;
-                }
-                notified.await;
-            }
+        let id = {
+            let mut st = self.inner.st.borrow_mut();
+            st.next_waiter += 1;
+            st.next_waiter
+        };
+        WaitCq {
+            inner: self.inner.clone(),
+            cq,
+            id,
         }
     }
     fn load(&self, space: Space, addr: u64, buf: &mut [u8]) {
