@@ -3,8 +3,11 @@
 //!
 //! - raw TCP ping-pong of a 64-byte record (the floor) versus RemoteLog singleton appends
 //!   per method (p50, p99, and the ratio of p50s);
-//! - raw TCP streaming of 64-byte messages versus pipelined 64-byte RDMA WRITEs closed by
-//!   one FLUSH (throughput ratio);
+//! - raw TCP streaming versus pipelined 64-byte RDMA WRITEs closed by one FLUSH
+//!   (throughput ratio). Both are timed until the receiver has taken everything in: the raw
+//!   stream ends with a one-byte acknowledgement once the echo process has read every byte,
+//!   as the FLUSH's response ends the RDMA stream; the raw messages are as long as a
+//!   64-byte WRITE's packet on the wire ([`WRITE64_WIRE_BYTES`]);
 //! - a model check: a `loopback` profile whose NIC round trip is the measured ping-pong, run
 //!   on the simulator, predicted mean versus measured mean per method.
 
@@ -23,7 +26,16 @@ fn wall() -> std::time::Instant {
     std::time::Instant::now()
 }
 
+/// Bytes on the wire of one 64-byte RDMA WRITE: the 32-byte packet header, address, rkey,
+/// immediate, data length, and the data.
+pub const WRITE64_WIRE_BYTES: usize = 32 + 8 + 4 + 4 + 4 + 64;
+
+/// First byte of a raw streaming connection: then the stream's length (u64, little-endian),
+/// the stream, and one byte back once all of it was read.
+const STREAM_LEAD: u8 = 0xFE;
+
 /// A raw TCP echo server (the other process of the ping-pong), until the peer closes.
+/// A connection that starts with [`STREAM_LEAD`] is a stream to sink instead.
 pub fn echo_server(listen: &str) -> Result<(), String> {
     let l = std::net::TcpListener::bind(listen).map_err(|e| e.to_string())?;
     println!(
@@ -36,12 +48,27 @@ pub fn echo_server(listen: &str) -> Result<(), String> {
         let _ = s.set_nodelay(true);
         std::thread::spawn(move || {
             let mut b = [0u8; 65536];
+            if s.peek(&mut b[..1]).is_ok_and(|n| n == 1) && b[0] == STREAM_LEAD {
+                // Streaming: sink the announced bytes, then acknowledge with one byte.
+                let mut head = [0u8; 9];
+                if s.read_exact(&mut head).is_err() {
+                    return;
+                }
+                let mut left = u64::from_le_bytes(head[1..].try_into().expect("8 bytes"));
+                while left > 0 {
+                    match s.read(&mut b[..(left.min(65536) as usize)]) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => left -= n as u64,
+                    }
+                }
+                let _ = s.write_all(&[1]);
+                return;
+            }
             loop {
                 match s.read(&mut b) {
                     Ok(0) | Err(_) => return,
                     Ok(n) => {
-                        // Ping-pong messages are echoed; streaming (a byte 0xFF lead) is sunk.
-                        if b[0] != 0xFF && s.write_all(&b[..n]).is_err() {
+                        if s.write_all(&b[..n]).is_err() {
                             return;
                         }
                     }
@@ -107,15 +134,20 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
         raw.push(t0.elapsed().as_nanos() as u64);
     }
     let (raw_mean, raw_p50, raw_p99) = quantiles(raw);
-    // Raw streaming of 64-byte messages (+ the 32-byte header a packet carries).
+    // Raw streaming of messages as long as a 64-byte WRITE's packet, written 64 at a time,
+    // timed until the echo process acknowledges having read them all.
     let mut s2 = TcpStream::connect(&echo.1).map_err(|e| e.to_string())?;
-    let chunk = vec![0xFFu8; 96 * 64];
+    let chunk = vec![0x5au8; WRITE64_WIRE_BYTES * 64];
+    let chunks = stream_writes.div_ceil(64);
+    let mut head = vec![STREAM_LEAD];
+    head.extend_from_slice(&(chunks * chunk.len() as u64).to_le_bytes());
     let t0 = wall();
-    for _ in 0..stream_writes / 64 {
+    s2.write_all(&head).map_err(|e| e.to_string())?;
+    for _ in 0..chunks {
         s2.write_all(&chunk).map_err(|e| e.to_string())?;
     }
-    s2.flush().ok();
-    let raw_stream = (stream_writes as f64) / t0.elapsed().as_secs_f64();
+    s2.read_exact(&mut [0u8; 1]).map_err(|e| e.to_string())?;
+    let raw_stream = ((chunks * 64) as f64) / t0.elapsed().as_secs_f64();
     drop(echo);
     let _ = writeln!(out, "Raw TCP ping-pong, 96 bytes: mean {raw_mean:.1} µs, p50 {raw_p50:.1} µs, p99 {raw_p99:.1} µs\n");
     // 2. RemoteLog singleton appends per method, and streaming WRITEs.
@@ -150,10 +182,17 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
             ],
         )?;
         let local = tokio::task::LocalSet::new();
-        let r: Result<(), String> = local.block_on(&rt, async {
+        let addr = server.1.clone();
+        let config = *config;
+        // The client runs as a task of the node's LocalSet, as an application would: its
+        // wake-ups are the LocalSet's, not a `block_on` future's (which costs the runtime a
+        // non-blocking poll of the reactor per wake-up).
+        let measure = async move {
+            let mut rows = Vec::new();
+            let mut stream_rate = None;
             for p in Primitive::ALL {
                 let (_n, _c, mut client) =
-                    remora_soft::client::connect(&server.1, &LatencyProfile::default_profile())
+                    remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
                         .await
                         .map_err(|e| e.to_string())?;
                 let hello = client
@@ -177,10 +216,10 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
                 }
                 rows.push((config.to_string(), method, quantiles(v)));
             }
-            if *config == "DMP+noDDIO+PM-RQWRB" {
+            if config == "DMP+noDDIO+PM-RQWRB" {
                 // Streaming: pipelined 64-byte WRITEs, a FLUSH every 512.
                 let (_node, _c, mut client) =
-                    remora_soft::client::connect(&server.1, &LatencyProfile::default_profile())
+                    remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
                         .await
                         .map_err(|e| e.to_string())?;
                 client
@@ -199,11 +238,19 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
                     posted += batch;
                     client.flush_writes().await.map_err(|e| e.to_string())?;
                 }
-                stream_rate = stream_writes as f64 / t0.elapsed().as_secs_f64();
+                stream_rate = Some(stream_writes as f64 / t0.elapsed().as_secs_f64());
             }
-            Ok(())
-        });
-        r?;
+            Ok::<_, String>((rows, stream_rate))
+        };
+        let (r, rate) = local.block_on(&rt, async {
+            tokio::task::spawn_local(measure)
+                .await
+                .map_err(|e| e.to_string())?
+        })?;
+        rows.extend(r);
+        if let Some(rate) = rate {
+            stream_rate = rate;
+        }
         drop(server);
     }
     let _ = std::fs::remove_dir_all(&pool_dir);
