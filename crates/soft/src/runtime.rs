@@ -31,6 +31,10 @@ use tokio::sync::Notify;
 const JUMP: Duration = Duration::from_micros(200);
 /// CPU work shorter than this is paid by the real CPU doing it: the task only yields.
 const SLEEP_MIN: Duration = Duration::from_micros(50);
+/// Most scheduling slices the driver lets the tasks it woke run before it writes the
+/// packets queued so far (so an acknowledgement and the answer a task sends at once leave
+/// in one write).
+const COALESCE_SLICES: u32 = 8;
 /// ACK time-out on TCP. The transport is reliable and a dead peer shows up as a closed
 /// connection (its QPs fail at once), so the time-out only catches a hung peer; a
 /// microsecond-scale model value would misfire whenever the host is busy.
@@ -74,6 +78,10 @@ struct State {
     /// holds something, not after every step.
     cq_waiters: Vec<(u64, CqId, Waker)>,
     next_waiter: u64,
+    /// Tasks woken for a completion that have not gone back to waiting for one.
+    unsettled: u32,
+    /// Packets queued on connections but not yet written.
+    unflushed: bool,
     stats: NetStats,
 }
 
@@ -160,6 +168,8 @@ impl RtNode {
                     due: Vec::new(),
                     cq_waiters: Vec::new(),
                     next_waiter: 0,
+                    unsettled: 0,
+                    unflushed: false,
                     peers: BTreeMap::new(),
                     stats: NetStats::default(),
                 }),
@@ -272,9 +282,26 @@ impl RtNode {
         let sleep = tokio::time::sleep(std::time::Duration::ZERO);
         tokio::pin!(sleep);
         let mut armed: Option<Instant> = None;
+        let mut deferred = 0;
         loop {
             let next = self.step();
             self.wake_cq_waiters();
+            let (unflushed, unsettled) = {
+                let st = self.inner.st.borrow();
+                (st.unflushed, st.unsettled)
+            };
+            if unflushed {
+                if unsettled > 0 && deferred < COALESCE_SLICES {
+                    // The tasks just woken (a completion arrived) usually answer at once:
+                    // let them run first, so their packets leave in the same write.
+                    deferred += 1;
+                    yield_local().await;
+                    continue;
+                }
+                self.flush();
+            }
+            deferred = 0;
+            self.inner.st.borrow_mut().unsettled = 0;
             let kicked = self.inner.kick.notified();
             match next {
                 Some(t) => {
@@ -308,14 +335,17 @@ impl RtNode {
             return;
         }
         let rnic = &st.rnic;
+        let mut woken = 0;
         st.cq_waiters.retain(|(_, cq, w)| {
             if rnic.cq_len(*cq) > 0 {
                 w.wake_by_ref();
+                woken += 1;
                 false
             } else {
                 true
             }
         });
+        st.unsettled += woken;
     }
 
     /// Does everything due now or within [`JUMP`]; returns the next deadline beyond.
@@ -372,13 +402,20 @@ impl RtNode {
                     st.stats.sent += 1;
                 }
             }
-            // One write per connection for every packet of the step.
-            for conn in st.peers.values() {
-                conn.flush();
-            }
+            st.unflushed = true;
         }
         st.due = due;
         next
+    }
+
+    /// Writes what the steps queued: one write per connection.
+    fn flush(&self) {
+        let mut st = self.inner.st.borrow_mut();
+        st.unflushed = false;
+        st.unsettled = 0;
+        for conn in st.peers.values() {
+            conn.flush();
+        }
     }
 }
 
@@ -452,7 +489,11 @@ impl Future for WaitCq {
         }
         match st.cq_waiters.iter_mut().find(|(id, _, _)| *id == self.id) {
             Some((_, _, w)) => w.clone_from(cx.waker()),
-            None => st.cq_waiters.push((self.id, self.cq, cx.waker().clone())),
+            None => {
+                st.cq_waiters.push((self.id, self.cq, cx.waker().clone()));
+                // A task went (back) to waiting: one fewer that may still answer.
+                st.unsettled = st.unsettled.saturating_sub(1);
+            }
         }
         Poll::Pending
     }
