@@ -69,8 +69,9 @@ struct State {
     rnic: Rnic,
     model_now: Instant,
     /// Packets the model schedules beyond the jump horizon, by departure time.
-    held: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, u64, HeldPacket)>>,
-    held_seq: u64,
+    /// Kept sorted by departure, first in first out among equal times. Departures mostly
+    /// come in order, so a packet is appended; a packet is moved only when one overtakes.
+    held: std::collections::VecDeque<(Instant, Packet)>,
     /// Packets due in the current step, sent together at its end (reused buffer).
     due: Vec<Packet>,
     peers: BTreeMap<NodeId, Rc<Conn>>,
@@ -89,10 +90,12 @@ impl State {
     /// Moves what the RNIC transmitted into the queue of held packets.
     fn hold_transmitted(&mut self) {
         while let Some((ready, pkt)) = self.rnic.poll_transmit() {
-            self.held_seq += 1;
-            let seq = self.held_seq;
-            self.held
-                .push(std::cmp::Reverse((ready, seq, HeldPacket(pkt))));
+            if self.held.back().is_none_or(|(t, _)| *t <= ready) {
+                self.held.push_back((ready, pkt));
+            } else {
+                let at = self.held.partition_point(|(t, _)| *t <= ready);
+                self.held.insert(at, (ready, pkt));
+            }
         }
     }
 }
@@ -164,7 +167,6 @@ impl RtNode {
                     rnic,
                     model_now: Instant::ZERO,
                     held: Default::default(),
-                    held_seq: 0,
                     due: Vec::new(),
                     cq_waiters: Vec::new(),
                     next_waiter: 0,
@@ -360,12 +362,12 @@ impl RtNode {
             st.hold_transmitted();
             // Take what is due, jumping the model's clock over short waits: the hierarchy
             // reaches a packet's departure (writing the pool file, synced below) first.
-            while let Some(std::cmp::Reverse((ready, _, _))) = st.held.peek() {
+            while let Some((ready, _)) = st.held.front() {
                 let ready = *ready;
                 if ready > now + JUMP {
                     break;
                 }
-                let std::cmp::Reverse((_, _, HeldPacket(pkt))) = st.held.pop().expect("peeked");
+                let (_, pkt) = st.held.pop_front().expect("peeked");
                 if ready > now {
                     now = ready;
                     st.model_now = now;
@@ -377,7 +379,7 @@ impl RtNode {
             }
             // Wake at the next timer, departure, or data-path stage change, so a stage lasts
             // as long on the wall clock as in the model.
-            let held = st.held.peek().map(|std::cmp::Reverse((t, _, _))| *t);
+            let held = st.held.front().map(|(t, _)| *t);
             let transition = st.rnic.hierarchy().next_transition();
             let next = [st.rnic.poll_timeout(), held, transition]
                 .into_iter()
@@ -416,25 +418,6 @@ impl RtNode {
         for conn in st.peers.values() {
             conn.flush();
         }
-    }
-}
-
-/// A packet waiting for its departure time (ordered by the heap key only).
-struct HeldPacket(Packet);
-impl PartialEq for HeldPacket {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-impl Eq for HeldPacket {}
-impl PartialOrd for HeldPacket {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for HeldPacket {
-    fn cmp(&self, _: &Self) -> std::cmp::Ordering {
-        std::cmp::Ordering::Equal
     }
 }
 
