@@ -134,6 +134,35 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
         raw.push(t0.elapsed().as_nanos() as u64);
     }
     let (raw_mean, raw_p50, raw_p99) = quantiles(raw);
+    // The same ping-pong through the soft RNIC's I/O path without the model: a task of a
+    // LocalSet on a current-thread tokio runtime (epoll wake-ups), to tell the runtime's
+    // share of the overhead from the model's.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let addr = echo.1.clone();
+    let via_tokio = tokio::task::LocalSet::new()
+        .block_on(&rt, async move {
+            tokio::task::spawn_local(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut s = tokio::net::TcpStream::connect(&addr).await?;
+                s.set_nodelay(true)?;
+                let mut back = [0u8; 96];
+                let mut v = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    let t0 = wall();
+                    s.write_all(&msg).await?;
+                    s.read_exact(&mut back).await?;
+                    v.push(t0.elapsed().as_nanos() as u64);
+                }
+                Ok::<_, std::io::Error>(v)
+            })
+            .await
+        })
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    let (tokio_mean, tokio_p50, tokio_p99) = quantiles(via_tokio);
     // Raw streaming of messages as long as a 64-byte WRITE's packet, written 64 at a time,
     // timed until the echo process acknowledges having read them all.
     let mut s2 = TcpStream::connect(&echo.1).map_err(|e| e.to_string())?;
@@ -150,11 +179,8 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
     let raw_stream = ((chunks * 64) as f64) / t0.elapsed().as_secs_f64();
     drop(echo);
     let _ = writeln!(out, "Raw TCP ping-pong, 96 bytes: mean {raw_mean:.1} µs, p50 {raw_p50:.1} µs, p99 {raw_p99:.1} µs\n");
+    let _ = writeln!(out, "The same ping-pong as a tokio task (the soft RNIC's I/O path, no model): mean {tokio_mean:.1} µs, p50 {tokio_p50:.1} µs ({:.2}x the raw p50), p99 {tokio_p99:.1} µs\n", tokio_p50 / raw_p50);
     // 2. RemoteLog singleton appends per method, and streaming WRITEs.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
     let mut stream_rate = 0.0;
     let pool_dir = pool_dir.join(format!("remora-softbench-{}", std::process::id()));
