@@ -280,7 +280,7 @@ impl RtNode {
     /// The driver: runs the RNIC's timers, transmits what it produces, and wakes tasks.
     /// Spawn it once per node with `tokio::task::spawn_local`; it never returns.
     pub async fn drive(self) {
-        // One timer, moved only when the deadline changes (not re-armed every turn).
+        // One timer, moved only when an earlier deadline comes (not re-armed every turn).
         let sleep = tokio::time::sleep(std::time::Duration::ZERO);
         tokio::pin!(sleep);
         let mut armed: Option<Instant> = None;
@@ -307,7 +307,9 @@ impl RtNode {
             let kicked = self.inner.kick.notified();
             match next {
                 Some(t) => {
-                    if armed != Some(t) {
+                    // A later deadline keeps the timer: it fires early, the step finds
+                    // nothing due and re-arms (ACK time-outs move on every round trip).
+                    if armed.is_none_or(|a| t < a) {
                         let wait = {
                             let mut st = self.inner.st.borrow_mut();
                             t.saturating_since(self.inner.now(&mut st))
