@@ -114,13 +114,16 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn quantiles(mut v: Vec<u64>) -> (f64, f64, f64) {
+/// Mean, p50 and p99 in µs, and how many samples took a millisecond or more (on a shared
+/// machine: the process was preempted for a scheduler time slice; they weigh on the mean).
+fn quantiles(mut v: Vec<u64>) -> (f64, f64, f64, usize) {
     v.sort_unstable();
     let mean = v.iter().sum::<u64>() as f64 / v.len() as f64;
     (
         mean / 1e3,
         v[v.len() / 2] as f64 / 1e3,
         v[v.len() * 99 / 100] as f64 / 1e3,
+        v.iter().filter(|&&x| x >= 1_000_000).count(),
     )
 }
 
@@ -141,7 +144,7 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
         s.read_exact(&mut back).map_err(|e| e.to_string())?;
         raw.push(t0.elapsed().as_nanos() as u64);
     }
-    let (raw_mean, raw_p50, raw_p99) = quantiles(raw);
+    let (raw_mean, raw_p50, raw_p99, raw_slow) = quantiles(raw);
     // The same ping-pong through the soft RNIC's I/O path without the model: a task of a
     // LocalSet on a current-thread tokio runtime (epoll wake-ups), to tell the runtime's
     // share of the overhead from the model's.
@@ -170,7 +173,7 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
         })
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
-    let (tokio_mean, tokio_p50, tokio_p99) = quantiles(via_tokio);
+    let (tokio_mean, tokio_p50, tokio_p99, tokio_slow) = quantiles(via_tokio);
     // Raw streaming of messages as long as a 64-byte WRITE's packet, written 64 at a time,
     // timed until the echo process acknowledges having read them all.
     // The median of STREAM_RUNS runs (as for the RDMA stream): one run is short enough for
@@ -192,8 +195,8 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
     }
     let raw_stream = median(raw_rates);
     drop(echo);
-    let _ = writeln!(out, "Raw TCP ping-pong, 96 bytes: mean {raw_mean:.1} µs, p50 {raw_p50:.1} µs, p99 {raw_p99:.1} µs\n");
-    let _ = writeln!(out, "The same ping-pong as a tokio task (the soft RNIC's I/O path, no model): mean {tokio_mean:.1} µs, p50 {tokio_p50:.1} µs ({:.2}x the raw p50), p99 {tokio_p99:.1} µs\n", tokio_p50 / raw_p50);
+    let _ = writeln!(out, "Raw TCP ping-pong, 96 bytes: mean {raw_mean:.1} µs, p50 {raw_p50:.1} µs, p99 {raw_p99:.1} µs, {raw_slow} of {n} ≥ 1 ms\n");
+    let _ = writeln!(out, "The same ping-pong as a tokio task (the soft RNIC's I/O path, no model): mean {tokio_mean:.1} µs, p50 {tokio_p50:.1} µs ({:.2}x the raw p50), p99 {tokio_p99:.1} µs, {tokio_slow} of {n} ≥ 1 ms\n", tokio_p50 / raw_p50);
     // 2. RemoteLog singleton appends per method, and streaming WRITEs.
     let mut rows = Vec::new();
     let mut stream_rate = 0.0;
@@ -302,8 +305,8 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
     let mut profile = LatencyProfile::default_profile();
     profile.name = "loopback".into();
     profile.network.nic_rtt_ns = (raw_p50 * 1e3) as u64;
-    let _ = writeln!(out, "| server | method | mean µs | p50 µs | p99 µs | p50 / raw p50 | simulator (loopback profile) mean µs | measured / predicted |\n|---|---|---|---|---|---|---|---|");
-    for (config, method, (mean, p50, p99)) in &rows {
+    let _ = writeln!(out, "| server | method | mean µs | p50 µs | p99 µs | ≥ 1 ms | p50 / raw p50 | simulator (loopback profile) mean µs | measured / predicted |\n|---|---|---|---|---|---|---|---|---|");
+    for (config, method, (mean, p50, p99, slow)) in &rows {
         let cfg: ServerConfig = config
             .parse()
             .map_err(|e: remora_model::config::ParseConfigError| e.to_string())?;
@@ -320,7 +323,7 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
             1,
         )
         .map_or(f64::NAN, |d| d.as_nanos() as f64 / 1e3);
-        let _ = writeln!(out, "| {config} | {method} | {mean:.1} | {p50:.1} | {p99:.1} | {:.2} | {predicted:.1} | {:.2} |", p50 / raw_p50, mean / predicted);
+        let _ = writeln!(out, "| {config} | {method} | {mean:.1} | {p50:.1} | {p99:.1} | {slow} | {:.2} | {predicted:.1} | {:.2} |", p50 / raw_p50, mean / predicted);
     }
     let _ = writeln!(
         out,
