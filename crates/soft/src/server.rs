@@ -60,6 +60,8 @@ pub struct Started {
     pub created: bool,
     /// True if the pool is on a DAX file system.
     pub dax: bool,
+    /// True if the pool lives in memory (tmpfs, ramfs): nothing to `msync` to.
+    pub in_memory: bool,
 }
 
 /// Runs the server until SIGTERM or Ctrl-C (returns `Ok`) or a fatal error. `started` is
@@ -67,6 +69,7 @@ pub struct Started {
 pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result<(), ServeError> {
     let pool = Pool::open_or_create(&opts.pool, opts.pool_bytes)?;
     let (created, dax) = (pool.created(), pool.dax());
+    let in_memory = pool.sync_mode() == crate::pool::SyncMode::Memory;
     let profile = crate::runtime::real_time_profile(&opts.profile);
     let rnic = Rnic::with_media(
         0,
@@ -87,7 +90,12 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
         addr: opts.listen.clone(),
         err,
     })?;
-    started(&Started { addr, created, dax });
+    started(&Started {
+        addr,
+        created,
+        dax,
+        in_memory,
+    });
     let next_id = Rc::new(Cell::new(1u32));
     let first = Rc::new(Cell::new(true));
     let costs = CpuCosts::from_profile(&opts.profile);
