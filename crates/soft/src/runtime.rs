@@ -83,6 +83,8 @@ struct State {
     unsettled: u32,
     /// Packets queued on connections but not yet written.
     unflushed: bool,
+    /// The model time the driver's timer is set for.
+    armed: Option<Instant>,
     stats: NetStats,
 }
 
@@ -172,6 +174,7 @@ impl RtNode {
                     next_waiter: 0,
                     unsettled: 0,
                     unflushed: false,
+                    armed: None,
                     peers: BTreeMap::new(),
                     stats: NetStats::default(),
                 }),
@@ -259,8 +262,7 @@ impl RtNode {
                 handled = true;
             }
             if handled {
-                // One wake of the driver for every packet of this read.
-                self.inner.kick.notify_one();
+                self.after_receive();
             }
             buf.drain(..at);
             at = 0;
@@ -277,13 +279,32 @@ impl RtNode {
         }
     }
 
+    /// Acts on what a read delivered at once, without a trip through the driver task: steps
+    /// the RNIC, wakes the tasks with a completion, and writes the answers if no task was
+    /// woken (a woken task may answer too: then the driver coalesces, as after any step).
+    /// The driver is kicked only if it has something to do: coalescing, or an earlier timer.
+    fn after_receive(&self) {
+        let next = self.step();
+        let woken = self.wake_cq_waiters();
+        let (unflushed, earlier) = {
+            let st = self.inner.st.borrow();
+            let earlier = next.is_some_and(|t| st.armed.is_none_or(|a| t < a));
+            (st.unflushed, earlier)
+        };
+        if unflushed && woken == 0 {
+            self.flush();
+        }
+        if (unflushed && woken > 0) || earlier {
+            self.inner.kick.notify_one();
+        }
+    }
+
     /// The driver: runs the RNIC's timers, transmits what it produces, and wakes tasks.
     /// Spawn it once per node with `tokio::task::spawn_local`; it never returns.
     pub async fn drive(self) {
         // One timer, moved only when an earlier deadline comes (not re-armed every turn).
         let sleep = tokio::time::sleep(std::time::Duration::ZERO);
         tokio::pin!(sleep);
-        let mut armed: Option<Instant> = None;
         let mut deferred = 0;
         loop {
             let next = self.step();
@@ -309,7 +330,7 @@ impl RtNode {
                 Some(t) => {
                     // A later deadline keeps the timer: it fires early, the step finds
                     // nothing due and re-arms (ACK time-outs move on every round trip).
-                    if armed.is_none_or(|a| t < a) {
+                    if self.inner.st.borrow().armed.is_none_or(|a| t < a) {
                         let wait = {
                             let mut st = self.inner.st.borrow_mut();
                             t.saturating_since(self.inner.now(&mut st))
@@ -318,12 +339,12 @@ impl RtNode {
                             tokio::time::Instant::now()
                                 + std::time::Duration::from_nanos(wait.as_nanos()),
                         );
-                        armed = Some(t);
+                        self.inner.st.borrow_mut().armed = Some(t);
                     }
                     tokio::select! {
                         biased;
                         _ = kicked => {}
-                        _ = sleep.as_mut() => armed = None,
+                        _ = sleep.as_mut() => self.inner.st.borrow_mut().armed = None,
                     }
                 }
                 None => kicked.await,
@@ -331,12 +352,12 @@ impl RtNode {
         }
     }
 
-    /// Wakes the tasks whose CQ now holds a completion.
-    fn wake_cq_waiters(&self) {
+    /// Wakes the tasks whose CQ now holds a completion; returns how many.
+    fn wake_cq_waiters(&self) -> u32 {
         let mut st = self.inner.st.borrow_mut();
         let st = &mut *st;
         if st.cq_waiters.is_empty() {
-            return;
+            return 0;
         }
         let rnic = &st.rnic;
         let mut woken = 0;
@@ -350,6 +371,7 @@ impl RtNode {
             }
         });
         st.unsettled += woken;
+        woken
     }
 
     /// Does everything due now or within [`JUMP`]; returns the next deadline beyond.
