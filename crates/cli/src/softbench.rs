@@ -3,8 +3,11 @@
 //!
 //! - raw TCP ping-pong of a 64-byte record (the floor) versus RemoteLog singleton appends
 //!   per method (p50, p99, and the ratio of p50s);
-//! - raw TCP streaming of 64-byte messages versus pipelined 64-byte RDMA WRITEs closed by
-//!   one FLUSH (throughput ratio);
+//! - raw TCP streaming versus pipelined 64-byte RDMA WRITEs closed by one FLUSH
+//!   (throughput ratio). Both are timed until the receiver has taken everything in: the raw
+//!   stream ends with a one-byte acknowledgement once the echo process has read every byte,
+//!   as the FLUSH's response ends the RDMA stream; the raw messages are as long as a
+//!   64-byte WRITE's packet on the wire ([`WRITE64_WIRE_BYTES`]);
 //! - a model check: a `loopback` profile whose NIC round trip is the measured ping-pong, run
 //!   on the simulator, predicted mean versus measured mean per method.
 
@@ -23,7 +26,16 @@ fn wall() -> std::time::Instant {
     std::time::Instant::now()
 }
 
+/// Bytes on the wire of one 64-byte RDMA WRITE: the 32-byte packet header, address, rkey,
+/// immediate, data length, and the data.
+pub const WRITE64_WIRE_BYTES: usize = 32 + 8 + 4 + 4 + 4 + 64;
+
+/// First byte of a raw streaming connection: then the stream's length (u64, little-endian),
+/// the stream, and one byte back once all of it was read.
+const STREAM_LEAD: u8 = 0xFE;
+
 /// A raw TCP echo server (the other process of the ping-pong), until the peer closes.
+/// A connection that starts with [`STREAM_LEAD`] is a stream to sink instead.
 pub fn echo_server(listen: &str) -> Result<(), String> {
     let l = std::net::TcpListener::bind(listen).map_err(|e| e.to_string())?;
     println!(
@@ -36,12 +48,27 @@ pub fn echo_server(listen: &str) -> Result<(), String> {
         let _ = s.set_nodelay(true);
         std::thread::spawn(move || {
             let mut b = [0u8; 65536];
+            if s.peek(&mut b[..1]).is_ok_and(|n| n == 1) && b[0] == STREAM_LEAD {
+                // Streaming: sink the announced bytes, then acknowledge with one byte.
+                let mut head = [0u8; 9];
+                if s.read_exact(&mut head).is_err() {
+                    return;
+                }
+                let mut left = u64::from_le_bytes(head[1..].try_into().expect("8 bytes"));
+                while left > 0 {
+                    match s.read(&mut b[..(left.min(65536) as usize)]) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => left -= n as u64,
+                    }
+                }
+                let _ = s.write_all(&[1]);
+                return;
+            }
             loop {
                 match s.read(&mut b) {
                     Ok(0) | Err(_) => return,
                     Ok(n) => {
-                        // Ping-pong messages are echoed; streaming (a byte 0xFF lead) is sunk.
-                        if b[0] != 0xFF && s.write_all(&b[..n]).is_err() {
+                        if s.write_all(&b[..n]).is_err() {
                             return;
                         }
                     }
@@ -79,13 +106,24 @@ impl Drop for Proc {
     }
 }
 
-fn quantiles(mut v: Vec<u64>) -> (f64, f64, f64) {
+/// Streaming runs per side; the median is reported.
+const STREAM_RUNS: usize = 3;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Mean, p50 and p99 in µs, and how many samples took a millisecond or more (on a shared
+/// machine: the process was preempted for a scheduler time slice; they weigh on the mean).
+fn quantiles(mut v: Vec<u64>) -> (f64, f64, f64, usize) {
     v.sort_unstable();
     let mean = v.iter().sum::<u64>() as f64 / v.len() as f64;
     (
         mean / 1e3,
         v[v.len() / 2] as f64 / 1e3,
         v[v.len() * 99 / 100] as f64 / 1e3,
+        v.iter().filter(|&&x| x >= 1_000_000).count(),
     )
 }
 
@@ -106,23 +144,60 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
         s.read_exact(&mut back).map_err(|e| e.to_string())?;
         raw.push(t0.elapsed().as_nanos() as u64);
     }
-    let (raw_mean, raw_p50, raw_p99) = quantiles(raw);
-    // Raw streaming of 64-byte messages (+ the 32-byte header a packet carries).
-    let mut s2 = TcpStream::connect(&echo.1).map_err(|e| e.to_string())?;
-    let chunk = vec![0xFFu8; 96 * 64];
-    let t0 = wall();
-    for _ in 0..stream_writes / 64 {
-        s2.write_all(&chunk).map_err(|e| e.to_string())?;
-    }
-    s2.flush().ok();
-    let raw_stream = (stream_writes as f64) / t0.elapsed().as_secs_f64();
-    drop(echo);
-    let _ = writeln!(out, "Raw TCP ping-pong, 96 bytes: mean {raw_mean:.1} µs, p50 {raw_p50:.1} µs, p99 {raw_p99:.1} µs\n");
-    // 2. RemoteLog singleton appends per method, and streaming WRITEs.
+    let (raw_mean, raw_p50, raw_p99, raw_slow) = quantiles(raw);
+    // The same ping-pong through the soft RNIC's I/O path without the model: a task of a
+    // LocalSet on a current-thread tokio runtime (epoll wake-ups), to tell the runtime's
+    // share of the overhead from the model's.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
+    let addr = echo.1.clone();
+    let via_tokio = tokio::task::LocalSet::new()
+        .block_on(&rt, async move {
+            tokio::task::spawn_local(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut s = tokio::net::TcpStream::connect(&addr).await?;
+                s.set_nodelay(true)?;
+                let mut back = [0u8; 96];
+                let mut v = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    let t0 = wall();
+                    s.write_all(&msg).await?;
+                    s.read_exact(&mut back).await?;
+                    v.push(t0.elapsed().as_nanos() as u64);
+                }
+                Ok::<_, std::io::Error>(v)
+            })
+            .await
+        })
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    let (tokio_mean, tokio_p50, tokio_p99, tokio_slow) = quantiles(via_tokio);
+    // Raw streaming of messages as long as a 64-byte WRITE's packet, written 64 at a time,
+    // timed until the echo process acknowledges having read them all.
+    // The median of STREAM_RUNS runs (as for the RDMA stream): one run is short enough for
+    // a single preemption on a shared machine to halve it.
+    let chunk = vec![0x5au8; WRITE64_WIRE_BYTES * 64];
+    let chunks = stream_writes.div_ceil(64);
+    let mut raw_rates = Vec::new();
+    for _ in 0..STREAM_RUNS {
+        let mut s2 = TcpStream::connect(&echo.1).map_err(|e| e.to_string())?;
+        let mut head = vec![STREAM_LEAD];
+        head.extend_from_slice(&(chunks * chunk.len() as u64).to_le_bytes());
+        let t0 = wall();
+        s2.write_all(&head).map_err(|e| e.to_string())?;
+        for _ in 0..chunks {
+            s2.write_all(&chunk).map_err(|e| e.to_string())?;
+        }
+        s2.read_exact(&mut [0u8; 1]).map_err(|e| e.to_string())?;
+        raw_rates.push(((chunks * 64) as f64) / t0.elapsed().as_secs_f64());
+    }
+    let raw_stream = median(raw_rates);
+    drop(echo);
+    let _ = writeln!(out, "Raw TCP ping-pong, 96 bytes: mean {raw_mean:.1} µs, p50 {raw_p50:.1} µs, p99 {raw_p99:.1} µs, {raw_slow} of {n} ≥ 1 ms\n");
+    let _ = writeln!(out, "The same ping-pong as a tokio task (the soft RNIC's I/O path, no model): mean {tokio_mean:.1} µs, p50 {tokio_p50:.1} µs ({:.2}x the raw p50), p99 {tokio_p99:.1} µs, {tokio_slow} of {n} ≥ 1 ms\n", tokio_p50 / raw_p50);
+    // 2. RemoteLog singleton appends per method, and streaming WRITEs.
     let mut rows = Vec::new();
     let mut stream_rate = 0.0;
     let pool_dir = pool_dir.join(format!("remora-softbench-{}", std::process::id()));
@@ -150,10 +225,17 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
             ],
         )?;
         let local = tokio::task::LocalSet::new();
-        let r: Result<(), String> = local.block_on(&rt, async {
+        let addr = server.1.clone();
+        let config = *config;
+        // The client runs as a task of the node's LocalSet, as an application would: its
+        // wake-ups are the LocalSet's, not a `block_on` future's (which costs the runtime a
+        // non-blocking poll of the reactor per wake-up).
+        let measure = async move {
+            let mut rows = Vec::new();
+            let mut stream_rate = None;
             for p in Primitive::ALL {
                 let (_n, _c, mut client) =
-                    remora_soft::client::connect(&server.1, &LatencyProfile::default_profile())
+                    remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
                         .await
                         .map_err(|e| e.to_string())?;
                 let hello = client
@@ -177,33 +259,45 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
                 }
                 rows.push((config.to_string(), method, quantiles(v)));
             }
-            if *config == "DMP+noDDIO+PM-RQWRB" {
+            if config == "DMP+noDDIO+PM-RQWRB" {
                 // Streaming: pipelined 64-byte WRITEs, a FLUSH every 512.
                 let (_node, _c, mut client) =
-                    remora_soft::client::connect(&server.1, &LatencyProfile::default_profile())
+                    remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
                         .await
                         .map_err(|e| e.to_string())?;
                 client
                     .connect(Primitive::Write, Shape::default())
                     .await
                     .map_err(|e| e.to_string())?;
-                let t0 = wall();
-                let mut posted = 0u64;
                 let data = [0x5au8; 64];
-                while posted < stream_writes {
-                    let batch = (stream_writes - posted).min(512);
-                    for i in 0..batch {
-                        let off = RECORDS_OFF + ((posted + i) % 1024) * 64;
-                        client.write_nowait(off, &data).map_err(|e| e.to_string())?;
+                let mut rates = Vec::new();
+                for _ in 0..STREAM_RUNS {
+                    let t0 = wall();
+                    let mut posted = 0u64;
+                    while posted < stream_writes {
+                        let batch = (stream_writes - posted).min(512);
+                        for i in 0..batch {
+                            let off = RECORDS_OFF + ((posted + i) % 1024) * 64;
+                            client.write_nowait(off, &data).map_err(|e| e.to_string())?;
+                        }
+                        posted += batch;
+                        client.flush_writes().await.map_err(|e| e.to_string())?;
                     }
-                    posted += batch;
-                    client.flush_writes().await.map_err(|e| e.to_string())?;
+                    rates.push(stream_writes as f64 / t0.elapsed().as_secs_f64());
                 }
-                stream_rate = stream_writes as f64 / t0.elapsed().as_secs_f64();
+                stream_rate = Some(median(rates));
             }
-            Ok(())
-        });
-        r?;
+            Ok::<_, String>((rows, stream_rate))
+        };
+        let (r, rate) = local.block_on(&rt, async {
+            tokio::task::spawn_local(measure)
+                .await
+                .map_err(|e| e.to_string())?
+        })?;
+        rows.extend(r);
+        if let Some(rate) = rate {
+            stream_rate = rate;
+        }
         drop(server);
     }
     let _ = std::fs::remove_dir_all(&pool_dir);
@@ -211,8 +305,8 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
     let mut profile = LatencyProfile::default_profile();
     profile.name = "loopback".into();
     profile.network.nic_rtt_ns = (raw_p50 * 1e3) as u64;
-    let _ = writeln!(out, "| server | method | mean µs | p50 µs | p99 µs | p50 / raw p50 | simulator (loopback profile) mean µs | measured / predicted |\n|---|---|---|---|---|---|---|---|");
-    for (config, method, (mean, p50, p99)) in &rows {
+    let _ = writeln!(out, "| server | method | mean µs | p50 µs | p99 µs | ≥ 1 ms | p50 / raw p50 | simulator (loopback profile) mean µs | measured / predicted |\n|---|---|---|---|---|---|---|---|---|");
+    for (config, method, (mean, p50, p99, slow)) in &rows {
         let cfg: ServerConfig = config
             .parse()
             .map_err(|e: remora_model::config::ParseConfigError| e.to_string())?;
@@ -229,11 +323,11 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
             1,
         )
         .map_or(f64::NAN, |d| d.as_nanos() as f64 / 1e3);
-        let _ = writeln!(out, "| {config} | {method} | {mean:.1} | {p50:.1} | {p99:.1} | {:.2} | {predicted:.1} | {:.2} |", p50 / raw_p50, mean / predicted);
+        let _ = writeln!(out, "| {config} | {method} | {mean:.1} | {p50:.1} | {p99:.1} | {slow} | {:.2} | {predicted:.1} | {:.2} |", p50 / raw_p50, mean / predicted);
     }
     let _ = writeln!(
         out,
-        "\nStreaming 64-byte messages: raw TCP {:.0} k/s; pipelined RDMA WRITEs + FLUSH (DMP+noDDIO+PM-RQWRB) {:.0} k/s; ratio {:.2}\n",
+        "\nStreaming {stream_writes} 64-byte messages (median of {STREAM_RUNS} runs each): raw TCP {:.0} k/s; pipelined RDMA WRITEs + FLUSH (DMP+noDDIO+PM-RQWRB) {:.0} k/s; ratio {:.2}\n",
         raw_stream / 1e3,
         stream_rate / 1e3,
         stream_rate / raw_stream

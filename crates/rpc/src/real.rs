@@ -530,6 +530,7 @@ pub async fn serve_durable(
         created,
         dax,
         pm_bytes,
+        ..
     } = remora_soft::server::open_node(&o.pool, o.pool_bytes, o.config, &o.profile)?;
     let need = pm_bytes_needed(&o.opts)?;
     let base = node.alloc(Space::Pm, need, 4096);

@@ -8,9 +8,12 @@
 //! server's persistence domain ([`remora_model::mem::PmMedia`]). A `kill -9` keeps what the
 //! process wrote to the mapping (the page cache survives the process); to survive an OS
 //! crash as well, the runtime `msync`s the pages written so far before any packet leaves
-//! the process, so nothing is acknowledged before it is on stable storage. On a DAX file
+//! the process, so nothing is acknowledged before it is on stable storage. A pool on a
+//! memory file system (`tmpfs`, `ramfs`, e.g. `/dev/shm`) has no stable storage below the
+//! page cache: `msync` does nothing there but cost a system call, so it is skipped
+//! ([`SyncMode::Memory`]) and the file still holds exactly the crash image. On a DAX file
 //! system a `MAP_SYNC` mapping with `clwb`+`sfence` would do instead; the pool detects DAX
-//! and says so, but this build always uses `msync`.
+//! and says so, but this build uses `msync` there.
 
 use memmap2::MmapMut;
 use remora_model::mem::{PmMedia, SparseMem, PAGE_BYTES};
@@ -73,6 +76,9 @@ pub enum PoolError {
 pub enum SyncMode {
     /// `msync` of the pages written, before any packet that may depend on them leaves.
     Msync,
+    /// The file lives in memory (`tmpfs`, `ramfs`): the mapping is the file, it survives
+    /// the process, and there is nothing further to sync to.
+    Memory,
 }
 
 /// An open pool: the mapping and its geometry.
@@ -85,6 +91,7 @@ pub struct Pool {
     len: u64,
     created: bool,
     dax: bool,
+    sync: SyncMode,
 }
 
 fn header(len: u64) -> [u8; HEADER_BYTES as usize] {
@@ -171,7 +178,11 @@ impl Pool {
                 need: len,
             });
         }
-        let dax = on_dax(path);
+        let mount = mount_of(path);
+        let dax = mount.as_ref().is_some_and(|m| m.dax);
+        let in_memory = mount
+            .as_ref()
+            .is_some_and(|m| matches!(m.fs_type.as_str(), "tmpfs" | "ramfs"));
         Ok(Pool {
             path: path.to_path_buf(),
             map,
@@ -179,6 +190,11 @@ impl Pool {
             len: data_len,
             created,
             dax,
+            sync: if in_memory {
+                SyncMode::Memory
+            } else {
+                SyncMode::Msync
+            },
         })
     }
 
@@ -204,7 +220,7 @@ impl Pool {
     }
     /// How writes are made durable.
     pub fn sync_mode(&self) -> SyncMode {
-        SyncMode::Msync
+        self.sync
     }
 
     fn range(&self, addr: u64, len: usize) -> std::ops::Range<usize> {
@@ -229,30 +245,39 @@ fn unsafe_map(file: &File) -> std::io::Result<MmapMut> {
     unsafe { MmapMut::map_mut(file) }
 }
 
-/// Whether `path` is on a file system mounted with `dax` (from /proc/self/mountinfo).
-fn on_dax(path: &Path) -> bool {
-    let Ok(abs) = std::fs::canonicalize(path) else {
-        return false;
-    };
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    let mut best: Option<(usize, bool)> = None;
+/// The file system a path lives on.
+struct Mount {
+    fs_type: String,
+    dax: bool,
+}
+
+/// The mount `path` lives on (the longest mount point above it, from
+/// /proc/self/mountinfo): its file system type and whether it is mounted with `dax`.
+fn mount_of(path: &Path) -> Option<Mount> {
+    let abs = std::fs::canonicalize(path).ok()?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mut best: Option<(usize, Mount)> = None;
     for line in info.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
         if f.len() < 6 {
             continue;
         }
         let (mount, opts) = (f[4], f[5]);
-        let super_opts = line.rsplit(' ').next().unwrap_or("");
-        if abs.starts_with(mount) && best.is_none_or(|(l, _)| mount.len() > l) {
+        // After the optional fields, " - " then the file system type and its options.
+        let after = f.iter().position(|x| *x == "-").map(|i| &f[i + 1..]);
+        let fs_type = after.and_then(|a| a.first()).copied().unwrap_or("");
+        let super_opts = after.and_then(|a| a.get(2)).copied().unwrap_or("");
+        if abs.starts_with(mount) && best.as_ref().is_none_or(|(l, _)| mount.len() > *l) {
             best = Some((
                 mount.len(),
-                opts.contains("dax") || super_opts.contains("dax"),
+                Mount {
+                    fs_type: fs_type.to_string(),
+                    dax: opts.contains("dax") || super_opts.contains("dax"),
+                },
             ));
         }
     }
-    best.is_some_and(|(_, dax)| dax)
+    best.map(|(_, m)| m)
 }
 
 impl PmMedia for Pool {
@@ -269,8 +294,12 @@ impl PmMedia for Pool {
         });
     }
     fn sync(&mut self) {
-        // msync of the pages written since the last sync.
+        // msync of the pages written since the last sync (nothing to do for a file that
+        // lives in memory).
         if let Some((a, b)) = self.dirty.take() {
+            if self.sync == SyncMode::Memory {
+                return;
+            }
             let page = PAGE_BYTES as usize;
             let start = a / page * page;
             let end = (b.div_ceil(page) * page).min(self.map.len());
@@ -317,6 +346,26 @@ mod tests {
         pool.read(PM_BASE + 4000, &mut b);
         assert_eq!(&b, b"persistent");
         assert_eq!(pool.snapshot().read_vec(PM_BASE + 4000, 10), b"persistent");
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn a_pool_in_memory_skips_msync_and_keeps_its_data() {
+        let shm = Path::new("/dev/shm");
+        if mount_of(shm).is_none_or(|m| m.fs_type != "tmpfs") {
+            eprintln!("skipped: no tmpfs at /dev/shm");
+            return;
+        }
+        let p = shm.join(format!("remora-pool-test-{}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        {
+            let mut pool = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
+            assert_eq!(pool.sync_mode(), SyncMode::Memory);
+            pool.write(PM_BASE + 64, b"in memory");
+            pool.sync();
+        }
+        let pool = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
+        assert_eq!(pool.snapshot().read_vec(PM_BASE + 64, 9), b"in memory");
         std::fs::remove_file(&p).unwrap();
     }
 

@@ -17,18 +17,24 @@ use remora_model::time::{Duration, Instant};
 use remora_model::verbs::*;
 use remora_model::wire::{Packet, WireError};
 use remora_model::ServerConfig;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::task::{Context, Poll, Waker};
+use tokio::io::AsyncReadExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 
 /// Longest step the model's clock takes ahead of the wall clock without sleeping.
 const JUMP: Duration = Duration::from_micros(200);
 /// CPU work shorter than this is paid by the real CPU doing it: the task only yields.
 const SLEEP_MIN: Duration = Duration::from_micros(50);
+/// Most scheduling slices the driver lets the tasks it woke run before it writes the
+/// packets queued so far (so an acknowledgement and the answer a task sends at once leave
+/// in one write).
+const COALESCE_SLICES: u32 = 8;
 /// ACK time-out on TCP. The transport is reliable and a dead peer shows up as a closed
 /// connection (its QPs fail at once), so the time-out only catches a hung peer; a
 /// microsecond-scale model value would misfire whenever the host is busy.
@@ -63,16 +69,80 @@ struct State {
     rnic: Rnic,
     model_now: Instant,
     /// Packets the model schedules beyond the jump horizon, by departure time.
-    held: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, u64, HeldPacket)>>,
-    held_seq: u64,
-    peers: BTreeMap<NodeId, mpsc::UnboundedSender<Vec<u8>>>,
+    /// Kept sorted by departure, first in first out among equal times. Departures mostly
+    /// come in order, so a packet is appended; a packet is moved only when one overtakes.
+    held: std::collections::VecDeque<(Instant, Packet)>,
+    /// Packets due in the current step, sent together at its end (reused buffer).
+    due: Vec<Packet>,
+    peers: BTreeMap<NodeId, Rc<Conn>>,
+    /// Tasks waiting for a completion: (waiter id, CQ, waker). Woken only when their CQ
+    /// holds something, not after every step.
+    cq_waiters: Vec<(u64, CqId, Waker)>,
+    next_waiter: u64,
+    /// Tasks woken for a completion that have not gone back to waiting for one.
+    unsettled: u32,
+    /// Packets queued on connections but not yet written.
+    unflushed: bool,
+    /// The model time the driver's timer is set for.
+    armed: Option<Instant>,
     stats: NetStats,
+}
+
+impl State {
+    /// Moves what the RNIC transmitted into the queue of held packets.
+    fn hold_transmitted(&mut self) {
+        while let Some((ready, pkt)) = self.rnic.poll_transmit() {
+            if self.held.back().is_none_or(|(t, _)| *t <= ready) {
+                self.held.push_back((ready, pkt));
+            } else {
+                let at = self.held.partition_point(|(t, _)| *t <= ready);
+                self.held.insert(at, (ready, pkt));
+            }
+        }
+    }
+}
+
+/// One peer's TCP connection. The driver appends every packet of a step to `out` and
+/// writes it with one non-blocking `write` at the end of the step; only when the socket's
+/// buffer is full does the connection's writer task take over and wait for room.
+struct Conn {
+    out: RefCell<Vec<u8>>,
+    write: OwnedWriteHalf,
+    /// Wakes the writer task (the socket was full, or the connection is closing).
+    writer: Notify,
+    closing: Cell<bool>,
+}
+
+impl Conn {
+    /// Writes what the socket takes without blocking; true if nothing is left.
+    fn try_flush(&self) -> bool {
+        let mut out = self.out.borrow_mut();
+        let mut done = 0;
+        while done < out.len() {
+            match self.write.try_write(&out[done..]) {
+                Ok(n) if n > 0 => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                // A broken connection: the reader sees it too and closes the peer.
+                _ => {
+                    done = out.len();
+                }
+            }
+        }
+        out.drain(..done);
+        out.is_empty()
+    }
+
+    /// Sends what is queued now, leaving any rest to the writer task.
+    fn flush(&self) {
+        if !self.out.borrow().is_empty() && !self.try_flush() {
+            self.writer.notify_one();
+        }
+    }
 }
 
 struct Inner {
     st: RefCell<State>,
     kick: Notify,
-    progress: Notify,
     epoch: std::time::Instant,
 }
 
@@ -99,12 +169,16 @@ impl RtNode {
                     rnic,
                     model_now: Instant::ZERO,
                     held: Default::default(),
-                    held_seq: 0,
+                    due: Vec::new(),
+                    cq_waiters: Vec::new(),
+                    next_waiter: 0,
+                    unsettled: 0,
+                    unflushed: false,
+                    armed: None,
                     peers: BTreeMap::new(),
                     stats: NetStats::default(),
                 }),
                 kick: Notify::new(),
-                progress: Notify::new(),
                 epoch: wall(),
             }),
         }
@@ -140,31 +214,42 @@ impl RtNode {
         write: OwnedWriteHalf,
         on_close: impl FnOnce(&RtNode) + 'static,
     ) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        self.inner.st.borrow_mut().peers.insert(peer, tx);
-        tokio::task::spawn_local(write_loop(rx, write));
+        let conn = Rc::new(Conn {
+            out: RefCell::new(Vec::with_capacity(1 << 12)),
+            write,
+            writer: Notify::new(),
+            closing: Cell::new(false),
+        });
+        self.inner.st.borrow_mut().peers.insert(peer, conn.clone());
+        tokio::task::spawn_local(write_loop(conn));
         let node = self.clone();
         tokio::task::spawn_local(async move {
             let _ = node.read_loop(peer, read).await;
-            node.inner.st.borrow_mut().peers.remove(&peer);
+            if let Some(conn) = node.inner.st.borrow_mut().peers.remove(&peer) {
+                conn.closing.set(true);
+                conn.writer.notify_one();
+            }
             on_close(&node);
             node.inner.kick.notify_one();
         });
     }
 
     async fn read_loop(&self, peer: NodeId, mut read: OwnedReadHalf) -> Result<(), WireError> {
+        // Frames are parsed in place; consumed bytes are dropped once per read, not per
+        // frame (a 64 KiB buffer of small frames would otherwise be shifted per frame).
         let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
-        let mut chunk = vec![0u8; 1 << 16];
+        let mut at = 0;
         loop {
-            while let Some(len) = Packet::frame_len(&buf)
+            let mut handled = false;
+            while let Some(len) = Packet::frame_len(&buf[at..])
                 .inspect_err(|_| self.inner.st.borrow_mut().stats.malformed += 1)?
             {
-                if buf.len() < len {
+                if buf.len() - at < len {
                     break;
                 }
-                let pkt = Packet::parse(&buf[..len])
+                let pkt = Packet::parse(&buf[at..at + len])
                     .inspect_err(|_| self.inner.st.borrow_mut().stats.malformed += 1)?;
-                buf.drain(..len);
+                at += len;
                 let mut st = self.inner.st.borrow_mut();
                 if pkt.src != peer {
                     // A peer may only speak for itself; drop, keep the connection.
@@ -174,36 +259,92 @@ impl RtNode {
                 st.stats.received += 1;
                 let now = self.inner.now(&mut st);
                 st.rnic.handle_packet(now, pkt);
-                drop(st);
-                self.inner.kick.notify_one();
+                handled = true;
+            }
+            if handled {
+                self.after_receive();
+            }
+            buf.drain(..at);
+            at = 0;
+            if buf.capacity() - buf.len() < 1 << 14 {
+                buf.reserve(1 << 16);
             }
             let n = read
-                .read(&mut chunk)
+                .read_buf(&mut buf)
                 .await
                 .map_err(|_| WireError::Truncated { need: 1, have: 0 })?;
             if n == 0 {
                 return Ok(());
             }
-            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Acts on what a read delivered at once, without a trip through the driver task: steps
+    /// the RNIC, wakes the tasks with a completion, and writes the answers if no task was
+    /// woken (a woken task may answer too: then the driver coalesces, as after any step).
+    /// The driver is kicked only if it has something to do: coalescing, or an earlier timer.
+    fn after_receive(&self) {
+        let next = self.step();
+        let woken = self.wake_cq_waiters();
+        let (unflushed, earlier) = {
+            let st = self.inner.st.borrow();
+            let earlier = next.is_some_and(|t| st.armed.is_none_or(|a| t < a));
+            (st.unflushed, earlier)
+        };
+        if unflushed && woken == 0 {
+            self.flush();
+        }
+        if (unflushed && woken > 0) || earlier {
+            self.inner.kick.notify_one();
         }
     }
 
     /// The driver: runs the RNIC's timers, transmits what it produces, and wakes tasks.
     /// Spawn it once per node with `tokio::task::spawn_local`; it never returns.
     pub async fn drive(self) {
+        // One timer, moved only when an earlier deadline comes (not re-armed every turn).
+        let sleep = tokio::time::sleep(std::time::Duration::ZERO);
+        tokio::pin!(sleep);
+        let mut deferred = 0;
         loop {
             let next = self.step();
-            self.inner.progress.notify_waiters();
+            self.wake_cq_waiters();
+            let (unflushed, unsettled) = {
+                let st = self.inner.st.borrow();
+                (st.unflushed, st.unsettled)
+            };
+            if unflushed {
+                if unsettled > 0 && deferred < COALESCE_SLICES {
+                    // The tasks just woken (a completion arrived) usually answer at once:
+                    // let them run first, so their packets leave in the same write.
+                    deferred += 1;
+                    yield_local().await;
+                    continue;
+                }
+                self.flush();
+            }
+            deferred = 0;
+            self.inner.st.borrow_mut().unsettled = 0;
             let kicked = self.inner.kick.notified();
             match next {
                 Some(t) => {
-                    let wait = {
-                        let mut st = self.inner.st.borrow_mut();
-                        t.saturating_since(self.inner.now(&mut st))
-                    };
+                    // A later deadline keeps the timer: it fires early, the step finds
+                    // nothing due and re-arms (ACK time-outs move on every round trip).
+                    if self.inner.st.borrow().armed.is_none_or(|a| t < a) {
+                        let wait = {
+                            let mut st = self.inner.st.borrow_mut();
+                            t.saturating_since(self.inner.now(&mut st))
+                        };
+                        sleep.as_mut().reset(
+                            tokio::time::Instant::now()
+                                + std::time::Duration::from_nanos(wait.as_nanos()),
+                        );
+                        self.inner.st.borrow_mut().armed = Some(t);
+                    }
                     tokio::select! {
+                        biased;
                         _ = kicked => {}
-                        _ = tokio::time::sleep(std::time::Duration::from_nanos(wait.as_nanos())) => {}
+                        _ = sleep.as_mut() => self.inner.st.borrow_mut().armed = None,
                     }
                 }
                 None => kicked.await,
@@ -211,46 +352,58 @@ impl RtNode {
         }
     }
 
+    /// Wakes the tasks whose CQ now holds a completion; returns how many.
+    fn wake_cq_waiters(&self) -> u32 {
+        let mut st = self.inner.st.borrow_mut();
+        let st = &mut *st;
+        if st.cq_waiters.is_empty() {
+            return 0;
+        }
+        let rnic = &st.rnic;
+        let mut woken = 0;
+        st.cq_waiters.retain(|(_, cq, w)| {
+            if rnic.cq_len(*cq) > 0 {
+                w.wake_by_ref();
+                woken += 1;
+                false
+            } else {
+                true
+            }
+        });
+        st.unsettled += woken;
+        woken
+    }
+
     /// Does everything due now or within [`JUMP`]; returns the next deadline beyond.
     fn step(&self) -> Option<Instant> {
-        let mut st = self.inner.st.borrow_mut();
-        let mut now = self.inner.now(&mut st);
-        loop {
+        let mut guard = self.inner.st.borrow_mut();
+        let st = &mut *guard;
+        let mut now = self.inner.now(st);
+        let mut due = std::mem::take(&mut st.due);
+        let next = loop {
             st.rnic.handle_timeout(now);
             st.rnic.process_doorbells(now);
-            while let Some((ready, pkt)) = st.rnic.poll_transmit() {
-                st.held_seq += 1;
-                let seq = st.held_seq;
-                st.held
-                    .push(std::cmp::Reverse((ready, seq, HeldPacket(pkt))));
-            }
-            // Send what is due, jumping the model's clock over short waits: the hierarchy
+            st.hold_transmitted();
+            // Take what is due, jumping the model's clock over short waits: the hierarchy
             // reaches a packet's departure (writing the pool file, synced below) first.
-            while let Some(std::cmp::Reverse((ready, _, _))) = st.held.peek() {
+            while let Some((ready, _)) = st.held.front() {
                 let ready = *ready;
                 if ready > now + JUMP {
                     break;
                 }
-                let std::cmp::Reverse((_, _, HeldPacket(pkt))) = st.held.pop().expect("peeked");
+                let (_, pkt) = st.held.pop_front().expect("peeked");
                 if ready > now {
                     now = ready;
                     st.model_now = now;
                     st.rnic.handle_timeout(now);
+                    // What that produced may be due too (and must not wait for a kick).
+                    st.hold_transmitted();
                 }
-                // Whatever the packet acknowledges is on stable storage before it leaves.
-                st.rnic.sync_media();
-                let bytes = pkt.emit();
-                let sent = st
-                    .peers
-                    .get(&pkt.dst)
-                    .is_some_and(|tx| tx.send(bytes).is_ok());
-                if sent {
-                    st.stats.sent += 1;
-                }
+                due.push(pkt);
             }
             // Wake at the next timer, departure, or data-path stage change, so a stage lasts
             // as long on the wall clock as in the model.
-            let held = st.held.peek().map(|std::cmp::Reverse((t, _, _))| *t);
+            let held = st.held.front().map(|(t, _)| *t);
             let transition = st.rnic.hierarchy().next_transition();
             let next = [st.rnic.poll_timeout(), held, transition]
                 .into_iter()
@@ -261,44 +414,104 @@ impl RtNode {
                     now = now.max(t);
                     st.model_now = now;
                 }
-                other => return other,
+                other => break other,
+            }
+        };
+        if !due.is_empty() {
+            // Whatever these packets acknowledge is on stable storage before they leave: one
+            // sync covers every line that entered the persistence domain up to the last
+            // departure (the model's clock is there now).
+            st.rnic.sync_media();
+            for pkt in due.drain(..) {
+                if let Some(conn) = st.peers.get(&pkt.dst) {
+                    conn.out.borrow_mut().extend_from_slice(&pkt.emit());
+                    st.stats.sent += 1;
+                }
+            }
+            st.unflushed = true;
+        }
+        st.due = due;
+        next
+    }
+
+    /// Writes what the steps queued: one write per connection.
+    fn flush(&self) {
+        let mut st = self.inner.st.borrow_mut();
+        st.unflushed = false;
+        st.unsettled = 0;
+        for conn in st.peers.values() {
+            conn.flush();
+        }
+    }
+}
+
+/// A connection's writer: sends what the driver could not write at once, waiting for room
+/// in the socket; on close, sends what is left and shuts the connection down (dropping the
+/// write half).
+async fn write_loop(conn: Rc<Conn>) {
+    loop {
+        conn.writer.notified().await;
+        while !conn.try_flush() {
+            if conn.write.writable().await.is_err() {
+                return;
             }
         }
-    }
-}
-
-/// A packet waiting for its departure time (ordered by the heap key only).
-struct HeldPacket(Packet);
-impl PartialEq for HeldPacket {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-impl Eq for HeldPacket {}
-impl PartialOrd for HeldPacket {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for HeldPacket {
-    fn cmp(&self, _: &Self) -> std::cmp::Ordering {
-        std::cmp::Ordering::Equal
-    }
-}
-
-async fn write_loop(mut rx: mpsc::UnboundedReceiver<Vec<u8>>, mut write: OwnedWriteHalf) {
-    let mut batch = Vec::new();
-    while let Some(first) = rx.recv().await {
-        batch.clear();
-        batch.extend_from_slice(&first);
-        while let Ok(more) = rx.try_recv() {
-            batch.extend_from_slice(&more);
-        }
-        if write.write_all(&batch).await.is_err() {
+        if conn.closing.get() {
             return;
         }
     }
-    let _ = write.shutdown().await;
+}
+
+/// Lets the other ready tasks of the LocalSet run, then continues: the task goes to the
+/// back of the LocalSet's queue. Unlike `tokio::task::yield_now`, it does not wait for the
+/// runtime to poll the reactor first (a system call per yield, several per message).
+fn yield_local() -> impl Future<Output = ()> {
+    let mut yielded = false;
+    std::future::poll_fn(move |cx| {
+        if yielded {
+            Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    })
+}
+
+/// Waits until a CQ holds a completion; the driver wakes it after the step that put one
+/// there.
+struct WaitCq {
+    inner: Rc<Inner>,
+    cq: CqId,
+    id: u64,
+}
+
+impl Future for WaitCq {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut st = self.inner.st.borrow_mut();
+        if st.rnic.cq_len(self.cq) > 0 {
+            st.cq_waiters.retain(|(id, _, _)| *id != self.id);
+            return Poll::Ready(());
+        }
+        match st.cq_waiters.iter_mut().find(|(id, _, _)| *id == self.id) {
+            Some((_, _, w)) => w.clone_from(cx.waker()),
+            None => {
+                st.cq_waiters.push((self.id, self.cq, cx.waker().clone()));
+                // A task went (back) to waiting: one fewer that may still answer.
+                st.unsettled = st.unsettled.saturating_sub(1);
+            }
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for WaitCq {
+    fn drop(&mut self) {
+        if let Ok(mut st) = self.inner.st.try_borrow_mut() {
+            st.cq_waiters.retain(|(id, _, _)| *id != self.id);
+        }
+    }
 }
 
 impl remora_verbs::Verbs for RtNode {
@@ -353,17 +566,15 @@ impl remora_verbs::Verbs for RtNode {
         self.inner.st.borrow_mut().rnic.poll_one(cq)
     }
     fn wait_cq(&self, cq: CqId) -> impl Future<Output = ()> {
-        let inner = self.inner.clone();
-        async move {
-            loop {
-                let notified = inner.progress.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                if inner.st.borrow().rnic.cq_len(cq) > 0 {
-                    return;
-                }
-                notified.await;
-            }
+        let id = {
+            let mut st = self.inner.st.borrow_mut();
+            st.next_waiter += 1;
+            st.next_waiter
+        };
+        WaitCq {
+            inner: self.inner.clone(),
+            cq,
+            id,
         }
     }
     fn load(&self, space: Space, addr: u64, buf: &mut [u8]) {
@@ -392,12 +603,12 @@ impl remora_verbs::Verbs for RtNode {
             st.rnic.sync_media();
         }
         self.inner.kick.notify_one();
-        tokio::task::yield_now().await;
+        yield_local().await;
     }
 
     async fn compute(&self, d: Duration) {
         if d < SLEEP_MIN {
-            tokio::task::yield_now().await;
+            yield_local().await;
         } else {
             tokio::time::sleep(std::time::Duration::from_nanos(d.as_nanos())).await;
         }
@@ -406,6 +617,6 @@ impl remora_verbs::Verbs for RtNode {
         let mut buf = vec![0u8; len as usize];
         self.load(src.0, src.1, &mut buf);
         self.store(dst.0, dst.1, &buf);
-        tokio::task::yield_now().await;
+        yield_local().await;
     }
 }

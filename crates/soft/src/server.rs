@@ -61,16 +61,27 @@ pub struct Started {
     pub created: bool,
     /// True if the pool is on a DAX file system.
     pub dax: bool,
+    /// True if the pool lives in memory (tmpfs, ramfs): nothing to `msync` to.
+    pub in_memory: bool,
 }
 
 /// Runs the server until SIGTERM or Ctrl-C (returns `Ok`) or a fatal error. `started` is
 /// called once the socket listens. Must run inside a `tokio::task::LocalSet`.
 pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result<(), ServeError> {
     let PoolNode {
-        node, created, dax, ..
+        node,
+        created,
+        dax,
+        in_memory,
+        ..
     } = open_node(&opts.pool, opts.pool_bytes, opts.config, &opts.profile)?;
     let (listener, addr) = bind(&opts.listen).await?;
-    started(&Started { addr, created, dax });
+    started(&Started {
+        addr,
+        created,
+        dax,
+        in_memory,
+    });
     let next_id = Rc::new(Cell::new(1u32));
     let first = Rc::new(Cell::new(true));
     let costs = CpuCosts::from_profile(&opts.profile);
@@ -121,6 +132,8 @@ pub struct PoolNode {
     pub created: bool,
     /// True if the pool is on a DAX file system.
     pub dax: bool,
+    /// True if the pool lives in memory (tmpfs, ramfs): nothing to `msync` to.
+    pub in_memory: bool,
     /// Bytes of PM in the pool.
     pub pm_bytes: u64,
 }
@@ -136,6 +149,7 @@ pub fn open_node(
 ) -> Result<PoolNode, ServeError> {
     let pool = Pool::open_or_create(pool, pool_bytes)?;
     let (created, dax, pm_bytes) = (pool.created(), pool.dax(), pool.len());
+    let in_memory = pool.sync_mode() == crate::pool::SyncMode::Memory;
     let profile = crate::runtime::real_time_profile(profile);
     let rnic = Rnic::with_media(0, config, &profile, Prng::from_seed(0x5eed), Box::new(pool));
     let node = RtNode::new(rnic);
@@ -144,6 +158,7 @@ pub fn open_node(
         node,
         created,
         dax,
+        in_memory,
         pm_bytes,
     })
 }
