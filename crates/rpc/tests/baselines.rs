@@ -281,6 +281,8 @@ fn small_spec(design: Design, seed: u64, senders: u32) -> remora_rpc::bench::Run
         senders,
         batch: 1,
         load: Load::Light,
+        heavy_processing: remora_rpc::bench::HEAVY_PROCESSING,
+        flush: remora_rpc::design::FlushForm::Emulated,
         server_config: dmp(false),
         seed,
         profile: remora_model::profile::LatencyProfile::default_profile(),

@@ -232,13 +232,34 @@ pub fn simulate(
 }
 
 /// §5.4 for every baseline measured in `read_write` (the §5.5 read/write runs): each read
-/// ratio × each availability. Durable RPCs add their rows with [`FailureSide::durable`].
+/// ratio × each availability. Durable RPCs are left out here; [`recovery_of`] takes their
+/// [`FailureSide::durable`] rows.
 pub fn recovery(read_write: &[RunResult], p: &RecoveryParams, seed: u64) -> Vec<RecoveryResult> {
+    let sides: Vec<(FailureSide, u32)> = read_write
+        .iter()
+        .filter(|r| r.skipped.is_none() && !is_durable(&r.design))
+        .map(|r| (FailureSide::baseline(r), r.read_percent))
+        .collect();
+    recovery_of(&sides, p, seed)
+}
+
+/// Whether `design` names one of the durable RPCs.
+pub fn is_durable(design: &str) -> bool {
+    design
+        .parse::<crate::design::Design>()
+        .is_ok_and(|d| d.is_durable_rpc())
+}
+
+/// §5.4 for each (side, read percentage) × each availability.
+pub fn recovery_of(
+    sides: &[(FailureSide, u32)],
+    p: &RecoveryParams,
+    seed: u64,
+) -> Vec<RecoveryResult> {
     let mut out = Vec::new();
-    for r in read_write.iter().filter(|r| r.skipped.is_none()) {
-        let side = FailureSide::baseline(r);
+    for (side, read_percent) in sides {
         for &a in &p.availability {
-            out.push(simulate(&side, r.read_percent, a, p, seed));
+            out.push(simulate(side, *read_percent, a, p, seed));
         }
     }
     out

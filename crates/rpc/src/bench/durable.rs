@@ -1,0 +1,146 @@
+//! What the failure-recovery model (§5.4) needs from a durable RPC beyond its read and
+//! write latencies: the time the restarted service takes to re-execute one logged request,
+//! measured on the simulator with the durable RPC's own recovery code.
+//!
+//! [`measure_replay`] fills a connection's redo log with Puts the server has not
+//! processed yet (its processing is made slow for this), cuts the server's power, restarts
+//! it and times [`DurableServer::recover`](crate::durable::DurableServer::recover): every
+//! committed entry is executed into the object store and the processed watermark
+//! persisted. The replay cost per entry is the simulated recovery time divided by the
+//! entries it re-executed.
+
+use crate::api::{Op, RpcClient, ServerCosts};
+use crate::design::{Design, FlushForm};
+use crate::durable::{DurableOptions, DurablePair};
+use crate::flush::FlushParams;
+use crate::workload::value_for;
+use remora_model::config::ServerConfig;
+use remora_model::profile::LatencyProfile;
+use remora_model::time::{Duration, Instant};
+use serde::Serialize;
+
+/// Logged Puts the measurement re-executes.
+pub const REPLAY_ENTRIES: u64 = 48;
+
+/// One replay measurement.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ReplayResult {
+    /// Design name.
+    pub design: String,
+    /// "emulated" or "native".
+    pub flush: String,
+    /// Object size of the logged Puts.
+    pub object_bytes: u64,
+    /// Entries recovery re-executed.
+    pub reexecuted: u64,
+    /// Simulated time recovery took, ns.
+    pub recover_ns: u64,
+    /// Per re-executed entry, ns.
+    pub replay_ns: f64,
+    /// Why it was not measured.
+    pub skipped: Option<String>,
+}
+
+/// Measures the replay cost of `design` (see the module documentation).
+pub fn measure_replay(
+    design: Design,
+    form: FlushForm,
+    object_bytes: u64,
+    profile: &LatencyProfile,
+    config: ServerConfig,
+    seed: u64,
+) -> ReplayResult {
+    let mut r = ReplayResult {
+        design: design.name().into(),
+        flush: super::flush_name(form).into(),
+        object_bytes,
+        reexecuted: 0,
+        recover_ns: 0,
+        replay_ns: f64::NAN,
+        skipped: None,
+    };
+    match replay(design, form, object_bytes, profile, config, seed) {
+        Ok((n, ns)) => {
+            r.reexecuted = n;
+            r.recover_ns = ns;
+            r.replay_ns = ns as f64 / n.max(1) as f64;
+        }
+        Err(e) => r.skipped = Some(e),
+    }
+    r
+}
+
+fn replay(
+    design: Design,
+    form: FlushForm,
+    object_bytes: u64,
+    profile: &LatencyProfile,
+    config: ServerConfig,
+    seed: u64,
+) -> Result<(u64, u64), String> {
+    let mut opts = DurableOptions::new(design);
+    opts.flush = FlushParams {
+        form,
+        ..FlushParams::default()
+    };
+    opts.objects = REPLAY_ENTRIES;
+    opts.max_value = u32::try_from(object_bytes).map_err(|e| e.to_string())?;
+    opts.capacity = 64;
+    // A server too slow to process anything before the crash: every Put stays logged.
+    opts.costs = ServerCosts {
+        processing: Duration::from_millis(10),
+        backlog_threshold: 64,
+    };
+    let pair = DurablePair::new(seed, profile.clone(), config, opts);
+    let mut client = pair.open().map_err(|e| e.to_string())?;
+    let logged = pair
+        .sim
+        .block_on(Instant::NEVER, async move {
+            for k in 0..REPLAY_ENTRIES {
+                let value = value_for(k, 1, object_bytes);
+                client.call(Op::Put { key: k, value }).await?;
+            }
+            Ok::<_, crate::api::RpcError>(())
+        })
+        .ok_or("the client stalled")?;
+    logged.map_err(|e| e.to_string())?;
+    pair.sim.crash_now(pair.server.id());
+    let t0 = pair.sim.now();
+    let (_server, report) = pair.recover_server().map_err(|e| e.to_string())?;
+    let ns = pair.sim.now().saturating_since(t0).as_nanos();
+    if let Some(why) = report.torn {
+        return Err(format!("recovery found a torn entry: {why}"));
+    }
+    if report.reexecuted == 0 {
+        return Err("recovery found nothing to re-execute".into());
+    }
+    Ok((report.reexecuted, ns))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::dmp;
+
+    #[test]
+    fn replay_is_measured_for_every_durable_design() {
+        for d in [
+            Design::SFlushRpc,
+            Design::WFlushRpc,
+            Design::SRFlushRpc,
+            Design::WRFlushRpc,
+        ] {
+            let r = measure_replay(
+                d,
+                FlushForm::Emulated,
+                1024,
+                &LatencyProfile::default_profile(),
+                dmp(false),
+                1,
+            );
+            assert!(r.skipped.is_none(), "{r:?}");
+            assert!(r.reexecuted >= REPLAY_ENTRIES - 1, "{r:?}");
+            assert!(r.replay_ns > 0.0, "{r:?}");
+        }
+    }
+}
