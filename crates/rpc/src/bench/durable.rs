@@ -122,6 +122,69 @@ mod tests {
     use super::*;
     use crate::harness::dmp;
 
+    fn spec(design: Design, flush: FlushForm, senders: u32) -> super::super::RunSpec {
+        use crate::workload::{MicroSpec, Workload};
+        super::super::RunSpec {
+            experiment: "test",
+            design,
+            workload: Workload::Micro(MicroSpec {
+                objects: 64,
+                operations: 30,
+                object_bytes: 512,
+                ..MicroSpec::default()
+            }),
+            senders,
+            batch: 1,
+            load: super::super::Load::Light,
+            heavy_processing: super::super::HEAVY_PROCESSING,
+            flush,
+            server_config: dmp(false),
+            seed: 5,
+            profile: LatencyProfile::default_profile(),
+        }
+    }
+
+    #[test]
+    fn durable_designs_run_and_native_forms_the_model_lacks_are_unsupported() {
+        use super::super::run;
+        for d in [
+            Design::SFlushRpc,
+            Design::WFlushRpc,
+            Design::SRFlushRpc,
+            Design::WRFlushRpc,
+        ] {
+            for senders in [1, 3] {
+                let r = run(&spec(d, FlushForm::Emulated, senders), None).unwrap();
+                assert!(r.skipped.is_none(), "{r:?}");
+                assert_eq!(r.ops, 30 * senders as u64, "{r:?}");
+                assert!(r.reads_checked > 0, "{r:?}");
+                assert_eq!(r.flush.as_deref(), Some("emulated"));
+                // Same seed, same run.
+                assert_eq!(
+                    run(&spec(d, FlushForm::Emulated, senders), None).unwrap(),
+                    r
+                );
+            }
+            let n = run(&spec(d, FlushForm::Native, 1), None).unwrap();
+            match crate::flush::FlushPlan::new(
+                d,
+                FlushParams {
+                    form: FlushForm::Native,
+                    ..FlushParams::default()
+                },
+                &dmp(false),
+            ) {
+                Ok(_) => assert!(n.skipped.is_none() && n.ops == 30, "{n:?}"),
+                Err(_) => assert!(
+                    n.skipped
+                        .as_deref()
+                        .is_some_and(|w| w.starts_with("unsupported")),
+                    "{n:?}"
+                ),
+            }
+        }
+    }
+
     #[test]
     fn replay_is_measured_for_every_durable_design() {
         for d in [

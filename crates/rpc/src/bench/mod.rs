@@ -849,6 +849,8 @@ pub struct Results {
     pub recovery: Vec<RecoveryResult>,
     /// Wall-clock seconds the run took (set by the caller; 0 if unknown).
     pub wall_s: f64,
+    /// The command that regenerates these results (set by the caller; empty if unknown).
+    pub command: String,
 }
 
 impl Results {
@@ -919,6 +921,8 @@ pub fn run_all(o: &BenchOptions) -> Results {
                 FailureSide::durable(&r.design, read, write, rep.replay_ns),
                 r.read_percent,
             ));
+            // The same latencies with a re-sending sender: Figure 12's normalization.
+            sides.push((FailureSide::baseline(r), r.read_percent));
         } else {
             sides.push((FailureSide::baseline(r), r.read_percent));
         }
@@ -942,5 +946,6 @@ pub fn run_all(o: &BenchOptions) -> Results {
         recovery_params: params,
         recovery,
         wall_s: 0.0,
+        command: String::new(),
     }
 }
