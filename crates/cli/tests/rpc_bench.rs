@@ -17,7 +17,7 @@ fn quick_mode_writes_outputs_and_the_results_page() {
             "--threads",
             "2",
             "--designs",
-            "FaRM,L5,DaRPC,HERD,durable",
+            "FaRM,DaRPC,HERD,durable",
             "--out",
             out.to_str().unwrap(),
             "--results",

@@ -108,6 +108,9 @@ fn replay(
     let t0 = pair.sim.now();
     let (_server, report) = pair.recover_server().map_err(|e| e.to_string())?;
     let ns = pair.sim.now().saturating_since(t0).as_nanos();
+    // Free the simulation (tasks hold its nodes).
+    pair.sim.crash_now(pair.server.id());
+    pair.sim.crash_now(pair.client.id());
     if let Some(why) = report.torn {
         return Err(format!("recovery found a torn entry: {why}"));
     }

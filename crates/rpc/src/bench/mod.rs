@@ -382,9 +382,11 @@ pub fn run_with<D: Deployment>(
     let elapsed = env.sim.now().saturating_since(start).as_nanos();
     let t = tally.borrow();
     if let Some(e) = &t.error {
+        release(&env);
         return Err(format!("{} on {}: {e}", spec.design, w.name()));
     }
     if finished.is_none() {
+        release(&env);
         return Err(format!("{} on {}: the run stalled", spec.design, w.name()));
     }
     let h = t.hist.as_ref().ok_or("no operation ran")?;
@@ -402,7 +404,19 @@ pub fn run_with<D: Deployment>(
     r.reads_checked = t.reads_checked;
     r.events = env.sim.events_processed() - events0;
     r.fingerprint = env.sim.fingerprint();
+    drop(t);
+    release(&env);
     Ok(r)
+}
+
+/// Ends the servers' endless tasks (they hold the simulation's nodes, so the simulation,
+/// its memory images included, would never be freed): every node is powered off, which
+/// drops its tasks.
+fn release(env: &SimEnv) {
+    env.sim.crash_now(env.server.id());
+    for n in &env.senders {
+        env.sim.crash_now(n.id());
+    }
 }
 
 fn mean((sum, n): (u64, u64)) -> f64 {
