@@ -270,8 +270,29 @@ impl DurableDeployment {
     }
 }
 
+/// A [`DurableClient`] whose [`RpcClient::call_batch`] is the client's own batching call
+/// (one Flush per batch, §4.3) rather than the trait's default of one call per request.
+pub struct BatchingDurableClient(pub DurableClient<NodeHandle>);
+
+impl RpcClient for BatchingDurableClient {
+    async fn call(&mut self, op: crate::api::Op) -> Result<crate::api::Completion, RpcError> {
+        self.0.call(op).await
+    }
+
+    async fn drain(&mut self) -> Result<Vec<crate::api::Reply>, RpcError> {
+        self.0.drain().await
+    }
+
+    async fn call_batch(
+        &mut self,
+        ops: Vec<crate::api::Op>,
+    ) -> Result<Vec<crate::api::Completion>, RpcError> {
+        DurableClient::call_batch(&mut self.0, ops).await
+    }
+}
+
 impl Deployment for DurableDeployment {
-    type Client = DurableClient<NodeHandle>;
+    type Client = BatchingDurableClient;
 
     fn design(&self) -> Design {
         self.design
@@ -296,7 +317,7 @@ impl Deployment for DurableDeployment {
             client.attach(server.conn_info())?;
             self.stats.borrow_mut().push(server.stats());
             env.sim.spawn_on(&env.server, server.serve());
-            clients.push(client);
+            clients.push(BatchingDurableClient(client));
         }
         Ok(clients)
     }

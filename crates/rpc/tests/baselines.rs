@@ -309,9 +309,12 @@ fn same_seed_same_results() {
 }
 
 #[test]
-fn durable_designs_are_skipped_until_wired_in() {
+fn durable_designs_run_through_the_same_driver() {
     let r = remora_rpc::bench::run(&small_spec(Design::WFlushRpc, 1, 1), None).unwrap();
-    assert!(r.skipped.unwrap().contains("durable"));
+    assert!(
+        r.skipped.is_none() && r.ops == 30 && r.reads_checked > 0,
+        "{r:?}"
+    );
 }
 
 mod generators {

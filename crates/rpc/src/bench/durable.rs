@@ -189,6 +189,20 @@ mod tests {
     }
 
     #[test]
+    fn batching_uses_one_flush_per_batch() {
+        use super::super::run;
+        for d in [Design::WFlushRpc, Design::SRFlushRpc] {
+            let one = run(&spec(d, FlushForm::Emulated, 1), None).unwrap();
+            let mut s = spec(d, FlushForm::Emulated, 1);
+            s.batch = 4;
+            let four = run(&s, None).unwrap();
+            assert!(four.skipped.is_none() && four.ops == 30, "{four:?}");
+            assert!(four.rpcs < one.rpcs, "{four:?}");
+            assert!(four.events < one.events, "{d}: {} vs {}", four.events, one.events);
+        }
+    }
+
+    #[test]
     fn replay_is_measured_for_every_durable_design() {
         for d in [
             Design::SFlushRpc,

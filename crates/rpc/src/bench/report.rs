@@ -671,6 +671,7 @@ fn model_notes(rs: &Results) -> String {
     }
     s.push_str("- The durable RPCs run one redo log and one server (a dispatcher and a processor thread) per sender's connection; a baseline server is one thread for all connections. With several senders the durable designs therefore process requests on several server threads (Figure 17).\n");
     s.push_str("- Server CPU charges differ: a baseline server pays `cpu.msg_handle_ns` per message and a `memcpy` of the object from its message buffer (at `cpu.memcpy_bytes_per_ns`, 6.5 µs for 64 KB with the default profile); the durable server (`durable.rs`) executes a logged request into the store without a modelled copy or handling charge, only the persist (`clwb`+`sfence`). This favours the durable designs wherever the server's time is on the critical path (reads behind writes, light-load 64 KB throughput).\n");
+    s.push_str("- Not modelled: PageRank (Figure 10), network load (Figure 14), CPU load (Figures 15–16) and the software-overhead breakdown (Figure 20).\n");
     s.push_str("- Under heavy load a durable Put returns at durability while its 100 µs of processing is still queued; a later read waits for the whole FIFO backlog (up to the 64-entry log), which is what the durable designs' heavy-load p99 shows.\n");
     s
 }
@@ -849,8 +850,10 @@ pub fn claims(rs: &Results) -> Vec<Claim> {
         (42.0, 42.0),
         change(m, &SEND_DURABLE, &darpc, &at("light", Some(65536)), &tput),
         &|_| {
-            "Same overlap as the write-based pair; at 64 KB the emulated SFlush's 7 µs \
-              lookup is small against the transfer, so SFlush-RPC and S-RFlush-RPC gain alike."
+            "The same overlap as the write-based pair. On a Put's critical path SFlush-RPC \
+              has the emulated 7 µs address lookup and a flush READ, S-RFlush-RPC the \
+              receiver CPU's write-back of the whole entry (`clwb` per line) and its notice; \
+              which costs more at 64 KB decides their order."
                 .into()
         },
     ));
@@ -880,9 +883,12 @@ pub fn claims(rs: &Results) -> Vec<Claim> {
         "about −49%",
         (-49.0, -49.0),
         change(m, &WRITE_DURABLE, &WRITE_BASELINES, &at("light", Some(1024)), &p99),
-        &|_| "A durable Put's latency is the log WRITE and its flush (W-RFlush: the receiver CPU's \
-              persist and notice), not the server's execution and reply; reads still take a \
-              full round trip plus execution, and they set the p99 when they are slower."
+        &|_| "A durable Put's latency is its log entry becoming durable, not the server's \
+              execution and reply. Emulated WFlush-RPC posts the data WRITE, a flush READ, the \
+              8-byte operator and its flush READ (non-posted, each waits for the writes before \
+              it), which at 1 KB can take longer than a baseline's whole RPC; W-RFlush-RPC's \
+              Put is one WRITE plus the receiver CPU's persist and notice. Reads take a round \
+              trip plus execution in every design."
             .into(),
     ));
     out.push(claim(
