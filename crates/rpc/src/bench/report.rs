@@ -641,8 +641,11 @@ fn model_notes(rs: &Results) -> String {
         }
         v
     };
+    let uc_ud = rs.runs().any(|r| r.design == "HERD" || r.design == "FaSST");
     if sub.is_empty() {
-        s.push_str("- No transport was substituted: HERD and FaSST ran over UC/UD.\n");
+        if uc_ud {
+            s.push_str("- No transport was substituted: HERD and FaSST ran over UC/UD.\n");
+        }
     } else {
         for l in sub {
             let _ = writeln!(s, "- Transport substituted: {l} (same message pattern; the model has no UC/UD queue pairs wired into the baselines in this branch).");
