@@ -198,7 +198,12 @@ mod tests {
             let four = run(&s, None).unwrap();
             assert!(four.skipped.is_none() && four.ops == 30, "{four:?}");
             assert!(four.rpcs < one.rpcs, "{four:?}");
-            assert!(four.events < one.events, "{d}: {} vs {}", four.events, one.events);
+            assert!(
+                four.events < one.events,
+                "{d}: {} vs {}",
+                four.events,
+                one.events
+            );
         }
     }
 
