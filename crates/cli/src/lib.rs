@@ -8,6 +8,7 @@
 //! - [`demo`]: the README's main command: singleton log appends with RDMA WRITE + RDMA
 //!   FLUSH on the deterministic simulator, their latency, and a power-failure check.
 //! - [`bench`]: how fast the simulator itself runs (wall clock).
+//! - [`rpcbench`]: seed 003's evaluation of the RPC designs (`remora bench rpc`).
 //! - [`paper`]: seed 000: the taxonomy tables, the planner, RemoteLog (Figure 2) and the
 //!   crash checker.
 //! - [`real`]: the soft RNIC: `serve`, RemoteLog against a server, the real SIGKILL loop.
@@ -20,6 +21,7 @@ pub mod demo;
 pub mod paper;
 pub mod profiles;
 pub mod real;
+pub mod rpcbench;
 pub mod rpcreal;
 pub mod softbench;
 

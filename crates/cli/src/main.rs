@@ -319,6 +319,41 @@ enum BenchCmd {
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: String,
     },
+    /// Seed 003's evaluation (§5): the eight baseline RPCs and the four durable RPCs on
+    /// the simulator; tables, CSV, JSON and SVG plots, and optionally the results page with
+    /// the paper's claims beside the model's (run with --release).
+    Rpc {
+        /// Small sizes that run in seconds (what CI runs).
+        #[arg(long)]
+        quick: bool,
+        /// Divide the paper's sizes (50K objects, 300K operations, 30K per sender) by N.
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        divisor: u64,
+        /// Designs: comma-separated names, or all, baselines, durable.
+        #[arg(long, default_value = "all", value_parser = remora_cli::rpcbench::parse_designs)]
+        designs: std::vec::Vec<remora_rpc::Design>,
+        /// Worker threads (each simulation is single-threaded).
+        #[arg(long, default_value_t = default_threads())]
+        threads: usize,
+        /// Flush primitives of the durable RPCs: emulated (what the paper measured) or native.
+        #[arg(long, default_value = "emulated", value_parser = remora_cli::rpcbench::parse_flush)]
+        flush: remora_rpc::FlushForm,
+        /// Processing time per request under heavy load, µs (§5.2: 100).
+        #[arg(long, default_value_t = 100)]
+        processing_us: u64,
+        /// Simulation seed.
+        #[arg(long, default_value_t = 3)]
+        seed: u64,
+        /// Latency profile: a built-in name or a TOML file.
+        #[arg(long, value_name = "NAME|PATH", default_value = "default")]
+        profile: String,
+        /// Directory for rpc.md, rpc.csv, rpc.json and rpc-*.svg.
+        #[arg(long, default_value = "out")]
+        out: PathBuf,
+        /// Also write the results page here (docs/results/rpc.md), data and plots beside it.
+        #[arg(long, value_name = "PATH")]
+        results: Option<PathBuf>,
+    },
     /// Simulator speed: simulated RDMA operations per wall-clock second (run with --release).
     Sim {
         /// RDMA WRITEs in total.
@@ -436,6 +471,57 @@ fn run(cli: Cli) -> Result<(), String> {
         Cmd::Bench {
             what: BenchCmd::Echo { listen },
         } => remora_cli::softbench::echo_server(&listen)?,
+        Cmd::Bench {
+            what:
+                BenchCmd::Rpc {
+                    quick,
+                    divisor,
+                    designs,
+                    threads,
+                    flush,
+                    processing_us,
+                    seed,
+                    profile,
+                    out,
+                    results,
+                },
+        } => {
+            let mut command = vec!["remora".to_string()];
+            command.extend(std::env::args().skip(1));
+            let args = remora_cli::rpcbench::RpcBenchArgs {
+                quick,
+                divisor,
+                designs,
+                threads,
+                flush,
+                processing_us,
+                seed,
+                profile: profiles::load(&profile)?,
+                out: out.clone(),
+                results_page: results.clone(),
+                command: command.join(" "),
+            };
+            let bar = progress_bar("runs");
+            let b2 = bar.clone();
+            let rs = remora_cli::rpcbench::run(
+                &args,
+                std::sync::Arc::new(move |done, total| {
+                    b2.set_length(total as u64);
+                    b2.set_position(done as u64);
+                }),
+            )?;
+            bar.finish_and_clear();
+            print!("{}", remora_cli::rpcbench::summary(&rs));
+            println!(
+                "\n{} runs in {:.1} s; wrote {}/rpc.md, rpc.csv, rpc.json, rpc-*.svg",
+                rs.runs().count(),
+                rs.wall_s,
+                out.display()
+            );
+            if let Some(p) = results {
+                println!("wrote {}", p.display());
+            }
+        }
         Cmd::Taxonomy => print!("{}", paper::taxonomy()),
         Cmd::Plan {
             config,

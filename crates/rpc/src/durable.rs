@@ -351,6 +351,18 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
         opts: &DurableOptions,
         executions: Option<ExecutionLog>,
     ) -> Result<Self, RpcError> {
+        Self::create_in(v, opts, executions, None)
+    }
+
+    /// [`create`](Self::create) over an object store that already exists at `kv` (the
+    /// benchmark's: one store, preloaded, shared by every connection); only the log is
+    /// allocated.
+    pub fn create_in(
+        v: V,
+        opts: &DurableOptions,
+        executions: Option<ExecutionLog>,
+        kv: Option<KvLayout>,
+    ) -> Result<Self, RpcError> {
         let config = v.config();
         let plan = opts.plan(&config)?;
         let pd = v.alloc_pd()?;
@@ -358,16 +370,17 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
         let base = v.alloc(Space::Pm, probe.bytes(), 4096);
         let layout = opts.log_layout(base)?;
         let log_mr = v.reg_mr(pd, Space::Pm, base, layout.bytes(), Access::ALL)?;
-        let kv_layout = KvLayout {
-            base: 0,
-            objects: opts.objects,
-            max_value: opts.max_value as u64,
-        };
-        let kv_base = v.alloc(Space::Pm, kv_layout.bytes(), 4096);
-        let kv_layout = KvLayout {
-            base: kv_base,
-            ..kv_layout
-        };
+        let kv_layout = kv.unwrap_or_else(|| {
+            let l = KvLayout {
+                base: 0,
+                objects: opts.objects,
+                max_value: opts.max_value as u64,
+            };
+            KvLayout {
+                base: v.alloc(Space::Pm, l.bytes(), 4096),
+                ..l
+            }
+        });
         let mut kv = KvStore::new(v.clone(), kv_layout);
         if let Some(log) = executions {
             kv = kv.with_execution_log(log);

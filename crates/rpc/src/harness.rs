@@ -3,12 +3,14 @@
 //!
 //! A design plugs in through [`Deployment`]: given the simulated nodes and the object
 //! store's layout, it sets up its server, connects one client per sender node and spawns
-//! the server's task. [`BaselineDeployment`] does this for the eight baselines; the
-//! durable RPCs implement the same trait.
+//! the server's task. [`BaselineDeployment`] does this for the eight baselines,
+//! [`DurableDeployment`] for the four durable RPCs.
 
 use crate::api::{RpcClient, RpcError, ServerCosts};
 use crate::baselines::{BaselineClient, BaselineParams, BaselineServer, ServerCpu, ServerStats};
-use crate::design::Design;
+use crate::design::{Design, FlushForm};
+use crate::durable::{DurableClient, DurableOptions, DurableServer};
+use crate::flush::FlushParams;
 use crate::kv::{KvLayout, KvStore};
 use crate::workload::value_for;
 use remora_model::config::ServerConfig;
@@ -205,6 +207,118 @@ impl Deployment for BaselineDeployment {
         env.sim.spawn_on(&env.server, async move {
             let _why = server.serve().await;
         });
+        Ok(clients)
+    }
+}
+
+/// One of the four durable RPCs (seed 003 §4.2), on the same machines, object store and
+/// costs as a baseline: one redo log and one server (dispatcher and processor threads) per
+/// sender's connection, all executing into the shared, preloaded store of [`SimEnv`].
+/// A Put returns once its log entry is durable; a read once its result arrived.
+#[derive(Clone, Debug)]
+pub struct DurableDeployment {
+    /// The design.
+    pub design: Design,
+    /// Flush form (emulated, as the paper measured, or native).
+    pub flush: FlushParams,
+    /// Redo-log entries per connection.
+    pub capacity: u32,
+    /// The servers' counters, once deployed (one per connection).
+    pub stats: Rc<RefCell<Vec<Rc<std::cell::Cell<crate::durable::ServerStats>>>>>,
+}
+
+impl DurableDeployment {
+    /// Durable design `design` with the Flush primitives in `form` and a 64-entry log.
+    pub fn new(design: Design, form: FlushForm) -> Self {
+        DurableDeployment {
+            design,
+            flush: FlushParams {
+                form,
+                ..FlushParams::default()
+            },
+            capacity: 64,
+            stats: Rc::default(),
+        }
+    }
+
+    /// The options of the connection of sender `i` (connection id `i + 1`) in `setup`,
+    /// for a store laid out as `layout`.
+    pub fn options(&self, setup: &SimSetup, layout: &KvLayout, i: u32) -> DurableOptions {
+        let mut o = DurableOptions::new(self.design);
+        o.flush = self.flush;
+        o.conn = i + 1;
+        o.capacity = self.capacity;
+        o.objects = layout.objects;
+        o.max_value = u32::try_from(layout.max_value).unwrap_or(u32::MAX);
+        o.max_scan = setup.max_scan.max(1);
+        o.batch = setup.max_batch.max(1);
+        o.costs = setup.costs;
+        o
+    }
+
+    /// The servers' counters summed over connections (after [`Deployment::deploy`]).
+    pub fn server_stats(&self) -> crate::durable::ServerStats {
+        let mut t = crate::durable::ServerStats::default();
+        for s in self.stats.borrow().iter() {
+            let s = s.get();
+            t.processed += s.processed;
+            t.cpu_persisted += s.cpu_persisted;
+            t.slow_downs += s.slow_downs;
+            t.bad_entries += s.bad_entries;
+        }
+        t
+    }
+}
+
+/// A [`DurableClient`] whose [`RpcClient::call_batch`] is the client's own batching call
+/// (one Flush per batch, §4.3) rather than the trait's default of one call per request.
+pub struct BatchingDurableClient(pub DurableClient<NodeHandle>);
+
+impl RpcClient for BatchingDurableClient {
+    async fn call(&mut self, op: crate::api::Op) -> Result<crate::api::Completion, RpcError> {
+        self.0.call(op).await
+    }
+
+    async fn drain(&mut self) -> Result<Vec<crate::api::Reply>, RpcError> {
+        self.0.drain().await
+    }
+
+    async fn call_batch(
+        &mut self,
+        ops: Vec<crate::api::Op>,
+    ) -> Result<Vec<crate::api::Completion>, RpcError> {
+        DurableClient::call_batch(&mut self.0, ops).await
+    }
+}
+
+impl Deployment for DurableDeployment {
+    type Client = BatchingDurableClient;
+
+    fn design(&self) -> Design {
+        self.design
+    }
+
+    fn deploy(&self, env: &SimEnv) -> Result<Vec<Self::Client>, RpcError> {
+        let mut clients = Vec::with_capacity(env.senders.len());
+        for (i, node) in env.senders.iter().enumerate() {
+            let opts = self.options(&env.setup, &env.layout, i as u32);
+            let server =
+                DurableServer::create_in(env.server.clone(), &opts, None, Some(env.layout))?;
+            // The formatted log header is durable before the client connects.
+            let (s2, base) = (env.server.clone(), server.conn_info().layout.base);
+            env.sim
+                .block_on(Instant::NEVER, async move {
+                    s2.persist_local(base, 128).await;
+                })
+                .ok_or_else(|| RpcError::Connection("server down while formatting".into()))?;
+            let mut client = DurableClient::create(node.clone(), &opts)?;
+            env.sim
+                .connect((node, client.qp()), (&env.server, server.qp()))?;
+            client.attach(server.conn_info())?;
+            self.stats.borrow_mut().push(server.stats());
+            env.sim.spawn_on(&env.server, server.serve());
+            clients.push(BatchingDurableClient(client));
+        }
         Ok(clients)
     }
 }

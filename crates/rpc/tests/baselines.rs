@@ -280,6 +280,8 @@ fn small_spec(design: Design, seed: u64, senders: u32) -> remora_rpc::bench::Run
         senders,
         batch: 1,
         load: Load::Light,
+        heavy_processing: remora_rpc::bench::HEAVY_PROCESSING,
+        flush: remora_rpc::design::FlushForm::Emulated,
         server_config: dmp(false),
         seed,
         profile: remora_model::profile::LatencyProfile::default_profile(),
@@ -306,9 +308,12 @@ fn same_seed_same_results() {
 }
 
 #[test]
-fn durable_designs_are_skipped_until_wired_in() {
+fn durable_designs_run_through_the_same_driver() {
     let r = remora_rpc::bench::run(&small_spec(Design::WFlushRpc, 1, 1), None).unwrap();
-    assert!(r.skipped.unwrap().contains("durable"));
+    assert!(
+        r.skipped.is_none() && r.ops == 30 && r.reads_checked > 0,
+        "{r:?}"
+    );
 }
 
 mod generators {

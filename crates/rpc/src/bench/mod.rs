@@ -14,17 +14,21 @@
 //! | [`recovery`](fn@recovery) | §5.4, Figure 12 | server availability × read:write | total execution time |
 //!
 //! Designs plug in through [`crate::harness::Deployment`]: [`run_with`] runs any of them;
-//! [`run`] picks the baseline deployment for a baseline and the caller's
-//! [`BenchOptions::durable`] runner for a durable RPC. [`run_all`] runs every set and
+//! [`run`] picks [`BaselineDeployment`] for a baseline and
+//! [`DurableDeployment`](crate::harness::DurableDeployment) (or the caller's
+//! [`DurableRunner`]) for a durable RPC, with the Flush primitives in the run's
+//! [`FlushForm`] (emulated by default, as the paper measured; a native form the model
+//! lacks is reported as unsupported, never substituted). [`run_all`] runs every set and
 //! [`report::write_report`] writes `rpc.md`, `rpc.csv`, `rpc.json` and SVG plots.
 
+pub mod durable;
 pub mod recovery;
 pub mod report;
 
 use crate::api::{Op, RpcClient, ServerCosts};
 use crate::baselines::{transport_substituted, BASELINES};
-use crate::design::Design;
-use crate::harness::{dmp, BaselineDeployment, Deployment, SimEnv, SimSetup};
+use crate::design::{Design, FlushForm};
+use crate::harness::{dmp, BaselineDeployment, Deployment, DurableDeployment, SimEnv, SimSetup};
 use crate::workload::{
     check_value, fnv64, InsertCursor, MicroSpec, OpKind, OpSpec, Workload, YcsbKind, YcsbSpec,
 };
@@ -38,9 +42,10 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
-pub use recovery::{recovery, FailureSide, RecoveryParams, RecoveryResult};
+pub use recovery::{recovery, recovery_of, FailureSide, RecoveryParams, RecoveryResult};
 pub use report::write_report;
 
 /// Server load (seed 003 §5.2): "injecting an additional latency of 100 us for data
@@ -54,11 +59,16 @@ pub enum Load {
 }
 
 impl Load {
-    /// The per-request processing time.
+    /// The per-request processing time (the paper's 100 µs under heavy load).
     pub fn processing(self) -> Duration {
+        self.processing_with(HEAVY_PROCESSING)
+    }
+
+    /// The per-request processing time when heavy load costs `heavy`.
+    pub fn processing_with(self, heavy: Duration) -> Duration {
         match self {
             Load::Light => Duration::ZERO,
-            Load::Heavy => Duration::from_micros(100),
+            Load::Heavy => heavy,
         }
     }
 
@@ -70,6 +80,10 @@ impl Load {
         }
     }
 }
+
+/// Injected processing time of a heavy-load request (seed 003 §5.2: "an additional latency of
+/// 100 us for data processing, like DaRPC").
+pub const HEAVY_PROCESSING: Duration = Duration::from_micros(100);
 
 /// One measured run: a design, a workload, senders, batch size, load.
 #[derive(Clone, Debug)]
@@ -86,6 +100,10 @@ pub struct RunSpec {
     pub batch: u32,
     /// Server load (§5.2).
     pub load: Load,
+    /// Processing time of a request under heavy load ([`HEAVY_PROCESSING`]).
+    pub heavy_processing: Duration,
+    /// Flush form of a durable RPC (ignored for a baseline).
+    pub flush: FlushForm,
     /// The server's configuration.
     pub server_config: ServerConfig,
     /// Simulation seed (senders' operation streams derive from it).
@@ -141,6 +159,8 @@ pub struct RunResult {
     pub events: u64,
     /// The simulation's fingerprint (same seed, same value).
     pub fingerprint: u64,
+    /// Flush form of a durable RPC ("emulated" or "native"; `None` for a baseline).
+    pub flush: Option<String>,
     /// A transport the model substituted (HERD, FaSST over RC until UC/UD exist).
     pub transport_note: Option<String>,
     /// Why the run was skipped (e.g. FaSST and objects over the 4 KB UD MTU).
@@ -178,6 +198,10 @@ impl RunResult {
             reads_checked: 0,
             events: 0,
             fingerprint: 0,
+            flush: spec
+                .design
+                .is_durable_rpc()
+                .then(|| flush_name(spec.flush).to_string()),
             transport_note: transport_substituted(spec.design).map(str::to_string),
             skipped: None,
         }
@@ -194,20 +218,31 @@ fn read_percent(w: &Workload) -> u32 {
     }
 }
 
-/// Runs a durable RPC (supplied by the code that implements them).
+/// "emulated" or "native".
+pub fn flush_name(f: FlushForm) -> &'static str {
+    match f {
+        FlushForm::Emulated => "emulated",
+        FlushForm::Native => "native",
+    }
+}
+
+/// Runs a durable RPC another way than [`DurableDeployment`] (e.g. a checker's variant).
 pub type DurableRunner = fn(&RunSpec) -> Result<RunResult, String>;
 
-/// Runs `spec` with the baseline deployment, or `durable` for a durable RPC.
+/// Runs `spec` with the baseline deployment, or for a durable RPC with `durable` if given
+/// and [`DurableDeployment`] otherwise. A Flush form the model cannot run (e.g. native
+/// SFlush before the RNIC has the opcode) gives a result skipped as "unsupported".
 pub fn run(spec: &RunSpec, durable: Option<DurableRunner>) -> Result<RunResult, String> {
     if crate::baselines::paths(spec.design).is_some() {
         run_with(spec, |setup| BaselineDeployment::new(spec.design, setup))
     } else if let Some(f) = durable {
         f(spec)
     } else {
-        Ok(RunResult::skipped(
-            spec,
-            "durable RPCs are not wired into this benchmark yet".into(),
-        ))
+        let dep = DurableDeployment::new(spec.design, spec.flush);
+        if let Err(e) = crate::flush::FlushPlan::new(spec.design, dep.flush, &spec.server_config) {
+            return Ok(RunResult::skipped(spec, format!("unsupported: {e}")));
+        }
+        run_with(spec, |_| dep)
     }
 }
 
@@ -310,7 +345,7 @@ pub fn run_with<D: Deployment>(
         max_batch: spec.batch.max(1),
         max_scan: w.max_scan(),
         costs: ServerCosts {
-            processing: spec.load.processing(),
+            processing: spec.load.processing_with(spec.heavy_processing),
             backlog_threshold: 64,
         },
     };
@@ -347,9 +382,11 @@ pub fn run_with<D: Deployment>(
     let elapsed = env.sim.now().saturating_since(start).as_nanos();
     let t = tally.borrow();
     if let Some(e) = &t.error {
+        release(&env);
         return Err(format!("{} on {}: {e}", spec.design, w.name()));
     }
     if finished.is_none() {
+        release(&env);
         return Err(format!("{} on {}: the run stalled", spec.design, w.name()));
     }
     let h = t.hist.as_ref().ok_or("no operation ran")?;
@@ -367,7 +404,19 @@ pub fn run_with<D: Deployment>(
     r.reads_checked = t.reads_checked;
     r.events = env.sim.events_processed() - events0;
     r.fingerprint = env.sim.fingerprint();
+    drop(t);
+    release(&env);
     Ok(r)
+}
+
+/// Ends the servers' endless tasks (they hold the simulation's nodes, so the simulation,
+/// its memory images included, would never be freed): every node is powered off, which
+/// drops its tasks.
+fn release(env: &SimEnv) {
+    env.sim.crash_now(env.server.id());
+    for n in &env.senders {
+        env.sim.crash_now(n.id());
+    }
 }
 
 fn mean((sum, n): (u64, u64)) -> f64 {
@@ -562,10 +611,29 @@ pub struct BenchOptions {
     /// Server configuration (seed 003 §5.1: "We disable the DDIO by default": DMP without
     /// DDIO).
     pub server_config: ServerConfig,
-    /// Designs to run (default: the eight baselines).
+    /// Designs to run (default: all twelve).
     pub designs: Vec<Design>,
-    /// Runs durable RPCs, once they exist.
+    /// Runs durable RPCs instead of [`DurableDeployment`] (default `None`).
     pub durable: Option<DurableRunner>,
+    /// Flush form of the durable RPCs (default emulated, what seed 003 measured, §4.1.3).
+    pub flush: FlushForm,
+    /// Processing time of a heavy-load request (default [`HEAVY_PROCESSING`]).
+    pub heavy_processing: Duration,
+    /// Scale of the paper's sizes in full mode: objects, operations and requests per
+    /// sender are divided by it (1 = the paper's; ignored in quick mode).
+    pub divisor: u64,
+    /// Called after every run (a progress bar).
+    pub progress: Option<Progress>,
+}
+
+/// A callback after every run, shared by the worker threads.
+#[derive(Clone)]
+pub struct Progress(pub Arc<dyn Fn(&RunResult) + Send + Sync>);
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Progress")
+    }
 }
 
 impl BenchOptions {
@@ -577,9 +645,33 @@ impl BenchOptions {
             profile: LatencyProfile::default_profile(),
             threads: 1,
             server_config: dmp(false),
-            designs: BASELINES.to_vec(),
+            designs: Design::ALL.to_vec(),
             durable: None,
+            flush: FlushForm::Emulated,
+            heavy_processing: HEAVY_PROCESSING,
+            divisor: 1,
+            progress: None,
         }
+    }
+
+    /// Quick mode with the eight baselines only.
+    pub fn quick_baselines() -> Self {
+        BenchOptions {
+            designs: BASELINES.to_vec(),
+            ..Self::quick()
+        }
+    }
+
+    /// Runs [`run_all`] makes (for a progress bar): 31 per design, plus one replay
+    /// measurement per durable design.
+    pub fn total_runs(&self) -> usize {
+        let durable = self.designs.iter().filter(|d| d.is_durable_rpc()).count();
+        31 * self.designs.len() + durable
+    }
+
+    /// Objects (or records) and operations after [`divisor`](Self::divisor).
+    fn scaled(&self, n: u64) -> u64 {
+        (n / self.divisor.max(1)).max(1)
     }
 
     /// The paper's sizes (§5.1: 50K objects, 300K operations; §5.5: 30K per sender).
@@ -596,7 +688,7 @@ impl BenchOptions {
             (256, 40)
         } else {
             let m = MicroSpec::default();
-            (m.objects, m.operations)
+            (self.scaled(m.objects), self.scaled(m.operations))
         }
     }
 
@@ -619,6 +711,8 @@ impl BenchOptions {
             senders: 1,
             batch: 1,
             load: Load::Light,
+            heavy_processing: self.heavy_processing,
+            flush: self.flush,
             server_config: self.server_config,
             seed: self.seed,
             profile: self.profile.clone(),
@@ -627,8 +721,14 @@ impl BenchOptions {
 
     fn run_specs(&self, specs: Vec<RunSpec>) -> Vec<RunResult> {
         let durable = self.durable;
+        let progress = self.progress.clone();
         remora_remotelog::eval::parallel_map(&specs, self.threads, &|_, _| {}, |s| {
-            run(s, durable).unwrap_or_else(|e| RunResult::skipped(s, format!("failed: {e}")))
+            let r =
+                run(s, durable).unwrap_or_else(|e| RunResult::skipped(s, format!("failed: {e}")));
+            if let Some(p) = &progress {
+                (p.0)(&r);
+            }
+            r
         })
     }
 }
@@ -656,6 +756,8 @@ pub fn ycsb(o: &BenchOptions) -> Vec<RunResult> {
         let mut y = YcsbSpec::paper(kind);
         if o.quick {
             (y.records, y.operations, y.max_scan) = (256, 40, 10);
+        } else {
+            (y.records, y.operations) = (o.scaled(y.records), o.scaled(y.operations));
         }
         for &d in &o.designs {
             specs.push(o.spec("ycsb", d, Workload::Ycsb(y)));
@@ -686,7 +788,7 @@ pub fn senders(o: &BenchOptions) -> Vec<RunResult> {
         for &d in &o.designs {
             let mut w = o.micro(MicroSpec::default().object_bytes, 50);
             if let Workload::Micro(m) = &mut w {
-                m.operations = if o.quick { 20 } else { 30_000 };
+                m.operations = if o.quick { 20 } else { o.scaled(30_000) };
             }
             let mut s = o.spec("senders", d, w);
             s.senders = n;
@@ -729,12 +831,18 @@ pub fn batch(o: &BenchOptions) -> Vec<RunResult> {
 pub struct Results {
     /// Quick or full mode.
     pub quick: bool,
+    /// Full mode's sizes divided by this (1 = the paper's).
+    pub divisor: u64,
     /// Seed.
     pub seed: u64,
     /// Latency profile name.
     pub profile: String,
     /// Server configuration name.
     pub config: String,
+    /// Flush form of the durable RPCs.
+    pub flush: String,
+    /// Heavy-load processing time per request, ns.
+    pub heavy_processing_ns: u64,
     /// §5.2.
     pub micro: Vec<RunResult>,
     /// §5.3.
@@ -747,8 +855,16 @@ pub struct Results {
     pub read_write: Vec<RunResult>,
     /// §5.5 batch sizes.
     pub batch: Vec<RunResult>,
+    /// §5.4: the durable RPCs' measured replay cost per logged request.
+    pub replay: Vec<durable::ReplayResult>,
+    /// §5.4 scenario.
+    pub recovery_params: RecoveryParams,
     /// §5.4.
     pub recovery: Vec<RecoveryResult>,
+    /// Wall-clock seconds the run took (set by the caller; 0 if unknown).
+    pub wall_s: f64,
+    /// The command that regenerates these results (set by the caller; empty if unknown).
+    pub command: String,
 }
 
 impl Results {
@@ -764,7 +880,10 @@ impl Results {
     }
 }
 
-/// Runs every experiment set; recovery (§5.4) uses the read/write runs' latencies.
+/// Runs every experiment set. Recovery (§5.4) uses the read/write runs' latencies: a
+/// baseline re-sends across an outage ([`FailureSide::baseline`]); a durable RPC keeps
+/// logging writes and re-executes them from its log, at the replay cost measured by
+/// [`durable::measure_replay`] ([`FailureSide::durable`]).
 pub fn run_all(o: &BenchOptions) -> Results {
     let read_write = read_write(o);
     let params = if o.quick {
@@ -772,18 +891,75 @@ pub fn run_all(o: &BenchOptions) -> Results {
     } else {
         RecoveryParams::paper()
     };
-    let recovery = recovery(&read_write, &params, o.seed);
+    let object = MicroSpec::default().object_bytes;
+    let durable: Vec<Design> = o
+        .designs
+        .iter()
+        .copied()
+        .filter(|d| d.is_durable_rpc())
+        .collect();
+    let replay: Vec<durable::ReplayResult> = durable
+        .iter()
+        .map(|&d| {
+            let r =
+                durable::measure_replay(d, o.flush, object, &o.profile, o.server_config, o.seed);
+            if let Some(p) = &o.progress {
+                let mut shown =
+                    RunResult::skipped(&o.spec("replay", d, o.micro(object, 0)), String::new());
+                shown.skipped = r.skipped.clone();
+                (p.0)(&shown);
+            }
+            r
+        })
+        .collect();
+    let mut sides = Vec::new();
+    for r in read_write.iter().filter(|r| r.skipped.is_none()) {
+        if recovery::is_durable(&r.design) {
+            let Some(rep) = replay
+                .iter()
+                .find(|x| x.design == r.design && x.skipped.is_none())
+            else {
+                continue;
+            };
+            let read = if r.read_mean_ns.is_nan() {
+                r.mean_ns
+            } else {
+                r.read_mean_ns
+            };
+            let write = if r.write_mean_ns.is_nan() {
+                r.mean_ns
+            } else {
+                r.write_mean_ns
+            };
+            sides.push((
+                FailureSide::durable(&r.design, read, write, rep.replay_ns),
+                r.read_percent,
+            ));
+            // The same latencies with a re-sending sender: Figure 12's normalization.
+            sides.push((FailureSide::baseline(r), r.read_percent));
+        } else {
+            sides.push((FailureSide::baseline(r), r.read_percent));
+        }
+    }
+    let recovery = recovery::recovery_of(&sides, &params, o.seed);
     Results {
         quick: o.quick,
+        divisor: if o.quick { 1 } else { o.divisor.max(1) },
         seed: o.seed,
         profile: o.profile.name.clone(),
         config: o.server_config.name(),
+        flush: flush_name(o.flush).into(),
+        heavy_processing_ns: o.heavy_processing.as_nanos(),
         micro: micro(o),
         ycsb: ycsb(o),
         sizes: sizes(o),
         senders: senders(o),
         read_write,
         batch: batch(o),
+        replay,
+        recovery_params: params,
         recovery,
+        wall_s: 0.0,
+        command: String::new(),
     }
 }

@@ -1,0 +1,191 @@
+//! `remora bench rpc`: seed 003's evaluation (§5) of the eight baseline RPC designs and the
+//! four durable RPCs on the simulator, written as `rpc.md`, `rpc.csv`, `rpc.json` and SVG
+//! plots, and optionally as the results page `docs/results/rpc.md` (with the paper's claims
+//! beside the model's, computed from the results).
+
+use remora_model::profile::LatencyProfile;
+use remora_model::time::Duration;
+use remora_rpc::baselines::BASELINES;
+use remora_rpc::bench::{self, BenchOptions, Progress, Results, RunResult};
+use remora_rpc::{Design, FlushForm};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Settings of `remora bench rpc`.
+#[derive(Clone, Debug)]
+pub struct RpcBenchArgs {
+    /// Quick mode (CI): small sizes.
+    pub quick: bool,
+    /// Full mode's sizes divided by this (1 = the paper's).
+    pub divisor: u64,
+    /// Designs to run.
+    pub designs: Vec<Design>,
+    /// Worker threads.
+    pub threads: usize,
+    /// Flush form of the durable RPCs.
+    pub flush: FlushForm,
+    /// Heavy-load processing per request, µs.
+    pub processing_us: u64,
+    /// Seed.
+    pub seed: u64,
+    /// Latency profile.
+    pub profile: LatencyProfile,
+    /// Where rpc.md, rpc.csv, rpc.json and the plots go.
+    pub out: PathBuf,
+    /// Also write the results page here, with its data and plots beside it.
+    pub results_page: Option<PathBuf>,
+    /// The command, printed on the page.
+    pub command: String,
+}
+
+impl RpcBenchArgs {
+    /// Quick mode, all twelve designs, one thread, output in `out`.
+    pub fn quick(out: PathBuf) -> Self {
+        RpcBenchArgs {
+            quick: true,
+            divisor: 1,
+            designs: Design::ALL.to_vec(),
+            threads: 1,
+            flush: FlushForm::Emulated,
+            processing_us: 100,
+            seed: 3,
+            profile: LatencyProfile::default_profile(),
+            out,
+            results_page: None,
+            command: String::new(),
+        }
+    }
+
+    /// The benchmark options these arguments give.
+    pub fn options(&self) -> BenchOptions {
+        let base = if self.quick {
+            BenchOptions::quick()
+        } else {
+            BenchOptions::full()
+        };
+        BenchOptions {
+            seed: self.seed,
+            profile: self.profile.clone(),
+            threads: self.threads.max(1),
+            designs: self.designs.clone(),
+            flush: self.flush,
+            heavy_processing: Duration::from_micros(self.processing_us),
+            divisor: self.divisor.max(1),
+            ..base
+        }
+    }
+}
+
+/// Parses a comma-separated design list: names (case-insensitive) or `all`, `baselines`,
+/// `durable`.
+pub fn parse_designs(s: &str) -> Result<Vec<Design>, String> {
+    let mut out: Vec<Design> = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let add: Vec<Design> = match part.to_ascii_lowercase().as_str() {
+            "all" => Design::ALL.to_vec(),
+            "baselines" => BASELINES.to_vec(),
+            "durable" => Design::ALL
+                .into_iter()
+                .filter(|d| d.is_durable_rpc())
+                .collect(),
+            _ => vec![part.parse::<Design>()?],
+        };
+        for d in add {
+            if !out.contains(&d) {
+                out.push(d);
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("no design given".into());
+    }
+    Ok(out)
+}
+
+/// Parses `emulated` or `native`.
+pub fn parse_flush(s: &str) -> Result<FlushForm, String> {
+    match s {
+        "emulated" => Ok(FlushForm::Emulated),
+        "native" => Ok(FlushForm::Native),
+        _ => Err(format!("unknown flush form {s:?}: emulated or native")),
+    }
+}
+
+/// Runs every experiment set and writes the outputs; `progress(done, total)` after every
+/// run.
+#[allow(clippy::disallowed_methods)] // the wall clock times the run for the page, not simulated time
+pub fn run(
+    args: &RpcBenchArgs,
+    progress: Arc<dyn Fn(usize, usize) + Send + Sync>,
+) -> Result<Results, String> {
+    let mut o = args.options();
+    let total = o.total_runs();
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    o.progress = Some(Progress(Arc::new(move |_: &RunResult| {
+        let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        progress(n, total);
+    })));
+    let t0 = std::time::Instant::now();
+    let mut rs = bench::run_all(&o);
+    rs.wall_s = t0.elapsed().as_secs_f64();
+    rs.command = args.command.clone();
+    bench::write_report(&rs, &args.out)
+        .map_err(|e| format!("cannot write to {}: {e}", args.out.display()))?;
+    if let Some(page) = &args.results_page {
+        write_page(&rs, page)?;
+    }
+    Ok(rs)
+}
+
+/// Writes the results page at `page` with the data and plots in its directory.
+pub fn write_page(rs: &Results, page: &Path) -> Result<(), String> {
+    let dir = page
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let files = bench::write_report(rs, dir)
+        .map_err(|e| format!("cannot write to {}: {e}", dir.display()))?;
+    let written = dir.join("rpc.md");
+    if written != page {
+        std::fs::rename(&written, page)
+            .map_err(|e| format!("cannot write {}: {e}", page.display()))?;
+    }
+    debug_assert!(!files.is_empty());
+    Ok(())
+}
+
+/// A one-paragraph summary for the terminal: every claim and its verdict.
+pub fn summary(rs: &Results) -> String {
+    let mut s = String::new();
+    for c in bench::report::claims(rs) {
+        s.push_str(&format!(
+            "- {}: paper {}, model {} ({})\n",
+            c.what, c.paper, c.model, c.verdict
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn designs_and_flush_forms_parse() {
+        assert_eq!(parse_designs("all").unwrap().len(), 12);
+        assert_eq!(parse_designs("baselines").unwrap().len(), 8);
+        assert_eq!(
+            parse_designs("durable,DaRPC").unwrap(),
+            vec![
+                Design::SRFlushRpc,
+                Design::SFlushRpc,
+                Design::WRFlushRpc,
+                Design::WFlushRpc,
+                Design::DaRpc
+            ]
+        );
+        assert!(parse_designs("nope").is_err());
+        assert_eq!(parse_flush("native").unwrap(), FlushForm::Native);
+        assert!(parse_flush("x").is_err());
+    }
+}
