@@ -39,6 +39,7 @@
 //! never acknowledged durable and did not survive.
 
 use crate::api::{Completion, Op, Reply, RpcClient, RpcError, ServerCosts};
+use crate::baselines::ServerCpu;
 use crate::design::{Design, Family};
 use crate::flush::{FlushParams, FlushPlan, SenderFlush};
 use crate::kv::{ExecutionLog, KvLayout, KvStore};
@@ -92,6 +93,10 @@ pub struct DurableOptions {
     pub batch: u32,
     /// Server processing time and backlog threshold.
     pub costs: ServerCosts,
+    /// The server CPU's per-message costs: handling a request and copying its object
+    /// from the log to its slot (and a read's objects into the reply), the same charges
+    /// the baselines' servers pay, so designs are compared on equal CPU terms.
+    pub cpu: ServerCpu,
     /// Busy-poll period of a server thread that expects an operator (SFlush-RPC's SEND
     /// arrives before its operator).
     pub poll_interval: Duration,
@@ -121,6 +126,7 @@ impl DurableOptions {
                 processing: Duration::ZERO,
                 backlog_threshold: 32,
             },
+            cpu: ServerCpu::from_profile(&remora_model::LatencyProfile::default_profile()),
             poll_interval: Duration::from_nanos(500),
             probe_interval: Duration::from_micros(50),
             reply_timeout: Duration::from_millis(50),
@@ -822,6 +828,15 @@ impl<V: Verbs> Core<V> {
                         .apply(self.opts.conn, seq, &r.op)
                         .await
                         .unwrap_or(Reply { seq, value: vec![] });
+                    // The per-message CPU work the baselines' servers also pay: handling
+                    // the request, copying the object from the log to its slot (or a
+                    // read's objects into the reply).
+                    let cpu = self.opts.cpu;
+                    let copied = match &r.op {
+                        Op::Put { value, .. } => value.len(),
+                        _ => reply.value.len(),
+                    };
+                    self.v.compute(cpu.handle + cpu.copy(copied as u64)).await;
                     let at = self.layout.watermark_addr();
                     self.v.store(Space::Pm, at, &seq.to_le_bytes());
                     self.v.persist_local(at, 8).await;
@@ -1511,8 +1526,10 @@ impl DurablePair {
         seed: u64,
         profile: LatencyProfile,
         config: ServerConfig,
-        opts: DurableOptions,
+        mut opts: DurableOptions,
     ) -> DurablePair {
+        // The server CPU's costs come from the profile the simulation runs.
+        opts.cpu = ServerCpu::from_profile(&profile);
         let sim = Sim::new(seed, profile);
         let server = sim.add_node("server", config);
         let client = sim.add_node("client", config);

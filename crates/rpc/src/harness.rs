@@ -253,6 +253,7 @@ impl DurableDeployment {
         o.max_scan = setup.max_scan.max(1);
         o.batch = setup.max_batch.max(1);
         o.costs = setup.costs;
+        o.cpu = crate::baselines::ServerCpu::from_profile(&setup.profile);
         o
     }
 
