@@ -47,7 +47,11 @@ fn quick_mode_writes_outputs_and_the_results_page() {
         "command missing:\n{md}"
     );
     assert!(md.contains("**Quick mode**"));
-    assert!(md.contains("HERD: UC WRITE request and UD SEND reply run over RC"));
+    // HERD and FaSST run on the model's UC/UD queue pairs: no transport substitution.
+    assert!(
+        !md.contains("run over RC"),
+        "stale substitution note:\n{md}"
+    );
     assert!(md.contains("## The paper's claims beside the model's"));
     assert!(md.contains("**emulated** Flush primitives"));
     for d in ["SFlush-RPC", "WFlush-RPC", "S-RFlush-RPC", "W-RFlush-RPC"] {

@@ -673,7 +673,7 @@ fn model_notes(rs: &Results) -> String {
         s.push_str("- Flush primitives in their emulated form (§4.1.3), what the paper measured: WFlush = RDMA READ of the last written byte; SFlush = a 7 µs address-lookup wait then that READ; RFlush = the receiver's CPU persists (`clwb`+`sfence`) and notifies the sender. Run with `--flush native` for the proposed RNIC primitives (cells the model cannot run show n/a).\n");
     }
     s.push_str("- The durable RPCs run one redo log and one server (a dispatcher and a processor thread) per sender's connection; a baseline server is one thread for all connections. With several senders the durable designs therefore process requests on several server threads (Figure 17).\n");
-    s.push_str("- Server CPU charges differ: a baseline server pays `cpu.msg_handle_ns` per message and a `memcpy` of the object from its message buffer (at `cpu.memcpy_bytes_per_ns`, 6.5 µs for 64 KB with the default profile); the durable server (`durable.rs`) executes a logged request into the store without a modelled copy or handling charge, only the persist (`clwb`+`sfence`). This favours the durable designs wherever the server's time is on the critical path (reads behind writes, light-load 64 KB throughput).\n");
+    s.push_str("- Server CPU charges are the same for every design: `cpu.msg_handle_ns` per request and a `memcpy` of the object (at `cpu.memcpy_bytes_per_ns`, 6.5 µs for 64 KB with the default profile) between the message buffer or redo-log entry and its slot, and of a read's objects into the reply; every server persists a Put (`clwb`+`sfence`) before it counts as executed.\n");
     s.push_str("- Not modelled: PageRank (Figure 10), network load (Figure 14), CPU load (Figures 15–16) and the software-overhead breakdown (Figure 20).\n");
     s.push_str("- Under heavy load a durable Put returns at durability while its 100 µs of processing is still queued; a later read waits for the whole FIFO backlog (up to the 64-entry log), which is what the durable designs' heavy-load p99 shows.\n");
     s
@@ -844,7 +844,7 @@ pub fn claims(rs: &Results) -> Vec<Claim> {
         &|_| "A durable Put returns once its log entry is durable (WRITE + flush), so the \
               sender's next 64 KB transfer overlaps the server's execution and reply; the \
               baselines wait for both. The size of the gain is what the server's per-request \
-              time at 64 KB is worth against the transfer (see the CPU-charge difference in the notes)."
+              time at 64 KB is worth against the transfer."
             .into(),
     ));
     out.push(claim(
