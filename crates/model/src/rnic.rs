@@ -1216,6 +1216,31 @@ impl Rnic {
         Ok(mr.space)
     }
 
+    /// A WRITE_WITH_IMM of `len` bytes landed (visible at `visible`): it consumes the
+    /// receive at the head of the QP's receive queue (the caller checked there is one).
+    fn complete_write_imm(
+        &mut self,
+        now: Instant,
+        qpn: QpNum,
+        len: usize,
+        imm: u32,
+        visible: Instant,
+    ) {
+        let q = &mut self.qps[qpn.0 as usize];
+        let r = q.rq.pop_front().expect("a receive is posted");
+        let cq = q.recv_cq;
+        let wc = WorkCompletion {
+            wr_id: r.wr_id,
+            status: WcStatus::Success,
+            opcode: WcOpcode::RecvRdmaWithImm,
+            byte_len: len as u32,
+            imm: Some(imm),
+            qp: qpn,
+            src: None,
+        };
+        self.push_cqe(now, visible + self.proc, cq, wc);
+    }
+
     fn nak(&mut self, now: Instant, req: &Packet, code: NakCode) {
         let q = &mut self.qps[req.dst_qp.0 as usize];
         // Only a request *behind* the waiting ones waits (PSNs compared modulo 2^32); a
@@ -1297,19 +1322,7 @@ impl Rnic {
                 self.qps[qpn.0 as usize].expected_psn += 1;
                 let t = self.hier.dma_write(now, space, *addr, data);
                 if let Some(imm) = imm {
-                    let q = &mut self.qps[qpn.0 as usize];
-                    let r = q.rq.pop_front().unwrap();
-                    let cq = q.recv_cq;
-                    let wc = WorkCompletion {
-                        wr_id: r.wr_id,
-                        status: WcStatus::Success,
-                        opcode: WcOpcode::RecvRdmaWithImm,
-                        byte_len: data.len() as u32,
-                        imm: Some(*imm),
-                        qp: qpn,
-                        src: None,
-                    };
-                    self.push_cqe(now, t.visible + self.proc, cq, wc);
+                    self.complete_write_imm(now, qpn, data.len(), *imm, t.visible);
                 }
                 if *ack_req {
                     self.respond(ack_at, &pkt, Body::Ack);

@@ -143,19 +143,7 @@ impl Rnic {
                 }
                 let t = self.hier.dma_write(now, space, *addr, data);
                 if let Some(imm) = imm {
-                    let q = &mut self.qps[qpn.0 as usize];
-                    let r = q.rq.pop_front().expect("checked above");
-                    let cq = q.recv_cq;
-                    let wc = WorkCompletion {
-                        wr_id: r.wr_id,
-                        status: WcStatus::Success,
-                        opcode: WcOpcode::RecvRdmaWithImm,
-                        byte_len: data.len() as u32,
-                        imm: Some(*imm),
-                        qp: qpn,
-                        src: None,
-                    };
-                    self.push_cqe(now, t.visible + self.proc, cq, wc);
+                    self.complete_write_imm(now, qpn, data.len(), *imm, t.visible);
                 }
                 self.executed(now, &pkt);
             }
