@@ -83,6 +83,7 @@ impl From<Vec<u8>> for Bytes {
 
 impl Deref for Bytes {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         match &self.0 {
             Repr::Inline { len, buf } => &buf[..*len as usize],

@@ -39,6 +39,7 @@ use crate::prng::Prng;
 use crate::profile::LatencyProfile;
 use crate::time::{Duration, Instant};
 use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 
@@ -313,20 +314,19 @@ impl MemoryHierarchy {
                 break;
             }
             let (space, addr) = (r.space, r.addr());
-            let data = r.data;
-            let (off, len) = (r.off as usize, r.len as usize);
             self.vis_fifo.pop_front();
+            // Field by field, so the record's bytes are borrowed, not copied.
+            let bytes = self.records[id as usize].as_ref().unwrap().bytes();
             match space {
                 Space::Pm => {
-                    self.pm_visible
-                        .write_over(addr, &data[off..off + len], &*self.media);
+                    self.pm_visible.write_over(addr, bytes, &*self.media);
                     // Under MHP visibility is entry into the persistence domain.
                     if self.domain == PersistenceDomain::Mhp {
                         self.write_media(id);
                     }
                 }
                 Space::Dram => {
-                    self.dram.write(addr, &data[off..off + len]);
+                    self.dram.write(addr, bytes);
                     self.release(id);
                 }
             }
@@ -430,12 +430,7 @@ impl MemoryHierarchy {
                     self.enter_llc(id, visible + self.p.llc)
                 } else {
                     let t = self.imc_arrival(visible, addr_i);
-                    let seq = self.records[id as usize].as_ref().unwrap().seq;
-                    self.lines
-                        .get_mut(&(addr_i / LINE * LINE))
-                        .unwrap()
-                        .last_dma = Some((id, seq));
-                    self.schedule_wpq(id, t)
+                    self.schedule_wpq(id, t, true)
                 };
                 if !self.ddio {
                     self.max_dma_wpq = self.max_dma_wpq.max(t_wpq);
@@ -762,13 +757,7 @@ impl MemoryHierarchy {
         let r = self.records[id as usize].as_mut().expect("live record");
         if !r.in_media {
             r.in_media = true;
-            let (addr, data, off, len, early) = (
-                r.addr(),
-                r.data,
-                r.off as usize,
-                r.len as usize,
-                r.t_visible > now,
-            );
+            let (addr, len, early) = (r.addr(), r.len as usize, r.t_visible > now);
             if early {
                 // Durable before visible (WSP): pin the visible copy of the bytes first,
                 // so loads keep seeing the old value until the write commits.
@@ -777,7 +766,8 @@ impl MemoryHierarchy {
                 self.pm_visible.read_over(addr, old, &*self.media);
                 self.pm_visible.write_over(addr, old, &*self.media);
             }
-            self.media.write(addr, &data[off..off + len]);
+            let r = self.records[id as usize].as_ref().unwrap();
+            self.media.write(addr, r.bytes());
         }
     }
 
@@ -811,10 +801,14 @@ impl MemoryHierarchy {
     /// point); its bookkeeping ends.
     fn persist_one(&mut self, line: u64, id: u32) {
         self.write_media(id);
-        let ls = self.lines.get_mut(&line).expect("pending line has state");
-        ls.pending -= 1;
-        if ls.pending == 0 {
-            self.lines.remove(&line);
+        match self.lines.entry(line) {
+            Entry::Occupied(mut ls) => {
+                ls.get_mut().pending -= 1;
+                if ls.get().pending == 0 {
+                    ls.remove();
+                }
+            }
+            Entry::Vacant(_) => panic!("pending line has state"),
         }
         self.release(id);
     }
@@ -965,11 +959,16 @@ impl MemoryHierarchy {
         t
     }
 
-    /// Schedules a non-LLC PM record's arrival in the WPQ, keeping same-line order.
-    fn schedule_wpq(&mut self, id: u32, t_imc: Instant) -> Instant {
-        let line = self.records[id as usize].as_ref().unwrap().line;
+    /// Schedules a non-LLC PM record's arrival in the WPQ, keeping same-line order; `dma`
+    /// marks an inbound DMA (it becomes its line's latest in-flight DMA).
+    fn schedule_wpq(&mut self, id: u32, t_imc: Instant, dma: bool) -> Instant {
+        let r = self.records[id as usize].as_ref().unwrap();
+        let (line, seq) = (r.line, r.seq);
         let t = self.admit_wpq(t_imc, line);
         let ls = self.lines.get_mut(&line).unwrap();
+        if dma {
+            ls.last_dma = Some((id, seq));
+        }
         let t = t.max(ls.floor_wpq);
         ls.floor_wpq = t;
         // A DMA write to a line dirty in the LLC snoops it out: the old data goes first.

@@ -27,17 +27,55 @@ impl Hasher for U64Hasher {
     }
 }
 
+type Page = Box<[u8; PAGE_BYTES as usize]>;
+
+/// No page: the cache of [`SparseMem::last`] starts empty.
+const NO_PAGE: (u64, u32) = (u64::MAX, u32::MAX);
+
 /// A sparse memory image. Pages live in a hash map for speed; everything that leaves this
 /// type ([`digest`](Self::digest)) walks pages in address order, so no hash order reaches
 /// a result.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct SparseMem {
-    pages: HashMap<u64, Box<[u8; PAGE_BYTES as usize]>, BuildHasherDefault<U64Hasher>>,
+    /// Page number to its slot in `pages`.
+    index: HashMap<u64, u32, BuildHasherDefault<U64Hasher>>,
+    pages: Vec<Page>,
+    /// The page written last (number, slot): the simulator writes rings and logs line by
+    /// line, so most writes land in the page before and skip the hash lookup.
+    last: (u64, u32),
 }
+
+impl Default for SparseMem {
+    fn default() -> Self {
+        SparseMem {
+            index: HashMap::default(),
+            pages: Vec::new(),
+            last: NO_PAGE,
+        }
+    }
+}
+
+/// Equal images hold the same bytes (a page of zeros equals no page).
+impl PartialEq for SparseMem {
+    fn eq(&self, other: &Self) -> bool {
+        let zero = [0u8; PAGE_BYTES as usize];
+        let covers = |a: &SparseMem, b: &SparseMem| {
+            a.index.iter().all(|(k, &slot)| {
+                let mine = &a.pages[slot as usize][..];
+                match b.index.get(k) {
+                    Some(&s) => mine == &b.pages[s as usize][..],
+                    None => mine == &zero[..],
+                }
+            })
+        };
+        covers(self, other) && covers(other, self)
+    }
+}
+impl Eq for SparseMem {}
 
 impl std::fmt::Debug for SparseMem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SparseMem({} pages)", self.pages.len())
+        write!(f, "SparseMem({} pages)", self.index.len())
     }
 }
 
@@ -47,6 +85,29 @@ impl SparseMem {
         Self::default()
     }
 
+    fn page(&self, number: u64) -> Option<&Page> {
+        self.index
+            .get(&number)
+            .map(|&slot| &self.pages[slot as usize])
+    }
+
+    /// The page `number` for writing, created by `init` if absent.
+    fn page_mut(&mut self, number: u64, init: impl FnOnce() -> Page) -> &mut Page {
+        if self.last.0 != number {
+            let slot = match self.index.get(&number) {
+                Some(&slot) => slot,
+                None => {
+                    let slot = self.pages.len() as u32;
+                    self.pages.push(init());
+                    self.index.insert(number, slot);
+                    slot
+                }
+            };
+            self.last = (number, slot);
+        }
+        &mut self.pages[self.last.1 as usize]
+    }
+
     /// Copies `buf.len()` bytes starting at `addr` into `buf`.
     pub fn read(&self, addr: u64, buf: &mut [u8]) {
         let mut done = 0usize;
@@ -54,7 +115,7 @@ impl SparseMem {
             let a = addr + done as u64;
             let off = (a & (PAGE_BYTES - 1)) as usize;
             let n = (PAGE_BYTES as usize - off).min(buf.len() - done);
-            match self.pages.get(&(a >> PAGE_SHIFT)) {
+            match self.page(a >> PAGE_SHIFT) {
                 Some(p) => buf[done..done + n].copy_from_slice(&p[off..off + n]),
                 None => buf[done..done + n].fill(0),
             }
@@ -69,10 +130,7 @@ impl SparseMem {
             let a = addr + done as u64;
             let off = (a & (PAGE_BYTES - 1)) as usize;
             let n = (PAGE_BYTES as usize - off).min(data.len() - done);
-            let page = self
-                .pages
-                .entry(a >> PAGE_SHIFT)
-                .or_insert_with(|| Box::new([0u8; PAGE_BYTES as usize]));
+            let page = self.page_mut(a >> PAGE_SHIFT, || Box::new([0u8; PAGE_BYTES as usize]));
             page[off..off + n].copy_from_slice(&data[done..done + n]);
             done += n;
         }
@@ -86,7 +144,7 @@ impl SparseMem {
             let a = addr + done as u64;
             let off = (a & (PAGE_BYTES - 1)) as usize;
             let n = (PAGE_BYTES as usize - off).min(buf.len() - done);
-            match self.pages.get(&(a >> PAGE_SHIFT)) {
+            match self.page(a >> PAGE_SHIFT) {
                 Some(p) => buf[done..done + n].copy_from_slice(&p[off..off + n]),
                 None => base.read(a, &mut buf[done..done + n]),
             }
@@ -102,7 +160,7 @@ impl SparseMem {
             let a = addr + done as u64;
             let off = (a & (PAGE_BYTES - 1)) as usize;
             let n = (PAGE_BYTES as usize - off).min(data.len() - done);
-            let page = self.pages.entry(a >> PAGE_SHIFT).or_insert_with(|| {
+            let page = self.page_mut(a >> PAGE_SHIFT, || {
                 let mut p = Box::new([0u8; PAGE_BYTES as usize]);
                 base.read(a & !(PAGE_BYTES - 1), &mut p[..]);
                 p
@@ -128,21 +186,23 @@ impl SparseMem {
 
     /// Bytes actually allocated.
     pub fn resident_bytes(&self) -> u64 {
-        self.pages.len() as u64 * PAGE_BYTES
+        self.index.len() as u64 * PAGE_BYTES
     }
 
     /// Forgets everything (a DRAM power loss).
     pub fn clear(&mut self) {
+        self.index.clear();
         self.pages.clear();
+        self.last = NO_PAGE;
     }
 
     /// A 64-bit FNV-1a digest of the non-zero pages, for comparing images cheaply.
     pub fn digest(&self) -> u64 {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut keys: Vec<&u64> = self.pages.keys().collect();
+        let mut keys: Vec<(&u64, &u32)> = self.index.iter().collect();
         keys.sort_unstable();
-        for k in keys {
-            let p = &self.pages[k];
+        for (k, &slot) in keys {
+            let p = &self.pages[slot as usize];
             if p.iter().all(|&b| b == 0) {
                 continue;
             }

@@ -337,6 +337,7 @@ impl Rnic {
         self.events.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
+    #[inline]
     fn event(&mut self, at: Instant, kind: EventKind, qp: QpNum, id: u64) {
         if let Some(ev) = &mut self.events {
             ev.push(NodeEvent { at, kind, qp, id });

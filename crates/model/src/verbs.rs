@@ -139,6 +139,7 @@ impl Payload {
         Payload::Inline(data.into())
     }
     /// Payload length in bytes.
+    #[inline]
     pub fn len(&self) -> u64 {
         match self {
             Payload::None => 0,

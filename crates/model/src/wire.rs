@@ -135,6 +135,7 @@ pub enum Body {
 
 impl Packet {
     /// Payload bytes on the wire (headers are added by the link model).
+    #[inline]
     pub fn payload_len(&self) -> u64 {
         match &self.body {
             Body::Write { data, .. }
@@ -148,6 +149,7 @@ impl Packet {
     }
 
     /// True for requester → responder packets.
+    #[inline]
     pub fn is_request(&self) -> bool {
         matches!(
             self.body,
