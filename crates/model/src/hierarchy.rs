@@ -163,6 +163,8 @@ pub struct MemoryHierarchy {
     llc_count: u64,
     /// Reused by `clwb` for the records it writes back (no allocation per line).
     clwb_scratch: Vec<RecRef>,
+    /// Emptied LLC groups kept for reuse (no allocation per dirty line).
+    spare_groups: Vec<Vec<RecRef>>,
     channels: Vec<Channel>,
     rnic_dma_free: Instant,
     last_visible: Instant,
@@ -261,6 +263,7 @@ impl MemoryHierarchy {
             llc_fifo: VecDeque::new(),
             llc_count: 0,
             clwb_scratch: Vec::new(),
+            spare_groups: Vec::new(),
             channels,
             rnic_dma_free: Instant::ZERO,
             last_visible: Instant::ZERO,
@@ -357,11 +360,12 @@ impl MemoryHierarchy {
                 let r = records[gid as usize].as_ref().filter(|r| r.seq == gseq);
                 (r.map(|r| r.t_visible), gseq)
             });
-            for (gid, gseq) in group {
+            for &(gid, gseq) in &group {
                 debug_assert!(self.rec(gid, gseq).is_some_and(|r| r.t_wpq == t));
                 self.llc_count -= 1;
                 self.persist_one(line, gid);
             }
+            self.recycle_group(group);
         }
     }
 
@@ -805,12 +809,21 @@ impl MemoryHierarchy {
             Entry::Occupied(mut ls) => {
                 ls.get_mut().pending -= 1;
                 if ls.get().pending == 0 {
-                    ls.remove();
+                    let group = ls.remove().llc;
+                    self.recycle_group(group);
                 }
             }
             Entry::Vacant(_) => panic!("pending line has state"),
         }
         self.release(id);
+    }
+
+    /// Keeps an emptied LLC group's allocation for the next dirty line (a bounded pool).
+    fn recycle_group(&mut self, mut group: Vec<RecRef>) {
+        if group.capacity() > 0 && self.spare_groups.len() < 1024 {
+            group.clear();
+            self.spare_groups.push(group);
+        }
     }
 
     fn pcie_time(&self, bytes: u64) -> Duration {
@@ -889,6 +902,9 @@ impl MemoryHierarchy {
             .max()
             .unwrap_or(Instant::ZERO);
         let t_wpq = evict.max(ls.floor_wpq).max(landed);
+        if ls.llc.capacity() == 0 {
+            ls.llc = self.spare_groups.pop().unwrap_or_default();
+        }
         ls.llc.push((id, seq));
         for &(gid, gseq) in &ls.llc {
             let r = self.records[gid as usize].as_mut().unwrap();
@@ -973,7 +989,7 @@ impl MemoryHierarchy {
         ls.floor_wpq = t;
         // A DMA write to a line dirty in the LLC snoops it out: the old data goes first.
         let group = std::mem::take(&mut ls.llc);
-        for (gid, gseq) in group {
+        for &(gid, gseq) in &group {
             if let Some(r) = self.records[gid as usize]
                 .as_mut()
                 .filter(|r| r.seq == gseq)
@@ -987,6 +1003,7 @@ impl MemoryHierarchy {
                 self.schedule_persist(t_wpq, gid);
             }
         }
+        self.recycle_group(group);
         let r = self.records[id as usize].as_mut().unwrap();
         r.t_wpq = t;
         self.schedule_persist(t, id);

@@ -330,16 +330,8 @@ impl<V: Verbs> Client<V> {
                     return Err(unsuitable("ATOMIC WRITE carries exactly 8 bytes"));
                 }
                 Step::RqSend(xs) => {
-                    let entries = xs
-                        .iter()
-                        .map(|x| (item(*x).0, item(*x).1.to_vec()))
-                        .collect();
-                    let frame = Frame::Apply {
-                        seq: 0,
-                        ack: false,
-                        entries,
-                    };
-                    if frame.buffer_len() > hello.rq_slot_bytes as usize {
+                    let len = Frame::apply_buffer_len(xs.iter().map(|x| item(*x).1.len()));
+                    if len > hello.rq_slot_bytes as usize {
                         return Err(unsuitable(
                             "the message is larger than the server's receive buffers",
                         ));
@@ -396,16 +388,11 @@ impl<V: Verbs> Client<V> {
                         ack: two_sided,
                         entries,
                     };
-                    if frame.buffer_len() > hello.rq_slot_bytes as usize {
-                        return Err(unsuitable(
-                            "the message is larger than the server's receive buffers",
-                        ));
-                    }
                     last_wr = self.wr_id();
+                    let payload = Payload::Inline(frame.emit_payload());
                     self.v.post_send(
                         self.qp,
-                        SendWr::new(last_wr, Opcode::Send, Payload::inline(frame.emit()), None)
-                            .signaled(wait_next),
+                        SendWr::new(last_wr, Opcode::Send, payload, None).signaled(wait_next),
                     )?;
                 }
                 Step::RqSendAddr(x) => {
@@ -418,10 +405,10 @@ impl<V: Verbs> Client<V> {
                         entries: vec![(off, data.len() as u32)],
                     };
                     last_wr = self.wr_id();
+                    let payload = Payload::Inline(frame.emit_payload());
                     self.v.post_send(
                         self.qp,
-                        SendWr::new(last_wr, Opcode::Send, Payload::inline(frame.emit()), None)
-                            .signaled(false),
+                        SendWr::new(last_wr, Opcode::Send, payload, None).signaled(false),
                     )?;
                 }
                 Step::RqFlush => {
@@ -501,14 +488,15 @@ impl<V: Verbs> Client<V> {
                 status: wc.status,
             });
         }
-        let mut buf = vec![0u8; wc.byte_len.min(ACK_SLOT_BYTES as u32) as usize];
+        let mut slot = [0u8; ACK_SLOT_BYTES as usize];
+        let buf = &mut slot[..wc.byte_len.min(ACK_SLOT_BYTES as u32) as usize];
         self.v.load(
             Space::Dram,
             self.scratch.addr + 4096 + wc.wr_id * ACK_SLOT_BYTES,
-            &mut buf,
+            buf,
         );
         self.post_ack_slot(wc.wr_id)?;
-        Ok(Frame::parse(&buf)?)
+        Ok(Frame::parse(buf)?)
     }
 
     async fn wait_ack(&mut self, seq: u64) -> Result<(), PersistError> {

@@ -222,10 +222,10 @@ impl<V: Verbs> Responder<V> {
     }
 
     async fn ack(&mut self, seq: u64) -> Result<(), VerbsError> {
-        let frame = Frame::Ack { seq }.emit();
+        let frame = Payload::Inline(Frame::Ack { seq }.emit_payload());
         self.v.post_send(
             self.qp,
-            SendWr::new(seq, Opcode::Send, Payload::inline(frame), None).signaled(false),
+            SendWr::new(seq, Opcode::Send, frame, None).signaled(false),
         )?;
         self.stats.acks += 1;
         Ok(())
@@ -296,8 +296,19 @@ impl<V: Verbs> Responder<V> {
                     }
                 }
                 _ => {
-                    let bytes = self.read_slot(slot, wc.byte_len as usize);
-                    match Frame::parse(&bytes) {
+                    // Small messages are read onto the stack (no allocation per message).
+                    let len = (wc.byte_len as usize).min(self.setup.rq_slot_bytes as usize);
+                    let (mut small, large);
+                    let bytes: &[u8] = if len <= 512 {
+                        small = [0u8; 512];
+                        self.v
+                            .load(self.ring.space, self.slot_addr(slot), &mut small[..len]);
+                        &small[..len]
+                    } else {
+                        large = self.read_slot(slot, len);
+                        &large
+                    };
+                    match Frame::parse(bytes) {
                         Ok(Frame::Apply { seq, ack, entries }) => {
                             if self.apply(slot, &entries).await {
                                 self.mark_applied(seq).await;

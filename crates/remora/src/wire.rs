@@ -157,16 +157,41 @@ impl Frame {
         HEADER
             + match self {
                 Frame::Hello(_) => 5 + 8 + 8 + 4 + 4 + 4 + 8,
-                Frame::Apply { entries, .. } => entries.iter().map(|(_, d)| 12 + d.len()).sum(),
+                Frame::Apply { entries, .. } => {
+                    Self::apply_buffer_len(entries.iter().map(|(_, d)| d.len())) - HEADER
+                }
                 Frame::Notify { entries, .. } => entries.len() * 12,
                 Frame::Ack { .. } => 0,
             }
     }
 
+    /// Bytes an Apply frame carrying data of these lengths takes (checked before building
+    /// one, so a refused update costs no copy).
+    pub fn apply_buffer_len(lens: impl Iterator<Item = usize>) -> usize {
+        HEADER + lens.map(|n| 12 + n).sum::<usize>()
+    }
+
+    /// Serializes the frame into a payload for a work request: written in place, so
+    /// frames up to the inline size need no allocation and larger ones one.
+    pub fn emit_payload(&self) -> remora_model::bytes::Bytes {
+        remora_model::bytes::Bytes::filled(self.buffer_len(), |b| self.emit_into(b))
+    }
+
     /// Serializes the frame. Panics if it has more than [`MAX_ENTRIES`] entries (a
     /// programming error: the library never builds one).
     pub fn emit(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(self.buffer_len());
+        let mut b = vec![0u8; self.buffer_len()];
+        self.emit_into(&mut b);
+        b
+    }
+
+    /// Serializes the frame into `out`, exactly [`buffer_len`](Self::buffer_len) bytes.
+    fn emit_into(&self, out: &mut [u8]) {
+        assert_eq!(
+            out.len(),
+            self.buffer_len(),
+            "frame buffer of the wrong size"
+        );
         let (seq, flags, count) = match self {
             Frame::Hello(_) => (0, 0, 0),
             Frame::Apply { seq, ack, entries } => {
@@ -178,40 +203,44 @@ impl Frame {
             Frame::Ack { seq } => (*seq, 0, 0),
         };
         assert!(count <= MAX_ENTRIES, "frame with {count} entries");
-        b.extend_from_slice(&MAGIC);
-        b.extend_from_slice(&[VERSION, self.kind(), flags, count as u8]);
-        b.extend_from_slice(&seq.to_le_bytes());
-        b.extend_from_slice(&((self.buffer_len() - HEADER) as u32).to_le_bytes());
-        b.extend_from_slice(&[0; 4]);
+        let mut at = 0;
+        let mut put = |bytes: &[u8]| {
+            out[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        };
+        put(&MAGIC);
+        put(&[VERSION, self.kind(), flags, count as u8]);
+        put(&seq.to_le_bytes());
+        put(&((self.buffer_len() - HEADER) as u32).to_le_bytes());
+        put(&[0; 4]);
         match self {
             Frame::Hello(h) => {
-                b.extend_from_slice(&h.config.to_bytes());
-                b.extend_from_slice(&h.region_addr.to_le_bytes());
-                b.extend_from_slice(&h.region_len.to_le_bytes());
-                b.extend_from_slice(&h.region_rkey.to_le_bytes());
-                b.extend_from_slice(&h.rq_slots.to_le_bytes());
-                b.extend_from_slice(&h.rq_slot_bytes.to_le_bytes());
-                b.extend_from_slice(&h.seq_base.to_le_bytes());
+                put(&h.config.to_bytes());
+                put(&h.region_addr.to_le_bytes());
+                put(&h.region_len.to_le_bytes());
+                put(&h.region_rkey.to_le_bytes());
+                put(&h.rq_slots.to_le_bytes());
+                put(&h.rq_slot_bytes.to_le_bytes());
+                put(&h.seq_base.to_le_bytes());
             }
             Frame::Apply { entries, .. } => {
                 for (off, data) in entries {
-                    b.extend_from_slice(&off.to_le_bytes());
-                    b.extend_from_slice(&(data.len() as u32).to_le_bytes());
-                    b.extend_from_slice(data);
+                    put(&off.to_le_bytes());
+                    put(&(data.len() as u32).to_le_bytes());
+                    put(data);
                 }
             }
             Frame::Notify { entries, .. } => {
                 for (off, len) in entries {
-                    b.extend_from_slice(&off.to_le_bytes());
-                    b.extend_from_slice(&len.to_le_bytes());
+                    put(&off.to_le_bytes());
+                    put(&len.to_le_bytes());
                 }
             }
             Frame::Ack { .. } => {}
         }
-        let crc = crc32c::crc32c(&b);
-        b[20..24].copy_from_slice(&crc.to_le_bytes());
-        debug_assert_eq!(b.len(), self.buffer_len());
-        b
+        debug_assert_eq!(at, out.len());
+        let crc = crc32c::crc32c(out);
+        out[20..24].copy_from_slice(&crc.to_le_bytes());
     }
 
     /// Parses a frame at the start of `buf` (trailing bytes, e.g. the rest of a receive
@@ -249,9 +278,9 @@ impl Frame {
                 have: buf.len(),
             });
         }
-        let mut check = buf[..total].to_vec();
-        check[20..24].fill(0);
-        if crc32c::crc32c(&check) != crc {
+        // The checksum covers the frame with its own field zeroed.
+        let crc_at = crc32c::crc32c_append(crc32c::crc32c(&buf[..20]), &[0; 4]);
+        if crc32c::crc32c_append(crc_at, &buf[24..total]) != crc {
             return Err(FrameError::BadChecksum);
         }
         let mut body = Reader {

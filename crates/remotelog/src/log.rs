@@ -207,16 +207,44 @@ pub struct Recovered {
 /// scan from the head to the first record that fails; compound logs trust the tail
 /// pointer (the checker verifies that trust was deserved).
 pub fn recover(read: impl Fn(u64, u64) -> Vec<u8>, shape: &LogShape, update: Update) -> Recovered {
-    let word = |off| u64::from_le_bytes(read(off, 8)[..8].try_into().expect("8 bytes"));
+    recover_into(
+        |off, buf: &mut [u8]| buf.copy_from_slice(&read(off, buf.len() as u64)),
+        shape,
+        update,
+    )
+}
+
+/// [`recover`] reading through `read(offset, buf)` into one reused buffer (the garbage
+/// collector runs it every few microseconds of simulated time).
+pub fn recover_into(
+    mut read: impl FnMut(u64, &mut [u8]),
+    shape: &LogShape,
+    update: Update,
+) -> Recovered {
+    let mut word = |off| {
+        let mut b = [0u8; 8];
+        read(off, &mut b);
+        u64::from_le_bytes(b)
+    };
     let head = word(HEAD_OFF);
     let tail_pointer = word(TAIL_OFF);
     let tail = match update {
         Update::Compound => tail_pointer,
         Update::Singleton => {
+            // Records are usually small: no allocation for them.
+            let (mut small, mut large) = ([0u8; 256], Vec::new());
+            let n = shape.record_bytes as usize;
+            let record: &mut [u8] = if n <= small.len() {
+                &mut small[..n]
+            } else {
+                large.resize(n, 0);
+                &mut large
+            };
             let mut t = head;
-            while t - head < shape.capacity
-                && is_record(&read(shape.slot(t), shape.record_bytes), t)
-            {
+            while t - head < shape.capacity && {
+                read(shape.slot(t), record);
+                is_record(record, t)
+            } {
                 t += 1;
             }
             t
@@ -241,12 +269,8 @@ pub async fn collect_garbage<V: Verbs>(
 ) {
     while running() {
         v.compute(shape.gc_interval).await;
-        let read = |off: u64, len: u64| {
-            let mut b = vec![0u8; len as usize];
-            v.load(Space::Pm, region_addr + off, &mut b);
-            b
-        };
-        let r = recover(read, &shape, update);
+        let read = |off: u64, buf: &mut [u8]| v.load(Space::Pm, region_addr + off, buf);
+        let r = recover_into(read, &shape, update);
         if r.tail > r.head {
             v.store(Space::Pm, region_addr + HEAD_OFF, &r.tail.to_le_bytes());
             v.persist_local(region_addr + HEAD_OFF, 8).await;
