@@ -187,10 +187,10 @@ struct Params {
     ddio_lines: u64,
     dram: Duration,
     pm_read: Duration,
-    channels: u64,
-    banks: u64,
-    row_bytes: u64,
-    interleave: u64,
+    channels: Divisor,
+    banks: Divisor,
+    row_bytes: Divisor,
+    interleave: Divisor,
     wpq: usize,
     row_hit: Duration,
     write_conflict: Duration,
@@ -227,10 +227,10 @@ impl MemoryHierarchy {
             ddio_lines: profile.host.ddio_lines,
             dram: Duration::from_nanos(profile.host.dram_ns),
             pm_read: Duration::from_nanos(profile.pm.read_ns),
-            channels: profile.pm.channels,
-            banks: profile.pm.banks_per_channel,
-            row_bytes: profile.pm.row_bytes,
-            interleave: profile.pm.interleave_bytes,
+            channels: Divisor::new(profile.pm.channels),
+            banks: Divisor::new(profile.pm.banks_per_channel),
+            row_bytes: Divisor::new(profile.pm.row_bytes),
+            interleave: Divisor::new(profile.pm.interleave_bytes),
             wpq: profile.pm.wpq_entries as usize,
             row_hit: Duration::from_nanos(profile.pm.row_hit_ns),
             write_conflict: Duration::from_nanos(profile.pm.write_conflict_ns),
@@ -240,10 +240,10 @@ impl MemoryHierarchy {
             miss_every: profile.rnic.translation_miss_every,
             miss: Duration::from_nanos(profile.rnic.translation_miss_ns),
         };
-        let channels = (0..p.channels)
+        let channels = (0..p.channels.d)
             .map(|_| Channel {
                 draining: BinaryHeap::new(),
-                banks: vec![(Instant::ZERO, u64::MAX); p.banks as usize],
+                banks: vec![(Instant::ZERO, u64::MAX); p.banks.d as usize],
             })
             .collect();
         MemoryHierarchy {
@@ -290,14 +290,15 @@ impl MemoryHierarchy {
 
     /// PM channel and bank of a byte address (for bank-aware schedulers, seed 004).
     pub fn pm_location(&self, addr: u64) -> PmLocation {
-        let unit = addr / self.p.interleave;
-        let channel = unit % self.p.channels;
-        let local = (unit / self.p.channels) * self.p.interleave + addr % self.p.interleave;
-        let row_global = local / self.p.row_bytes;
+        let p = &self.p;
+        let unit = p.interleave.div(addr);
+        let channel = p.channels.rem(unit);
+        let local = p.channels.div(unit) * p.interleave.d + p.interleave.rem(addr);
+        let row_global = p.row_bytes.div(local);
         PmLocation {
             channel: channel as u32,
-            bank: (row_global % self.p.banks) as u32,
-            row: row_global / self.p.banks,
+            bank: p.banks.rem(row_global) as u32,
+            row: p.banks.div(row_global),
         }
     }
 
@@ -1008,6 +1009,36 @@ impl MemoryHierarchy {
         r.t_wpq = t;
         self.schedule_persist(t, id);
         t
+    }
+}
+
+/// A geometry divisor: powers of two (every shipped profile) divide by shifting, since a
+/// hardware division per written line is a noticeable share of the simulator's time.
+#[derive(Copy, Clone, Debug)]
+struct Divisor {
+    d: u64,
+    shift: Option<u32>,
+}
+
+impl Divisor {
+    fn new(d: u64) -> Self {
+        assert!(d > 0, "zero divisor in the PM geometry");
+        let shift = d.is_power_of_two().then(|| d.trailing_zeros());
+        Divisor { d, shift }
+    }
+    #[inline]
+    fn div(self, x: u64) -> u64 {
+        match self.shift {
+            Some(s) => x >> s,
+            None => x / self.d,
+        }
+    }
+    #[inline]
+    fn rem(self, x: u64) -> u64 {
+        match self.shift {
+            Some(_) => x & (self.d - 1),
+            None => x % self.d,
+        }
     }
 }
 

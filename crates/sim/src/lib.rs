@@ -460,6 +460,9 @@ impl Sim {
     fn settle(&self) {
         loop {
             self.shared.exec.run_ready();
+            if self.shared.world.borrow().dirty.is_empty() {
+                break; // no task used a node: nothing to service, nobody to wake
+            }
             let mut wake = std::mem::take(&mut self.shared.world.borrow_mut().wake_spare);
             {
                 let mut w = self.shared.world.borrow_mut();
