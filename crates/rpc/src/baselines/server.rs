@@ -6,7 +6,9 @@
 
 use super::cell::{self, Header, Kind, Status, WarmUp};
 use super::client::{BaselineClient, ServerSide};
-use super::{chunk_imm, BaselineParams, ReplyPath, RequestPath, ServerCpu, QKEY, UD_MTU};
+use super::{
+    chunk_imm, BaselineParams, ReplyPath, RequestPath, ServerCpu, FLAG_BYTES, QKEY, UD_MTU,
+};
 use crate::api::{Op, RpcError, ServerCosts};
 use crate::design::Design;
 use crate::kv::{KvLayout, KvStore};
@@ -62,12 +64,16 @@ struct Conn {
     ring: u64,
     /// L5 mailbox.
     mailbox: u64,
+    /// Completion flags of the request ring, one per slot.
+    flags: u64,
     /// Reply staging; RFP's response buffer.
     replies: u64,
     /// ScaleRPC: where the server READs a warm-up's message body.
     fetch: u64,
     /// The client's reply ring and its rkey.
     peer_replies: Remote,
+    /// The completion flags of the client's reply ring.
+    peer_flags: Remote,
     /// The next cell's sequence number.
     expect: u64,
     /// The connection failed; it is no longer polled.
@@ -156,7 +162,7 @@ impl<V: Verbs + Clone> BaselineServer<V> {
         assert!(conn_id != 0, "connection 0 is the preloader");
         let slots = self.p.ring_slots as u64;
         let (rq, rp) = (self.p.request_slot(), self.p.reply_slot());
-        let len = slots * rq + slots * rp + rq + 64;
+        let len = slots * rq + slots * rp + rq + 64 + slots * FLAG_BYTES;
         let base = self.v.alloc(Space::Dram, len, 64);
         let mr = self.v.reg_mr(
             self.pd,
@@ -193,10 +199,12 @@ impl<V: Verbs + Clone> BaselineServer<V> {
         };
         let (ring, replies) = (base, base + slots * rq);
         let (fetch, mailbox) = (replies + slots * rp, replies + slots * rp + rq);
+        let flags = mailbox + 64;
         let side = ServerSide {
             ring,
             mailbox,
             replies,
+            flags,
             rkey: mr.rkey,
             ud: ud.map(|qpn| UdDest {
                 node: self.v.node(),
@@ -214,9 +222,11 @@ impl<V: Verbs + Clone> BaselineServer<V> {
             mr,
             ring,
             mailbox,
+            flags,
             replies,
             fetch,
             peer_replies: c.reply_ring(),
+            peer_flags: c.reply_flags(),
             expect: 1,
             dead: false,
         });
@@ -342,17 +352,14 @@ impl<V: Verbs + Clone> BaselineServer<V> {
             self.v.load(Space::Dram, c.mailbox, &mut b);
             return u64::from_le_bytes(b) >= c.expect;
         }
-        let at = c.ring + (c.expect % self.p.ring_slots as u64) * self.p.request_slot();
-        let mut h = [0u8; 16];
-        self.v.load(Space::Dram, at, &mut h);
-        match Header::parse(&h) {
-            Some(h) if h.seq == c.expect && h.len as u64 <= self.p.max_request_body() => {
-                let mut t = [0u8; 8];
-                self.v.load(Space::Dram, at + h.trailer_at(), &mut t);
-                u64::from_le_bytes(t) == c.expect
-            }
-            _ => false,
-        }
+        // The cell's own trailer is no completion signal: its offset comes from the
+        // header, and bytes an earlier, longer cell left there can hold this sequence
+        // number. The flag is WRITTEN after the cell (see `cell`).
+        let slot = c.expect % self.p.ring_slots as u64;
+        let mut f = [0u8; 8];
+        self.v
+            .load(Space::Dram, c.flags + slot * FLAG_BYTES, &mut f);
+        u64::from_le_bytes(f) == c.expect
     }
 
     /// Handles the cell in slot `slot` of connection `ci`.
@@ -381,6 +388,12 @@ impl<V: Verbs + Clone> BaselineServer<V> {
         };
         if header.seq != expect {
             let why = format!("cell {} out of order (expected {expect})", header.seq);
+            return self.reject(ci, expect, Status::Rejected, why).await;
+        }
+        let mut t = [0u8; 8];
+        self.v.load(Space::Dram, at + header.trailer_at(), &mut t);
+        if u64::from_le_bytes(t) != expect {
+            let why = format!("cell {expect} is torn (its trailer does not match)");
             return self.reject(ci, expect, Status::Rejected, why).await;
         }
         let mut body = vec![0u8; header.len as usize];
@@ -572,6 +585,20 @@ impl<V: Verbs + Clone> BaselineServer<V> {
             )),
         };
         if let Some(wr) = wr {
+            self.v.post_send(c.qp, wr.signaled(false))?;
+        }
+        if self.rep == ReplyPath::Write {
+            // The client polls this flag, WRITTEN after the cell on the same queue pair.
+            let flag = Remote {
+                addr: c.peer_flags.addr + slot * FLAG_BYTES,
+                rkey: c.peer_flags.rkey,
+            };
+            let wr = SendWr::new(
+                seq,
+                Opcode::Write,
+                Payload::inline(seq.to_le_bytes()),
+                Some(flag),
+            );
             self.v.post_send(c.qp, wr.signaled(false))?;
         }
         let mut s = self.stats.borrow_mut();
