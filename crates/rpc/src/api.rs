@@ -86,6 +86,14 @@ pub enum RpcError {
     /// The server did not answer in time.
     #[error("timed out after {0}")]
     Timeout(Duration),
+    /// The server's node is up (its RNIC completed the client's probe READs) but its RPC
+    /// service made no progress (no acknowledgement, reply or completion of the client's
+    /// own requests) for this long: its threads died or hang.
+    #[error(
+        "the server's RNIC answers but its RPC service made no progress for {0} \
+         (its threads died or hang)"
+    )]
+    ServerStalled(Duration),
 }
 
 /// The client side of one design on one connection.

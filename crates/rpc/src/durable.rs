@@ -103,7 +103,12 @@ pub struct DurableOptions {
     /// Client idle time after which it probes the server with a READ (a dead server then
     /// shows as an error completion).
     pub probe_interval: Duration,
-    /// Client idle time after which a wait fails with [`RpcError::Timeout`].
+    /// How long a client waits without progress from the server (an acknowledgement, a
+    /// reply, or a completion of its own requests; answered probes do not count) before
+    /// the wait fails: with [`RpcError::ServerStalled`] when the server's RNIC answered a
+    /// probe meanwhile (the RPC threads died or hang), with [`RpcError::Timeout`]
+    /// otherwise. It must exceed the longest legitimate wait (a read behind a full log of
+    /// requests, each [`ServerCosts::processing`] long).
     pub reply_timeout: Duration,
     /// A negative control, or `None`.
     pub fault: Option<Fault>,
@@ -270,21 +275,15 @@ impl Notify {
     }
 }
 
-async fn join2(a: impl Future<Output = ()>, b: impl Future<Output = ()>) {
+/// Runs both futures until either finishes and returns its output (the other is
+/// dropped): the server's two threads, each of which returns only when it must stop.
+async fn first_of<T>(a: impl Future<Output = T>, b: impl Future<Output = T>) -> T {
     let (mut a, mut b) = (pin!(a), pin!(b));
-    let (mut da, mut db) = (false, false);
     poll_fn(|cx| {
-        if !da {
-            da = a.as_mut().poll(cx).is_ready();
+        if let Poll::Ready(x) = a.as_mut().poll(cx) {
+            return Poll::Ready(x);
         }
-        if !db {
-            db = b.as_mut().poll(cx).is_ready();
-        }
-        if da && db {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
+        b.as_mut().poll(cx)
     })
     .await
 }
@@ -551,8 +550,11 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
     }
 
     /// Posts receives and runs the dispatcher and processor threads until the connection
-    /// fails. First sends the replies of entries recovery executed.
-    pub async fn serve(self) {
+    /// fails, and returns why (an error completion on the queue pair, a verb refused).
+    /// First sends the replies of entries recovery executed. When either thread stops,
+    /// the other is stopped too: entries already logged but not processed stay in the
+    /// redo log, where [`recover`](Self::recover) executes them on the next start.
+    pub async fn serve(self) -> RpcError {
         let core = Rc::new(Core {
             v: self.v.clone(),
             opts: self.opts.clone(),
@@ -567,23 +569,18 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             notify: Notify::default(),
             stats: self.stats.clone(),
         });
-        if core.post_initial_receives().is_err() {
-            return;
+        if let Err(e) = core.post_initial_receives() {
+            return e.into();
         }
         for r in &self.recovered {
-            if core
-                .send(ServerMsg::Reply(r_frame(self.opts.conn, r)))
-                .is_err()
-            {
-                return;
+            if let Err(e) = core.send(ServerMsg::Reply(r_frame(self.opts.conn, r))) {
+                return e.into();
             }
         }
         let rcq = self.rcq;
         let mut kv = self.kv;
-        join2(core.clone().dispatch(rcq), async move {
-            core.process(&mut kv).await
-        })
-        .await;
+        let p = core.clone();
+        first_of(core.dispatch(rcq), async move { p.process(&mut kv).await }).await
     }
 }
 
@@ -765,11 +762,12 @@ impl<V: Verbs> Core<V> {
         true
     }
 
-    async fn dispatch(self: Rc<Self>, rcq: CqId) {
+    /// The dispatcher thread; returns why it stopped.
+    async fn dispatch(self: Rc<Self>, rcq: CqId) -> RpcError {
         loop {
             let wc = next_completion(&self.v, rcq).await;
             if wc.status != WcStatus::Success {
-                return;
+                return wc_error(&wc);
             }
             let seq = match self.plan.carrier {
                 Family::Send => wc.wr_id,
@@ -779,8 +777,8 @@ impl<V: Verbs> Core<V> {
                 Family::Send => wc.wr_id + self.layout.capacity as u64,
                 Family::Write => wc.wr_id,
             };
-            if self.post_receive_for(again).is_err() {
-                return;
+            if let Err(e) = self.post_receive_for(again) {
+                return e.into();
             }
             if seq == 0 {
                 self.bump(|s| s.bad_entries += 1);
@@ -801,8 +799,8 @@ impl<V: Verbs> Core<V> {
                     } else {
                         self.send(ServerMsg::Durable { upto: seq })
                     };
-                    if sent.is_err() {
-                        return;
+                    if let Err(e) = sent {
+                        return e.into();
                     }
                 }
             }
@@ -811,7 +809,8 @@ impl<V: Verbs> Core<V> {
         }
     }
 
-    async fn process(&self, kv: &mut KvStore<V>) {
+    /// The processor thread; returns why it stopped.
+    async fn process(&self, kv: &mut KvStore<V>) -> RpcError {
         const MAX_POLLS: u32 = 20_000;
         let mut polls = 0u32;
         let frames = self.plan.frame_commits();
@@ -842,11 +841,8 @@ impl<V: Verbs> Core<V> {
                     self.v.persist_local(at, 8).await;
                     self.processed.set(seq);
                     self.bump(|s| s.processed += 1);
-                    if self
-                        .send(ServerMsg::Reply(r_frame(self.opts.conn, &reply)))
-                        .is_err()
-                    {
-                        return;
+                    if let Err(e) = self.send(ServerMsg::Reply(r_frame(self.opts.conn, &reply))) {
+                        return e.into();
                     }
                 }
                 // Not committed yet (or, live, an operator visible before its data).
@@ -1063,22 +1059,39 @@ impl<V: Verbs> DurableClient<V> {
     }
 
     /// Takes completions until `cond` holds; probes an idle server so a dead one shows.
+    /// Fails after [`DurableOptions::reply_timeout`] without progress: a probe's
+    /// completion shows only that the server's RNIC is alive, not that its RPC threads
+    /// are, so it does not count as progress (a server whose threads died while its RNIC
+    /// lived kept a client waiting forever).
     async fn pump_until(&mut self, cond: impl Fn(&Self) -> bool) -> Result<(), RpcError> {
-        let mut idle = Duration::ZERO;
+        let mut last_progress = self.v.now();
+        let mut probe_answered = false;
         loop {
             while let Some(wc) = self.v.poll_one(self.cq) {
+                let probe = wc.wr_id == WR_PROBE && wc.opcode != WcOpcode::Recv;
                 self.handle(wc)?;
-                idle = Duration::ZERO;
+                if probe {
+                    probe_answered = true;
+                } else {
+                    last_progress = self.v.now();
+                    probe_answered = false;
+                }
             }
             if cond(self) {
                 return Ok(());
             }
-            if remora_verbs::wait_cq_or(&self.v, self.cq, self.opts.probe_interval).await {
-                continue;
-            }
-            idle = Duration::from_nanos(idle.as_nanos() + self.opts.probe_interval.as_nanos());
+            let idle = self.v.now().saturating_since(last_progress);
             if idle >= self.opts.reply_timeout {
-                return Err(RpcError::Timeout(idle));
+                return Err(if probe_answered {
+                    RpcError::ServerStalled(idle)
+                } else {
+                    RpcError::Timeout(idle)
+                });
+            }
+            let left = Duration::from_nanos(self.opts.reply_timeout.as_nanos() - idle.as_nanos());
+            let wait = self.opts.probe_interval.min(left);
+            if remora_verbs::wait_cq_or(&self.v, self.cq, wait).await {
+                continue;
             }
             if !self.probing {
                 let (info, _) = self.info()?;
@@ -1565,7 +1578,9 @@ impl DurablePair {
             .connect((&self.client, client.qp()), (&self.server, server.qp()))?;
         client.attach(server.conn_info())?;
         *self.stats.borrow_mut() = Some(server.stats());
-        self.sim.spawn_on(&self.server, server.serve());
+        self.sim.spawn_on(&self.server, async move {
+            let _why = server.serve().await;
+        });
         Ok(client)
     }
 
@@ -1598,7 +1613,9 @@ impl DurablePair {
             .connect((&self.client, qp), (&self.server, server.qp()))?;
         client.attach(server.conn_info())?;
         *self.stats.borrow_mut() = Some(server.stats());
-        self.sim.spawn_on(&self.server, server.serve());
+        self.sim.spawn_on(&self.server, async move {
+            let _why = server.serve().await;
+        });
         Ok(())
     }
 

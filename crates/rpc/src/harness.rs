@@ -317,7 +317,9 @@ impl Deployment for DurableDeployment {
                 .connect((node, client.qp()), (&env.server, server.qp()))?;
             client.attach(server.conn_info())?;
             self.stats.borrow_mut().push(server.stats());
-            env.sim.spawn_on(&env.server, server.serve());
+            env.sim.spawn_on(&env.server, async move {
+                let _why = server.serve().await;
+            });
             clients.push(BatchingDurableClient(client));
         }
         Ok(clients)
