@@ -341,6 +341,10 @@ enum BenchCmd {
         /// Processing time per request under heavy load, µs (§5.2: 100).
         #[arg(long, default_value_t = 100)]
         processing_us: u64,
+        /// Server worker threads executing requests, the same for every design (default:
+        /// the 40 cores of seed 003's server, §5.1).
+        #[arg(long, default_value_t = remora_rpc::bench::SERVER_THREADS)]
+        server_threads: u32,
         /// Simulation seed.
         #[arg(long, default_value_t = 3)]
         seed: u64,
@@ -480,6 +484,7 @@ fn run(cli: Cli) -> Result<(), String> {
                     threads,
                     flush,
                     processing_us,
+                    server_threads,
                     seed,
                     profile,
                     out,
@@ -495,6 +500,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 threads,
                 flush,
                 processing_us,
+                server_threads,
                 seed,
                 profile: profiles::load(&profile)?,
                 out: out.clone(),

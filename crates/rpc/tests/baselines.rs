@@ -281,6 +281,7 @@ fn small_spec(design: Design, seed: u64, senders: u32) -> remora_rpc::bench::Run
         batch: 1,
         load: Load::Light,
         heavy_processing: remora_rpc::bench::HEAVY_PROCESSING,
+        server_threads: 1,
         flush: remora_rpc::design::FlushForm::Emulated,
         server_config: dmp(false),
         seed,
