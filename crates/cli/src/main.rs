@@ -232,6 +232,10 @@ enum Cmd {
         /// Operations (every fourth a Get, the rest Puts).
         #[arg(long, default_value_t = 1000)]
         ops: u64,
+        /// Requests per RPC: up to N operations share one Flush (seed 003 §4.3, Figure
+        /// 6(b)); a batch's latency counts for each of its operations.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        batch: u32,
         /// Latency profile of the client's model: a built-in name or a TOML file.
         #[arg(long, value_name = "NAME|PATH", default_value = "default")]
         profile: String,
@@ -743,10 +747,11 @@ fn run(cli: Cli) -> Result<(), String> {
             server,
             design,
             ops,
+            batch,
             profile,
         } => print!(
             "{}",
-            rpcreal::rpc_against(&server, design, ops, &profiles::load(&profile)?)?
+            rpcreal::rpc_against(&server, design, ops, batch, &profiles::load(&profile)?)?
         ),
         Cmd::RpcCrashcheck {
             kills,
