@@ -232,6 +232,10 @@ enum Cmd {
         /// Operations (every fourth a Get, the rest Puts).
         #[arg(long, default_value_t = 1000)]
         ops: u64,
+        /// Requests per RPC: up to N operations share one Flush (seed 003 §4.3, Figure
+        /// 6(b)); a batch's latency counts for each of its operations.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        batch: u32,
         /// Latency profile of the client's model: a built-in name or a TOML file.
         #[arg(long, value_name = "NAME|PATH", default_value = "default")]
         profile: String,
@@ -341,6 +345,10 @@ enum BenchCmd {
         /// Processing time per request under heavy load, µs (§5.2: 100).
         #[arg(long, default_value_t = 100)]
         processing_us: u64,
+        /// Server worker threads executing requests, the same for every design (default:
+        /// the 40 cores of seed 003's server, §5.1).
+        #[arg(long, default_value_t = remora_rpc::bench::SERVER_THREADS)]
+        server_threads: u32,
         /// Simulation seed.
         #[arg(long, default_value_t = 3)]
         seed: u64,
@@ -480,6 +488,7 @@ fn run(cli: Cli) -> Result<(), String> {
                     threads,
                     flush,
                     processing_us,
+                    server_threads,
                     seed,
                     profile,
                     out,
@@ -495,6 +504,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 threads,
                 flush,
                 processing_us,
+                server_threads,
                 seed,
                 profile: profiles::load(&profile)?,
                 out: out.clone(),
@@ -737,10 +747,11 @@ fn run(cli: Cli) -> Result<(), String> {
             server,
             design,
             ops,
+            batch,
             profile,
         } => print!(
             "{}",
-            rpcreal::rpc_against(&server, design, ops, &profiles::load(&profile)?)?
+            rpcreal::rpc_against(&server, design, ops, batch, &profiles::load(&profile)?)?
         ),
         Cmd::RpcCrashcheck {
             kills,

@@ -26,6 +26,8 @@ pub struct RpcBenchArgs {
     pub flush: FlushForm,
     /// Heavy-load processing per request, µs.
     pub processing_us: u64,
+    /// Server worker threads of every design.
+    pub server_threads: u32,
     /// Seed.
     pub seed: u64,
     /// Latency profile.
@@ -48,6 +50,7 @@ impl RpcBenchArgs {
             threads: 1,
             flush: FlushForm::Emulated,
             processing_us: 100,
+            server_threads: remora_rpc::bench::SERVER_THREADS,
             seed: 3,
             profile: LatencyProfile::default_profile(),
             out,
@@ -70,6 +73,7 @@ impl RpcBenchArgs {
             designs: self.designs.clone(),
             flush: self.flush,
             heavy_processing: Duration::from_micros(self.processing_us),
+            server_threads: self.server_threads.max(1),
             divisor: self.divisor.max(1),
             ..base
         }

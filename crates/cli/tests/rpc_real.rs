@@ -108,6 +108,20 @@ fn rpc_runs_against_rpc_serve_and_bad_input_is_refused() {
     let (ok, out, err) = remora(&["rpc", "--server", &server.1, "--ops", "4"], limit);
     assert!(ok, "{out}\n{err}");
     assert!(out.contains("sequence numbers 41..=44"), "{out}");
+    // Batched: four requests per RPC, one Flush each (§4.3); the log continues.
+    let (ok, out, err) = remora(
+        &["rpc", "--server", &server.1, "--ops", "40", "--batch", "4"],
+        limit,
+    );
+    assert!(ok, "{out}\n{err}");
+    assert!(
+        out.contains("sequence numbers 45..=84) in RPCs of up to 4 requests, one Flush each"),
+        "{out}"
+    );
+    assert!(out.contains("| Put (until durable) | 30 |"), "{out}");
+    assert!(out.contains("| Get (until the reply) | 10 |"), "{out}");
+    let (ok, _, err) = remora(&["rpc", "--server", &server.1, "--batch", "0"], limit);
+    assert!(!ok && err.contains("--batch"), "{err}");
     // A client expecting another design is told which one the server runs.
     let (ok, _, err) = remora(
         &["rpc", "--server", &server.1, "--design", "SFlush-RPC"],

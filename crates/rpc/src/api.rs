@@ -60,6 +60,11 @@ pub struct ServerCosts {
     /// Backlog (logged, unprocessed requests) at which a durable-RPC server tells its
     /// senders to slow down (seed 003 §4.2).
     pub backlog_threshold: u32,
+    /// Server threads that execute requests, shared by every connection of the server
+    /// and the same for every design ([`crate::workers`]). Seed 003 does not state the
+    /// number; its servers have 2 × 20 cores (§5.1) and its durable server creates a
+    /// thread per logged request (§4.2).
+    pub workers: u32,
 }
 
 /// Why an RPC failed.
@@ -86,6 +91,14 @@ pub enum RpcError {
     /// The server did not answer in time.
     #[error("timed out after {0}")]
     Timeout(Duration),
+    /// The server's node is up (its RNIC completed the client's probe READs) but its RPC
+    /// service made no progress (no acknowledgement, reply or completion of the client's
+    /// own requests) for this long: its threads died or hang.
+    #[error(
+        "the server's RNIC answers but its RPC service made no progress for {0} \
+         (its threads died or hang)"
+    )]
+    ServerStalled(Duration),
 }
 
 /// The client side of one design on one connection.

@@ -41,6 +41,9 @@ pub struct Target {
     pub opts: DurableOptions,
     /// True for a negative control: a wrong protocol the checker must catch.
     pub wrong: bool,
+    /// Bytes of every Put's value instead of the default small ones (a negative control
+    /// whose hazard window must not depend on incidental timing).
+    pub value_bytes: Option<u32>,
 }
 
 /// Checker settings.
@@ -139,6 +142,7 @@ pub fn targets() -> Vec<Target> {
                     config: config(c),
                     opts: options(d, form, 1, None),
                     wrong: false,
+                    value_bytes: None,
                 });
             }
         }
@@ -150,6 +154,7 @@ pub fn targets() -> Vec<Target> {
                 config: config("DMP+noDDIO+PM-RQWRB"),
                 opts: options(d, form, 3, None),
                 wrong: false,
+                value_bytes: None,
             });
         }
     }
@@ -170,14 +175,10 @@ pub fn negative_controls() -> Vec<Target> {
         config: config(c),
         opts: options(d, FlushForm::Emulated, 1, Some(fault)),
         wrong: true,
+        value_bytes: None,
     };
     vec![
-        t(
-            "WFlush-RPC acknowledging on WRITE completion, no Flush (DMP, no DDIO)",
-            "DMP+noDDIO+PM-RQWRB",
-            Design::WFlushRpc,
-            Fault::AckOnWriteCompletion,
-        ),
+        ack_on_write_completion(),
         t(
             "emulated WFlush under DMP+DDIO without the responder CPU's flush (§4.4.2)",
             "DMP+DDIO+PM-RQWRB",
@@ -214,6 +215,37 @@ pub fn negative_controls() -> Vec<Target> {
     ]
 }
 
+/// WFlush-RPC acknowledging a Put once its WRITEs and operator complete, without any
+/// Flush, on a DMP server without DDIO. A WRITE's completion means the responder's RNIC
+/// received it, not that it persisted (seed 000 §2; seed 003 §4.1: hence the Flush
+/// primitives). With the checker's small values the data usually reached the WPQ within
+/// the ACK's half round trip, so whether a crash landed in the window depended on
+/// incidental WPQ contention. With 64 KB values the window is structural: the RNIC
+/// acknowledges a WRITE once its last packet arrived, and the profile's link (200 Gb/s)
+/// delivers 64 KB in half the time its PCIe (100 Gb/s) takes to DMA them, so every
+/// acknowledged Put still has microseconds of data short of the persistence domain when
+/// its completion arrives, whatever the seed.
+pub fn ack_on_write_completion() -> Target {
+    let mut opts = options(
+        Design::WFlushRpc,
+        FlushForm::Emulated,
+        1,
+        Some(Fault::AckOnWriteCompletion),
+    );
+    opts.max_value = ACK_CONTROL_VALUE;
+    Target {
+        name: "WFlush-RPC acknowledging on WRITE completion, no Flush (DMP, no DDIO, 64 KB values)"
+            .into(),
+        config: config("DMP+noDDIO+PM-RQWRB"),
+        opts,
+        wrong: true,
+        value_bytes: Some(ACK_CONTROL_VALUE),
+    }
+}
+
+/// Value bytes of [`ack_on_write_completion`].
+pub const ACK_CONTROL_VALUE: u32 = 65536;
+
 fn native(mut t: Target) -> Target {
     t.opts.flush.form = FlushForm::Native;
     t
@@ -224,15 +256,16 @@ fn heavy(mut t: Target) -> Target {
     t
 }
 
-fn workload(n: u64) -> Vec<Op> {
+fn workload(n: u64, value_bytes: Option<u32>) -> Vec<Op> {
     (0..n)
         .map(|i| {
             if i % 4 == 3 {
                 Op::Get { key: i % 3 }
             } else {
+                let len = value_bytes.map_or(40 + i as usize, |b| b as usize - i as usize);
                 Op::Put {
                     key: i % 3,
-                    value: vec![(i as u8).wrapping_mul(37).wrapping_add(1); 40 + i as usize],
+                    value: vec![(i as u8).wrapping_mul(37).wrapping_add(1); len],
                 }
             }
         })
@@ -278,7 +311,7 @@ fn run_once(
     if let Some(at) = crash {
         pair.sim.set_faults(&FaultPlan::crash(pair.server.id(), at));
     }
-    let ops = workload(opts.ops);
+    let ops = workload(opts.ops, target.value_bytes);
     let log = Rc::new(RefCell::new(ClientLog::default()));
     let slot: Slot = Rc::new(RefCell::new(None));
     let batch = target.opts.batch.max(1) as usize;

@@ -45,6 +45,7 @@ use crate::flush::{FlushParams, FlushPlan, SenderFlush};
 use crate::kv::{ExecutionLog, KvLayout, KvStore};
 use crate::proto::{ReplyFrame, Request, REPLY_HEADER, REQUEST_HEADER};
 use crate::redolog::{judge_entry, EntryState, LogHeader, LogLayout, Operator, HEADER_BYTES};
+use crate::workers::{Tasks, Worker, WorkerPool};
 use remora_model::config::ServerConfig;
 use remora_model::profile::LatencyProfile;
 use remora_model::time::{Duration, Instant};
@@ -103,7 +104,12 @@ pub struct DurableOptions {
     /// Client idle time after which it probes the server with a READ (a dead server then
     /// shows as an error completion).
     pub probe_interval: Duration,
-    /// Client idle time after which a wait fails with [`RpcError::Timeout`].
+    /// How long a client waits without progress from the server (an acknowledgement, a
+    /// reply, or a completion of its own requests; answered probes do not count) before
+    /// the wait fails: with [`RpcError::ServerStalled`] when the server's RNIC answered a
+    /// probe meanwhile (the RPC threads died or hang), with [`RpcError::Timeout`]
+    /// otherwise. It must exceed the longest legitimate wait (a read behind a full log of
+    /// requests, each [`ServerCosts::processing`] long).
     pub reply_timeout: Duration,
     /// A negative control, or `None`.
     pub fault: Option<Fault>,
@@ -125,6 +131,7 @@ impl DurableOptions {
             costs: ServerCosts {
                 processing: Duration::ZERO,
                 backlog_threshold: 32,
+                workers: 1,
             },
             cpu: ServerCpu::from_profile(&remora_model::LatencyProfile::default_profile()),
             poll_interval: Duration::from_nanos(500),
@@ -247,13 +254,13 @@ impl Notice {
 #[derive(Default)]
 struct Notify {
     generation: Cell<u64>,
-    waker: RefCell<Option<Waker>>,
+    wakers: RefCell<Vec<Waker>>,
 }
 
 impl Notify {
     fn notify(&self) {
         self.generation.set(self.generation.get() + 1);
-        if let Some(w) = self.waker.borrow_mut().take() {
+        for w in self.wakers.borrow_mut().drain(..) {
             w.wake();
         }
     }
@@ -262,7 +269,7 @@ impl Notify {
             if self.generation.get() != seen {
                 Poll::Ready(())
             } else {
-                *self.waker.borrow_mut() = Some(cx.waker().clone());
+                self.wakers.borrow_mut().push(cx.waker().clone());
                 Poll::Pending
             }
         })
@@ -270,21 +277,15 @@ impl Notify {
     }
 }
 
-async fn join2(a: impl Future<Output = ()>, b: impl Future<Output = ()>) {
+/// Runs both futures until either finishes and returns its output (the other is
+/// dropped): the server's two threads, each of which returns only when it must stop.
+async fn first_of<T>(a: impl Future<Output = T>, b: impl Future<Output = T>) -> T {
     let (mut a, mut b) = (pin!(a), pin!(b));
-    let (mut da, mut db) = (false, false);
     poll_fn(|cx| {
-        if !da {
-            da = a.as_mut().poll(cx).is_ready();
+        if let Poll::Ready(x) = a.as_mut().poll(cx) {
+            return Poll::Ready(x);
         }
-        if !db {
-            db = b.as_mut().poll(cx).is_ready();
-        }
-        if da && db {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
+        b.as_mut().poll(cx)
     })
     .await
 }
@@ -345,6 +346,7 @@ pub struct DurableServer<V: Verbs + Clone + 'static> {
     processed_before: u64,
     recovered: Vec<Reply>,
     stats: Rc<Cell<ServerStats>>,
+    workers: Option<WorkerPool>,
 }
 
 impl<V: Verbs + Clone + 'static> DurableServer<V> {
@@ -444,7 +446,14 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             processed_before: processed,
             recovered: Vec::new(),
             stats: Rc::new(Cell::new(ServerStats::default())),
+            workers: None,
         })
+    }
+
+    /// Executes requests on `pool` (shared with the server's other connections) instead
+    /// of a pool of its own of [`ServerCosts::workers`] threads.
+    pub fn set_workers(&mut self, pool: WorkerPool) {
+        self.workers = Some(pool);
     }
 
     /// The queue pair to connect to the client's.
@@ -551,8 +560,11 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
     }
 
     /// Posts receives and runs the dispatcher and processor threads until the connection
-    /// fails. First sends the replies of entries recovery executed.
-    pub async fn serve(self) {
+    /// fails, and returns why (an error completion on the queue pair, a verb refused).
+    /// First sends the replies of entries recovery executed. When either thread stops,
+    /// the other is stopped too: entries already logged but not processed stay in the
+    /// redo log, where [`recover`](Self::recover) executes them on the next start.
+    pub async fn serve(self) -> RpcError {
         let core = Rc::new(Core {
             v: self.v.clone(),
             opts: self.opts.clone(),
@@ -565,25 +577,25 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             arrived: Cell::new(self.processed),
             durable: Cell::new(self.processed),
             notify: Notify::default(),
+            turn: Notify::default(),
             stats: self.stats.clone(),
+            kv: Cell::new(None),
         });
-        if core.post_initial_receives().is_err() {
-            return;
+        if let Err(e) = core.post_initial_receives() {
+            return e.into();
         }
         for r in &self.recovered {
-            if core
-                .send(ServerMsg::Reply(r_frame(self.opts.conn, r)))
-                .is_err()
-            {
-                return;
+            if let Err(e) = core.send(ServerMsg::Reply(r_frame(self.opts.conn, r))) {
+                return e.into();
             }
         }
         let rcq = self.rcq;
-        let mut kv = self.kv;
-        join2(core.clone().dispatch(rcq), async move {
-            core.process(&mut kv).await
-        })
-        .await;
+        core.kv.set(Some(self.kv));
+        let pool = self
+            .workers
+            .unwrap_or_else(|| WorkerPool::new(self.opts.costs.workers));
+        let p = core.clone();
+        first_of(core.dispatch(rcq), async move { p.process(pool).await }).await
     }
 }
 
@@ -641,7 +653,11 @@ struct Core<V: Verbs> {
     arrived: Cell<u64>,
     durable: Cell<u64>,
     notify: Notify,
+    /// Wakes executions waiting for their turn to apply (in sequence order).
+    turn: Notify,
     stats: Rc<Cell<ServerStats>>,
+    /// The store, taken by the execution whose turn it is.
+    kv: Cell<Option<KvStore<V>>>,
 }
 
 impl<V: Verbs> Core<V> {
@@ -765,11 +781,12 @@ impl<V: Verbs> Core<V> {
         true
     }
 
-    async fn dispatch(self: Rc<Self>, rcq: CqId) {
+    /// The dispatcher thread; returns why it stopped.
+    async fn dispatch(self: Rc<Self>, rcq: CqId) -> RpcError {
         loop {
             let wc = next_completion(&self.v, rcq).await;
             if wc.status != WcStatus::Success {
-                return;
+                return wc_error(&wc);
             }
             let seq = match self.plan.carrier {
                 Family::Send => wc.wr_id,
@@ -779,8 +796,8 @@ impl<V: Verbs> Core<V> {
                 Family::Send => wc.wr_id + self.layout.capacity as u64,
                 Family::Write => wc.wr_id,
             };
-            if self.post_receive_for(again).is_err() {
-                return;
+            if let Err(e) = self.post_receive_for(again) {
+                return e.into();
             }
             if seq == 0 {
                 self.bump(|s| s.bad_entries += 1);
@@ -801,8 +818,8 @@ impl<V: Verbs> Core<V> {
                     } else {
                         self.send(ServerMsg::Durable { upto: seq })
                     };
-                    if sent.is_err() {
-                        return;
+                    if let Err(e) = sent {
+                        return e.into();
                     }
                 }
             }
@@ -811,55 +828,86 @@ impl<V: Verbs> Core<V> {
         }
     }
 
-    async fn process(&self, kv: &mut KvStore<V>) {
+    /// The processor: takes committed entries in FIFO order and executes each on a
+    /// worker of `pool` (seed 003 §4.2: "a thread is created to handle the RPC
+    /// requests"). The injected processing of several entries may overlap when the pool
+    /// has several workers; their effects (store access, watermark, reply) happen in
+    /// sequence order ("processed in a FIFO order"). Returns why it stopped.
+    async fn process(&self, pool: WorkerPool) -> RpcError {
         const MAX_POLLS: u32 = 20_000;
-        let mut polls = 0u32;
-        let frames = self.plan.frame_commits();
-        loop {
-            let seen = self.notify.generation.get();
-            let seq = self.processed.get() + 1;
-            match read_entry_with(&self.v, &self.layout, self.opts.conn, seq, frames) {
-                EntryState::Committed(r) => {
-                    polls = 0;
-                    if self.opts.costs.processing > Duration::ZERO {
-                        self.v.compute(self.opts.costs.processing).await;
+        let tasks: Tasks<'_, RpcError> = Tasks::default();
+        let driver = async {
+            let mut polls = 0u32;
+            let frames = self.plan.frame_commits();
+            let mut next = self.processed.get() + 1;
+            loop {
+                let seen = self.notify.generation.get();
+                match read_entry_with(&self.v, &self.layout, self.opts.conn, next, frames) {
+                    EntryState::Committed(r) => {
+                        polls = 0;
+                        let worker = pool.acquire().await;
+                        tasks.start(self.execute(next, r, worker));
+                        next += 1;
                     }
-                    let reply = kv
-                        .apply(self.opts.conn, seq, &r.op)
-                        .await
-                        .unwrap_or(Reply { seq, value: vec![] });
-                    // The per-message CPU work the baselines' servers also pay: handling
-                    // the request, copying the object from the log to its slot (or a
-                    // read's objects into the reply).
-                    let cpu = self.opts.cpu;
-                    let copied = match &r.op {
-                        Op::Put { value, .. } => value.len(),
-                        _ => reply.value.len(),
-                    };
-                    self.v.compute(cpu.handle + cpu.copy(copied as u64)).await;
-                    let at = self.layout.watermark_addr();
-                    self.v.store(Space::Pm, at, &seq.to_le_bytes());
-                    self.v.persist_local(at, 8).await;
-                    self.processed.set(seq);
-                    self.bump(|s| s.processed += 1);
-                    if self
-                        .send(ServerMsg::Reply(r_frame(self.opts.conn, &reply)))
-                        .is_err()
-                    {
-                        return;
+                    // Not committed yet (or, live, an operator visible before its data).
+                    _ if self.arrived.get() >= next && polls < MAX_POLLS => {
+                        polls += 1;
+                        self.v.compute(self.opts.poll_interval).await;
                     }
-                }
-                // Not committed yet (or, live, an operator visible before its data).
-                _ if self.arrived.get() >= seq && polls < MAX_POLLS => {
-                    polls += 1;
-                    self.v.compute(self.opts.poll_interval).await;
-                }
-                _ => {
-                    polls = 0;
-                    self.notify.wait(seen).await;
+                    _ => {
+                        polls = 0;
+                        self.notify.wait(seen).await;
+                    }
                 }
             }
+        };
+        match tasks.run(driver).await {
+            Ok(never) => never,
+            Err(e) => e,
         }
+    }
+
+    /// Executes entry `seq` holding `worker`: the injected processing, then, once every
+    /// earlier entry is processed, the store access, the server CPU's per-message work,
+    /// the durable watermark and the reply.
+    async fn execute(&self, seq: u64, r: Request, worker: Worker) -> Result<(), RpcError> {
+        let _worker = worker;
+        if self.opts.costs.processing > Duration::ZERO {
+            self.v.compute(self.opts.costs.processing).await;
+        }
+        loop {
+            let seen = self.turn.generation.get();
+            if self.processed.get() + 1 == seq {
+                break;
+            }
+            self.turn.wait(seen).await;
+        }
+        let mut kv = self
+            .kv
+            .take()
+            .expect("the store is free on an entry's turn");
+        let reply = kv
+            .apply(self.opts.conn, seq, &r.op)
+            .await
+            .unwrap_or(Reply { seq, value: vec![] });
+        self.kv.set(Some(kv));
+        // The per-message CPU work the baselines' servers also pay: handling the request,
+        // copying the object from the log to its slot (or a read's objects into the
+        // reply).
+        let cpu = self.opts.cpu;
+        let copied = match &r.op {
+            Op::Put { value, .. } => value.len(),
+            _ => reply.value.len(),
+        };
+        self.v.compute(cpu.handle + cpu.copy(copied as u64)).await;
+        let at = self.layout.watermark_addr();
+        self.v.store(Space::Pm, at, &seq.to_le_bytes());
+        self.v.persist_local(at, 8).await;
+        self.processed.set(seq);
+        self.bump(|s| s.processed += 1);
+        self.turn.notify();
+        self.send(ServerMsg::Reply(r_frame(self.opts.conn, &reply)))?;
+        Ok(())
     }
 }
 
@@ -1063,22 +1111,39 @@ impl<V: Verbs> DurableClient<V> {
     }
 
     /// Takes completions until `cond` holds; probes an idle server so a dead one shows.
+    /// Fails after [`DurableOptions::reply_timeout`] without progress: a probe's
+    /// completion shows only that the server's RNIC is alive, not that its RPC threads
+    /// are, so it does not count as progress (a server whose threads died while its RNIC
+    /// lived kept a client waiting forever).
     async fn pump_until(&mut self, cond: impl Fn(&Self) -> bool) -> Result<(), RpcError> {
-        let mut idle = Duration::ZERO;
+        let mut last_progress = self.v.now();
+        let mut probe_answered = false;
         loop {
             while let Some(wc) = self.v.poll_one(self.cq) {
+                let probe = wc.wr_id == WR_PROBE && wc.opcode != WcOpcode::Recv;
                 self.handle(wc)?;
-                idle = Duration::ZERO;
+                if probe {
+                    probe_answered = true;
+                } else {
+                    last_progress = self.v.now();
+                    probe_answered = false;
+                }
             }
             if cond(self) {
                 return Ok(());
             }
-            if remora_verbs::wait_cq_or(&self.v, self.cq, self.opts.probe_interval).await {
-                continue;
-            }
-            idle = Duration::from_nanos(idle.as_nanos() + self.opts.probe_interval.as_nanos());
+            let idle = self.v.now().saturating_since(last_progress);
             if idle >= self.opts.reply_timeout {
-                return Err(RpcError::Timeout(idle));
+                return Err(if probe_answered {
+                    RpcError::ServerStalled(idle)
+                } else {
+                    RpcError::Timeout(idle)
+                });
+            }
+            let left = Duration::from_nanos(self.opts.reply_timeout.as_nanos() - idle.as_nanos());
+            let wait = self.opts.probe_interval.min(left);
+            if remora_verbs::wait_cq_or(&self.v, self.cq, wait).await {
+                continue;
             }
             if !self.probing {
                 let (info, _) = self.info()?;
@@ -1565,7 +1630,9 @@ impl DurablePair {
             .connect((&self.client, client.qp()), (&self.server, server.qp()))?;
         client.attach(server.conn_info())?;
         *self.stats.borrow_mut() = Some(server.stats());
-        self.sim.spawn_on(&self.server, server.serve());
+        self.sim.spawn_on(&self.server, async move {
+            let _why = server.serve().await;
+        });
         Ok(client)
     }
 
@@ -1598,7 +1665,9 @@ impl DurablePair {
             .connect((&self.client, qp), (&self.server, server.qp()))?;
         client.attach(server.conn_info())?;
         *self.stats.borrow_mut() = Some(server.stats());
-        self.sim.spawn_on(&self.server, server.serve());
+        self.sim.spawn_on(&self.server, async move {
+            let _why = server.serve().await;
+        });
         Ok(())
     }
 

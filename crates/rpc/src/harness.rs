@@ -12,6 +12,7 @@ use crate::design::{Design, FlushForm};
 use crate::durable::{DurableClient, DurableOptions, DurableServer};
 use crate::flush::FlushParams;
 use crate::kv::{KvLayout, KvStore};
+use crate::workers::WorkerPool;
 use crate::workload::value_for;
 use remora_model::config::ServerConfig;
 use remora_model::profile::LatencyProfile;
@@ -63,6 +64,7 @@ impl SimSetup {
             costs: ServerCosts {
                 processing: remora_model::time::Duration::ZERO,
                 backlog_threshold: 64,
+                workers: 1,
             },
         }
     }
@@ -212,8 +214,9 @@ impl Deployment for BaselineDeployment {
 }
 
 /// One of the four durable RPCs (seed 003 §4.2), on the same machines, object store and
-/// costs as a baseline: one redo log and one server (dispatcher and processor threads) per
-/// sender's connection, all executing into the shared, preloaded store of [`SimEnv`].
+/// costs as a baseline: one redo log and one dispatcher per sender's connection, requests
+/// executed on the server's worker pool ([`ServerCosts::workers`] threads shared by all
+/// connections, as a baseline server's), into the shared, preloaded store of [`SimEnv`].
 /// A Put returns once its log entry is durable; a read once its result arrived.
 #[derive(Clone, Debug)]
 pub struct DurableDeployment {
@@ -301,10 +304,14 @@ impl Deployment for DurableDeployment {
 
     fn deploy(&self, env: &SimEnv) -> Result<Vec<Self::Client>, RpcError> {
         let mut clients = Vec::with_capacity(env.senders.len());
+        // One server: its worker threads are shared by every connection, as a baseline
+        // server's are.
+        let pool = WorkerPool::new(env.setup.costs.workers);
         for (i, node) in env.senders.iter().enumerate() {
             let opts = self.options(&env.setup, &env.layout, i as u32);
-            let server =
+            let mut server =
                 DurableServer::create_in(env.server.clone(), &opts, None, Some(env.layout))?;
+            server.set_workers(pool.clone());
             // The formatted log header is durable before the client connects.
             let (s2, base) = (env.server.clone(), server.conn_info().layout.base);
             env.sim
@@ -317,7 +324,9 @@ impl Deployment for DurableDeployment {
                 .connect((node, client.qp()), (&env.server, server.qp()))?;
             client.attach(server.conn_info())?;
             self.stats.borrow_mut().push(server.stats());
-            env.sim.spawn_on(&env.server, server.serve());
+            env.sim.spawn_on(&env.server, async move {
+                let _why = server.serve().await;
+            });
             clients.push(BatchingDurableClient(client));
         }
         Ok(clients)

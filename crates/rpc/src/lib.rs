@@ -24,6 +24,7 @@
 //! | [`bench`](mod@bench) | the §5 evaluation: a design-agnostic driver, the experiment sets, recovery model, report |
 //! | [`harness`] | a server and its senders on the simulator for any design ([`harness::Deployment`]) |
 //! | [`workload`] | §5.1 micro-benchmark and YCSB A–F operation streams (seeded, YCSB's Zipfian) |
+//! | [`workers`] | the server's worker threads (a pool every design's server shares the same way) |
 //! | [`real`] | the durable RPCs on the soft RNIC: a server over a PM pool file, the handshake, a reconnecting client |
 
 pub mod api;
@@ -38,6 +39,7 @@ pub mod kv;
 pub mod proto;
 pub mod real;
 pub mod redolog;
+pub mod workers;
 pub mod workload;
 
 pub use api::{Completion, Op, Reply, RpcClient, RpcError, ServerCosts};

@@ -719,11 +719,16 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
     // A bug in the protocol code must not leave a server that accepts requests and never
     // processes them: a panic of the connection's threads ends the process.
     tokio::task::spawn_local(async move {
-        if let Err(e) = h.await {
-            if e.is_panic() {
+        match h.await {
+            // The queue pair failed while the TCP connection stayed open: say why; the
+            // client sees errors and closes, which releases the connection.
+            Ok(why) => eprintln!("durable-RPC connection stopped serving: {why}"),
+            Err(e) if e.is_panic() => {
                 eprintln!("durable-RPC server: the connection's threads panicked; exiting");
                 std::process::exit(101);
             }
+            // Aborted when the client's TCP connection closed.
+            Err(_) => {}
         }
     });
     Ok(())

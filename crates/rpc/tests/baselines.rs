@@ -281,6 +281,7 @@ fn small_spec(design: Design, seed: u64, senders: u32) -> remora_rpc::bench::Run
         batch: 1,
         load: Load::Light,
         heavy_processing: remora_rpc::bench::HEAVY_PROCESSING,
+        server_threads: 1,
         flush: remora_rpc::design::FlushForm::Emulated,
         server_config: dmp(false),
         seed,
@@ -437,5 +438,95 @@ mod generators {
             }
         }
         assert!(recent as f64 / reads as f64 > 0.5, "{recent} of {reads}");
+    }
+}
+
+/// Polled rings: a cell whose header has landed but whose body is still arriving must not
+/// look complete, even when the bytes an earlier, longer cell left in the slot hold the
+/// new cell's sequence number exactly where its trailer will go. A reply cell's trailer
+/// sits at `40 + n × object` for a scan of `n` objects, which is where an older scan of
+/// more objects from key `k` left the key `k + n`: cell 2 scans 10 objects from key 0 into
+/// reply slot 2, cells 3–5 update objects 0–2, and cell 6 (slot 2 again, 4 slots) scans 6
+/// objects, whose trailer offset holds the stale key 6. Before the fix the client took the
+/// half-written reply (a checksum mismatch); it must return the new versions.
+#[test]
+fn a_stale_word_at_the_trailer_offset_does_not_complete_a_reply() {
+    const OBJ: u64 = 4096;
+    for design in [Design::Farm, Design::L5, Design::ScaleRpc] {
+        let mut setup = SimSetup::new(6, 16, OBJ);
+        setup.max_scan = 10;
+        let env = SimEnv::new(setup);
+        let dep = BaselineDeployment::new(design, &env.setup);
+        env.preload(0..16, OBJ);
+        let mut c = dep.deploy(&env).unwrap().pop().unwrap();
+        let out = env.sim.block_on(Instant::NEVER, async move {
+            c.call(Op::Get { key: 15 }).await?;
+            c.call(Op::Scan { key: 0, count: 10 }).await?;
+            for key in 0..3 {
+                let value = value_for(key, 1, OBJ);
+                c.call(Op::Put { key, value }).await?;
+            }
+            c.call(Op::Scan { key: 0, count: 6 }).await
+        });
+        let scan = out
+            .expect("the run finished")
+            .unwrap_or_else(|e| panic!("{design}: {e}"));
+        let bytes = scan.reply.unwrap().value;
+        let versions: Vec<u64> = bytes
+            .chunks(OBJ as usize)
+            .enumerate()
+            .map(|(i, ch)| check_value(i as u64, OBJ, ch).unwrap())
+            .collect();
+        assert_eq!(versions, [1, 1, 1, 0, 0, 0], "{design}");
+    }
+}
+
+/// The same hazard on the request rings the server polls: request cell 2 is two Puts, the
+/// second one's object (key 6) starting exactly where request cell 6's trailer goes (one
+/// Put of 64 KB). Before the fix the server took cell 6 when its header landed and
+/// rejected it as corrupt.
+#[test]
+fn a_stale_word_at_the_trailer_offset_does_not_complete_a_request() {
+    const OBJ: u64 = 65536;
+    for design in [Design::Farm, Design::Herd, Design::Rfp, Design::ScaleRpc] {
+        let mut setup = SimSetup::new(6, 16, OBJ);
+        setup.max_batch = 2;
+        let env = SimEnv::new(setup);
+        let dep = BaselineDeployment::new(design, &env.setup);
+        env.preload(0..16, 64);
+        let mut c = dep.deploy(&env).unwrap().pop().unwrap();
+        let out = env.sim.block_on(Instant::NEVER, async move {
+            c.call(Op::Get { key: 15 }).await?;
+            // Request frames have a 32-byte header: the second value starts at cell
+            // offset 16 + 32 + 65504 + 32 = 65584 = 16 + 32 + 65536.
+            c.call_batch(vec![
+                Op::Put {
+                    key: 1,
+                    value: value_for(1, 1, OBJ - 32),
+                },
+                Op::Put {
+                    key: 6,
+                    value: value_for(6, 1, 64),
+                },
+            ])
+            .await?;
+            for key in 3..6 {
+                c.call(Op::Get { key }).await?;
+            }
+            c.call(Op::Put {
+                key: 2,
+                value: value_for(2, 7, OBJ),
+            })
+            .await
+        });
+        out.expect("the run finished")
+            .unwrap_or_else(|e| panic!("{design}: {e}"));
+        let stats = dep.server_stats().unwrap();
+        assert_eq!(stats.rejected, 0, "{design}: {stats:?}");
+        assert_eq!(
+            check_value(2, OBJ, &env.server_object(2).unwrap()),
+            Ok(7),
+            "{design}"
+        );
     }
 }

@@ -44,3 +44,37 @@ fn every_negative_control_is_caught() {
         assert!(r.passed(), "negative control not caught: {}", r.name);
     }
 }
+
+#[test]
+fn the_ack_on_write_completion_control_is_caught_for_every_seed() {
+    use remora_rpc::check::ack_on_write_completion;
+    // The window is structural with 64 KB values: every seed catches it with a few crash
+    // points, not only the seeds whose WPQ contention happened to delay the data.
+    let wrong = ack_on_write_completion();
+    for seed in 1..=6 {
+        let opts = CheckOptions {
+            crash_points: 40,
+            stop_at_first: true,
+            seed,
+            ..CheckOptions::default()
+        };
+        let r = check(&wrong, &opts).unwrap();
+        assert!(
+            r.passed(),
+            "seed {seed}: not caught in {} points",
+            r.crash_points
+        );
+        assert!(r.crash_points <= 40, "seed {seed}");
+    }
+    // The same design with its Flush and the same values is correct: the control is
+    // caught for the missing Flush, not for the size.
+    let mut right = wrong.clone();
+    right.opts.fault = None;
+    right.wrong = false;
+    let opts = CheckOptions {
+        crash_points: 60,
+        ..CheckOptions::default()
+    };
+    let r = check(&right, &opts).unwrap();
+    assert!(r.passed(), "{:?}", r.example);
+}

@@ -1,7 +1,23 @@
 //! The cell every baseline message travels in: a 16-byte header, the body, an 8-byte
-//! trailer. A poller (FaRM's ring, seed 003 Figure 2(b)) knows the whole cell landed when
-//! the header and the trailer both carry the sequence number it expects: one WRITE's
-//! bytes become visible in address order.
+//! trailer.
+//!
+//! **When a polled cell is complete.** A poller (FaRM's ring, seed 003 Figure 2(b)) must
+//! not take a cell whose header has landed while its body is still arriving. Checking
+//! that the trailer carries the expected sequence number is not enough, and was a bug
+//! here: the trailer's offset comes from the header's length, so the poller reads
+//! whatever an earlier, longer cell left at that offset in the reused slot, and object
+//! bytes can hold exactly that number (a scan reply's objects start with their keys, and
+//! the trailer of an `n`-object reply sits where an older reply had object `n`'s key).
+//! Nor may a poller rely on the order in which one WRITE's bytes become visible, which
+//! RDMA does not define. What the model and RC (and UC) do guarantee is that posted
+//! requests of one queue pair are executed in order and become visible in order
+//! (`remora_model::rnic`, "posted operations are executed in order on arrival";
+//! `remora_model::hierarchy`, "Visibility is in IIO order"). So the sender follows the
+//! cell's WRITE with an 8-byte WRITE of the sequence number into the slot's completion
+//! flag (L5's mailbox pattern, Figure 2(e)), the poller waits for the flag, and the
+//! header and trailer are then checked as a consistency test (a mismatch is a torn or
+//! misplaced cell and is rejected). A flag only ever holds sequence numbers of cells
+//! written into its slot, so a stale flag is never the expected value.
 //!
 //! | bytes | field |
 //! |---|---|

@@ -2,7 +2,7 @@
 //! arrived, which the server sends only after persisting the data (seed 003 §3).
 
 use super::cell::{self, Header, Kind, Status, WarmUp};
-use super::{chunk_of, BaselineParams, ReplyPath, RequestPath, QKEY, UD_MTU};
+use super::{chunk_of, BaselineParams, ReplyPath, RequestPath, FLAG_BYTES, QKEY, UD_MTU};
 use crate::api::{Completion, Op, Reply, RpcClient, RpcError};
 use crate::design::Design;
 use crate::proto::Request;
@@ -21,7 +21,11 @@ pub struct ServerSide {
     pub mailbox: u64,
     /// RFP's response buffers.
     pub replies: u64,
-    /// The rkey of all three.
+    /// One completion flag per request ring slot ([`super::FLAG_BYTES`] each): the
+    /// sequence number of the cell last written there, written by a separate WRITE after
+    /// the cell (see [`super::cell`]).
+    pub flags: u64,
+    /// The rkey of all four.
     pub rkey: u32,
     /// The server's UD queue pair of this connection (HERD, FaSST).
     pub ud: Option<UdDest>,
@@ -44,6 +48,8 @@ pub struct BaselineClient<V: Verbs> {
     replies: u64,
     control: u64,
     fetch: u64,
+    /// Completion flags of the reply ring, one per slot.
+    flags: u64,
     server: ServerSide,
     req: RequestPath,
     rep: ReplyPath,
@@ -70,7 +76,7 @@ impl<V: Verbs> BaselineClient<V> {
         let ud_used = req_type == QpType::Ud || rep_type == QpType::Ud;
         // Enough datagram buffers for the largest reply, plus one.
         let chunks = if ud_used { rp.div_ceil(UD_MTU) + 1 } else { 0 };
-        let len = slots * rq + slots * rp + slots * 64 + rp + chunks * UD_MTU;
+        let len = slots * rq + slots * rp + slots * 64 + rp + slots * FLAG_BYTES + chunks * UD_MTU;
         let pd = v.alloc_pd()?;
         let base = v.alloc(Space::Dram, len, 64);
         let mr = v.reg_mr(
@@ -111,7 +117,8 @@ impl<V: Verbs> BaselineClient<V> {
         let replies = requests + slots * rq;
         let control = replies + slots * rp;
         let fetch = control + slots * 64;
-        let ud_bufs = fetch + rp;
+        let flags = fetch + rp;
+        let ud_bufs = flags + slots * FLAG_BYTES;
         let c = BaselineClient {
             v,
             p,
@@ -126,6 +133,7 @@ impl<V: Verbs> BaselineClient<V> {
             replies,
             control,
             fetch,
+            flags,
             server,
             req,
             rep,
@@ -191,6 +199,15 @@ impl<V: Verbs> BaselineClient<V> {
     pub fn reply_ring(&self) -> Remote {
         Remote {
             addr: self.replies,
+            rkey: self.mr.rkey,
+        }
+    }
+
+    /// The completion flags of the client's reply ring: the server WRITEs a reply cell's
+    /// sequence number to `flags + slot × FLAG_BYTES` after the cell.
+    pub fn reply_flags(&self) -> Remote {
+        Remote {
+            addr: self.flags,
             rkey: self.mr.rkey,
         }
     }
@@ -382,6 +399,21 @@ impl<V: Verbs> BaselineClient<V> {
             _ => self.request_wr(seq, slot, sge, ring),
         };
         self.v.post_send(self.qp, wr.signaled(false))?;
+        if matches!(self.req, RequestPath::Write | RequestPath::WarmUpThenWrite) {
+            // The cell is complete once this flag, WRITTEN after it on the same queue pair,
+            // holds its sequence number (see `cell`).
+            let flag = Remote {
+                addr: self.server.flags + slot * FLAG_BYTES,
+                rkey: self.server.rkey,
+            };
+            let wr = SendWr::new(
+                seq,
+                Opcode::Write,
+                Payload::inline(seq.to_le_bytes()),
+                Some(flag),
+            );
+            self.v.post_send(self.qp, wr.signaled(false))?;
+        }
         if self.req == RequestPath::WriteMailbox {
             let mailbox = Remote {
                 addr: self.server.mailbox,
@@ -501,9 +533,18 @@ impl<V: Verbs> BaselineClient<V> {
             }
             ReplyPath::Write => {
                 let start = self.v.now();
+                let flag = self.flags + slot * FLAG_BYTES;
                 loop {
-                    if let Some(b) = self.read_cell(at).filter(|b| cell_seq(b) == seq) {
-                        return Ok(b);
+                    let mut f = [0u8; 8];
+                    self.v.load(Space::Dram, flag, &mut f);
+                    if u64::from_le_bytes(f) == seq {
+                        // The flag's WRITE followed the cell's: every byte of it is there.
+                        return match self.read_cell(at) {
+                            Some(b) if cell_seq(&b) == seq => Ok(b),
+                            _ => Err(RpcError::Malformed(format!(
+                                "reply {seq} flagged but not a complete cell"
+                            ))),
+                        };
                     }
                     let waited = self.v.now().saturating_since(start);
                     if waited >= p.polling.timeout {

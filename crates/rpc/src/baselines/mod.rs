@@ -43,9 +43,12 @@
 //! after [`Polling::timeout`] and the caller may retry.
 //!
 //! Messages travel in [`cell`]s (sequence number, length, status, then the request or
-//! reply frames of [`crate::proto`], then the sequence number again so a poller knows the
-//! whole cell landed). A cell may carry several requests: that is the batching of §5.5
-//! (Figure 19).
+//! reply frames of [`crate::proto`], then the sequence number again). A cell may carry
+//! several requests: that is the batching of §5.5 (Figure 19). A cell WRITTEN into a
+//! polled ring (FaRM, HERD, RFP and ScaleRPC requests; FaRM, L5 and ScaleRPC replies) is
+//! followed, on the same queue pair, by an 8-byte WRITE of its sequence number into the
+//! slot's completion flag, and the poller waits for the flag, not for the cell's own
+//! bytes: see [`cell`] for why the cell's trailer cannot be the signal.
 
 pub mod cell;
 pub mod client;
@@ -62,6 +65,10 @@ use remora_verbs::QpType;
 /// The UD MTU FaSST's messages must fit (seed 003 §5.1: "the maximum transmission unit of
 /// the RDMA UD connection in FaSST is 4KB"): the model's [`remora_verbs::UD_MTU`].
 pub const UD_MTU: u64 = remora_verbs::UD_MTU;
+
+/// Bytes of one ring slot's completion flag (the sequence number of the cell last
+/// written into the slot; see [`cell`]).
+pub const FLAG_BYTES: u64 = 8;
 
 /// The Q_Key of every baseline UD queue pair.
 pub const QKEY: u32 = 0x0003_1111;

@@ -1,21 +1,28 @@
-//! A baseline's server: one CPU thread serving every connection (seed 003 §5.1: "We deploy
-//! each RPC service in a single server"), noticing requests the way its design does
-//! (receive completions, or polling rings or mailboxes), persisting Puts through
-//! [`KvStore::apply`] and only then replying (§3: "When the RPC is completed, the sender
-//! can validate that the data has been persisted by the receiver").
+//! A baseline's server (seed 003 §5.1: "We deploy each RPC service in a single server"):
+//! one dispatcher thread notices requests of every connection the way its design does
+//! (receive completions, or polling rings or mailboxes) and hands each to a worker of the
+//! server's pool ([`crate::workers`], [`ServerCosts::workers`] threads, as every design's
+//! server has), which processes it, persists a Put through [`KvStore::apply`] and only then
+//! replies (§3: "When the RPC is completed, the sender can validate that the data has been
+//! persisted by the receiver"). A connection has one request cell in service at a time.
 
 use super::cell::{self, Header, Kind, Status, WarmUp};
 use super::client::{BaselineClient, ServerSide};
-use super::{chunk_imm, BaselineParams, ReplyPath, RequestPath, ServerCpu, QKEY, UD_MTU};
+use super::{
+    chunk_imm, BaselineParams, ReplyPath, RequestPath, ServerCpu, FLAG_BYTES, QKEY, UD_MTU,
+};
 use crate::api::{Op, RpcError, ServerCosts};
 use crate::design::Design;
 use crate::kv::{KvLayout, KvStore};
 use crate::proto::{ReplyFrame, REPLY_HEADER};
+use crate::workers::{Tasks, WorkerPool};
+use remora_model::time::Instant;
 use remora_verbs::{
     next_completion, Access, CqId, MrInfo, Opcode, Payload, PdId, QpAttr, QpNum, QpType, RecvWr,
     Remote, SendWr, Sge, Space, UdDest, Verbs, WcStatus,
 };
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 /// What a server did, readable while it runs.
@@ -62,16 +69,22 @@ struct Conn {
     ring: u64,
     /// L5 mailbox.
     mailbox: u64,
+    /// Completion flags of the request ring, one per slot.
+    flags: u64,
     /// Reply staging; RFP's response buffer.
     replies: u64,
     /// ScaleRPC: where the server READs a warm-up's message body.
     fetch: u64,
     /// The client's reply ring and its rkey.
     peer_replies: Remote,
+    /// The completion flags of the client's reply ring.
+    peer_flags: Remote,
     /// The next cell's sequence number.
     expect: u64,
     /// The connection failed; it is no longer polled.
     dead: bool,
+    /// Its current cell is with a worker (noticed, not yet answered).
+    busy: bool,
 }
 
 /// A baseline server over node `V`.
@@ -84,14 +97,22 @@ pub struct BaselineServer<V: Verbs> {
     pd: PdId,
     scq: CqId,
     rcq: CqId,
-    conns: Vec<Conn>,
+    conns: RefCell<Vec<Conn>>,
     stats: Rc<RefCell<ServerStats>>,
     req: RequestPath,
     rep: ReplyPath,
-    next_poll: usize,
+    next_poll: Cell<usize>,
+    /// When a worker last answered a cell (the dispatcher's polling restarts then).
+    answered: Cell<Instant>,
+    /// Wakes the dispatcher when a connection's cell was answered.
+    freed: Rc<Cell<Option<std::task::Waker>>>,
+    /// Completed ScaleRPC warm-up READs, by connection index.
+    reads: RefCell<BTreeMap<usize, WcStatus>>,
+    workers: Option<WorkerPool>,
 }
 
-const READ_TAG: u64 = u64::MAX;
+/// Work request ids of warm-up READs: this plus the connection index.
+const READ_TAG: u64 = 1 << 63;
 
 impl<V: Verbs + Clone> BaselineServer<V> {
     /// A server for `p.design` with its objects at `layout` in PM (allocate it with
@@ -121,12 +142,22 @@ impl<V: Verbs + Clone> BaselineServer<V> {
             pd,
             scq,
             rcq,
-            conns: Vec::new(),
+            conns: RefCell::new(Vec::new()),
             stats: Rc::default(),
             req,
             rep,
-            next_poll: 0,
+            next_poll: Cell::new(0),
+            answered: Cell::new(Instant::ZERO),
+            freed: Rc::default(),
+            reads: RefCell::new(BTreeMap::new()),
+            workers: None,
         })
+    }
+
+    /// Executes requests on `pool` instead of a pool of its own of
+    /// [`ServerCosts::workers`] threads.
+    pub fn set_workers(&mut self, pool: WorkerPool) {
+        self.workers = Some(pool);
     }
 
     /// The design served.
@@ -156,7 +187,7 @@ impl<V: Verbs + Clone> BaselineServer<V> {
         assert!(conn_id != 0, "connection 0 is the preloader");
         let slots = self.p.ring_slots as u64;
         let (rq, rp) = (self.p.request_slot(), self.p.reply_slot());
-        let len = slots * rq + slots * rp + rq + 64;
+        let len = slots * rq + slots * rp + rq + 64 + slots * FLAG_BYTES;
         let base = self.v.alloc(Space::Dram, len, 64);
         let mr = self.v.reg_mr(
             self.pd,
@@ -193,10 +224,12 @@ impl<V: Verbs + Clone> BaselineServer<V> {
         };
         let (ring, replies) = (base, base + slots * rq);
         let (fetch, mailbox) = (replies + slots * rp, replies + slots * rp + rq);
+        let flags = mailbox + 64;
         let side = ServerSide {
             ring,
             mailbox,
             replies,
+            flags,
             rkey: mr.rkey,
             ud: ud.map(|qpn| UdDest {
                 node: self.v.node(),
@@ -205,7 +238,7 @@ impl<V: Verbs + Clone> BaselineServer<V> {
             }),
         };
         let c = BaselineClient::create(client, self.p, conn_id, side)?;
-        self.conns.push(Conn {
+        self.conns.get_mut().push(Conn {
             id: conn_id,
             qp,
             ud,
@@ -214,25 +247,29 @@ impl<V: Verbs + Clone> BaselineServer<V> {
             mr,
             ring,
             mailbox,
+            flags,
             replies,
             fetch,
             peer_replies: c.reply_ring(),
+            peer_flags: c.reply_flags(),
             expect: 1,
             dead: false,
+            busy: false,
         });
         if req_type == QpType::Ud {
             // A datagram finding no receive is dropped: post before the client can send.
-            let ci = self.conns.len() - 1;
+            let ci = self.conns.get_mut().len() - 1;
             for s in 0..slots {
                 self.post_slot(ci, s)?;
             }
-            self.conns[ci].posted = true;
+            self.conns.get_mut()[ci].posted = true;
         }
         Ok((c, qp))
     }
 
     fn post_slot(&self, ci: usize, slot: u64) -> Result<(), RpcError> {
-        let c = &self.conns[ci];
+        let conns = self.conns.borrow();
+        let c = &conns[ci];
         let sge = Sge {
             addr: c.ring + slot * self.p.request_slot(),
             len: self.p.request_slot() as u32,
@@ -259,43 +296,62 @@ impl<V: Verbs + Clone> BaselineServer<V> {
 
     async fn serve_inner(&mut self) -> Result<std::convert::Infallible, RpcError> {
         if matches!(self.req, RequestPath::Send | RequestPath::WriteImm) {
-            for ci in 0..self.conns.len() {
-                if self.conns[ci].posted {
+            for ci in 0..self.conns.get_mut().len() {
+                if self.conns.get_mut()[ci].posted {
                     continue;
                 }
                 for s in 0..self.p.ring_slots as u64 {
                     self.post_slot(ci, s)?;
                 }
-                self.conns[ci].posted = true;
+                self.conns.get_mut()[ci].posted = true;
             }
         }
-        loop {
-            if self.conns.iter().all(|c| c.dead) {
-                return Err(RpcError::Malformed("every connection failed".into()));
+        let pool = self
+            .workers
+            .clone()
+            .unwrap_or_else(|| WorkerPool::new(self.costs.workers));
+        let this = &*self;
+        let tasks: Tasks<'_, RpcError> = Tasks::default();
+        let dispatcher = async {
+            loop {
+                if this.conns.borrow().iter().all(|c| c.dead) {
+                    return Err(RpcError::Malformed("every connection failed".into()));
+                }
+                let (ci, slot) = this.next_request().await?;
+                let worker = pool.acquire().await;
+                tasks.start(async move {
+                    let _worker = worker;
+                    this.handle(ci, slot).await?;
+                    if this.req == RequestPath::Send {
+                        // The buffer is reposted once its message was handled.
+                        this.post_slot(ci, slot)?;
+                    }
+                    Ok(())
+                });
             }
-            let (ci, slot) = self.next_request().await?;
-            self.handle(ci, slot).await?;
-            if self.req == RequestPath::Send {
-                // The buffer is reposted once its message was handled.
-                self.post_slot(ci, slot)?;
-            }
-        }
+        };
+        tasks.run(dispatcher).await?
     }
 
-    /// Waits for the next request cell: (connection index, ring slot).
-    async fn next_request(&mut self) -> Result<(usize, u64), RpcError> {
+    /// Waits for the next request cell: (connection index, ring slot); the connection is
+    /// then busy until its reply is sent.
+    async fn next_request(&self) -> Result<(usize, u64), RpcError> {
         match self.req {
             RequestPath::Send | RequestPath::WriteImm => loop {
                 let wc = next_completion(&self.v, self.rcq).await;
                 let ci = (wc.wr_id >> 32) as usize;
                 if wc.status != WcStatus::Success {
-                    if let Some(c) = self.conns.get_mut(ci) {
-                        c.dead = true;
-                    }
+                    let all_dead = {
+                        let mut conns = self.conns.borrow_mut();
+                        if let Some(c) = conns.get_mut(ci) {
+                            c.dead = true;
+                        }
+                        conns.iter().all(|c| c.dead)
+                    };
                     self.stats
                         .borrow_mut()
                         .error(format!("connection {ci}: receive failed ({})", wc.status));
-                    if self.conns.iter().all(|c| c.dead) {
+                    if all_dead {
                         return Err(RpcError::Malformed("every connection failed".into()));
                     }
                     continue;
@@ -309,22 +365,45 @@ impl<V: Verbs + Clone> BaselineServer<V> {
                     }
                     _ => wc.wr_id & 0xffff_ffff,
                 };
+                self.conns.borrow_mut()[ci].busy = true;
                 return Ok((ci, slot));
             },
             _ => {
-                let start = self.v.now();
+                let mut start = self.v.now();
                 loop {
-                    let n = self.conns.len();
+                    let n = self.conns.borrow().len();
                     for k in 0..n {
-                        let ci = (self.next_poll + k) % n;
+                        let ci = (self.next_poll.get() + k) % n;
                         if self.arrived(ci) {
-                            self.next_poll = (ci + 1) % n;
+                            self.next_poll.set((ci + 1) % n);
+                            self.conns.borrow_mut()[ci].busy = true;
                             self.v.compute(self.cpu.handle).await;
-                            let slot = self.conns[ci].expect % self.p.ring_slots as u64;
+                            let slot = self.conns.borrow()[ci].expect % self.p.ring_slots as u64;
                             return Ok((ci, slot));
                         }
                     }
-                    let waited = self.v.now().saturating_since(start);
+                    if self.conns.borrow().iter().all(|c| c.dead || c.busy) {
+                        // Nothing can arrive before a worker answers a cell.
+                        std::future::poll_fn(|cx| {
+                            if self.conns.borrow().iter().all(|c| c.dead || c.busy) {
+                                self.freed.set(Some(cx.waker().clone()));
+                                std::task::Poll::Pending
+                            } else {
+                                std::task::Poll::Ready(())
+                            }
+                        })
+                        .await;
+                        start = self.v.now();
+                        continue;
+                    }
+                    // A poller re-reads continuously; the probes thin out only for the
+                    // simulation's sake (see `Polling`), from the last answer on.
+                    let since = if self.answered.get() > start {
+                        self.answered.get()
+                    } else {
+                        start
+                    };
+                    let waited = self.v.now().saturating_since(since);
                     self.v.compute(self.p.polling.gap(waited)).await;
                 }
             }
@@ -333,8 +412,9 @@ impl<V: Verbs + Clone> BaselineServer<V> {
 
     /// One probe of connection `ci`: has its next cell landed?
     fn arrived(&self, ci: usize) -> bool {
-        let c = &self.conns[ci];
-        if c.dead {
+        let conns = self.conns.borrow();
+        let c = &conns[ci];
+        if c.dead || c.busy {
             return false;
         }
         if self.req == RequestPath::WriteMailbox {
@@ -342,25 +422,25 @@ impl<V: Verbs + Clone> BaselineServer<V> {
             self.v.load(Space::Dram, c.mailbox, &mut b);
             return u64::from_le_bytes(b) >= c.expect;
         }
-        let at = c.ring + (c.expect % self.p.ring_slots as u64) * self.p.request_slot();
-        let mut h = [0u8; 16];
-        self.v.load(Space::Dram, at, &mut h);
-        match Header::parse(&h) {
-            Some(h) if h.seq == c.expect && h.len as u64 <= self.p.max_request_body() => {
-                let mut t = [0u8; 8];
-                self.v.load(Space::Dram, at + h.trailer_at(), &mut t);
-                u64::from_le_bytes(t) == c.expect
-            }
-            _ => false,
-        }
+        // The cell's own trailer is no completion signal: its offset comes from the
+        // header, and bytes an earlier, longer cell left there can hold this sequence
+        // number. The flag is WRITTEN after the cell (see `cell`).
+        let slot = c.expect % self.p.ring_slots as u64;
+        let mut f = [0u8; 8];
+        self.v
+            .load(Space::Dram, c.flags + slot * FLAG_BYTES, &mut f);
+        u64::from_le_bytes(f) == c.expect
     }
 
     /// Handles the cell in slot `slot` of connection `ci`.
-    async fn handle(&mut self, ci: usize, slot: u64) -> Result<(), RpcError> {
+    async fn handle(&self, ci: usize, slot: u64) -> Result<(), RpcError> {
         let (at, expect, id) = {
-            let c = &self.conns[ci];
+            let c = &self.conns.borrow()[ci];
             (c.ring + slot * self.p.request_slot(), c.expect, c.id)
         };
+        // Requests of different connections run on different workers: each has its own
+        // view of the shared store (no execution log on a baseline server).
+        let mut kv = KvStore::new(self.v.clone(), self.kv.layout());
         let mut hb = [0u8; 16];
         self.v.load(Space::Dram, at, &mut hb);
         let header = match Header::parse(&hb) {
@@ -381,6 +461,12 @@ impl<V: Verbs + Clone> BaselineServer<V> {
         };
         if header.seq != expect {
             let why = format!("cell {} out of order (expected {expect})", header.seq);
+            return self.reject(ci, expect, Status::Rejected, why).await;
+        }
+        let mut t = [0u8; 8];
+        self.v.load(Space::Dram, at + header.trailer_at(), &mut t);
+        if u64::from_le_bytes(t) != expect {
+            let why = format!("cell {expect} is torn (its trailer does not match)");
             return self.reject(ci, expect, Status::Rejected, why).await;
         }
         let mut body = vec![0u8; header.len as usize];
@@ -422,7 +508,7 @@ impl<V: Verbs + Clone> BaselineServer<V> {
                 // The CPU copies the object from the message buffer to its slot.
                 self.v.compute(self.cpu.copy(value.len() as u64)).await;
             }
-            let reply = match self.kv.apply(r.conn, r.seq, &r.op).await {
+            let reply = match kv.apply(r.conn, r.seq, &r.op).await {
                 Ok(reply) => reply,
                 Err(e) => {
                     return self
@@ -452,46 +538,56 @@ impl<V: Verbs + Clone> BaselineServer<V> {
     }
 
     /// ScaleRPC's warm-up: READs the message body from the client.
-    async fn fetch(&mut self, ci: usize, w: WarmUp) -> Result<Vec<u8>, RpcError> {
-        let c = &self.conns[ci];
+    async fn fetch(&self, ci: usize, w: WarmUp) -> Result<Vec<u8>, RpcError> {
+        let (qp, fetch, lkey) = {
+            let c = &self.conns.borrow()[ci];
+            (c.qp, c.fetch, c.mr.lkey)
+        };
         let wr = SendWr::new(
-            READ_TAG,
+            READ_TAG + ci as u64,
             Opcode::Read,
             Payload::Sge(Sge {
-                addr: c.fetch,
+                addr: fetch,
                 len: w.len,
-                lkey: c.mr.lkey,
+                lkey,
             }),
             Some(Remote {
                 addr: w.addr,
                 rkey: w.rkey,
             }),
         );
-        self.v.post_send(c.qp, wr)?;
-        loop {
-            let wc = next_completion(&self.v, self.scq).await;
-            if wc.wr_id != READ_TAG {
-                // An unsignaled reply that failed: its connection is gone.
-                self.stats
-                    .borrow_mut()
-                    .error(format!("send failed ({})", wc.status));
-                continue;
+        self.v.post_send(qp, wr)?;
+        // Workers share the send CQ: each takes every completion there is and keeps the
+        // other workers' READs for them.
+        let status = loop {
+            while let Some(wc) = self.v.poll_one(self.scq) {
+                if wc.wr_id >= READ_TAG {
+                    let owner = (wc.wr_id - READ_TAG) as usize;
+                    self.reads.borrow_mut().insert(owner, wc.status);
+                } else {
+                    // An unsignaled reply that failed: its connection is gone.
+                    self.stats
+                        .borrow_mut()
+                        .error(format!("send failed ({})", wc.status));
+                }
             }
-            if wc.status != WcStatus::Success {
-                return Err(RpcError::Malformed(format!(
-                    "warm-up READ failed ({})",
-                    wc.status
-                )));
+            if let Some(st) = self.reads.borrow_mut().remove(&ci) {
+                break st;
             }
-            break;
+            self.v.wait_cq(self.scq).await;
+        };
+        if status != WcStatus::Success {
+            return Err(RpcError::Malformed(format!(
+                "warm-up READ failed ({status})"
+            )));
         }
         let mut body = vec![0u8; w.len as usize];
-        self.v.load(Space::Dram, self.conns[ci].fetch, &mut body);
+        self.v.load(Space::Dram, fetch, &mut body);
         Ok(body)
     }
 
     async fn reject(
-        &mut self,
+        &self,
         ci: usize,
         seq: u64,
         status: Status,
@@ -505,22 +601,28 @@ impl<V: Verbs + Clone> BaselineServer<V> {
             }
             s.error(format!(
                 "connection {}: cell {seq}: {why}",
-                self.conns[ci].id
+                self.conns.borrow()[ci].id
             ));
         }
         self.reply(ci, seq, status, why.as_bytes())
     }
 
     /// Sends the reply cell `seq` of connection `ci` the design's way.
-    fn reply(&mut self, ci: usize, seq: u64, status: Status, body: &[u8]) -> Result<(), RpcError> {
+    fn reply(&self, ci: usize, seq: u64, status: Status, body: &[u8]) -> Result<(), RpcError> {
         let p = self.p;
         let mut body = body;
         if body.len() as u64 > p.max_reply_body() {
             body = b"reply exceeds the reply buffer";
         }
         let bytes = cell::encode(seq, Kind::Message, status, body);
-        let c = &mut self.conns[ci];
+        let mut conns = self.conns.borrow_mut();
+        let c = &mut conns[ci];
         c.expect = seq + 1;
+        c.busy = false;
+        self.answered.set(self.v.now());
+        if let Some(w) = self.freed.take() {
+            w.wake();
+        }
         let slot = seq % p.ring_slots as u64;
         let staging = c.replies + slot * p.reply_slot();
         self.v.store(Space::Dram, staging, &bytes);
@@ -572,6 +674,20 @@ impl<V: Verbs + Clone> BaselineServer<V> {
             )),
         };
         if let Some(wr) = wr {
+            self.v.post_send(c.qp, wr.signaled(false))?;
+        }
+        if self.rep == ReplyPath::Write {
+            // The client polls this flag, WRITTEN after the cell on the same queue pair.
+            let flag = Remote {
+                addr: c.peer_flags.addr + slot * FLAG_BYTES,
+                rkey: c.peer_flags.rkey,
+            };
+            let wr = SendWr::new(
+                seq,
+                Opcode::Write,
+                Payload::inline(seq.to_le_bytes()),
+                Some(flag),
+            );
             self.v.post_send(c.qp, wr.signaled(false))?;
         }
         let mut s = self.stats.borrow_mut();

@@ -90,6 +90,7 @@ fn replay(
     opts.costs = ServerCosts {
         processing: Duration::from_millis(10),
         backlog_threshold: 64,
+        workers: 1,
     };
     let pair = DurablePair::new(seed, profile.clone(), config, opts);
     let mut client = pair.open().map_err(|e| e.to_string())?;
@@ -140,6 +141,7 @@ mod tests {
             batch: 1,
             load: super::super::Load::Light,
             heavy_processing: super::super::HEAVY_PROCESSING,
+            server_threads: super::super::SERVER_THREADS,
             flush,
             server_config: dmp(false),
             seed: 5,

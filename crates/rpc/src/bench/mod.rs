@@ -85,6 +85,14 @@ impl Load {
 /// 100 us for data processing, like DaRPC").
 pub const HEAVY_PROCESSING: Duration = Duration::from_micros(100);
 
+/// Server worker threads in the evaluation, for every design alike: the cores of seed
+/// 003's server ("two-socket Intel Xeon Gold 6230 2.10 GHz 20-core processors", §5.1).
+/// The paper does not say how many threads its RPC servers execute requests on; its
+/// durable server creates "a thread ... to handle the RPC requests" once one is logged
+/// (§4.2), so requests are processed concurrently there, and nothing in the paper gives
+/// the baselines fewer.
+pub const SERVER_THREADS: u32 = 40;
+
 /// One measured run: a design, a workload, senders, batch size, load.
 #[derive(Clone, Debug)]
 pub struct RunSpec {
@@ -102,6 +110,8 @@ pub struct RunSpec {
     pub load: Load,
     /// Processing time of a request under heavy load ([`HEAVY_PROCESSING`]).
     pub heavy_processing: Duration,
+    /// Server worker threads, the same for every design ([`crate::workers`]).
+    pub server_threads: u32,
     /// Flush form of a durable RPC (ignored for a baseline).
     pub flush: FlushForm,
     /// The server's configuration.
@@ -347,6 +357,7 @@ pub fn run_with<D: Deployment>(
         costs: ServerCosts {
             processing: spec.load.processing_with(spec.heavy_processing),
             backlog_threshold: 64,
+            workers: spec.server_threads,
         },
     };
     let dep = make(&setup);
@@ -619,6 +630,8 @@ pub struct BenchOptions {
     pub flush: FlushForm,
     /// Processing time of a heavy-load request (default [`HEAVY_PROCESSING`]).
     pub heavy_processing: Duration,
+    /// Server worker threads of every design (default [`SERVER_THREADS`]).
+    pub server_threads: u32,
     /// Scale of the paper's sizes in full mode: objects, operations and requests per
     /// sender are divided by it (1 = the paper's; ignored in quick mode).
     pub divisor: u64,
@@ -649,6 +662,7 @@ impl BenchOptions {
             durable: None,
             flush: FlushForm::Emulated,
             heavy_processing: HEAVY_PROCESSING,
+            server_threads: SERVER_THREADS,
             divisor: 1,
             progress: None,
         }
@@ -712,6 +726,7 @@ impl BenchOptions {
             batch: 1,
             load: Load::Light,
             heavy_processing: self.heavy_processing,
+            server_threads: self.server_threads,
             flush: self.flush,
             server_config: self.server_config,
             seed: self.seed,
@@ -843,6 +858,8 @@ pub struct Results {
     pub flush: String,
     /// Heavy-load processing time per request, ns.
     pub heavy_processing_ns: u64,
+    /// Server worker threads of every design.
+    pub server_threads: u32,
     /// §5.2.
     pub micro: Vec<RunResult>,
     /// §5.3.
@@ -950,6 +967,7 @@ pub fn run_all(o: &BenchOptions) -> Results {
         config: o.server_config.name(),
         flush: flush_name(o.flush).into(),
         heavy_processing_ns: o.heavy_processing.as_nanos(),
+        server_threads: o.server_threads,
         micro: micro(o),
         ycsb: ycsb(o),
         sizes: sizes(o),

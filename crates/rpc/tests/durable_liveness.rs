@@ -1,0 +1,200 @@
+//! Liveness of the durable RPCs: a client whose server's RPC threads died while its RNIC
+//! lives fails with a clear error within its reply time-out instead of waiting forever,
+//! and a server whose queue pair failed returns from `serve` with the reason.
+
+use remora_model::profile::LatencyProfile;
+use remora_model::time::{Duration, Instant};
+use remora_rpc::durable::{DurableClient, DurableOptions, DurablePair, DurableServer};
+use remora_rpc::harness::dmp;
+use remora_rpc::{Design, Op, RpcClient, RpcError};
+use remora_verbs::Verbs;
+use std::cell::RefCell;
+use std::future::{poll_fn, Future};
+use std::pin::pin;
+use std::rc::Rc;
+use std::task::Poll;
+
+const DESIGNS: [Design; 4] = [
+    Design::SFlushRpc,
+    Design::WFlushRpc,
+    Design::SRFlushRpc,
+    Design::WRFlushRpc,
+];
+
+/// `a` until `b` finishes: `Some(a's output)`, or `None` when `b` finished first.
+async fn until<T>(a: impl Future<Output = T>, b: impl Future<Output = ()>) -> Option<T> {
+    let (mut a, mut b) = (pin!(a), pin!(b));
+    poll_fn(|cx| {
+        if let Poll::Ready(x) = a.as_mut().poll(cx) {
+            return Poll::Ready(Some(x));
+        }
+        b.as_mut().poll(cx).map(|_| None)
+    })
+    .await
+}
+
+fn opts(design: Design) -> DurableOptions {
+    let mut o = DurableOptions::new(design);
+    o.capacity = 8;
+    o.objects = 4;
+    o.max_value = 64;
+    o.reply_timeout = Duration::from_millis(2);
+    o
+}
+
+/// Sets up a server and a connected client like `DurablePair::open`, without serving.
+fn connect(
+    pair: &DurablePair,
+) -> (
+    DurableServer<remora_sim::NodeHandle>,
+    DurableClient<remora_sim::NodeHandle>,
+) {
+    let server = DurableServer::create(pair.server.clone(), &pair.opts, None).unwrap();
+    let (s2, base) = (pair.server.clone(), server.conn_info().layout.base);
+    pair.sim
+        .block_on(
+            Instant::NEVER,
+            async move { s2.persist_local(base, 128).await },
+        )
+        .unwrap();
+    let mut client = DurableClient::create(pair.client.clone(), &pair.opts).unwrap();
+    pair.sim
+        .connect((&pair.client, client.qp()), (&pair.server, server.qp()))
+        .unwrap();
+    client.attach(server.conn_info()).unwrap();
+    (server, client)
+}
+
+#[test]
+fn a_client_whose_server_threads_died_fails_within_its_reply_timeout() {
+    for design in DESIGNS {
+        let pair = DurablePair::new(
+            3,
+            LatencyProfile::default_profile(),
+            dmp(false),
+            opts(design),
+        );
+        let (server, mut client) = connect(&pair);
+        // The server's threads serve for 100 µs, then die; its RNIC stays up.
+        let start = pair.sim.now();
+        let killed = Instant::from_nanos(start.as_nanos() + 100_000);
+        let node = pair.server.clone();
+        pair.sim.spawn_on(&pair.server, async move {
+            let _ = until(server.serve(), node.compute(Duration::from_micros(100))).await;
+        });
+        let c = pair.client.clone();
+        // Without the fix this never returns: every probe READ is answered.
+        let limit = Instant::from_nanos(start.as_nanos() + 1_000_000_000);
+        let (ok, err, at) = pair
+            .sim
+            .block_on(limit, async move {
+                let mut ok = 0u64;
+                for i in 0.. {
+                    let op = if i % 2 == 0 {
+                        Op::Put {
+                            key: i % 4,
+                            value: vec![i as u8; 32],
+                        }
+                    } else {
+                        Op::Get { key: (i - 1) % 4 }
+                    };
+                    match client.call(op).await {
+                        Ok(_) => ok += 1,
+                        Err(e) => return (ok, e, c.now()),
+                    }
+                }
+                unreachable!()
+            })
+            .unwrap_or_else(|| panic!("{design}: the client waited forever"));
+        assert!(
+            ok > 0,
+            "{design}: no call succeeded before the threads died"
+        );
+        assert!(
+            matches!(err, RpcError::ServerStalled(_)),
+            "{design}: {err:?}"
+        );
+        assert!(err.to_string().contains("no progress"), "{design}: {err}");
+        // Bounded: within the reply time-out (2 ms) plus a probe interval of the death.
+        let late = at.saturating_since(killed);
+        assert!(
+            late <= Duration::from_micros(2_100),
+            "{design}: failed {late} after"
+        );
+    }
+}
+
+#[test]
+fn serve_returns_with_the_reason_when_its_queue_pair_fails() {
+    for design in DESIGNS {
+        let pair = DurablePair::new(
+            4,
+            LatencyProfile::default_profile(),
+            dmp(false),
+            opts(design),
+        );
+        let (server, mut client) = connect(&pair);
+        let qp = server.qp();
+        let why: Rc<RefCell<Option<RpcError>>> = Rc::default();
+        let w = why.clone();
+        pair.sim.spawn_on(&pair.server, async move {
+            *w.borrow_mut() = Some(server.serve().await);
+        });
+        let done = pair.sim.block_on(Instant::NEVER, async move {
+            client
+                .call(Op::Put {
+                    key: 1,
+                    value: vec![7; 32],
+                })
+                .await
+                .unwrap();
+            client.call(Op::Get { key: 1 }).await.unwrap()
+        });
+        assert!(done.is_some(), "{design}");
+        assert!(why.borrow().is_none(), "{design}: serve returned early");
+        // The connection manager tears the connection down (the soft RNIC does this when
+        // the client's TCP connection closes).
+        pair.sim
+            .with_rnic(pair.server.id(), |r, now| r.destroy_qp(now, qp))
+            .unwrap();
+        pair.sim
+            .run_until(Instant::from_nanos(pair.sim.now().as_nanos() + 1_000_000));
+        let why = why.borrow_mut().take();
+        match why {
+            Some(RpcError::Connection(m)) => assert!(m.contains("WrFlushErr"), "{design}: {m}"),
+            other => panic!("{design}: serve did not return with the QP error: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn serve_returns_when_the_client_dies_while_a_reply_is_due() {
+    // The client's node loses power with a read queued behind 100 µs of processing: the
+    // server's reply is never acknowledged, its QP fails after the transport's retries,
+    // and `serve` returns instead of waiting for requests forever.
+    for design in DESIGNS {
+        let mut o = opts(design);
+        o.costs.processing = Duration::from_micros(100);
+        let pair = DurablePair::new(5, LatencyProfile::default_profile(), dmp(false), o);
+        let (server, mut client) = connect(&pair);
+        let why: Rc<RefCell<Option<RpcError>>> = Rc::default();
+        let w = why.clone();
+        pair.sim.spawn_on(&pair.server, async move {
+            *w.borrow_mut() = Some(server.serve().await);
+        });
+        pair.sim.spawn_on(&pair.client, async move {
+            let _ = client.call(Op::Get { key: 1 }).await;
+        });
+        pair.sim
+            .run_until(Instant::from_nanos(pair.sim.now().as_nanos() + 50_000));
+        pair.sim.crash_now(pair.client.id());
+        pair.sim.run_until(Instant::from_nanos(
+            pair.sim.now().as_nanos() + 10_000_000_000,
+        ));
+        let why = why.borrow_mut().take();
+        assert!(
+            matches!(why, Some(RpcError::Connection(_))),
+            "{design}: serve did not return: {why:?}"
+        );
+    }
+}
