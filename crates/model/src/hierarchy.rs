@@ -851,36 +851,34 @@ impl MemoryHierarchy {
         let line = addr / LINE * LINE;
         let off = (addr - line) as usize;
         assert!(off + bytes.len() <= LINE as usize, "record crosses a line");
-        let mut data = [0u8; LINE as usize];
-        data[off..off + bytes.len()].copy_from_slice(bytes);
         let seq = self.next_seq;
         self.next_seq += 1;
-        let r = Record {
+        if space == Space::Pm {
+            self.lines.entry(line).or_default().pending += 1;
+        }
+        let id = match self.free.pop() {
+            Some(id) => id,
+            None => {
+                self.records.push(None);
+                (self.records.len() - 1) as u32
+            }
+        };
+        // Built in its slot, bytes copied in last: no 100-byte record moved about.
+        let r = self.records[id as usize].insert(Record {
             seq,
             space,
             line,
             off: off as u8,
             len: bytes.len() as u8,
-            data,
+            data: [0u8; LINE as usize],
             t_arrive: arrive,
             t_visible: visible,
             t_wpq: Instant::NEVER,
             in_llc: false,
             in_media: false,
-        };
-        if space == Space::Pm {
-            self.lines.entry(line).or_default().pending += 1;
-        }
-        match self.free.pop() {
-            Some(id) => {
-                self.records[id as usize] = Some(r);
-                id
-            }
-            None => {
-                self.records.push(Some(r));
-                (self.records.len() - 1) as u32
-            }
-        }
+        });
+        r.data[off..off + bytes.len()].copy_from_slice(bytes);
+        id
     }
 
     /// The record sits dirty in the LLC from `t`; it is written back with its line's other

@@ -125,6 +125,13 @@ impl SparseMem {
 
     /// Writes `data` at `addr`.
     pub fn write(&mut self, addr: u64, data: &[u8]) {
+        let off = (addr & (PAGE_BYTES - 1)) as usize;
+        if off + data.len() <= PAGE_BYTES as usize {
+            // Within one page (every cache line): no loop.
+            let page = self.page_mut(addr >> PAGE_SHIFT, || Box::new([0u8; PAGE_BYTES as usize]));
+            page[off..off + data.len()].copy_from_slice(data);
+            return;
+        }
         let mut done = 0usize;
         while done < data.len() {
             let a = addr + done as u64;
@@ -155,6 +162,12 @@ impl SparseMem {
     /// Like [`write`](Self::write), but a page this memory does not hold yet starts as
     /// `base`'s copy of it (copy-on-write overlay).
     pub fn write_over(&mut self, addr: u64, data: &[u8], base: &dyn PmMedia) {
+        let off = (addr & (PAGE_BYTES - 1)) as usize;
+        if off + data.len() <= PAGE_BYTES as usize && self.last.0 == addr >> PAGE_SHIFT {
+            // The page written last (the common case): no loop, no lookup.
+            self.pages[self.last.1 as usize][off..off + data.len()].copy_from_slice(data);
+            return;
+        }
         let mut done = 0usize;
         while done < data.len() {
             let a = addr + done as u64;
