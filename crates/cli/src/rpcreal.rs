@@ -4,6 +4,7 @@
 //! moments, restarts them on the same pool (they recover from the redo log), reconnects
 //! the same client and checks every acknowledged Put.
 
+use crate::killloop::{life_ms, ServerProc};
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::rnic::PM_BASE;
@@ -13,11 +14,12 @@ use remora_rpc::durable::{DurableOptions, Fault};
 use remora_rpc::kv::{parse_object, KvLayout};
 use remora_rpc::real::{serve_durable, ClientSettings, RealClient, RealServeOptions};
 use remora_rpc::{Design, FlushForm, Op, RpcClient};
+use remora_sim::crashcheck;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 /// The four durable designs.
 pub const DURABLE: [Design; 4] = [
@@ -115,10 +117,7 @@ pub fn serve_options(
 /// Runs a durable-RPC server until SIGTERM or Ctrl-C. Its first output line is
 /// `listening on ADDR`, its second what start-up recovery did (`recovery: ...`).
 pub fn rpc_serve_blocking(args: &RpcServeArgs) -> Result<(), String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = crate::killloop::runtime()?;
     let local = tokio::task::LocalSet::new();
     let o = RealServeOptions {
         listen: args.listen.clone(),
@@ -195,10 +194,7 @@ pub fn rpc_against(
     batch: u32,
     profile: &LatencyProfile,
 ) -> Result<String, String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = crate::killloop::runtime()?;
     let local = tokio::task::LocalSet::new();
     let batch = batch.max(1);
     local.block_on(&rt, async {
@@ -410,11 +406,7 @@ pub struct RpcCrashReport {
 impl RpcCrashReport {
     /// Correct designs break no rule; negative controls must be caught.
     pub fn passed(&self) -> bool {
-        if self.wrong {
-            self.violations > 0
-        } else {
-            self.violations == 0
-        }
+        crashcheck::passed(self.wrong, self.violations)
     }
 }
 
@@ -430,78 +422,37 @@ fn journal_path(pool: &Path) -> PathBuf {
     pool.with_extension("journal")
 }
 
-struct RpcServerProc {
-    child: Option<Child>,
-    addr: String,
-    recovery: String,
-}
-
-impl RpcServerProc {
-    fn start(
-        exe: &Path,
-        pool: &Path,
-        t: &RpcTarget,
-        args: &RpcCrashArgs,
-    ) -> Result<RpcServerProc, String> {
-        let mut cmd = Command::new(exe);
-        cmd.args(["rpc-serve", "--listen", &args.server_listen, "--pool"])
-            .arg(pool)
-            .args(["--pool-bytes", &(4u64 << 20).to_string()])
-            .args(["--config", &t.config.name()])
-            .args(["--design", t.design.name(), "--form", "emulated"])
-            .args(["--capacity", &CAPACITY.to_string()])
-            .args(["--objects", &OBJECTS.to_string()])
-            .args(["--max-value", &MAX_VALUE.to_string()])
-            .args(["--profile", &args.profile_arg])
-            .args(["--processing-us", &args.processing_us.to_string()])
-            .arg("--execution-journal")
-            .arg(journal_path(pool));
-        if let Some(f) = t.fault {
-            cmd.args(["--fault", fault_name(f)]);
-        }
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
-        let mut out = BufReader::new(child.stdout.take().expect("piped"));
-        let mut line = String::new();
-        out.read_line(&mut line).map_err(|e| e.to_string())?;
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .ok_or_else(|| format!("rpc-serve did not start: {line:?}"))?
-            .to_string();
-        let mut recovery = String::new();
-        out.read_line(&mut recovery).map_err(|e| e.to_string())?;
-        if !recovery.starts_with("recovery: ") {
-            return Err(format!("rpc-serve said {recovery:?}, not its recovery"));
-        }
-        Ok(RpcServerProc {
-            child: Some(child),
-            addr,
-            recovery: recovery.trim().to_string(),
-        })
+/// Starts `remora rpc-serve` on `pool` for `t`; its second line says what start-up
+/// recovery did.
+fn start_server(
+    exe: &Path,
+    pool: &Path,
+    t: &RpcTarget,
+    args: &RpcCrashArgs,
+) -> Result<(ServerProc, String), String> {
+    let mut cmd = Command::new(exe);
+    cmd.args(["rpc-serve", "--listen", &args.server_listen, "--pool"])
+        .arg(pool)
+        .args(["--pool-bytes", &(4u64 << 20).to_string()])
+        .args(["--config", &t.config.name()])
+        .args(["--design", t.design.name(), "--form", "emulated"])
+        .args(["--capacity", &CAPACITY.to_string()])
+        .args(["--objects", &OBJECTS.to_string()])
+        .args(["--max-value", &MAX_VALUE.to_string()])
+        .args(["--profile", &args.profile_arg])
+        .args(["--processing-us", &args.processing_us.to_string()])
+        .arg("--execution-journal")
+        .arg(journal_path(pool));
+    if let Some(f) = t.fault {
+        cmd.args(["--fault", fault_name(f)]);
     }
-
-    fn kill_after(&mut self, ms: u64) -> std::thread::JoinHandle<bool> {
-        let mut child = self.child.take().expect("server running");
-        std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(ms));
-            let killed = child.kill().is_ok();
-            let _ = child.wait();
-            killed
-        })
+    let server = ServerProc::start(&mut cmd, exe, "rpc-serve", 1)?;
+    let recovery = &server.said[0];
+    if !recovery.starts_with("recovery: ") {
+        return Err(format!("rpc-serve said {recovery:?}, not its recovery"));
     }
-}
-
-impl Drop for RpcServerProc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+    let recovery = recovery.trim().to_string();
+    Ok((server, recovery))
 }
 
 /// The numbers in `recovery: watermark A before, N re-executed, ... torn: T`.
@@ -632,16 +583,13 @@ pub fn rpc_real_crash(
         violations: 0,
         example: None,
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = crate::killloop::runtime()?;
     let local = tokio::task::LocalSet::new();
     let mut h = History::default();
     let mut client: Option<RealClient> = None;
     for life in 0..=args.kills {
-        let mut server = RpcServerProc::start(exe, &pool, target, args)?;
-        let (reexecuted, torn) = parse_recovery(&server.recovery);
+        let (mut server, recovery) = start_server(exe, &pool, target, args)?;
+        let (reexecuted, torn) = parse_recovery(&recovery);
         report.reexecuted += reexecuted;
         let verdict = local.block_on(&rt, async {
             if let Some(t) = torn {
@@ -674,7 +622,7 @@ pub fn rpc_real_crash(
                 return Ok((None, false));
             }
             // Issue until the server dies; the kill lands at a random moment.
-            let killer = server.kill_after(rng.range_inclusive(1, args.max_life_ms.max(1)));
+            let killer = server.kill_after(life_ms(&mut rng, args.max_life_ms));
             let mut verdict = None;
             for _ in 0..MAX_OPS_PER_LIFE {
                 let op = op_of(h.next, OBJECTS, MAX_VALUE);
@@ -707,7 +655,7 @@ pub fn rpc_real_crash(
                     }
                 }
             }
-            let killed = killer.join().unwrap_or(false);
+            let killed = killer.join();
             Ok::<_, String>((verdict, killed))
         })?;
         let (verdict, killed) = verdict;
@@ -732,17 +680,13 @@ pub fn rpc_real_crash(
 pub fn rpc_crash_table(rs: &[RpcCrashReport]) -> String {
     let mut s = String::from("| target | kind | SIGKILLs | acked Puts | re-executed | violations | result |\n|---|---|---|---|---|---|---|\n");
     for r in rs {
-        let kind = if r.wrong {
-            "negative control"
-        } else {
-            "correct design"
-        };
-        let result = match (r.wrong, r.passed()) {
-            (false, true) => "pass".to_string(),
-            (true, true) => format!("caught: {}", r.example.as_deref().unwrap_or("")),
-            (true, false) => "**not caught**".to_string(),
-            (false, false) => format!("**FAIL** {}", r.example.as_deref().unwrap_or("")),
-        };
+        let kind = crashcheck::kind_cell(r.wrong, "correct design");
+        let result = crashcheck::result_cell(
+            r.wrong,
+            r.violations,
+            r.example.as_deref(),
+            "**not caught**",
+        );
         let _ = writeln!(
             s,
             "| {} | {kind} | {} | {} | {} | {} | {result} |",
