@@ -209,6 +209,10 @@ enum Cmd {
         /// Injected processing time per request, µs (seed 003 §5.2's heavy load: 100).
         #[arg(long, default_value_t = 0)]
         processing_us: u64,
+        /// Clients served at once, each with its own redo log in the pool (client node ids
+        /// 1..=N; a reconnecting client gets its own log back).
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+        connections: u32,
         /// Latency profile of the model: a built-in name or a TOML file.
         #[arg(long, value_name = "NAME|PATH", default_value = "default")]
         profile: String,
@@ -716,6 +720,7 @@ fn run(cli: Cli) -> Result<(), String> {
             objects,
             max_value,
             processing_us,
+            connections,
             profile,
             fault,
             execution_journal,
@@ -735,6 +740,7 @@ fn run(cli: Cli) -> Result<(), String> {
                     processing_us,
                     fault,
                 ),
+                connections,
                 journal: execution_journal,
             };
             rpcreal::rpc_serve_blocking(&args)?;

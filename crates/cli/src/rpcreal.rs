@@ -10,7 +10,7 @@ use remora_model::profile::LatencyProfile;
 use remora_model::rnic::PM_BASE;
 use remora_model::time::Duration;
 use remora_model::ServerConfig;
-use remora_rpc::durable::{DurableOptions, Fault};
+use remora_rpc::durable::{ConnInfo, DurableOptions, Fault, RecoveryReport};
 use remora_rpc::kv::{parse_object, KvLayout};
 use remora_rpc::real::{serve_durable, ClientSettings, RealClient, RealServeOptions};
 use remora_rpc::{Design, FlushForm, Op, RpcClient};
@@ -87,8 +87,10 @@ pub struct RpcServeArgs {
     pub config: ServerConfig,
     /// Latency profile.
     pub profile: LatencyProfile,
-    /// The connection's options.
+    /// The connections' options.
     pub opts: DurableOptions,
+    /// Connections served at once, each with its own redo log in the pool.
+    pub connections: u32,
     /// Execution journal (for checkers), if any.
     pub journal: Option<PathBuf>,
 }
@@ -126,6 +128,7 @@ pub fn rpc_serve_blocking(args: &RpcServeArgs) -> Result<(), String> {
         config: args.config,
         profile: args.profile.clone(),
         opts: args.opts.clone(),
+        connections: args.connections,
         journal: args.journal.clone(),
     };
     let (design, form, config) = (args.opts.design, args.opts.flush.form, args.config);
@@ -133,24 +136,21 @@ pub fn rpc_serve_blocking(args: &RpcServeArgs) -> Result<(), String> {
         .block_on(
             &rt,
             serve_durable(o, |s| {
-                let r = &s.recovery;
                 let mut o = std::io::stdout().lock();
                 let _ = writeln!(o, "listening on {}", s.addr);
+                let _ = writeln!(o, "{}", recovery_line(&s.logs));
                 let _ = writeln!(
                     o,
-                    "recovery: watermark {} before, {} re-executed, watermark {} after, {} stale operators cleared, torn: {}",
-                    r.processed_before,
-                    r.reexecuted,
-                    r.processed,
-                    r.truncated,
-                    r.torn.as_deref().unwrap_or("none")
-                );
-                let _ = writeln!(
-                    o,
-                    "pool {}: {}; {design} ({form:?} Flush) on {config}; log at {:#x} ({} entries), {} objects at {:#x}",
+                    "pool {}: {}; {design} ({form:?} Flush) on {config}; {} connections (client nodes 1..={}), logs at {} ({} entries each), {} objects at {:#x}",
                     args.pool.display(),
                     if s.created { "created" } else { "reopened" },
-                    s.info.layout.base,
+                    s.logs.len(),
+                    s.logs.len(),
+                    s.logs
+                        .iter()
+                        .map(|(i, _)| format!("{:#x}", i.layout.base))
+                        .collect::<Vec<_>>()
+                        .join("/"),
                     s.info.layout.capacity,
                     s.kv.objects,
                     s.kv.base
@@ -159,6 +159,34 @@ pub fn rpc_serve_blocking(args: &RpcServeArgs) -> Result<(), String> {
             }),
         )
         .map_err(|e| e.to_string())
+}
+
+/// `rpc-serve`'s second line: what start-up recovery did to every connection's log,
+/// watermarks per connection (in node-id order) and the rest summed, e.g. `recovery:
+/// watermark 3/0 before, 2 re-executed, watermark 5/0 after, 0 stale operators cleared,
+/// torn: none` (the crash loop reads it, [`parse_recovery`]).
+pub fn recovery_line(logs: &[(ConnInfo, RecoveryReport)]) -> String {
+    let marks = |f: &dyn Fn(&RecoveryReport) -> u64| {
+        logs.iter()
+            .map(|(_, r)| f(r).to_string())
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    let torn: Vec<String> = logs
+        .iter()
+        .filter_map(|(i, r)| {
+            let t = r.torn.as_ref()?;
+            Some(format!("log at {:#x}: {t}", i.layout.base))
+        })
+        .collect();
+    format!(
+        "recovery: watermark {} before, {} re-executed, watermark {} after, {} stale operators cleared, torn: {}",
+        marks(&|r| r.processed_before),
+        logs.iter().map(|(_, r)| r.reexecuted).sum::<u64>(),
+        marks(&|r| r.processed),
+        logs.iter().map(|(_, r)| r.truncated).sum::<u64>(),
+        if torn.is_empty() { "none".to_string() } else { torn.join("; ") }
+    )
 }
 
 #[allow(clippy::disallowed_methods)] // wall-clock latency of real calls

@@ -57,6 +57,7 @@ fn start(
             config,
             profile: LatencyProfile::default_profile(),
             opts,
+            connections: 1,
             journal: None,
         };
         let tx2 = tx.clone();
