@@ -74,26 +74,8 @@ pub fn parse_fault(s: &str) -> Result<Fault, String> {
     .ok_or_else(|| format!("unknown fault {s:?}"))
 }
 
-/// Settings of `remora rpc-serve`.
-#[derive(Clone, Debug)]
-pub struct RpcServeArgs {
-    /// Listen address.
-    pub listen: String,
-    /// Pool file.
-    pub pool: PathBuf,
-    /// Pool size in bytes.
-    pub pool_bytes: u64,
-    /// Server configuration.
-    pub config: ServerConfig,
-    /// Latency profile.
-    pub profile: LatencyProfile,
-    /// The connections' options.
-    pub opts: DurableOptions,
-    /// Connections served at once, each with its own redo log in the pool.
-    pub connections: u32,
-    /// Execution journal (for checkers), if any.
-    pub journal: Option<PathBuf>,
-}
+/// Settings of `remora rpc-serve`: the server's own options.
+pub type RpcServeArgs = RealServeOptions;
 
 /// The connection options of `rpc-serve`'s flags.
 pub fn serve_options(
@@ -121,16 +103,7 @@ pub fn serve_options(
 pub fn rpc_serve_blocking(args: &RpcServeArgs) -> Result<(), String> {
     let rt = crate::killloop::runtime()?;
     let local = tokio::task::LocalSet::new();
-    let o = RealServeOptions {
-        listen: args.listen.clone(),
-        pool: args.pool.clone(),
-        pool_bytes: args.pool_bytes,
-        config: args.config,
-        profile: args.profile.clone(),
-        opts: args.opts.clone(),
-        connections: args.connections,
-        journal: args.journal.clone(),
-    };
+    let o = args.clone();
     let (design, form, config) = (args.opts.design, args.opts.flush.form, args.config);
     local
         .block_on(
