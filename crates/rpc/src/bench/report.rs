@@ -172,6 +172,33 @@ fn recovery_baselines(rs: &[RecoveryResult]) -> String {
     })
 }
 
+/// Opens a hand-written section of the results page: [`keep_hand_written`] carries it
+/// over when the page is regenerated.
+pub const HAND_WRITTEN_BEGIN: &str = "<!-- hand-written -->";
+/// Closes a hand-written section.
+pub const HAND_WRITTEN_END: &str = "<!-- /hand-written -->";
+
+/// `new` (a freshly generated page) followed by every hand-written section of `old` (the
+/// page it replaces), markers included and in order, so explanations written by hand
+/// survive regeneration. An unclosed section runs to the end of `old`.
+pub fn keep_hand_written(old: &str, new: &str) -> String {
+    let mut out = new.to_string();
+    let mut rest = old;
+    while let Some(i) = rest.find(HAND_WRITTEN_BEGIN) {
+        let section = &rest[i..];
+        let end = section
+            .find(HAND_WRITTEN_END)
+            .map_or(section.len(), |j| j + HAND_WRITTEN_END.len());
+        if !out.ends_with("\n\n") {
+            out.push_str(if out.ends_with('\n') { "\n" } else { "\n\n" });
+        }
+        out.push_str(section[..end].trim_end_matches('\n'));
+        out.push('\n');
+        rest = &section[end..];
+    }
+    out
+}
+
 /// The results page.
 pub fn markdown(rs: &Results) -> String {
     let mut s = String::new();
@@ -683,10 +710,10 @@ fn senders_note(rs: &Results) -> Option<String> {
         "- Concurrent senders (Figure 17): from 1 to {most} senders the baselines' mean latency \
          grows {:.2}× to {:.2}×, the durable RPCs' {:.2}× to {:.2}×. The paper reports the \
          opposite trend (baselines \"increases sightly\", durable RPCs \"remain stable\", \
-         §5.5); the model does not reproduce it, and this page does not yet explain why (a \
-         durable Put is written to PM twice, log and object, against once for a baseline, \
-         and an emulated flush READ waits for every earlier inbound DMA of the node; neither \
-         is measured apart here).\n",
+         §5.5); the model does not reproduce it. The hand-written section at the end of the \
+         page measures why: a durable Put writes its value to PM twice (redo-log entry, then \
+         object) and the durable designs run into the PM's write bandwidth; an emulated Flush \
+         READ also waits for every earlier inbound DMA of the node.\n",
         b.0, b.1, d.0, d.1
     ))
 }
@@ -1142,6 +1169,25 @@ mod tests {
             total_s: total,
             failure_free_s: 2.0,
         }
+    }
+
+    #[test]
+    fn hand_written_sections_survive_regeneration() {
+        let old = format!(
+            "# page\nold table\n\n{HAND_WRITTEN_BEGIN}\n## Why\nbecause\n{HAND_WRITTEN_END}\n\
+             generated tail\n{HAND_WRITTEN_BEGIN}\nmore"
+        );
+        let new = keep_hand_written(&old, "# page\nnew table\n");
+        assert_eq!(
+            new,
+            format!(
+                "# page\nnew table\n\n{HAND_WRITTEN_BEGIN}\n## Why\nbecause\n{HAND_WRITTEN_END}\n\n\
+                 {HAND_WRITTEN_BEGIN}\nmore\n"
+            )
+        );
+        // Regenerating again changes nothing, and a page without sections is kept as is.
+        assert_eq!(keep_hand_written(&new, "# page\nnew table\n"), new);
+        assert_eq!(keep_hand_written("# old\n", "# new\n"), "# new\n");
     }
 
     /// The recovery tables of `rpc.md`, byte for byte (they share one writer).
