@@ -175,3 +175,49 @@ pub fn run_all<T, R>(
     }
     Ok(reports)
 }
+
+/// A Markdown table of crash-loop reports: the `header` cells, one row of cells per
+/// report, then a blank line and `summary`.
+pub fn table(
+    header: &[&str],
+    rows: impl IntoIterator<Item = Vec<String>>,
+    summary: &str,
+) -> String {
+    let line = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
+    let mut s = line(&header.iter().map(|h| h.to_string()).collect::<Vec<_>>());
+    s.push('|');
+    s.push_str(&"---|".repeat(header.len()));
+    s.push('\n');
+    for r in rows {
+        s.push_str(&line(&r));
+    }
+    s.push('\n');
+    s.push_str(summary);
+    s.push('\n');
+    s
+}
+
+/// The `result` cell of a real loop: `pass`, `caught: ...`, `**not caught**` or
+/// `**FAIL** ...`.
+pub fn result_cell(wrong: bool, violations: u64, example: Option<&str>) -> String {
+    remora_sim::crashcheck::result_cell(wrong, violations, example, "**not caught**")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tables_are_markdown_with_a_summary() {
+        let t = super::table(
+            &["target", "result"],
+            [
+                vec!["a".into(), "pass".into()],
+                vec!["b".into(), "**not caught**".into()],
+            ],
+            "2 targets",
+        );
+        assert_eq!(
+            t,
+            "| target | result |\n|---|---|\n| a | pass |\n| b | **not caught** |\n\n2 targets\n"
+        );
+    }
+}

@@ -3,7 +3,7 @@
 //! which SIGKILLs a server process at random moments and checks that no acknowledged
 //! append was lost.
 
-use crate::killloop::{life_ms, runtime, server_command, ServerProc};
+use crate::killloop::{self, life_ms, runtime, server_command, ServerProc};
 use remora::{Method, Primitive, ServerSetup, Shape, Update};
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
@@ -376,27 +376,31 @@ pub fn real_crash(
 
 /// The reports as Markdown.
 pub fn real_table_crash(rs: &[RealCrashReport]) -> String {
-    let mut s = String::from("| target | method | kind | SIGKILLs | acked appends | violations | result |\n|---|---|---|---|---|---|---|\n");
-    for r in rs {
-        let kind = crashcheck::kind_cell(r.wrong, "correct method");
-        let result = crashcheck::result_cell(
-            r.wrong,
-            r.violations,
-            r.example.as_deref(),
-            "**not caught**",
-        );
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {} | {} | {} |",
-            r.name, r.method, kind, r.kills, r.acked, r.violations, result
-        );
-    }
-    let _ = writeln!(
-        s,
-        "\n{} targets, {} SIGKILLs, {} acknowledged appends checked",
+    let header = [
+        "target",
+        "method",
+        "kind",
+        "SIGKILLs",
+        "acked appends",
+        "violations",
+        "result",
+    ];
+    let rows = rs.iter().map(|r| {
+        vec![
+            r.name.clone(),
+            r.method.clone(),
+            crashcheck::kind_cell(r.wrong, "correct method").to_string(),
+            r.kills.to_string(),
+            r.acked.to_string(),
+            r.violations.to_string(),
+            killloop::result_cell(r.wrong, r.violations, r.example.as_deref()),
+        ]
+    });
+    let summary = format!(
+        "{} targets, {} SIGKILLs, {} acknowledged appends checked",
         rs.len(),
         rs.iter().map(|r| r.kills).sum::<u64>(),
         rs.iter().map(|r| r.acked).sum::<u64>()
     );
-    s
+    killloop::table(&header, rows, &summary)
 }

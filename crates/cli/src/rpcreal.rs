@@ -4,7 +4,7 @@
 //! moments, restarts them on the same pool (they recover from the redo log), reconnects
 //! the same client and checks every acknowledged Put.
 
-use crate::killloop::{life_ms, ServerProc};
+use crate::killloop::{self, life_ms, ServerProc};
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::rnic::PM_BASE;
@@ -679,30 +679,34 @@ pub fn rpc_real_crash(
 
 /// The reports as Markdown.
 pub fn rpc_crash_table(rs: &[RpcCrashReport]) -> String {
-    let mut s = String::from("| target | kind | SIGKILLs | acked Puts | re-executed | violations | result |\n|---|---|---|---|---|---|---|\n");
-    for r in rs {
-        let kind = crashcheck::kind_cell(r.wrong, "correct design");
-        let result = crashcheck::result_cell(
-            r.wrong,
-            r.violations,
-            r.example.as_deref(),
-            "**not caught**",
-        );
-        let _ = writeln!(
-            s,
-            "| {} | {kind} | {} | {} | {} | {} | {result} |",
-            r.name, r.kills, r.acked, r.reexecuted, r.violations
-        );
-    }
-    let _ = writeln!(
-        s,
-        "\n{} targets, {} SIGKILLs, {} acknowledged Puts checked, {} requests re-executed from redo logs",
+    let header = [
+        "target",
+        "kind",
+        "SIGKILLs",
+        "acked Puts",
+        "re-executed",
+        "violations",
+        "result",
+    ];
+    let rows = rs.iter().map(|r| {
+        vec![
+            r.name.clone(),
+            crashcheck::kind_cell(r.wrong, "correct design").to_string(),
+            r.kills.to_string(),
+            r.acked.to_string(),
+            r.reexecuted.to_string(),
+            r.violations.to_string(),
+            killloop::result_cell(r.wrong, r.violations, r.example.as_deref()),
+        ]
+    });
+    let summary = format!(
+        "{} targets, {} SIGKILLs, {} acknowledged Puts checked, {} requests re-executed from redo logs",
         rs.len(),
         rs.iter().map(|r| r.kills).sum::<u64>(),
         rs.iter().map(|r| r.acked).sum::<u64>(),
         rs.iter().map(|r| r.reexecuted).sum::<u64>()
     );
-    s
+    killloop::table(&header, rows, &summary)
 }
 
 #[cfg(test)]
