@@ -14,10 +14,13 @@
 //! - [`real`]: the soft RNIC: `serve`, RemoteLog against a server, the real SIGKILL loop.
 //! - [`rpcreal`]: seed 003's durable RPCs on the soft RNIC: `rpc-serve`, `rpc`, and their
 //!   real SIGKILL loop (`rpc-crashcheck`).
+//! - [`killloop`]: what both real SIGKILL loops share: server processes, timed kills,
+//!   scratch directories, target selection.
 
 pub mod bench;
 pub mod configs;
 pub mod demo;
+pub mod killloop;
 pub mod paper;
 pub mod profiles;
 pub mod real;

@@ -3,7 +3,7 @@
 
 use clap::{Parser, Subcommand};
 use remora::Update;
-use remora_cli::{bench, configs, demo, paper, profiles, real, rpcreal};
+use remora_cli::{bench, configs, demo, killloop, paper, profiles, real, rpcreal};
 use remora_model::ServerConfig;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -209,6 +209,10 @@ enum Cmd {
         /// Injected processing time per request, µs (seed 003 §5.2's heavy load: 100).
         #[arg(long, default_value_t = 0)]
         processing_us: u64,
+        /// Clients served at once, each with its own redo log in the pool (client node ids
+        /// 1..=N; a reconnecting client gets its own log back).
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+        connections: u32,
         /// Latency profile of the model: a built-in name or a TOML file.
         #[arg(long, value_name = "NAME|PATH", default_value = "default")]
         profile: String,
@@ -636,38 +640,34 @@ fn run(cli: Cli) -> Result<(), String> {
             ..
         } => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-            let dir =
-                std::env::temp_dir().join(format!("remora-crashcheck-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            let scratch = killloop::Scratch::new("remora-crashcheck")?;
             let args = real::RealCrashArgs {
                 kills,
                 max_life_ms,
                 seed,
-                dir: dir.clone(),
+                dir: scratch.dir.clone(),
                 profile: profiles::load(&profile)?,
                 profile_arg: profile.clone(),
                 server_prefix: server_prefix.split_whitespace().map(String::from).collect(),
                 server_listen,
             };
             let mut targets = real::real_targets(true);
-            match targets_sel.as_str() {
-                "all" => {}
-                "correct" => targets.retain(|t| !t.wrong),
-                "negative" => targets.retain(|t| t.wrong),
-                other => return Err(format!("--targets {other:?}: correct, negative or all")),
-            }
-            if let Some(f) = &only {
-                targets.retain(|t| t.name.contains(f.as_str()));
-            }
+            killloop::select(
+                &mut targets,
+                &targets_sel,
+                only.as_deref(),
+                |t| t.wrong,
+                |t| &t.name,
+            )?;
             let bar = progress_bar("targets");
             bar.set_length(targets.len() as u64);
-            let mut reports = Vec::new();
-            for (i, t) in targets.iter().enumerate() {
-                reports.push(real::real_crash(t, &args, &exe, i as u64)?);
-                bar.set_position(i as u64 + 1);
-            }
+            let reports = killloop::run_all(
+                &targets,
+                &|done, _| bar.set_position(done as u64),
+                |t, i| real::real_crash(t, &args, &exe, i),
+            )?;
             bar.finish_and_clear();
-            let _ = std::fs::remove_dir_all(&dir);
+            drop(scratch);
             print!("{}", real::real_table_crash(&reports));
             let failed = reports.iter().filter(|r| !r.passed()).count();
             if failed > 0 {
@@ -720,6 +720,7 @@ fn run(cli: Cli) -> Result<(), String> {
             objects,
             max_value,
             processing_us,
+            connections,
             profile,
             fault,
             execution_journal,
@@ -739,6 +740,7 @@ fn run(cli: Cli) -> Result<(), String> {
                     processing_us,
                     fault,
                 ),
+                connections,
                 journal: execution_journal,
             };
             rpcreal::rpc_serve_blocking(&args)?;
@@ -764,48 +766,40 @@ fn run(cli: Cli) -> Result<(), String> {
             processing_us,
         } => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-            let dir =
-                std::env::temp_dir().join(format!("remora-rpc-crashcheck-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            let scratch = killloop::Scratch::new("remora-rpc-crashcheck")?;
             let args = rpcreal::RpcCrashArgs {
                 kills,
                 max_life_ms,
                 seed,
-                dir: dir.clone(),
+                dir: scratch.dir.clone(),
                 profile: profiles::load(&profile)?,
                 profile_arg: profile.clone(),
                 server_listen,
                 processing_us,
             };
             let mut targets = rpcreal::rpc_targets(true);
-            match sel.as_str() {
-                "all" => {}
-                "correct" => targets.retain(|t| !t.wrong()),
-                "negative" => targets.retain(|t| t.wrong()),
-                other => return Err(format!("--targets {other:?}: correct, negative or all")),
-            }
-            if let Some(f) = &only {
-                targets.retain(|t| t.name.contains(f.as_str()));
-            }
+            killloop::select(
+                &mut targets,
+                &sel,
+                only.as_deref(),
+                |t| t.wrong(),
+                |t| &t.name,
+            )?;
             if targets.is_empty() {
                 return Err("no target matches".into());
             }
             let bar = progress_bar("targets");
             bar.set_length(targets.len() as u64);
-            let mut reports = Vec::new();
-            for (i, t) in targets.iter().enumerate() {
-                let r = rpcreal::rpc_real_crash(t, &args, &exe, i as u64);
-                match r {
-                    Ok(r) => reports.push(r),
-                    Err(e) => {
-                        let _ = std::fs::remove_dir_all(&dir);
-                        return Err(format!("{}: {e}", t.name));
-                    }
-                }
-                bar.set_position(i as u64 + 1);
-            }
+            let reports = killloop::run_all(
+                &targets,
+                &|done, _| bar.set_position(done as u64),
+                |t, i| {
+                    rpcreal::rpc_real_crash(t, &args, &exe, i)
+                        .map_err(|e| format!("{}: {e}", t.name))
+                },
+            )?;
             bar.finish_and_clear();
-            let _ = std::fs::remove_dir_all(&dir);
+            drop(scratch);
             print!("{}", rpcreal::rpc_crash_table(&reports));
             let failed = reports.iter().filter(|r| !r.passed()).count();
             if failed > 0 {

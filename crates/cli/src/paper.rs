@@ -144,19 +144,13 @@ pub fn crashcheck(
 pub fn crashcheck_table(rs: &[CheckReport]) -> String {
     let mut s = String::from("| target | method | kind | crash points | violations | result |\n|---|---|---|---|---|---|\n");
     for r in rs {
-        let kind = if r.wrong {
-            "negative control"
-        } else {
-            "correct method"
-        };
-        let result = match (r.wrong, r.passed()) {
-            (false, true) => "pass".to_string(),
-            (true, true) => format!("caught: {}", r.example.as_deref().unwrap_or("")),
-            (_, false) => format!(
-                "**FAIL** {}",
-                r.example.as_deref().unwrap_or("wrong method not caught")
-            ),
-        };
+        let kind = remora_sim::crashcheck::kind_cell(r.wrong, "correct method");
+        let result = remora_sim::crashcheck::result_cell(
+            r.wrong,
+            r.violations,
+            r.example.as_deref(),
+            "**FAIL** wrong method not caught",
+        );
         let _ = writeln!(
             s,
             "| {} | {} | {} | {} | {} | {} |",

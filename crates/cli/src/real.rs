@@ -3,18 +3,19 @@
 //! which SIGKILLs a server process at random moments and checks that no acknowledged
 //! append was lost.
 
+use crate::killloop::{self, life_ms, runtime, server_command, ServerProc};
 use remora::{Method, Primitive, ServerSetup, Shape, Update};
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::ServerConfig;
-use remora_remotelog::check::{negative_controls, Target};
-use remora_remotelog::log::{is_record, read_records, recover, LogClient, LogShape, RECORDS_OFF};
+use remora_remotelog::check::{log_violation, negative_controls, LogViolation, Target};
+use remora_remotelog::log::{read_records, recover, LogClient, LogShape, RECORDS_OFF};
+use remora_sim::crashcheck;
 use remora_soft::server::{serve, ServeOptions};
 use remora_verbs::FlushMethod;
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 
 /// Settings of `remora serve`.
 #[derive(Clone, Debug)]
@@ -58,10 +59,7 @@ pub fn platform_persistence_domains() -> Vec<(String, String)> {
 
 /// Runs a server until SIGTERM or Ctrl-C. Its first output line is `listening on ADDR`.
 pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = crate::killloop::runtime()?;
     let local = tokio::task::LocalSet::new();
     let opts = ServeOptions {
         listen: args.listen.clone(),
@@ -130,10 +128,7 @@ pub fn remotelog_against(
     appends: u64,
     profile: &LatencyProfile,
 ) -> Result<(ServerConfig, Vec<RealRow>), String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = crate::killloop::runtime()?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async {
         let mut rows = Vec::new();
@@ -180,86 +175,29 @@ pub fn real_table(config: &ServerConfig, rows: &[RealRow]) -> String {
     s
 }
 
-/// A server child process on a pool file.
-struct ServerProc {
-    child: Option<Child>,
-    addr: String,
-}
-
-impl ServerProc {
-    /// Starts `remora serve` on `pool`, through `args.server_prefix`, listening on
-    /// `args.server_listen`.
-    fn start(
-        exe: &Path,
-        pool: &Path,
-        config: &ServerConfig,
-        region: u64,
-        pool_bytes: u64,
-        args: &RealCrashArgs,
-    ) -> Result<ServerProc, String> {
-        let (profile, prefix, listen) = (
-            args.profile_arg.as_str(),
-            args.server_prefix.as_slice(),
-            args.server_listen.as_str(),
-        );
-        let mut cmd = match prefix.split_first() {
-            Some((first, rest)) => {
-                let mut c = Command::new(first);
-                c.args(rest).arg(exe);
-                c
-            }
-            None => Command::new(exe),
-        };
-        let mut child = cmd
-            .args(["serve", "--listen", listen, "--pool"])
-            .arg(pool)
-            .args(["--profile", profile])
-            .args([
-                "--config",
-                &config.name(),
-                "--region-bytes",
-                &region.to_string(),
-                "--pool-bytes",
-                &pool_bytes.to_string(),
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("piped"))
-            .read_line(&mut line)
-            .map_err(|e| e.to_string())?;
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .ok_or_else(|| format!("server did not start: {line:?}"))?
-            .to_string();
-        Ok(ServerProc {
-            child: Some(child),
-            addr,
-        })
-    }
-
-    /// SIGKILLs the server after `ms` milliseconds, from a thread of its own: like a power
-    /// cut, the kill does not wait for the client to be at a convenient point.
-    fn kill_after(&mut self, ms: u64) -> std::thread::JoinHandle<()> {
-        let mut child = self.child.take().expect("server running");
-        std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(ms));
-            let _ = child.kill();
-            let _ = child.wait();
-        })
-    }
-}
-
-impl Drop for ServerProc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+/// Starts `remora serve` on `pool`, through `args.server_prefix`, listening on
+/// `args.server_listen`.
+fn start_server(
+    exe: &Path,
+    pool: &Path,
+    config: &ServerConfig,
+    region: u64,
+    pool_bytes: u64,
+    args: &RealCrashArgs,
+) -> Result<ServerProc, String> {
+    let mut cmd = server_command(exe, &args.server_prefix);
+    cmd.args(["serve", "--listen", &args.server_listen, "--pool"])
+        .arg(pool)
+        .args(["--profile", &args.profile_arg])
+        .args([
+            "--config",
+            &config.name(),
+            "--region-bytes",
+            &region.to_string(),
+            "--pool-bytes",
+            &pool_bytes.to_string(),
+        ]);
+    ServerProc::start(&mut cmd, exe, "server", 0)
 }
 
 /// What the real crash loop found for one target.
@@ -284,11 +222,7 @@ pub struct RealCrashReport {
 impl RealCrashReport {
     /// Correct methods lose nothing; negative controls must be caught.
     pub fn passed(&self) -> bool {
-        if self.wrong {
-            self.violations > 0
-        } else {
-            self.violations == 0
-        }
+        crashcheck::passed(self.wrong, self.violations)
     }
 }
 
@@ -366,12 +300,9 @@ pub fn real_crash(
         example: None,
     };
     let mut acked: Vec<u64> = Vec::new();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = runtime()?;
     for life in 0..=args.kills {
-        let mut server = ServerProc::start(exe, &pool, &target.config, region, pool_bytes, args)?;
+        let mut server = start_server(exe, &pool, &target.config, region, pool_bytes, args)?;
         let local = tokio::task::LocalSet::new();
         let (verdict, next_acked, killed) = local.block_on(&rt, async {
             let (_node, _cfg, mut client) =
@@ -393,42 +324,23 @@ pub fn real_crash(
                 .map_err(|e| e.to_string())?;
             let read = |off: u64, len: u64| image[off as usize..(off + len) as usize].to_vec();
             let rec = recover(read, &shape, target.update);
-            let mut verdict = None;
-            for &i in &acked {
-                if !is_record(
-                    &image[shape.slot(i) as usize..(shape.slot(i) + 64) as usize],
-                    i,
-                ) {
-                    verdict = Some(format!("life {life}: acknowledged append {i} lost"));
-                    break;
-                }
-                if i >= rec.tail {
-                    verdict = Some(format!(
+            let verdict =
+                log_violation(&read, &shape, target.update, &rec, &acked).map(|v| match v {
+                    LogViolation::Lost(i) => format!("life {life}: acknowledged append {i} lost"),
+                    LogViolation::BeyondTail(i) => format!(
                         "life {life}: acknowledged append {i} beyond recovered tail {}",
                         rec.tail
-                    ));
-                    break;
-                }
-            }
-            if verdict.is_none() && target.update == Update::Compound {
-                for j in rec.head..rec.tail_pointer.min(rec.head + shape.capacity) {
-                    if !is_record(
-                        &image[shape.slot(j) as usize..(shape.slot(j) + 64) as usize],
-                        j,
-                    ) {
-                        verdict = Some(format!(
-                            "life {life}: tail pointer {} points past lost record {j}",
-                            rec.tail_pointer
-                        ));
-                        break;
-                    }
-                }
-            }
+                    ),
+                    LogViolation::PastLost(j) => format!(
+                        "life {life}: tail pointer {} points past lost record {j}",
+                        rec.tail_pointer
+                    ),
+                });
             if life == args.kills {
                 return Ok::<_, String>((verdict, Vec::new(), false));
             }
             // Append until the server dies; the kill lands at a random moment.
-            let life_ms = rng.range_inclusive(1, args.max_life_ms.max(1));
+            let life_ms = life_ms(&mut rng, args.max_life_ms);
             let next = rec.tail.max(acked.last().map_or(0, |i| i + 1));
             let mut log = LogClient::resume(client, shape, target.update, next, rec.head);
             let mut now_acked = Vec::new();
@@ -440,7 +352,7 @@ pub fn real_crash(
                     Err(_) => break,
                 }
             }
-            let killed = killer.join().is_ok();
+            let killed = killer.join();
             Ok((verdict, now_acked, killed))
         })?;
         if let Some(v) = verdict {
@@ -464,31 +376,31 @@ pub fn real_crash(
 
 /// The reports as Markdown.
 pub fn real_table_crash(rs: &[RealCrashReport]) -> String {
-    let mut s = String::from("| target | method | kind | SIGKILLs | acked appends | violations | result |\n|---|---|---|---|---|---|---|\n");
-    for r in rs {
-        let kind = if r.wrong {
-            "negative control"
-        } else {
-            "correct method"
-        };
-        let result = match (r.wrong, r.passed()) {
-            (false, true) => "pass".to_string(),
-            (true, true) => format!("caught: {}", r.example.as_deref().unwrap_or("")),
-            (true, false) => "**not caught**".to_string(),
-            (false, false) => format!("**FAIL** {}", r.example.as_deref().unwrap_or("")),
-        };
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {} | {} | {} |",
-            r.name, r.method, kind, r.kills, r.acked, r.violations, result
-        );
-    }
-    let _ = writeln!(
-        s,
-        "\n{} targets, {} SIGKILLs, {} acknowledged appends checked",
+    let header = [
+        "target",
+        "method",
+        "kind",
+        "SIGKILLs",
+        "acked appends",
+        "violations",
+        "result",
+    ];
+    let rows = rs.iter().map(|r| {
+        vec![
+            r.name.clone(),
+            r.method.clone(),
+            crashcheck::kind_cell(r.wrong, "correct method").to_string(),
+            r.kills.to_string(),
+            r.acked.to_string(),
+            r.violations.to_string(),
+            killloop::result_cell(r.wrong, r.violations, r.example.as_deref()),
+        ]
+    });
+    let summary = format!(
+        "{} targets, {} SIGKILLs, {} acknowledged appends checked",
         rs.len(),
         rs.iter().map(|r| r.kills).sum::<u64>(),
         rs.iter().map(|r| r.acked).sum::<u64>()
     );
-    s
+    killloop::table(&header, rows, &summary)
 }

@@ -141,19 +141,24 @@ pub fn run(
     Ok(rs)
 }
 
-/// Writes the results page at `page` with the data and plots in its directory.
+/// Writes the results page at `page` with the data and plots in its directory; the
+/// hand-written sections of the page it replaces are kept (`keep_hand_written`).
 pub fn write_page(rs: &Results, page: &Path) -> Result<(), String> {
     let dir = page
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
+    let old = std::fs::read_to_string(page).unwrap_or_default();
     let files = bench::write_report(rs, dir)
         .map_err(|e| format!("cannot write to {}: {e}", dir.display()))?;
     let written = dir.join("rpc.md");
+    let text = std::fs::read_to_string(&written)
+        .map_err(|e| format!("cannot read {}: {e}", written.display()))?;
     if written != page {
-        std::fs::rename(&written, page)
-            .map_err(|e| format!("cannot write {}: {e}", page.display()))?;
+        let _ = std::fs::remove_file(&written);
     }
+    std::fs::write(page, bench::report::keep_hand_written(&old, &text))
+        .map_err(|e| format!("cannot write {}: {e}", page.display()))?;
     debug_assert!(!files.is_empty());
     Ok(())
 }

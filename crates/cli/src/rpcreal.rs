@@ -4,20 +4,22 @@
 //! moments, restarts them on the same pool (they recover from the redo log), reconnects
 //! the same client and checks every acknowledged Put.
 
+use crate::killloop::{self, life_ms, ServerProc};
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::rnic::PM_BASE;
 use remora_model::time::Duration;
 use remora_model::ServerConfig;
-use remora_rpc::durable::{DurableOptions, Fault};
+use remora_rpc::durable::{ConnInfo, DurableOptions, Fault, RecoveryReport};
 use remora_rpc::kv::{parse_object, KvLayout};
 use remora_rpc::real::{serve_durable, ClientSettings, RealClient, RealServeOptions};
 use remora_rpc::{Design, FlushForm, Op, RpcClient};
+use remora_sim::crashcheck;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 /// The four durable designs.
 pub const DURABLE: [Design; 4] = [
@@ -72,24 +74,8 @@ pub fn parse_fault(s: &str) -> Result<Fault, String> {
     .ok_or_else(|| format!("unknown fault {s:?}"))
 }
 
-/// Settings of `remora rpc-serve`.
-#[derive(Clone, Debug)]
-pub struct RpcServeArgs {
-    /// Listen address.
-    pub listen: String,
-    /// Pool file.
-    pub pool: PathBuf,
-    /// Pool size in bytes.
-    pub pool_bytes: u64,
-    /// Server configuration.
-    pub config: ServerConfig,
-    /// Latency profile.
-    pub profile: LatencyProfile,
-    /// The connection's options.
-    pub opts: DurableOptions,
-    /// Execution journal (for checkers), if any.
-    pub journal: Option<PathBuf>,
-}
+/// Settings of `remora rpc-serve`: the server's own options.
+pub type RpcServeArgs = RealServeOptions;
 
 /// The connection options of `rpc-serve`'s flags.
 pub fn serve_options(
@@ -115,43 +101,29 @@ pub fn serve_options(
 /// Runs a durable-RPC server until SIGTERM or Ctrl-C. Its first output line is
 /// `listening on ADDR`, its second what start-up recovery did (`recovery: ...`).
 pub fn rpc_serve_blocking(args: &RpcServeArgs) -> Result<(), String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = crate::killloop::runtime()?;
     let local = tokio::task::LocalSet::new();
-    let o = RealServeOptions {
-        listen: args.listen.clone(),
-        pool: args.pool.clone(),
-        pool_bytes: args.pool_bytes,
-        config: args.config,
-        profile: args.profile.clone(),
-        opts: args.opts.clone(),
-        journal: args.journal.clone(),
-    };
+    let o = args.clone();
     let (design, form, config) = (args.opts.design, args.opts.flush.form, args.config);
     local
         .block_on(
             &rt,
             serve_durable(o, |s| {
-                let r = &s.recovery;
                 let mut o = std::io::stdout().lock();
                 let _ = writeln!(o, "listening on {}", s.addr);
+                let _ = writeln!(o, "{}", recovery_line(&s.logs));
                 let _ = writeln!(
                     o,
-                    "recovery: watermark {} before, {} re-executed, watermark {} after, {} stale operators cleared, torn: {}",
-                    r.processed_before,
-                    r.reexecuted,
-                    r.processed,
-                    r.truncated,
-                    r.torn.as_deref().unwrap_or("none")
-                );
-                let _ = writeln!(
-                    o,
-                    "pool {}: {}; {design} ({form:?} Flush) on {config}; log at {:#x} ({} entries), {} objects at {:#x}",
+                    "pool {}: {}; {design} ({form:?} Flush) on {config}; {} connections (client nodes 1..={}), logs at {} ({} entries each), {} objects at {:#x}",
                     args.pool.display(),
                     if s.created { "created" } else { "reopened" },
-                    s.info.layout.base,
+                    s.logs.len(),
+                    s.logs.len(),
+                    s.logs
+                        .iter()
+                        .map(|(i, _)| format!("{:#x}", i.layout.base))
+                        .collect::<Vec<_>>()
+                        .join("/"),
                     s.info.layout.capacity,
                     s.kv.objects,
                     s.kv.base
@@ -160,6 +132,34 @@ pub fn rpc_serve_blocking(args: &RpcServeArgs) -> Result<(), String> {
             }),
         )
         .map_err(|e| e.to_string())
+}
+
+/// `rpc-serve`'s second line: what start-up recovery did to every connection's log,
+/// watermarks per connection (in node-id order) and the rest summed, e.g. `recovery:
+/// watermark 3/0 before, 2 re-executed, watermark 5/0 after, 0 stale operators cleared,
+/// torn: none` (the crash loop reads it, [`parse_recovery`]).
+pub fn recovery_line(logs: &[(ConnInfo, RecoveryReport)]) -> String {
+    let marks = |f: &dyn Fn(&RecoveryReport) -> u64| {
+        logs.iter()
+            .map(|(_, r)| f(r).to_string())
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    let torn: Vec<String> = logs
+        .iter()
+        .filter_map(|(i, r)| {
+            let t = r.torn.as_ref()?;
+            Some(format!("log at {:#x}: {t}", i.layout.base))
+        })
+        .collect();
+    format!(
+        "recovery: watermark {} before, {} re-executed, watermark {} after, {} stale operators cleared, torn: {}",
+        marks(&|r| r.processed_before),
+        logs.iter().map(|(_, r)| r.reexecuted).sum::<u64>(),
+        marks(&|r| r.processed),
+        logs.iter().map(|(_, r)| r.truncated).sum::<u64>(),
+        if torn.is_empty() { "none".to_string() } else { torn.join("; ") }
+    )
 }
 
 #[allow(clippy::disallowed_methods)] // wall-clock latency of real calls
@@ -195,10 +195,7 @@ pub fn rpc_against(
     batch: u32,
     profile: &LatencyProfile,
 ) -> Result<String, String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = crate::killloop::runtime()?;
     let local = tokio::task::LocalSet::new();
     let batch = batch.max(1);
     local.block_on(&rt, async {
@@ -410,11 +407,7 @@ pub struct RpcCrashReport {
 impl RpcCrashReport {
     /// Correct designs break no rule; negative controls must be caught.
     pub fn passed(&self) -> bool {
-        if self.wrong {
-            self.violations > 0
-        } else {
-            self.violations == 0
-        }
+        crashcheck::passed(self.wrong, self.violations)
     }
 }
 
@@ -430,78 +423,37 @@ fn journal_path(pool: &Path) -> PathBuf {
     pool.with_extension("journal")
 }
 
-struct RpcServerProc {
-    child: Option<Child>,
-    addr: String,
-    recovery: String,
-}
-
-impl RpcServerProc {
-    fn start(
-        exe: &Path,
-        pool: &Path,
-        t: &RpcTarget,
-        args: &RpcCrashArgs,
-    ) -> Result<RpcServerProc, String> {
-        let mut cmd = Command::new(exe);
-        cmd.args(["rpc-serve", "--listen", &args.server_listen, "--pool"])
-            .arg(pool)
-            .args(["--pool-bytes", &(4u64 << 20).to_string()])
-            .args(["--config", &t.config.name()])
-            .args(["--design", t.design.name(), "--form", "emulated"])
-            .args(["--capacity", &CAPACITY.to_string()])
-            .args(["--objects", &OBJECTS.to_string()])
-            .args(["--max-value", &MAX_VALUE.to_string()])
-            .args(["--profile", &args.profile_arg])
-            .args(["--processing-us", &args.processing_us.to_string()])
-            .arg("--execution-journal")
-            .arg(journal_path(pool));
-        if let Some(f) = t.fault {
-            cmd.args(["--fault", fault_name(f)]);
-        }
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
-        let mut out = BufReader::new(child.stdout.take().expect("piped"));
-        let mut line = String::new();
-        out.read_line(&mut line).map_err(|e| e.to_string())?;
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .ok_or_else(|| format!("rpc-serve did not start: {line:?}"))?
-            .to_string();
-        let mut recovery = String::new();
-        out.read_line(&mut recovery).map_err(|e| e.to_string())?;
-        if !recovery.starts_with("recovery: ") {
-            return Err(format!("rpc-serve said {recovery:?}, not its recovery"));
-        }
-        Ok(RpcServerProc {
-            child: Some(child),
-            addr,
-            recovery: recovery.trim().to_string(),
-        })
+/// Starts `remora rpc-serve` on `pool` for `t`; its second line says what start-up
+/// recovery did.
+fn start_server(
+    exe: &Path,
+    pool: &Path,
+    t: &RpcTarget,
+    args: &RpcCrashArgs,
+) -> Result<(ServerProc, String), String> {
+    let mut cmd = Command::new(exe);
+    cmd.args(["rpc-serve", "--listen", &args.server_listen, "--pool"])
+        .arg(pool)
+        .args(["--pool-bytes", &(4u64 << 20).to_string()])
+        .args(["--config", &t.config.name()])
+        .args(["--design", t.design.name(), "--form", "emulated"])
+        .args(["--capacity", &CAPACITY.to_string()])
+        .args(["--objects", &OBJECTS.to_string()])
+        .args(["--max-value", &MAX_VALUE.to_string()])
+        .args(["--profile", &args.profile_arg])
+        .args(["--processing-us", &args.processing_us.to_string()])
+        .arg("--execution-journal")
+        .arg(journal_path(pool));
+    if let Some(f) = t.fault {
+        cmd.args(["--fault", fault_name(f)]);
     }
-
-    fn kill_after(&mut self, ms: u64) -> std::thread::JoinHandle<bool> {
-        let mut child = self.child.take().expect("server running");
-        std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(ms));
-            let killed = child.kill().is_ok();
-            let _ = child.wait();
-            killed
-        })
+    let server = ServerProc::start(&mut cmd, exe, "rpc-serve", 1)?;
+    let recovery = &server.said[0];
+    if !recovery.starts_with("recovery: ") {
+        return Err(format!("rpc-serve said {recovery:?}, not its recovery"));
     }
-}
-
-impl Drop for RpcServerProc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+    let recovery = recovery.trim().to_string();
+    Ok((server, recovery))
 }
 
 /// The numbers in `recovery: watermark A before, N re-executed, ... torn: T`.
@@ -632,16 +584,13 @@ pub fn rpc_real_crash(
         violations: 0,
         example: None,
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = crate::killloop::runtime()?;
     let local = tokio::task::LocalSet::new();
     let mut h = History::default();
     let mut client: Option<RealClient> = None;
     for life in 0..=args.kills {
-        let mut server = RpcServerProc::start(exe, &pool, target, args)?;
-        let (reexecuted, torn) = parse_recovery(&server.recovery);
+        let (mut server, recovery) = start_server(exe, &pool, target, args)?;
+        let (reexecuted, torn) = parse_recovery(&recovery);
         report.reexecuted += reexecuted;
         let verdict = local.block_on(&rt, async {
             if let Some(t) = torn {
@@ -674,7 +623,7 @@ pub fn rpc_real_crash(
                 return Ok((None, false));
             }
             // Issue until the server dies; the kill lands at a random moment.
-            let killer = server.kill_after(rng.range_inclusive(1, args.max_life_ms.max(1)));
+            let killer = server.kill_after(life_ms(&mut rng, args.max_life_ms));
             let mut verdict = None;
             for _ in 0..MAX_OPS_PER_LIFE {
                 let op = op_of(h.next, OBJECTS, MAX_VALUE);
@@ -707,7 +656,7 @@ pub fn rpc_real_crash(
                     }
                 }
             }
-            let killed = killer.join().unwrap_or(false);
+            let killed = killer.join();
             Ok::<_, String>((verdict, killed))
         })?;
         let (verdict, killed) = verdict;
@@ -730,34 +679,34 @@ pub fn rpc_real_crash(
 
 /// The reports as Markdown.
 pub fn rpc_crash_table(rs: &[RpcCrashReport]) -> String {
-    let mut s = String::from("| target | kind | SIGKILLs | acked Puts | re-executed | violations | result |\n|---|---|---|---|---|---|---|\n");
-    for r in rs {
-        let kind = if r.wrong {
-            "negative control"
-        } else {
-            "correct design"
-        };
-        let result = match (r.wrong, r.passed()) {
-            (false, true) => "pass".to_string(),
-            (true, true) => format!("caught: {}", r.example.as_deref().unwrap_or("")),
-            (true, false) => "**not caught**".to_string(),
-            (false, false) => format!("**FAIL** {}", r.example.as_deref().unwrap_or("")),
-        };
-        let _ = writeln!(
-            s,
-            "| {} | {kind} | {} | {} | {} | {} | {result} |",
-            r.name, r.kills, r.acked, r.reexecuted, r.violations
-        );
-    }
-    let _ = writeln!(
-        s,
-        "\n{} targets, {} SIGKILLs, {} acknowledged Puts checked, {} requests re-executed from redo logs",
+    let header = [
+        "target",
+        "kind",
+        "SIGKILLs",
+        "acked Puts",
+        "re-executed",
+        "violations",
+        "result",
+    ];
+    let rows = rs.iter().map(|r| {
+        vec![
+            r.name.clone(),
+            crashcheck::kind_cell(r.wrong, "correct design").to_string(),
+            r.kills.to_string(),
+            r.acked.to_string(),
+            r.reexecuted.to_string(),
+            r.violations.to_string(),
+            killloop::result_cell(r.wrong, r.violations, r.example.as_deref()),
+        ]
+    });
+    let summary = format!(
+        "{} targets, {} SIGKILLs, {} acknowledged Puts checked, {} requests re-executed from redo logs",
         rs.len(),
         rs.iter().map(|r| r.kills).sum::<u64>(),
         rs.iter().map(|r| r.acked).sum::<u64>(),
         rs.iter().map(|r| r.reexecuted).sum::<u64>()
     );
-    s
+    killloop::table(&header, rows, &summary)
 }
 
 #[cfg(test)]

@@ -57,6 +57,16 @@ struct Server(Child, String);
 
 impl Server {
     fn start(pool: &std::path::Path, config: &str, design: &str) -> Server {
+        Server::start_with(pool, config, design, &[]).0
+    }
+
+    /// Starts `rpc-serve` with `extra` flags; also returns its recovery line.
+    fn start_with(
+        pool: &std::path::Path,
+        config: &str,
+        design: &str,
+        extra: &[&str],
+    ) -> (Server, String) {
         let mut child = Command::new(env!("CARGO_BIN_EXE_remora"))
             .args(["rpc-serve", "--listen", "127.0.0.1:0", "--pool"])
             .arg(pool)
@@ -68,19 +78,21 @@ impl Server {
                 "--pool-bytes",
                 "2097152",
             ])
+            .args(extra)
             .stdout(Stdio::piped())
             .spawn()
             .expect("start rpc-serve");
+        let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        out.read_line(&mut line).unwrap();
         let addr = line
             .trim()
             .strip_prefix("listening on ")
             .unwrap_or_else(|| panic!("listening line, got {line:?}"))
             .to_string();
-        Server(child, addr)
+        let mut recovery = String::new();
+        out.read_line(&mut recovery).unwrap();
+        (Server(child, addr), recovery)
     }
 }
 
@@ -231,4 +243,40 @@ fn real_sigkill_loop_catches_the_negative_controls() {
     );
     assert!(ok, "{out}\n{err}");
     assert_eq!(out.matches("caught:").count(), 4, "{out}");
+}
+
+#[test]
+fn rpc_serve_serves_two_clients_at_once_each_on_its_own_log() {
+    let pool = std::env::temp_dir().join(format!("remora-rpc-two-{}.pm", std::process::id()));
+    let _ = std::fs::remove_file(&pool);
+    // Processing time keeps both clients busy long enough to overlap.
+    let flags = ["--connections", "2", "--processing-us", "5000"];
+    let (server, recovery) = Server::start_with(&pool, "DMP+noDDIO+PM-RQWRB", "WFlush-RPC", &flags);
+    assert!(recovery.contains("watermark 0/0 before"), "{recovery}");
+    let limit = Duration::from_secs(60);
+    let addr = server.1.clone();
+    let run = move || remora(&["rpc", "--server", &addr, "--ops", "100"], limit);
+    let (a, b) = (std::thread::spawn(run.clone()), std::thread::spawn(run));
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    for (ok, out, err) in [&a, &b] {
+        assert!(*ok, "{out}\n{err}");
+        assert!(out.contains("every reply arrived"), "{out}");
+        // Each client started a log of its own: neither continued the other's sequence.
+        assert!(out.contains("sequence numbers 1..=100"), "{out}");
+    }
+    drop(server);
+    // Restarted on the same pool, the server recovers both logs, and a new client
+    // continues the first connection's.
+    let (server, recovery) = Server::start_with(&pool, "DMP+noDDIO+PM-RQWRB", "WFlush-RPC", &flags);
+    assert!(
+        recovery.contains("watermark 100/100 before") && recovery.contains("torn: none"),
+        "{recovery}"
+    );
+    let (ok, out, err) = remora(&["rpc", "--server", &server.1, "--ops", "4"], limit);
+    assert!(
+        ok && out.contains("sequence numbers 101..=104"),
+        "{out}\n{err}"
+    );
+    drop(server);
+    let _ = std::fs::remove_file(&pool);
 }

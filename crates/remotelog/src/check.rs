@@ -11,16 +11,15 @@
 //! The checker is apart from the system: it recomputes expected records, and it judges
 //! negative controls (wrong methods) the same way, which must be caught.
 
-use crate::log::{collect_garbage, is_record, recover, LogClient, LogShape};
+use crate::log::{collect_garbage, is_record, recover, LogClient, LogShape, Recovered};
 use remora::harness::SimPair;
 use remora::{Method, Primitive, Scenario, ServerSetup, Shape, Taxonomy, Update};
 use remora_model::config::{PersistenceDomain, ServerConfig, Transport};
-use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::time::Instant;
+use remora_sim::crashcheck::{CrashRun, DryRun, Sweep};
 use remora_sim::{CrashAt, FaultPlan};
 use remora_verbs::FlushMethod;
-use serde::Serialize;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
@@ -73,33 +72,7 @@ impl Default for CheckOptions {
     }
 }
 
-/// What the checker found for one target.
-#[derive(Clone, Debug, Serialize)]
-pub struct CheckReport {
-    /// Target name.
-    pub name: String,
-    /// The method.
-    pub method: String,
-    /// True for a negative control.
-    pub wrong: bool,
-    /// Runs in which the server lost power (crash points tried).
-    pub crash_points: u64,
-    /// Runs whose recovered state broke a rule.
-    pub violations: u64,
-    /// The first violation, described.
-    pub example: Option<String>,
-}
-
-impl CheckReport {
-    /// A correct method passes with no violation; a negative control passes when caught.
-    pub fn passed(&self) -> bool {
-        if self.wrong {
-            self.violations > 0
-        } else {
-            self.violations == 0
-        }
-    }
-}
+pub use remora_sim::crashcheck::CheckReport;
 
 /// The 72 scenarios with the method the library picks for each.
 pub fn scenario_targets() -> Vec<Target> {
@@ -254,8 +227,8 @@ pub fn negative_controls() -> Vec<Target> {
 struct Run {
     events: u64,
     end: Instant,
-    crashed: bool,
-    violation: Option<String>,
+    /// Whether power failed, and what broke.
+    outcome: CrashRun,
 }
 
 fn run_once(
@@ -314,76 +287,90 @@ fn run_once(
         pair.recover_server().map_err(|e| e.to_string())?;
         let read = |off: u64, len: u64| pair.server_read(region.addr + off, len as usize);
         let rec = recover(read, &shape, update);
-        for &i in acked.borrow().iter() {
-            if !is_record(&read(shape.slot(i), shape.record_bytes), i) {
-                violation = Some(format!("acknowledged append {i} is lost or torn"));
-                break;
-            }
-            if i >= rec.tail {
-                violation = Some(format!(
-                    "acknowledged append {i} is beyond the recovered tail {}",
-                    rec.tail
-                ));
-                break;
-            }
-        }
-        if violation.is_none() && update == Update::Compound {
-            for j in rec.head..rec.tail_pointer.min(rec.head + shape.capacity) {
-                if !is_record(&read(shape.slot(j), shape.record_bytes), j) {
-                    violation = Some(format!(
-                        "tail pointer {} points past record {j}, which did not survive",
-                        rec.tail_pointer
-                    ));
-                    break;
-                }
-            }
-        }
+        violation = log_violation(&read, &shape, update, &rec, &acked.borrow()).map(|v| match v {
+            LogViolation::Lost(i) => format!("acknowledged append {i} is lost or torn"),
+            LogViolation::BeyondTail(i) => format!(
+                "acknowledged append {i} is beyond the recovered tail {}",
+                rec.tail
+            ),
+            LogViolation::PastLost(j) => format!(
+                "tail pointer {} points past record {j}, which did not survive",
+                rec.tail_pointer
+            ),
+        });
     }
     Ok(Run {
         events,
         end: end.get(),
-        crashed,
-        violation,
+        outcome: CrashRun { crashed, violation },
     })
 }
 
-/// Checks one target with at least `opts.crash_points` crash points.
+/// Checks one target with at least `opts.crash_points` crash points: every event
+/// boundary of a run and as many random instants, round after round with the next seed.
 pub fn check(target: &Target, opts: &CheckOptions) -> Result<CheckReport, String> {
-    let mut report = CheckReport {
-        name: target.name.clone(),
-        method: target.method.name.clone(),
-        wrong: target.wrong,
-        crash_points: 0,
-        violations: 0,
-        example: None,
+    let mut report = CheckReport::new(&target.name, &target.method.name, target.wrong);
+    let sweep = Sweep {
+        crash_points: opts.crash_points,
+        seed: opts.seed,
+        salt: 0x5eed,
+        random_divisor: 1,
+        spread: false,
+        stop_at_first: false,
     };
-    let mut seed = opts.seed;
-    let mut rng = Prng::from_seed(opts.seed ^ 0x5eed);
-    while report.crash_points < opts.crash_points {
+    let dry = |seed| {
         let dry = run_once(target, opts, seed, None)?;
-        if dry.crashed || dry.end == Instant::ZERO {
+        if dry.outcome.crashed || dry.end == Instant::ZERO {
             return Err(format!("{}: dry run did not complete", target.name));
         }
-        let mut points: Vec<CrashAt> = (0..dry.events).map(CrashAt::Event).collect();
-        for _ in 0..dry.events {
-            points.push(CrashAt::Time(Instant::from_nanos(
-                rng.range_inclusive(1, dry.end.as_nanos()),
-            )));
-        }
-        for at in points {
-            let run = run_once(target, opts, seed, Some(at))?;
-            if !run.crashed {
-                continue;
-            }
-            report.crash_points += 1;
-            if let Some(v) = run.violation {
-                report.violations += 1;
-                if report.example.is_none() {
-                    report.example = Some(format!("seed {seed}, crash at {at:?}: {v}"));
-                }
-            }
-        }
-        seed += 1;
-    }
+        Ok(DryRun {
+            first_event: 0,
+            events: dry.events,
+            end: dry.end,
+        })
+    };
+    let crash = |seed, at| run_once(target, opts, seed, Some(at)).map(|r| r.outcome);
+    remora_sim::crashcheck::sweep(&mut report, &sweep, dry, crash)?;
     Ok(report)
+}
+
+/// A rule a recovered log broke (see [`log_violation`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum LogViolation {
+    /// This acknowledged append is not intact in PM.
+    Lost(u64),
+    /// This acknowledged append is intact but at or past the recovered tail.
+    BeyondTail(u64),
+    /// A compound log's tail pointer points past this record, which did not survive.
+    PastLost(u64),
+}
+
+/// Judges a recovered log from outside: every acknowledged append (`acked`, in order) is
+/// intact and inside the log, and a compound log's tail pointer covers only records that
+/// survived. `read(offset, len)` reads the server's region. Gives the first broken rule.
+/// The simulator's checker and the real SIGKILL loop (`remora crashcheck --real`) both use
+/// it, each wording the violation its own way.
+pub fn log_violation(
+    read: &dyn Fn(u64, u64) -> Vec<u8>,
+    shape: &LogShape,
+    update: Update,
+    rec: &Recovered,
+    acked: &[u64],
+) -> Option<LogViolation> {
+    for &i in acked {
+        if !is_record(&read(shape.slot(i), shape.record_bytes), i) {
+            return Some(LogViolation::Lost(i));
+        }
+        if i >= rec.tail {
+            return Some(LogViolation::BeyondTail(i));
+        }
+    }
+    if update == Update::Compound {
+        for j in rec.head..rec.tail_pointer.min(rec.head + shape.capacity) {
+            if !is_record(&read(shape.slot(j), shape.record_bytes), j) {
+                return Some(LogViolation::PastLost(j));
+            }
+        }
+    }
+    None
 }

@@ -21,11 +21,10 @@ use crate::api::{Op, RpcClient};
 use crate::design::{Design, FlushForm};
 use crate::durable::{DurableClient, DurableOptions, DurablePair, Fault};
 use remora_model::config::ServerConfig;
-use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::time::Instant;
+use remora_sim::crashcheck::{CrashRun, DryRun, Sweep};
 use remora_sim::{CrashAt, FaultPlan, NodeHandle};
-use serde::Serialize;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
@@ -74,31 +73,7 @@ impl Default for CheckOptions {
     }
 }
 
-/// What the checker found for one target.
-#[derive(Clone, Debug, Serialize)]
-pub struct CheckReport {
-    /// Target name.
-    pub name: String,
-    /// True for a negative control.
-    pub wrong: bool,
-    /// Runs in which the server lost power.
-    pub crash_points: u64,
-    /// Runs whose outcome broke a rule.
-    pub violations: u64,
-    /// The first violation, described with its seed and crash point.
-    pub example: Option<String>,
-}
-
-impl CheckReport {
-    /// A correct design passes with no violation; a negative control when caught.
-    pub fn passed(&self) -> bool {
-        if self.wrong {
-            self.violations > 0
-        } else {
-            self.violations == 0
-        }
-    }
-}
+pub use remora_sim::crashcheck::CheckReport;
 
 const DESIGNS: [Design; 4] = [
     Design::SFlushRpc,
@@ -288,8 +263,8 @@ struct Run {
     events: u64,
     start_events: u64,
     end: Instant,
-    crashed: bool,
-    violation: Option<String>,
+    /// Whether power failed, and what broke.
+    outcome: CrashRun,
 }
 
 type Slot = Rc<RefCell<Option<DurableClient<NodeHandle>>>>;
@@ -377,8 +352,7 @@ fn run_once(
         events,
         start_events,
         end,
-        crashed,
-        violation,
+        outcome: CrashRun { crashed, violation },
     })
 }
 
@@ -489,55 +463,36 @@ fn judge(pair: &DurablePair, ops: &[Op], log: &ClientLog, complete: bool) -> Opt
     None
 }
 
-/// Checks one target with at least `opts.crash_points` crash points.
+/// Checks one target with at least `opts.crash_points` crash points: the event boundaries
+/// of a run and a quarter as many random instants, spread over the run, round after round
+/// with the next seed.
 pub fn check(target: &Target, opts: &CheckOptions) -> Result<CheckReport, String> {
-    let mut report = CheckReport {
-        name: target.name.clone(),
-        wrong: target.wrong,
-        crash_points: 0,
-        violations: 0,
-        example: None,
+    let o = &target.opts;
+    let method = format!("{} ({} Flush)", o.design, form_name(o.flush.form));
+    let mut report = CheckReport::new(&target.name, &method, target.wrong);
+    let sweep = Sweep {
+        crash_points: opts.crash_points,
+        seed: opts.seed,
+        salt: 0xd0_7a61e,
+        random_divisor: 4,
+        spread: true,
+        stop_at_first: opts.stop_at_first,
     };
-    let mut seed = opts.seed;
-    let mut rng = Prng::from_seed(opts.seed ^ 0xd0_7a61e);
-    while report.crash_points < opts.crash_points {
+    let dry = |seed| {
         let dry = run_once(target, opts, seed, None)?;
-        if dry.crashed || dry.violation.is_some() {
+        if dry.outcome.crashed || dry.outcome.violation.is_some() {
             return Err(format!(
                 "{}: run without a crash failed: {:?}",
-                target.name, dry.violation
+                target.name, dry.outcome.violation
             ));
         }
-        let first = dry.start_events;
-        let last = dry.start_events + dry.events;
-        let mut points: Vec<CrashAt> = (first..last).map(CrashAt::Event).collect();
-        for _ in 0..dry.events / 4 {
-            points.push(CrashAt::Time(Instant::from_nanos(
-                rng.range_inclusive(1, dry.end.as_nanos().max(1)),
-            )));
-        }
-        // Spread the points over the whole run when there are more than needed.
-        let stride = (points.len() as u64 / (opts.crash_points - report.crash_points)).max(1);
-        for at in points.into_iter().step_by(stride as usize) {
-            if report.crash_points >= opts.crash_points {
-                break;
-            }
-            let run = run_once(target, opts, seed, Some(at))?;
-            if !run.crashed {
-                continue;
-            }
-            report.crash_points += 1;
-            if let Some(v) = run.violation {
-                report.violations += 1;
-                if report.example.is_none() {
-                    report.example = Some(format!("seed {seed}, crash at {at:?}: {v}"));
-                }
-                if opts.stop_at_first {
-                    return Ok(report);
-                }
-            }
-        }
-        seed += 1;
-    }
+        Ok(DryRun {
+            first_event: dry.start_events,
+            events: dry.events,
+            end: dry.end,
+        })
+    };
+    let crash = |seed, at| run_once(target, opts, seed, Some(at)).map(|r| r.outcome);
+    remora_sim::crashcheck::sweep(&mut report, &sweep, dry, crash)?;
     Ok(report)
 }

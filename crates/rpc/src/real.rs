@@ -5,21 +5,31 @@
 //! log (seed 003 §4.2: "the RPC can be re-executed with the operation log, without
 //! re-sending the data from the client").
 //!
-//! **Connecting.** After the soft connection manager's `Hello`/`Assign` (node ids and the
-//! server's configuration), the server sends one [`DurableHello`] frame: the options both
+//! **Connecting.** The client follows the soft connection manager's `Hello` with a
+//! [`DurableClaim`] (0 for a new client, or the node id it has when it reconnects); the
+//! server answers `Assign` (the claimed or a free connection's node id, and the server's
+//! configuration) and one [`DurableHello`] frame: the options both
 //! sides must agree on (design, Flush form, connection id, log capacity, object store
 //! shape) and the [`ConnInfo`] of its log (address, remote key, processed watermark before
 //! and after recovery). The client adopts those options, creates its queue pair, and the
 //! connection manager's `Ready`/`Accepted` connect the two. On real hardware the same bytes
 //! would travel in RDMA CM's private data.
 //!
-//! **Server** ([`serve_durable`]). One durable-RPC connection at a time, as the redo log is
-//! per connection (§4.2). At start-up the server allocates, at fixed PM addresses, the log
-//! and the store, formats a fresh pool, and runs [`DurableServer::recover`]: committed but
+//! **Server** ([`serve_durable`]). Several durable-RPC connections at once, each with a
+//! redo log of its own (the log is per connection, §4.2): connection `k` (0-based) is
+//! client node `k + 1`, whose requests carry connection id `k + 1`. At start-up the server
+//! allocates, at fixed PM addresses, every connection's log and then the one object store,
+//! formats a fresh pool, and runs [`DurableServer::recover`] on every log: committed but
 //! unprocessed entries are executed before anyone connects, and their replies go to the
-//! first client. When a connection closes, its server tasks stop; the next connection gets
-//! a new [`DurableServer`] over the same PM (recovering anything the old one logged but did
-//! not process).
+//! next client of that connection. When a connection closes, its server tasks stop; the
+//! next client of that connection (a reconnecting one claims it; a new one takes the first
+//! free connection) gets a new [`DurableServer`] over the same PM (recovering anything the
+//! old one logged but did not process).
+//!
+//! Connections share the store, and the idempotency stamp of an object names the last
+//! connection that wrote it. So recovery re-executes a Put whose object a *later* Put of
+//! another connection overwrote, if its own connection's watermark did not yet cover it
+//! when the power failed; the checkers exercise one connection, where the stamp is exact.
 //!
 //! **Client** ([`RealClient`]). [`RealClient::connect`] opens a connection; after the
 //! server died and restarted, [`RealClient::reconnect`] gives the same [`DurableClient`] a
@@ -37,8 +47,8 @@ use remora_model::config::ServerConfig;
 use remora_model::profile::LatencyProfile;
 use remora_model::rnic::MrInfo;
 use remora_model::time::{Duration, Instant};
-use remora_soft::client::{ConnectError, Opening};
-use remora_soft::cm::RefuseCode;
+use remora_soft::client::ConnectError;
+use remora_soft::cm::{Cm, RefuseCode, CM_FRAME};
 use remora_soft::runtime::RtNode;
 use remora_soft::server::{PoolNode, ServeError};
 use remora_verbs::*;
@@ -55,11 +65,11 @@ use tokio::net::TcpStream;
 /// Bytes of a [`DurableHello`] frame.
 pub const HELLO_BYTES: usize = 96;
 /// Version of the [`DurableHello`] frame.
-pub const HELLO_VERSION: u16 = 1;
+pub const HELLO_VERSION: u16 = 2;
 const HELLO_MAGIC: &[u8; 4] = b"RDRH";
-/// Node id a durable-RPC server assigns its (single) client, so a client reconnecting
-/// after a restart keeps its node.
-pub const CLIENT_NODE: u32 = 1;
+/// Bytes of a [`DurableClaim`] frame.
+pub const CLAIM_BYTES: usize = 16;
+const CLAIM_MAGIC: &[u8; 4] = b"RDRC";
 
 /// What the server tells a connecting client after the connection manager's `Assign`:
 /// the connection options both sides must share and where its redo log is.
@@ -69,7 +79,7 @@ pub const CLIENT_NODE: u32 = 1;
 /// | bytes | field |
 /// |---|---|
 /// | 0..4 | magic `RDRH` |
-/// | 4..6 | version (1) |
+/// | 4..6 | version (2: the handshake has a [`DurableClaim`]) |
 /// | 6 | design: 1 SFlush-RPC, 2 WFlush-RPC, 3 S-RFlush-RPC, 4 W-RFlush-RPC |
 /// | 7 | Flush form: 1 emulated, 2 native |
 /// | 8..12 | connection id |
@@ -100,23 +110,26 @@ pub struct DurableHello {
     pub kv_base: u64,
 }
 
-/// Why bytes are not a [`DurableHello`].
+/// Why bytes are not a durable-RPC handshake frame ([`DurableHello`], [`DurableClaim`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HelloError {
     /// Not exactly [`HELLO_BYTES`] bytes.
     #[error("durable-RPC hello of {0} bytes (need {HELLO_BYTES})")]
     Length(usize),
-    /// Not a durable-RPC hello.
-    #[error("not a durable-RPC hello (bad magic {0:02x?})")]
+    /// Not exactly [`CLAIM_BYTES`] bytes.
+    #[error("durable-RPC claim of {0} bytes (need {CLAIM_BYTES})")]
+    ClaimLength(usize),
+    /// Not a durable-RPC frame of the kind expected.
+    #[error("not a durable-RPC hello or claim (bad magic {0:02x?})")]
     BadMagic([u8; 4]),
     /// Another version.
-    #[error("server speaks durable-RPC hello version {0}, this is {HELLO_VERSION}")]
+    #[error("peer speaks durable-RPC handshake version {0}, this is {HELLO_VERSION}")]
     Version(u16),
     /// The checksum does not match.
-    #[error("durable-RPC hello checksum mismatch")]
+    #[error("durable-RPC handshake frame checksum mismatch")]
     Checksum,
     /// A field holds a value this build does not know, or fields disagree.
-    #[error("bad durable-RPC hello: {0}")]
+    #[error("bad durable-RPC handshake frame: {0}")]
     BadValue(String),
 }
 
@@ -282,6 +295,58 @@ impl DurableHello {
     }
 }
 
+/// What a client sends right after the connection manager's `Hello`, before the server
+/// assigns its node id: which connection it is. A new client claims node 0 and gets a
+/// free connection; a client reconnecting after its server restarted claims the node id it
+/// has, and gets that connection's redo log back (its `DurableClient` resumes on it). A
+/// server serves several connections, so it cannot tell them apart otherwise.
+///
+/// Layout (16 bytes, little-endian): magic `RDRC` (0..4), version (4..6, the
+/// [`HELLO_VERSION`]), reserved zero (6..8), node id (8..12; 0: a new client), CRC-32C of
+/// bytes 0..12 (12..16).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct DurableClaim {
+    /// The node id the client has, or 0 for a new client.
+    pub node: NodeId,
+}
+
+impl DurableClaim {
+    /// The frame's bytes.
+    pub fn emit(&self) -> [u8; CLAIM_BYTES] {
+        let mut b = [0u8; CLAIM_BYTES];
+        b[0..4].copy_from_slice(CLAIM_MAGIC);
+        b[4..6].copy_from_slice(&HELLO_VERSION.to_le_bytes());
+        b[8..12].copy_from_slice(&self.node.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..12]);
+        b[12..16].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Parses exactly one frame: rejects truncation, another magic or version, a flipped
+    /// byte (CRC-32C) and non-zero reserved bytes.
+    pub fn parse(b: &[u8]) -> Result<DurableClaim, HelloError> {
+        if b.len() != CLAIM_BYTES {
+            return Err(HelloError::ClaimLength(b.len()));
+        }
+        if &b[0..4] != CLAIM_MAGIC {
+            return Err(HelloError::BadMagic(b[0..4].try_into().unwrap()));
+        }
+        let version = u16::from_le_bytes([b[4], b[5]]);
+        if version != HELLO_VERSION {
+            return Err(HelloError::Version(version));
+        }
+        if crc32c::crc32c(&b[..12]).to_le_bytes() != b[12..16] {
+            return Err(HelloError::Checksum);
+        }
+        if b[6..8] != [0, 0] {
+            return Err(HelloError::BadValue("reserved bytes".into()));
+        }
+        Ok(DurableClaim {
+            node: u32::from_le_bytes(b[8..12].try_into().unwrap()),
+        })
+    }
+}
+
 // ------------------------------------------------------------------ PM at fixed addresses
 
 /// A server node whose PM allocations come from one region reserved at start-up, so every
@@ -296,10 +361,10 @@ struct Pinned {
 }
 
 impl Pinned {
-    /// A fresh view: PM allocation starts over at the region's base.
-    fn fresh(&self) -> Pinned {
+    /// A fresh view whose PM allocation starts `offset` bytes into the region.
+    fn at(&self, offset: u64) -> Pinned {
         Pinned {
-            next: Rc::new(Cell::new(self.base)),
+            next: Rc::new(Cell::new(self.base + offset)),
             ..self.clone()
         }
     }
@@ -386,17 +451,24 @@ impl Verbs for Pinned {
     }
 }
 
-/// PM bytes a durable-RPC server with `opts` needs: the log, then the store, each
-/// 4096-aligned (as [`DurableServer::create`] allocates them).
-pub fn pm_bytes_needed(opts: &DurableOptions) -> Result<u64, RpcError> {
-    let log = opts.log_layout(0)?.bytes();
-    let kv = KvLayout {
+/// PM bytes a durable-RPC server with `opts` needs for `connections` connections: one log
+/// each, then the store, each 4096-aligned (the order [`serve_durable`] lays them out in).
+pub fn pm_bytes_needed(opts: &DurableOptions, connections: u32) -> Result<u64, RpcError> {
+    Ok(log_stride(opts)? * connections as u64 + store_bytes(opts))
+}
+
+/// Bytes between two connections' logs: one log, 4096-aligned.
+fn log_stride(opts: &DurableOptions) -> Result<u64, RpcError> {
+    Ok(opts.log_layout(0)?.bytes().next_multiple_of(4096))
+}
+
+fn store_bytes(opts: &DurableOptions) -> u64 {
+    KvLayout {
         base: 0,
         objects: opts.objects,
         max_value: opts.max_value as u64,
     }
-    .bytes();
-    Ok(log.next_multiple_of(4096) + kv)
+    .bytes()
 }
 
 // ------------------------------------------------------------------ server
@@ -414,8 +486,12 @@ pub struct RealServeOptions {
     pub config: ServerConfig,
     /// Latency profile of the model.
     pub profile: LatencyProfile,
-    /// The connection's options (design, Flush form, log and store shape, costs).
+    /// The connections' options (design, Flush form, log and store shape, costs); each
+    /// connection's `conn` is its client's node id.
     pub opts: DurableOptions,
+    /// Connections served at once, each with a redo log of its own in the pool (at least
+    /// one).
+    pub connections: u32,
     /// An execution journal for checkers: a text file of `conn seq` lines, one appended
     /// (a single `write`) each time a Put is executed, and loaded at start-up, so counts
     /// survive a `kill -9` and "executed exactly once" can be judged from outside.
@@ -434,14 +510,11 @@ pub fn read_journal(path: &std::path::Path) -> Result<crate::kv::ExecutionLog, S
     };
     for (i, line) in text.lines().enumerate() {
         let mut f = line.split(' ');
-        let (Some(c), Some(s), None) = (f.next(), f.next(), f.next()) else {
-            return Err(format!(
-                "journal {} line {}: {line:?}",
-                path.display(),
-                i + 1
-            ));
+        let parsed = match (f.next(), f.next(), f.next()) {
+            (Some(c), Some(s), None) => c.parse::<u32>().ok().zip(s.parse::<u64>().ok()),
+            _ => None,
         };
-        let (Ok(c), Ok(s)) = (c.parse::<u32>(), s.parse::<u64>()) else {
+        let Some((c, s)) = parsed else {
             return Err(format!(
                 "journal {} line {}: {line:?}",
                 path.display(),
@@ -462,10 +535,12 @@ pub struct RealStarted {
     pub created: bool,
     /// True if the pool is on a DAX file system.
     pub dax: bool,
-    /// What start-up recovery did.
+    /// What start-up recovery did to the first connection's log (client node 1).
     pub recovery: RecoveryReport,
-    /// Where the log and the store are.
+    /// Where the first connection's log is.
     pub info: ConnInfo,
+    /// Every connection's log and what start-up recovery did to it, in node-id order.
+    pub logs: Vec<(ConnInfo, RecoveryReport)>,
     /// The store's layout.
     pub kv: KvLayout,
 }
@@ -481,8 +556,8 @@ pub enum RealServeError {
         "{0} is not a durable RPC design (SFlush-RPC, WFlush-RPC, S-RFlush-RPC, W-RFlush-RPC)"
     )]
     NotDurable(Design),
-    /// The pool is too small for the log and the store.
-    #[error("the pool holds {have} bytes of PM past what is allocated; the log and the store need {need}")]
+    /// The pool is too small for the logs and the store.
+    #[error("the pool holds {have} bytes of PM past what is allocated; the logs and the store need {need}")]
     PoolTooSmall {
         /// Bytes needed.
         need: u64,
@@ -492,30 +567,101 @@ pub enum RealServeError {
     /// The execution journal could not be read or opened.
     #[error("{0}")]
     Journal(String),
-    /// The pool holds something else where the log belongs, or setup failed.
+    /// The pool holds something else where a log belongs, or setup failed.
     #[error("durable-RPC server: {0}")]
     Rpc(#[from] RpcError),
 }
 
 /// How long a connection may take for its handshake before the server drops it.
 const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-/// How long a new client waits for the previous connection to close before it is refused.
+/// How long a client waits for a connection slot (its own, when it reconnects) to free up
+/// before it is refused: its previous connection may still be closing.
 const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// One connection's place on the server: its log (at a fixed PM address) and its client's
+/// node id (the slot's index + 1).
+#[derive(Default)]
+struct Slot {
+    /// The server built (and recovered) at start-up, for the slot's first connection.
+    ready: Option<DurableServer<Pinned>>,
+    busy: bool,
+}
 
 struct ServerState {
     pinned: Pinned,
+    /// Bytes between two slots' logs.
+    stride: u64,
+    kv: KvLayout,
     journal: Option<(crate::kv::ExecutionLog, crate::kv::ExecutionHook)>,
     opts: DurableOptions,
     config: ServerConfig,
-    /// The server built (and recovered) at start-up, for the first connection.
-    ready: RefCell<Option<DurableServer<Pinned>>>,
-    busy: Cell<bool>,
+    slots: RefCell<Vec<Slot>>,
     idle: tokio::sync::Notify,
 }
 
-/// Builds a durable-RPC server over the pool, recovers it, listens, and serves one
-/// connection at a time until SIGTERM or Ctrl-C (returns `Ok`). `started` is called once
-/// the socket listens. Must run inside a `tokio::task::LocalSet`.
+impl ServerState {
+    /// A server for slot `k` over its log and the shared store; the log is formatted if
+    /// PM holds none.
+    fn build(&self, k: usize) -> Result<DurableServer<Pinned>, RpcError> {
+        let mut opts = self.opts.clone();
+        opts.conn = slot_node(k);
+        let mut s = DurableServer::create_in(
+            self.pinned.at(k as u64 * self.stride),
+            &opts,
+            self.journal.as_ref().map(|j| j.0.clone()),
+            Some(self.kv),
+        )?;
+        if let Some((_, hook)) = &self.journal {
+            s.set_execution_hook(hook.clone());
+        }
+        Ok(s)
+    }
+
+    /// Takes the slot `claim` asks for (its node id), or with 0 the first free one,
+    /// waiting up to [`BUSY_WAIT`] for it to free up.
+    async fn take(&self, claim: NodeId) -> Option<usize> {
+        let n = self.slots.borrow().len();
+        if claim as usize > n {
+            return None;
+        }
+        let free = || {
+            let slots = self.slots.borrow();
+            match claim {
+                0 => slots.iter().position(|s| !s.busy),
+                c => Some(c as usize - 1).filter(|&k| !slots[k].busy),
+            }
+        };
+        let k = tokio::time::timeout(BUSY_WAIT, async {
+            loop {
+                if let Some(k) = free() {
+                    return k;
+                }
+                // Single-threaded: nothing runs between the check and this registration.
+                self.idle.notified().await;
+            }
+        })
+        .await
+        .ok()?;
+        self.slots.borrow_mut()[k].busy = true;
+        Some(k)
+    }
+
+    fn release(&self, k: usize) {
+        self.slots.borrow_mut()[k].busy = false;
+        self.idle.notify_waiters();
+    }
+}
+
+/// The client node id of slot `k` (the server is node 0).
+fn slot_node(k: usize) -> NodeId {
+    k as NodeId + 1
+}
+
+/// Builds a durable-RPC server over the pool with a redo log for each of
+/// `o.connections` connections and one object store, recovers every log (committed but
+/// unprocessed entries are executed before anyone connects), listens, and serves up to
+/// `o.connections` clients at once until SIGTERM or Ctrl-C (returns `Ok`). `started` is
+/// called once the socket listens. Must run inside a `tokio::task::LocalSet`.
 pub async fn serve_durable(
     o: RealServeOptions,
     started: impl FnOnce(&RealStarted),
@@ -525,6 +671,7 @@ pub async fn serve_durable(
     }
     // Refuse impossible plans (e.g. native SFlush) before touching the pool.
     o.opts.plan(&o.config)?;
+    let connections = o.connections.max(1);
     let PoolNode {
         node,
         created,
@@ -532,18 +679,13 @@ pub async fn serve_durable(
         pm_bytes,
         ..
     } = remora_soft::server::open_node(&o.pool, o.pool_bytes, o.config, &o.profile)?;
-    let need = pm_bytes_needed(&o.opts)?;
+    let need = pm_bytes_needed(&o.opts, connections)?;
     let base = node.alloc(Space::Pm, need, 4096);
     let have = (remora_model::rnic::PM_BASE + pm_bytes).saturating_sub(base);
     if need > have {
         return Err(RealServeError::PoolTooSmall { need, have });
     }
-    let pinned = Pinned {
-        node: node.clone(),
-        base,
-        end: base + need,
-        next: Rc::new(Cell::new(base)),
-    };
+    let stride = log_stride(&o.opts)?;
     let journal = match &o.journal {
         None => None,
         Some(p) => {
@@ -564,37 +706,48 @@ pub async fn serve_durable(
             Some((log, hook))
         }
     };
-    let build = |v: Pinned| -> Result<DurableServer<Pinned>, RpcError> {
-        let mut s = DurableServer::create(v, &o.opts, journal.as_ref().map(|j| j.0.clone()))?;
-        if let Some((_, hook)) = &journal {
-            s.set_execution_hook(hook.clone());
-        }
-        Ok(s)
-    };
-    let mut server = build(pinned.fresh())?;
-    let info = server.conn_info();
-    // A fresh log's header and watermark are durable before anyone connects.
-    node.persist_local(info.layout.base, 128).await;
-    let recovery = server.recover().await?;
-    let info = server.conn_info();
-    let kv = server.kv_layout();
+    let state = Rc::new(ServerState {
+        pinned: Pinned {
+            node: node.clone(),
+            base,
+            end: base + need,
+            next: Rc::new(Cell::new(base)),
+        },
+        stride,
+        // The store follows the logs (with one connection: where `DurableServer::create`
+        // puts it, after its log).
+        kv: KvLayout {
+            base: base + stride * connections as u64,
+            objects: o.opts.objects,
+            max_value: o.opts.max_value as u64,
+        },
+        journal,
+        opts: o.opts.clone(),
+        config: o.config,
+        slots: RefCell::new((0..connections).map(|_| Slot::default()).collect()),
+        idle: tokio::sync::Notify::new(),
+    });
+    // Every connection's log is recovered before anyone connects: a client that never
+    // comes back still has its acknowledged requests executed.
+    let mut logs = Vec::new();
+    for k in 0..connections as usize {
+        let mut server = state.build(k)?;
+        // A fresh log's header and watermark are durable before anyone connects.
+        node.persist_local(server.conn_info().layout.base, 128)
+            .await;
+        let recovery = server.recover().await?;
+        logs.push((server.conn_info(), recovery));
+        state.slots.borrow_mut()[k].ready = Some(server);
+    }
     let (listener, addr) = remora_soft::server::bind(&o.listen).await?;
     started(&RealStarted {
         addr,
         created,
         dax,
-        recovery,
-        info,
-        kv,
-    });
-    let state = Rc::new(ServerState {
-        pinned,
-        journal: journal.clone(),
-        opts: o.opts.clone(),
-        config: o.config,
-        ready: RefCell::new(Some(server)),
-        busy: Cell::new(false),
-        idle: tokio::sync::Notify::new(),
+        recovery: logs[0].1.clone(),
+        info: logs[0].0,
+        logs,
+        kv: state.kv,
     });
     let shutdown = remora_soft::server::shutdown_signal();
     tokio::pin!(shutdown);
@@ -617,6 +770,8 @@ pub async fn serve_durable(
 
 async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String> {
     let io = |e: std::io::Error| e.to_string();
+    // The slot this handshake took, so a failure frees that one and no other.
+    let taken: Cell<Option<usize>> = Cell::new(None);
     let hs = async {
         if !remora_soft::server::cm_hello(&mut stream)
             .await
@@ -624,42 +779,39 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
         {
             return Ok(None);
         }
-        if st.busy.get() {
-            // The previous client may have just gone; give its connection time to close.
-            let _ = tokio::time::timeout(BUSY_WAIT, async {
-                while st.busy.get() {
-                    st.idle.notified().await;
-                }
-            })
-            .await;
-        }
-        if st.busy.get() {
+        let mut b = [0u8; CLAIM_BYTES];
+        stream.read_exact(&mut b).await.map_err(io)?;
+        let claim = match DurableClaim::parse(&b) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = remora_soft::server::cm_refuse(&mut stream, RefuseCode::Version).await;
+                return Err(e.to_string());
+            }
+        };
+        let Some(k) = st.take(claim.node).await else {
             remora_soft::server::cm_refuse(&mut stream, RefuseCode::Resources)
                 .await
                 .map_err(io)?;
-            return Err("refused a second client: one durable-RPC connection at a time".into());
-        }
-        st.busy.set(true);
-        let ready = st.ready.borrow_mut().take();
+            return Err(match claim.node {
+                0 => format!(
+                    "refused a client: all {} connections are in use",
+                    st.slots.borrow().len()
+                ),
+                n => format!(
+                    "refused a client claiming node {n}: no such connection, or it is in use"
+                ),
+            });
+        };
+        taken.set(Some(k));
+        let ready = st.slots.borrow_mut()[k].ready.take();
         let server = match ready {
             Some(s) => Ok(s),
-            None => {
-                // The previous connection's tasks are gone; recover whatever it logged but
-                // did not process, over the same PM.
-                match DurableServer::create(
-                    st.pinned.fresh(),
-                    &st.opts,
-                    st.journal.as_ref().map(|j| j.0.clone()),
-                ) {
-                    Ok(mut s) => {
-                        if let Some((_, hook)) = &st.journal {
-                            s.set_execution_hook(hook.clone());
-                        }
-                        s.recover().await.map(|_| s)
-                    }
-                    Err(e) => Err(e),
-                }
-            }
+            // The slot's previous connection's tasks are gone; recover whatever it logged
+            // but did not process, over the same PM.
+            None => match st.build(k) {
+                Ok(mut s) => s.recover().await.map(|_| s),
+                Err(e) => Err(e),
+            },
         };
         let server = match server {
             Ok(s) => s,
@@ -668,34 +820,38 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
                 return Err(format!("cannot set up the connection: {e}"));
             }
         };
-        remora_soft::server::cm_assign(&mut stream, CLIENT_NODE, st.config)
+        let client = slot_node(k);
+        remora_soft::server::cm_assign(&mut stream, client, st.config)
             .await
             .map_err(io)?;
         let hello = DurableHello {
-            opts: st.opts.clone(),
+            opts: DurableOptions {
+                conn: client,
+                ..st.opts.clone()
+            },
             info: server.conn_info(),
             kv_base: server.kv_layout().base,
         };
         stream.write_all(&hello.emit()).await.map_err(io)?;
-        if !remora_soft::server::cm_accept(&mut stream, &st.pinned.node, CLIENT_NODE, server.qp())
+        if !remora_soft::server::cm_accept(&mut stream, &st.pinned.node, client, server.qp())
             .await
             .map_err(io)?
         {
             return Err("client broke off the handshake".into());
         }
-        Ok(Some(server))
+        Ok(Some((k, server)))
     };
-    let server = match tokio::time::timeout(HANDSHAKE_TIMEOUT, hs).await {
+    let failed = |e: String| {
+        if let Some(k) = taken.get() {
+            st.release(k);
+        }
+        Err(e)
+    };
+    let (k, server) = match tokio::time::timeout(HANDSHAKE_TIMEOUT, hs).await {
         Ok(Ok(Some(s))) => s,
         Ok(Ok(None)) => return Ok(()),
-        Ok(Err(e)) => {
-            release(&st);
-            return Err(e);
-        }
-        Err(_) => {
-            release(&st);
-            return Err("handshake timed out".into());
-        }
+        Ok(Err(e)) => return failed(e),
+        Err(_) => return failed("handshake timed out".into()),
     };
     let qp = server.qp();
     let task: Rc<RefCell<Option<tokio::task::AbortHandle>>> = Rc::default();
@@ -705,13 +861,13 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
         st.pinned
             .node
             .clone()
-            .attach(CLIENT_NODE, read, write, move |n| {
+            .attach(slot_node(k), read, write, move |n| {
                 // The client went away: fail its QP and stop this connection's threads.
                 let _ = n.with(|r, now| r.destroy_qp(now, qp));
                 if let Some(t) = task.borrow_mut().take() {
                     t.abort();
                 }
-                release(&st);
+                st.release(k);
             });
     }
     let h = tokio::task::spawn_local(server.serve());
@@ -732,11 +888,6 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
         }
     });
     Ok(())
-}
-
-fn release(st: &ServerState) {
-    st.busy.set(false);
-    st.idle.notify_waiters();
 }
 
 // ------------------------------------------------------------------ client
@@ -800,19 +951,133 @@ pub struct RealClient {
     profile: LatencyProfile,
 }
 
-async fn read_hello(o: &mut Opening, addr: &str) -> Result<DurableHello, RealConnectError> {
+/// A connection up to the server's [`DurableHello`]. The durable RPCs open the connection
+/// manager's handshake themselves because they put a [`DurableClaim`] between `Hello` and
+/// `Assign`, where `remora_soft::client::open` sends nothing; the steps are otherwise the
+/// same (and `Opened::finish` is `Opening::finish`'s).
+struct Opened {
+    addr: String,
+    stream: TcpStream,
+    node: RtNode,
+    server: NodeId,
+    hello: DurableHello,
+}
+
+/// Connects to `addr`, claims `node`'s id (a new node, with the assigned id, when `None`)
+/// and reads the server's hello.
+async fn open(
+    addr: &str,
+    profile: &LatencyProfile,
+    node: Option<RtNode>,
+) -> Result<Opened, RealConnectError> {
+    let io = |err| ConnectError::Io {
+        addr: addr.to_string(),
+        err,
+    };
+    let mut s = TcpStream::connect(addr).await.map_err(io)?;
+    s.set_nodelay(true).map_err(io)?;
+    let claim = DurableClaim {
+        node: node.as_ref().map_or(0, |n| n.node()),
+    };
+    // One write: the claim follows the Hello at once.
+    let mut first = [0u8; CM_FRAME + CLAIM_BYTES];
+    first[..CM_FRAME].copy_from_slice(&Cm::Hello.emit());
+    first[CM_FRAME..].copy_from_slice(&claim.emit());
+    s.write_all(&first).await.map_err(io)?;
+    let Cm::Assign {
+        client,
+        server,
+        config,
+    } = next_cm(&mut s, addr).await?
+    else {
+        return Err(ConnectError::Protocol(addr.to_string()).into());
+    };
+    let node = match node {
+        Some(n) if n.node() != client => {
+            return Err(ConnectError::NodeId {
+                addr: addr.to_string(),
+                assigned: client,
+                have: n.node(),
+            }
+            .into())
+        }
+        Some(n) => n,
+        None => {
+            // The client's RNIC shares the fabric's transport and extensions; its own
+            // persistence domain plays no part.
+            let rnic = remora_model::rnic::Rnic::new(
+                client,
+                config,
+                &remora_soft::runtime::real_time_profile(profile),
+                remora_model::prng::Prng::from_seed(client as u64),
+            );
+            let n = RtNode::new(rnic);
+            tokio::task::spawn_local(n.clone().drive());
+            n
+        }
+    };
     let mut b = [0u8; HELLO_BYTES];
-    o.stream()
-        .read_exact(&mut b)
+    s.read_exact(&mut b)
         .await
         .map_err(|err| RealConnectError::Io {
             addr: addr.to_string(),
             err,
         })?;
-    DurableHello::parse(&b).map_err(|err| RealConnectError::Hello {
+    let hello = DurableHello::parse(&b).map_err(|err| RealConnectError::Hello {
         addr: addr.to_string(),
         err,
+    })?;
+    Ok(Opened {
+        addr: addr.to_string(),
+        stream: s,
+        node,
+        server,
+        hello,
     })
+}
+
+impl Opened {
+    /// Sends the client's QP (`Ready`), waits for the server's (`Accepted`), connects the
+    /// two and attaches the connection; when it closes, `qp` fails.
+    async fn finish(mut self, qp: QpNum) -> Result<(), ConnectError> {
+        let addr = self.addr;
+        self.stream
+            .write_all(&Cm::Ready { qp }.emit())
+            .await
+            .map_err(|err| ConnectError::Io {
+                addr: addr.clone(),
+                err,
+            })?;
+        let Cm::Accepted { qp: server_qp } = next_cm(&mut self.stream, &addr).await? else {
+            return Err(ConnectError::Protocol(addr));
+        };
+        self.node.connect(qp, self.server, server_qp)?;
+        let (read, write) = self.stream.into_split();
+        self.node.attach(self.server, read, write, move |n| {
+            let _ = n.with(|r, now| r.destroy_qp(now, qp));
+        });
+        Ok(())
+    }
+}
+
+/// The next connection-manager frame; `Refused` is an error.
+async fn next_cm(s: &mut TcpStream, addr: &str) -> Result<Cm, ConnectError> {
+    let mut b = [0u8; CM_FRAME];
+    s.read_exact(&mut b).await.map_err(|err| ConnectError::Io {
+        addr: addr.to_string(),
+        err,
+    })?;
+    match Cm::parse(&b) {
+        Ok(Cm::Refused { code }) => Err(ConnectError::Refused {
+            addr: addr.to_string(),
+            code,
+        }),
+        Ok(f) => Ok(f),
+        Err(err) => Err(ConnectError::Handshake {
+            addr: addr.to_string(),
+            err,
+        }),
+    }
 }
 
 /// Client-side settings of a real connection.
@@ -851,8 +1116,8 @@ impl RealClient {
         settings: &ClientSettings,
     ) -> Result<RealClient, RealConnectError> {
         let hs = async {
-            let mut o = remora_soft::client::open(addr, profile, None).await?;
-            let hello = read_hello(&mut o, addr).await?;
+            let o = open(addr, profile, None).await?;
+            let hello = o.hello.clone();
             if let Some(asked) = settings.design {
                 if asked != hello.opts.design {
                     return Err(RealConnectError::Design {
@@ -867,8 +1132,9 @@ impl RealClient {
             mine.probe_interval = settings.probe_interval;
             mine.reply_timeout = settings.reply_timeout;
             let opts = hello.adopt(&mine);
-            let mut client = DurableClient::create(o.node().clone(), &opts)?;
-            let node = o.finish(client.qp()).await?;
+            let node = o.node.clone();
+            let mut client = DurableClient::create(node.clone(), &opts)?;
+            o.finish(client.qp()).await?;
             client.attach(hello.info)?;
             Ok(RealClient {
                 client,
@@ -889,9 +1155,8 @@ impl RealClient {
     /// of requests recovery executed.
     pub async fn reconnect(&mut self, addr: &str) -> Result<(), RealConnectError> {
         let hs = async {
-            let mut o =
-                remora_soft::client::open(addr, &self.profile, Some(self.node.clone())).await?;
-            let hello = read_hello(&mut o, addr).await?;
+            let o = open(addr, &self.profile, Some(self.node.clone())).await?;
+            let hello = o.hello.clone();
             if hello.opts != self.hello.opts || hello.kv_base != self.hello.kv_base {
                 return Err(RealConnectError::Changed {
                     addr: addr.to_string(),
@@ -970,7 +1235,42 @@ mod tests {
             Err(HelloError::BadValue(_))
         ));
         let mut b = hello(Design::WFlushRpc, None).emit();
-        b[4] = 2;
-        assert_eq!(DurableHello::parse(&b), Err(HelloError::Version(2)));
+        b[4] = 3;
+        assert_eq!(DurableHello::parse(&b), Err(HelloError::Version(3)));
+    }
+
+    #[test]
+    fn claim_round_trips_and_rejects_bad_bytes() {
+        for node in [0, 1, 7, u32::MAX] {
+            let c = DurableClaim { node };
+            let b = c.emit();
+            assert_eq!(DurableClaim::parse(&b), Ok(c));
+            assert_eq!(
+                DurableClaim::parse(&b[..CLAIM_BYTES - 1]),
+                Err(HelloError::ClaimLength(CLAIM_BYTES - 1))
+            );
+            assert!(DurableClaim::parse(&[b.as_slice(), &[0]].concat()).is_err());
+            for i in 0..CLAIM_BYTES {
+                let mut x = b;
+                x[i] ^= 0x04;
+                assert!(DurableClaim::parse(&x).is_err(), "byte {i} flipped");
+            }
+        }
+        // A hello is not a claim, and a valid checksum over reserved bytes is refused.
+        let h = hello(Design::WFlushRpc, None).emit();
+        assert!(DurableClaim::parse(&h[..CLAIM_BYTES]).is_err());
+        let mut b = DurableClaim { node: 2 }.emit();
+        b[6] = 1;
+        let crc = crc32c::crc32c(&b[..12]);
+        b[12..16].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            DurableClaim::parse(&b),
+            Err(HelloError::BadValue(_))
+        ));
+        let mut b = DurableClaim { node: 2 }.emit();
+        b[4] = 1;
+        let crc = crc32c::crc32c(&b[..12]);
+        b[12..16].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(DurableClaim::parse(&b), Err(HelloError::Version(1)));
     }
 }

@@ -34,12 +34,24 @@ fn options(design: Design) -> DurableOptions {
     o
 }
 
-/// Starts a server on a thread of its own; returns what it reported, or its error.
+/// Starts a one-connection server on a thread of its own; returns what it reported, or
+/// its error.
 fn start(
     listen: &str,
     config: &str,
     pool: PathBuf,
     opts: DurableOptions,
+) -> Result<RealStarted, String> {
+    start_n(listen, config, pool, opts, 1)
+}
+
+/// [`start`] with `connections` connections.
+fn start_n(
+    listen: &str,
+    config: &str,
+    pool: PathBuf,
+    opts: DurableOptions,
+    connections: u32,
 ) -> Result<RealStarted, String> {
     let (tx, rx) = mpsc::channel();
     let config: ServerConfig = config.parse().unwrap();
@@ -57,6 +69,7 @@ fn start(
             config,
             profile: LatencyProfile::default_profile(),
             opts,
+            connections,
             journal: None,
         };
         let tx2 = tx.clone();
@@ -267,5 +280,49 @@ fn bad_input_gets_a_clear_error() {
             e.to_string().contains("runs WFlush-RPC, not SFlush-RPC"),
             "{e}"
         );
+    });
+}
+
+#[test]
+fn clients_get_a_connection_and_a_log_each_and_a_full_server_refuses() {
+    let s = start_n(
+        "127.0.0.1:0",
+        "DMP+noDDIO+PM-RQWRB",
+        pool_path("multi"),
+        options(Design::WFlushRpc),
+        2,
+    )
+    .unwrap();
+    assert_eq!(s.logs.len(), 2);
+    assert_ne!(s.logs[0].0.layout.base, s.logs[1].0.layout.base);
+    let addr = s.addr.to_string();
+    run_client(async {
+        let p = LatencyProfile::default_profile();
+        let settings = ClientSettings::default();
+        let mut a = RealClient::connect(&addr, &p, &settings).await.unwrap();
+        let mut b = RealClient::connect(&addr, &p, &settings).await.unwrap();
+        // Node ids and connection ids name the connection; each has its own log, and the
+        // store is shared.
+        assert_eq!((a.hello.opts.conn, b.hello.opts.conn), (1, 2));
+        assert_eq!(
+            (
+                remora_verbs::Verbs::node(&a.node),
+                remora_verbs::Verbs::node(&b.node)
+            ),
+            (1, 2)
+        );
+        assert_ne!(a.hello.info.layout.base, b.hello.info.layout.base);
+        assert_eq!(a.hello.kv_base, b.hello.kv_base);
+        // Each numbers its requests from 1 on its own log.
+        assert_eq!(workload(&mut a, 0, 10).await[0], 1);
+        assert_eq!(workload(&mut b, 0, 10).await[0], 1);
+        // A third client finds both connections in use and, after a wait, is refused.
+        let e = RealClient::connect(&addr, &p, &settings)
+            .await
+            .err()
+            .expect("a third client is refused");
+        assert!(e.to_string().contains("refused"), "{e}");
+        // Both connections still work.
+        assert_eq!(workload(&mut a, 10, 3).await[0], 14);
     });
 }

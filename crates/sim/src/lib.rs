@@ -10,6 +10,7 @@
 //! Faults are inputs: a [`FaultPlan`] crashes a node (power failure) at a virtual time or
 //! at the k-th event, and the node's tasks die with it.
 
+pub mod crashcheck;
 mod executor;
 pub mod trace;
 

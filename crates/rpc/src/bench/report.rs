@@ -9,25 +9,12 @@ use std::path::{Path, PathBuf};
 
 /// Designs in the order they first appear (the figures' order).
 fn designs(rs: &[RunResult]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for r in rs {
-        if !out.contains(&r.design) {
-            out.push(r.design.clone());
-        }
-    }
-    out
+    distinct(rs.iter().map(|r| r.design.clone()))
 }
 
 /// Distinct values of `col` in order of appearance.
 fn columns(rs: &[RunResult], col: &dyn Fn(&RunResult) -> String) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for r in rs {
-        let c = col(r);
-        if !out.contains(&c) {
-            out.push(c);
-        }
-    }
-    out
+    distinct(rs.iter().map(col))
 }
 
 fn find<'a>(
@@ -106,6 +93,46 @@ fn notes(rs: &Results) -> String {
     s
 }
 
+/// Distinct values in order of first appearance (the figures' order).
+fn distinct<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut out: Vec<T> = Vec::new();
+    for x in items {
+        if !out.contains(&x) {
+            out.push(x);
+        }
+    }
+    out
+}
+
+/// A recovery table: one row per design × read percentage of `rows`, one column per
+/// availability, each cell `cell(design, read percent, availability)` (– when `None`).
+fn recovery_table(
+    rows: &[&RecoveryResult],
+    cell: &dyn Fn(&str, u32, f64) -> Option<String>,
+) -> String {
+    let avs = distinct(rows.iter().map(|r| r.availability));
+    let mut s = String::from("| design | read:write |");
+    for a in &avs {
+        let _ = write!(s, " {:.0}% available |", a * 100.0);
+    }
+    s.push_str("\n|---|---|");
+    s.push_str(&"---|".repeat(avs.len()));
+    s.push('\n');
+    for (d, rp) in distinct(rows.iter().map(|r| (r.design.as_str(), r.read_percent))) {
+        let _ = write!(s, "| {d} | {rp}:{} |", 100 - rp);
+        for &a in &avs {
+            match cell(d, rp, a) {
+                Some(c) => {
+                    let _ = write!(s, " {c} |");
+                }
+                None => s.push_str(" – |"),
+            }
+        }
+        s.push('\n');
+    }
+    s
+}
+
 /// Figure 12 as the paper normalizes it: each durable RPC's total time divided by the
 /// total time of the same latencies with a sender that re-sends (rows: design × read %,
 /// columns: availability).
@@ -117,46 +144,18 @@ fn recovery_normalized(rs: &[RecoveryResult]) -> String {
     if durable.is_empty() {
         return "No durable RPC ran.\n".into();
     }
-    let mut avs: Vec<f64> = Vec::new();
-    for r in &durable {
-        if !avs.contains(&r.availability) {
-            avs.push(r.availability);
-        }
-    }
-    let mut s = String::from("| design | read:write |");
-    for a in &avs {
-        let _ = write!(s, " {:.0}% available |", a * 100.0);
-    }
-    s.push_str("\n|---|---|");
-    s.push_str(&"---|".repeat(avs.len()));
-    s.push('\n');
-    let mut rows: Vec<(String, u32)> = Vec::new();
-    for r in &durable {
-        if !rows.contains(&(r.design.clone(), r.read_percent)) {
-            rows.push((r.design.clone(), r.read_percent));
-        }
-    }
-    for (d, rp) in rows {
-        let _ = write!(s, "| {d} | {rp}:{} |", 100 - rp);
-        for a in &avs {
-            let find = |durable: bool| {
-                rs.iter().find(|r| {
-                    r.design == d
-                        && r.read_percent == rp
-                        && r.availability == *a
-                        && r.side.starts_with("durable") == durable
-                })
-            };
-            match (find(true), find(false)) {
-                (Some(x), Some(y)) => {
-                    let _ = write!(s, " {:.3} |", x.total_s / y.total_s);
-                }
-                _ => s.push_str(" – |"),
-            }
-        }
-        s.push('\n');
-    }
-    s
+    recovery_table(&durable, &|d, rp, a| {
+        let find = |durable: bool| {
+            rs.iter().find(|r| {
+                r.design == d
+                    && r.read_percent == rp
+                    && r.availability == a
+                    && r.side.starts_with("durable") == durable
+            })
+        };
+        let (x, y) = (find(true)?, find(false)?);
+        Some(format!("{:.3}", x.total_s / y.total_s))
+    })
 }
 
 /// Slowdown of every baseline over its failure-free time (rows: design × read %).
@@ -165,41 +164,39 @@ fn recovery_baselines(rs: &[RecoveryResult]) -> String {
         .iter()
         .filter(|r| !super::recovery::is_durable(&r.design))
         .collect();
-    let mut avs: Vec<f64> = Vec::new();
-    for r in &base {
-        if !avs.contains(&r.availability) {
-            avs.push(r.availability);
+    recovery_table(&base, &|d, rp, a| {
+        let r = base
+            .iter()
+            .find(|r| r.design == d && r.read_percent == rp && r.availability == a)?;
+        Some(format!("{:.3}×", r.total_s / r.failure_free_s))
+    })
+}
+
+/// Opens a hand-written section of the results page: [`keep_hand_written`] carries it
+/// over when the page is regenerated.
+pub const HAND_WRITTEN_BEGIN: &str = "<!-- hand-written -->";
+/// Closes a hand-written section.
+pub const HAND_WRITTEN_END: &str = "<!-- /hand-written -->";
+
+/// `new` (a freshly generated page) followed by every hand-written section of `old` (the
+/// page it replaces), markers included and in order, so explanations written by hand
+/// survive regeneration. An unclosed section runs to the end of `old`.
+pub fn keep_hand_written(old: &str, new: &str) -> String {
+    let mut out = new.to_string();
+    let mut rest = old;
+    while let Some(i) = rest.find(HAND_WRITTEN_BEGIN) {
+        let section = &rest[i..];
+        let end = section
+            .find(HAND_WRITTEN_END)
+            .map_or(section.len(), |j| j + HAND_WRITTEN_END.len());
+        if !out.ends_with("\n\n") {
+            out.push_str(if out.ends_with('\n') { "\n" } else { "\n\n" });
         }
+        out.push_str(section[..end].trim_end_matches('\n'));
+        out.push('\n');
+        rest = &section[end..];
     }
-    let mut s = String::from("| design | read:write |");
-    for a in &avs {
-        let _ = write!(s, " {:.0}% available |", a * 100.0);
-    }
-    s.push_str("\n|---|---|");
-    s.push_str(&"---|".repeat(avs.len()));
-    s.push('\n');
-    let mut rows: Vec<(String, u32)> = Vec::new();
-    for r in &base {
-        if !rows.contains(&(r.design.clone(), r.read_percent)) {
-            rows.push((r.design.clone(), r.read_percent));
-        }
-    }
-    for (d, rp) in rows {
-        let _ = write!(s, "| {d} | {rp}:{} |", 100 - rp);
-        for a in &avs {
-            match base
-                .iter()
-                .find(|r| r.design == d && r.read_percent == rp && r.availability == *a)
-            {
-                Some(r) => {
-                    let _ = write!(s, " {:.3}× |", r.total_s / r.failure_free_s);
-                }
-                None => s.push_str(" – |"),
-            }
-        }
-        s.push('\n');
-    }
-    s
+    out
 }
 
 /// The results page.
@@ -713,10 +710,10 @@ fn senders_note(rs: &Results) -> Option<String> {
         "- Concurrent senders (Figure 17): from 1 to {most} senders the baselines' mean latency \
          grows {:.2}× to {:.2}×, the durable RPCs' {:.2}× to {:.2}×. The paper reports the \
          opposite trend (baselines \"increases sightly\", durable RPCs \"remain stable\", \
-         §5.5); the model does not reproduce it, and this page does not yet explain why (a \
-         durable Put is written to PM twice, log and object, against once for a baseline, \
-         and an emulated flush READ waits for every earlier inbound DMA of the node; neither \
-         is measured apart here).\n",
+         §5.5); the model does not reproduce it. The hand-written section at the end of the \
+         page measures why: a durable Put writes its value to PM twice (redo-log entry, then \
+         object) and the durable designs run into the PM's write bandwidth; an emulated Flush \
+         READ also waits for every earlier inbound DMA of the node.\n",
         b.0, b.1, d.0, d.1
     ))
 }
@@ -1155,4 +1152,74 @@ fn claims_section(rs: &Results) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(design: &str, side: &str, rp: u32, av: f64, total: f64) -> RecoveryResult {
+        RecoveryResult {
+            design: design.into(),
+            side: side.into(),
+            read_percent: rp,
+            availability: av,
+            rpcs: 10,
+            outages: 1,
+            total_s: total,
+            failure_free_s: 2.0,
+        }
+    }
+
+    #[test]
+    fn hand_written_sections_survive_regeneration() {
+        let old = format!(
+            "# page\nold table\n\n{HAND_WRITTEN_BEGIN}\n## Why\nbecause\n{HAND_WRITTEN_END}\n\
+             generated tail\n{HAND_WRITTEN_BEGIN}\nmore"
+        );
+        let new = keep_hand_written(&old, "# page\nnew table\n");
+        assert_eq!(
+            new,
+            format!(
+                "# page\nnew table\n\n{HAND_WRITTEN_BEGIN}\n## Why\nbecause\n{HAND_WRITTEN_END}\n\n\
+                 {HAND_WRITTEN_BEGIN}\nmore\n"
+            )
+        );
+        // Regenerating again changes nothing, and a page without sections is kept as is.
+        assert_eq!(keep_hand_written(&new, "# page\nnew table\n"), new);
+        assert_eq!(keep_hand_written("# old\n", "# new\n"), "# new\n");
+    }
+
+    /// The recovery tables of `rpc.md`, byte for byte (they share one writer).
+    #[test]
+    fn recovery_tables_keep_their_layout() {
+        let (d, b) = ("durable (re-execute from log)", "baseline (re-send)");
+        let rs = vec![
+            r("WFlush-RPC", d, 50, 0.9, 3.0),
+            r("WFlush-RPC", b, 50, 0.9, 4.0),
+            r("WFlush-RPC", d, 50, 0.99, 2.5),
+            r("WFlush-RPC", b, 50, 0.99, 2.6),
+            r("SFlush-RPC", d, 95, 0.9, 3.3),
+            r("SFlush-RPC", b, 95, 0.9, 3.9),
+            r("SFlush-RPC", d, 95, 0.99, 2.0),
+            r("DaRPC", b, 50, 0.9, 5.0),
+            r("DaRPC", b, 50, 0.99, 2.2),
+            r("FaRM", b, 95, 0.99, 2.1),
+        ];
+        assert_eq!(
+            recovery_normalized(&rs),
+            "| design | read:write | 90% available | 99% available |\n\
+             |---|---|---|---|\n\
+             | WFlush-RPC | 50:50 | 0.750 | 0.962 |\n\
+             | SFlush-RPC | 95:5 | 0.846 | – |\n"
+        );
+        assert_eq!(
+            recovery_baselines(&rs),
+            "| design | read:write | 90% available | 99% available |\n\
+             |---|---|---|---|\n\
+             | DaRPC | 50:50 | 2.500× | 1.100× |\n\
+             | FaRM | 95:5 | – | 1.050× |\n"
+        );
+        assert_eq!(recovery_normalized(&rs[7..]), "No durable RPC ran.\n");
+    }
 }

@@ -1,0 +1,223 @@
+//! The process side of the real SIGKILL crash loops, shared by `remora crashcheck --real`
+//! ([`crate::real`]) and `remora rpc-crashcheck` ([`crate::rpcreal`]): a scratch directory
+//! for pool files, choosing targets, starting a server child process and reading its
+//! start-up lines, killing it from a timer thread at a random moment, and the Markdown
+//! cell that states a target's verdict. What a loop does between kills (its workload and
+//! its judgement) stays with the loop.
+
+use remora_model::prng::Prng;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// A single-threaded tokio runtime: the soft RNIC's nodes and the clients run on one
+/// thread, inside a `LocalSet`.
+pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// The command that runs `exe`, through `prefix` (e.g. `ip netns exec NS`) when it is not
+/// empty.
+pub fn server_command(exe: &Path, prefix: &[String]) -> Command {
+    match prefix.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    }
+}
+
+/// A server child process; killed (and reaped) when dropped, so no process outlives the
+/// loop, whichever way it ends.
+pub struct ServerProc {
+    child: Option<Child>,
+    /// The address its first line (`listening on ADDR`) named.
+    pub addr: String,
+    /// The lines it printed after that one, as many as [`ServerProc::start`] asked for.
+    pub said: Vec<String>,
+}
+
+impl ServerProc {
+    /// Spawns `cmd` (a server of `exe`, called `what` in errors) with its stdout piped,
+    /// reads its `listening on ADDR` line and then `lines` more. The pipe is closed after
+    /// that: the servers print only at start-up.
+    pub fn start(
+        cmd: &mut Command,
+        exe: &Path,
+        what: &str,
+        lines: usize,
+    ) -> Result<ServerProc, String> {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+        // From here on, a failure drops `proc`, which kills the child.
+        let mut proc = ServerProc {
+            child: None,
+            addr: String::new(),
+            said: Vec::new(),
+        };
+        let mut out = BufReader::new(child.stdout.take().expect("piped"));
+        proc.child = Some(child);
+        let mut line = String::new();
+        out.read_line(&mut line).map_err(|e| e.to_string())?;
+        proc.addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .ok_or_else(|| format!("{what} did not start: {line:?}"))?
+            .to_string();
+        for _ in 0..lines {
+            let mut l = String::new();
+            out.read_line(&mut l).map_err(|e| e.to_string())?;
+            proc.said.push(l);
+        }
+        Ok(proc)
+    }
+
+    /// SIGKILLs the server after `ms` milliseconds, from a thread of its own: like a power
+    /// cut, the kill does not wait for the client to be at a convenient point.
+    pub fn kill_after(&mut self, ms: u64) -> Killer {
+        let mut child = self.child.take().expect("server running");
+        Killer(std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            let killed = child.kill().is_ok();
+            let _ = child.wait();
+            killed
+        }))
+    }
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A pending SIGKILL ([`ServerProc::kill_after`]).
+pub struct Killer(std::thread::JoinHandle<bool>);
+
+impl Killer {
+    /// Waits until the kill landed and the process was reaped; true if it was killed.
+    pub fn join(self) -> bool {
+        self.0.join().unwrap_or(false)
+    }
+}
+
+/// How long the next server lives before its SIGKILL: uniform in `1..=max_ms` (at least
+/// one millisecond).
+pub fn life_ms(rng: &mut Prng, max_ms: u64) -> u64 {
+    rng.range_inclusive(1, max_ms.max(1))
+}
+
+/// A directory of pool files under the system's temporary directory, removed with
+/// everything in it when dropped (also when a loop fails half-way).
+pub struct Scratch {
+    /// Its path.
+    pub dir: PathBuf,
+}
+
+impl Scratch {
+    /// Creates `<tmp>/<name>-<pid>`.
+    pub fn new(name: &str) -> Result<Scratch, String> {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        Ok(Scratch { dir })
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Keeps the targets `--targets` (`correct`, `negative` or `all`) and `--only` (a
+/// substring of the name) select.
+pub fn select<T>(
+    targets: &mut Vec<T>,
+    sel: &str,
+    only: Option<&str>,
+    wrong: impl Fn(&T) -> bool,
+    name: impl Fn(&T) -> &str,
+) -> Result<(), String> {
+    match sel {
+        "all" => {}
+        "correct" => targets.retain(|t| !wrong(t)),
+        "negative" => targets.retain(|t| wrong(t)),
+        other => return Err(format!("--targets {other:?}: correct, negative or all")),
+    }
+    if let Some(f) = only {
+        targets.retain(|t| name(t).contains(f));
+    }
+    Ok(())
+}
+
+/// Runs `one(target, index)` on every target in order, reporting `(done, total)` after
+/// each; stops at the first error.
+pub fn run_all<T, R>(
+    targets: &[T],
+    progress: &dyn Fn(usize, usize),
+    mut one: impl FnMut(&T, u64) -> Result<R, String>,
+) -> Result<Vec<R>, String> {
+    let mut reports = Vec::with_capacity(targets.len());
+    for (i, t) in targets.iter().enumerate() {
+        reports.push(one(t, i as u64)?);
+        progress(i + 1, targets.len());
+    }
+    Ok(reports)
+}
+
+/// A Markdown table of crash-loop reports: the `header` cells, one row of cells per
+/// report, then a blank line and `summary`.
+pub fn table(
+    header: &[&str],
+    rows: impl IntoIterator<Item = Vec<String>>,
+    summary: &str,
+) -> String {
+    let line = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
+    let mut s = line(&header.iter().map(|h| h.to_string()).collect::<Vec<_>>());
+    s.push('|');
+    s.push_str(&"---|".repeat(header.len()));
+    s.push('\n');
+    for r in rows {
+        s.push_str(&line(&r));
+    }
+    s.push('\n');
+    s.push_str(summary);
+    s.push('\n');
+    s
+}
+
+/// The `result` cell of a real loop: `pass`, `caught: ...`, `**not caught**` or
+/// `**FAIL** ...`.
+pub fn result_cell(wrong: bool, violations: u64, example: Option<&str>) -> String {
+    remora_sim::crashcheck::result_cell(wrong, violations, example, "**not caught**")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tables_are_markdown_with_a_summary() {
+        let t = super::table(
+            &["target", "result"],
+            [
+                vec!["a".into(), "pass".into()],
+                vec!["b".into(), "**not caught**".into()],
+            ],
+            "2 targets",
+        );
+        assert_eq!(
+            t,
+            "| target | result |\n|---|---|\n| a | pass |\n| b | **not caught** |\n\n2 targets\n"
+        );
+    }
+}
