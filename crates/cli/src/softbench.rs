@@ -31,7 +31,8 @@ fn wall() -> std::time::Instant {
 pub const WRITE64_WIRE_BYTES: usize = 32 + 8 + 4 + 4 + 4 + 64;
 
 /// First byte of a raw streaming connection: then the stream's length (u64, little-endian),
-/// the stream, and one byte back once all of it was read.
+/// the stream, and, once all of it was read, one byte back followed by the receiving
+/// thread's CPU time in ns (u64, little-endian).
 const STREAM_LEAD: u8 = 0xFE;
 
 /// A raw TCP echo server (the other process of the ping-pong), until the peer closes.
@@ -61,7 +62,11 @@ pub fn echo_server(listen: &str) -> Result<(), String> {
                         Ok(n) => left -= n as u64,
                     }
                 }
-                let _ = s.write_all(&[1]);
+                // The acknowledgement carries the thread's CPU time, for the report's
+                // per-message CPU of each side.
+                let mut ack = [1u8; 9];
+                ack[1..].copy_from_slice(&thread_cpu_ns().to_le_bytes());
+                let _ = s.write_all(&ack);
                 return;
             }
             loop {
@@ -174,32 +179,13 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
     let (tokio_mean, tokio_p50, tokio_p99, tokio_slow) = quantiles(via_tokio);
-    // Raw streaming of messages as long as a 64-byte WRITE's packet, written 64 at a time,
-    // timed until the echo process acknowledges having read them all.
-    // The median of STREAM_RUNS runs (as for the RDMA stream): one run is short enough for
-    // a single preemption on a shared machine to halve it.
-    let chunk = vec![0x5au8; WRITE64_WIRE_BYTES * 64];
-    let chunks = stream_writes.div_ceil(64);
-    let mut raw_rates = Vec::new();
-    for _ in 0..STREAM_RUNS {
-        let mut s2 = TcpStream::connect(&echo.1).map_err(|e| e.to_string())?;
-        let mut head = vec![STREAM_LEAD];
-        head.extend_from_slice(&(chunks * chunk.len() as u64).to_le_bytes());
-        let t0 = wall();
-        s2.write_all(&head).map_err(|e| e.to_string())?;
-        for _ in 0..chunks {
-            s2.write_all(&chunk).map_err(|e| e.to_string())?;
-        }
-        s2.read_exact(&mut [0u8; 1]).map_err(|e| e.to_string())?;
-        raw_rates.push(((chunks * 64) as f64) / t0.elapsed().as_secs_f64());
-    }
-    let raw_stream = median(raw_rates);
+    let raw_stream = raw_stream(&echo.1, stream_writes)?;
     drop(echo);
     let _ = writeln!(out, "Raw TCP ping-pong, 96 bytes: mean {raw_mean:.1} µs, p50 {raw_p50:.1} µs, p99 {raw_p99:.1} µs, {raw_slow} of {n} ≥ 1 ms\n");
     let _ = writeln!(out, "The same ping-pong as a tokio task (the soft RNIC's I/O path, no model): mean {tokio_mean:.1} µs, p50 {tokio_p50:.1} µs ({:.2}x the raw p50), p99 {tokio_p99:.1} µs, {tokio_slow} of {n} ≥ 1 ms\n", tokio_p50 / raw_p50);
     // 2. RemoteLog singleton appends per method, and streaming WRITEs.
     let mut rows = Vec::new();
-    let mut stream_rate = 0.0;
+    let mut stream_rate = Stream::default();
     let pool_dir = pool_dir.join(format!("remora-softbench-{}", std::process::id()));
     std::fs::create_dir_all(&pool_dir).map_err(|e| e.to_string())?;
     for (ci, config) in [
@@ -226,6 +212,7 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
         )?;
         let local = tokio::task::LocalSet::new();
         let addr = server.1.clone();
+        let server_pid = server.0.id();
         let config = *config;
         // The client runs as a task of the node's LocalSet, as an application would: its
         // wake-ups are the LocalSet's, not a `block_on` future's (which costs the runtime a
@@ -260,32 +247,7 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
                 rows.push((config.to_string(), method, quantiles(v)));
             }
             if config == "DMP+noDDIO+PM-RQWRB" {
-                // Streaming: pipelined 64-byte WRITEs, a FLUSH every 512.
-                let (_node, _c, mut client) =
-                    remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
-                        .await
-                        .map_err(|e| e.to_string())?;
-                client
-                    .connect(Primitive::Write, Shape::default())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let data = [0x5au8; 64];
-                let mut rates = Vec::new();
-                for _ in 0..STREAM_RUNS {
-                    let t0 = wall();
-                    let mut posted = 0u64;
-                    while posted < stream_writes {
-                        let batch = (stream_writes - posted).min(512);
-                        for i in 0..batch {
-                            let off = RECORDS_OFF + ((posted + i) % 1024) * 64;
-                            client.write_nowait(off, &data).map_err(|e| e.to_string())?;
-                        }
-                        posted += batch;
-                        client.flush_writes().await.map_err(|e| e.to_string())?;
-                    }
-                    rates.push(stream_writes as f64 / t0.elapsed().as_secs_f64());
-                }
-                stream_rate = Some(median(rates));
+                stream_rate = Some(soft_stream(&addr, server_pid, stream_writes).await?);
             }
             Ok::<_, String>((rows, stream_rate))
         };
@@ -325,13 +287,193 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
         .map_or(f64::NAN, |d| d.as_nanos() as f64 / 1e3);
         let _ = writeln!(out, "| {config} | {method} | {mean:.1} | {p50:.1} | {p99:.1} | {slow} | {:.2} | {predicted:.1} | {:.2} |", p50 / raw_p50, mean / predicted);
     }
+    let _ = writeln!(out);
+    stream_report(&mut out, stream_writes, &raw_stream, &stream_rate);
+    let _ = writeln!(out, "Targets (issue 5): one-round-trip methods within 1.3x of the raw p50; streaming at least 0.7x of raw TCP; simulator within ±25% of the measured mean.");
+    Ok(out)
+}
+
+/// WRITEs per FLUSH in the RDMA stream.
+const STREAM_BATCH: u64 = 256;
+/// FLUSHes the RDMA stream keeps in flight: the client posts the next batches while the
+/// server still works on earlier ones (as the raw stream's writer never waits for its
+/// reader), within the send queue's 1024 entries.
+const STREAM_WINDOW: usize = 3;
+
+/// One side-by-side streaming measurement: messages per second (median of
+/// [`STREAM_RUNS`]) and CPU per message of each side (ns, over all runs; `NAN` where the
+/// platform cannot tell).
+#[derive(Copy, Clone, Debug, Default)]
+pub struct Stream {
+    /// Messages per second.
+    pub rate: f64,
+    /// CPU of the sending process (the benchmark's thread) per message, ns.
+    pub sender_cpu_ns: f64,
+    /// CPU of the receiving process (the echo thread or the soft RNIC server) per message, ns.
+    pub receiver_cpu_ns: f64,
+}
+
+/// On-CPU time of the calling thread in ns (Linux `schedstat`; 0 elsewhere).
+fn thread_cpu_ns() -> u64 {
+    schedstat("/proc/thread-self/schedstat")
+}
+
+/// On-CPU time of every live thread of process `pid` in ns (0 where unknown).
+fn process_cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .map(|t| schedstat(&t.path().join("schedstat").to_string_lossy()))
+        .sum()
+}
+
+fn schedstat(path: &str) -> u64 {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn per_msg(ns: u64, msgs: u64) -> f64 {
+    if ns == 0 {
+        f64::NAN
+    } else {
+        ns as f64 / msgs as f64
+    }
+}
+
+/// Raw TCP streaming of messages as long as a 64-byte WRITE's packet, written 64 at a
+/// time, timed until the echo process acknowledges having read them all. The median of
+/// [`STREAM_RUNS`] runs (as for the RDMA stream): one run is short enough for a single
+/// preemption on a shared machine to halve it.
+fn raw_stream(echo: &str, writes: u64) -> Result<Stream, String> {
+    let chunk = vec![0x5au8; WRITE64_WIRE_BYTES * 64];
+    let chunks = writes.div_ceil(64);
+    let mut rates = Vec::new();
+    let (mut tx_cpu, mut rx_cpu) = (0, 0);
+    for _ in 0..STREAM_RUNS {
+        let mut s = TcpStream::connect(echo).map_err(|e| e.to_string())?;
+        let mut head = vec![STREAM_LEAD];
+        head.extend_from_slice(&(chunks * chunk.len() as u64).to_le_bytes());
+        let cpu0 = thread_cpu_ns();
+        let t0 = wall();
+        s.write_all(&head).map_err(|e| e.to_string())?;
+        for _ in 0..chunks {
+            s.write_all(&chunk).map_err(|e| e.to_string())?;
+        }
+        let mut ack = [0u8; 9];
+        s.read_exact(&mut ack).map_err(|e| e.to_string())?;
+        rates.push(((chunks * 64) as f64) / t0.elapsed().as_secs_f64());
+        tx_cpu += thread_cpu_ns().saturating_sub(cpu0);
+        rx_cpu += u64::from_le_bytes(ack[1..].try_into().expect("8 bytes"));
+    }
+    let msgs = chunks * 64 * STREAM_RUNS as u64;
+    Ok(Stream {
+        rate: median(rates),
+        sender_cpu_ns: per_msg(tx_cpu, msgs),
+        receiver_cpu_ns: per_msg(rx_cpu, msgs),
+    })
+}
+
+/// Streaming over the soft RNIC: pipelined unsignaled 64-byte WRITEs, a FLUSH every
+/// [`STREAM_BATCH`] with up to [`STREAM_WINDOW`] FLUSHes in flight, timed until the last
+/// FLUSH completed (every WRITE persistent). Runs in a task of the node's `LocalSet`.
+async fn soft_stream(addr: &str, server_pid: u32, writes: u64) -> Result<Stream, String> {
+    let (_node, _c, mut client) =
+        remora_soft::client::connect(addr, &LatencyProfile::default_profile())
+            .await
+            .map_err(|e| e.to_string())?;
+    client
+        .connect(Primitive::Write, Shape::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let data = [0x5au8; 64];
+    let mut rates = Vec::new();
+    let (mut tx_cpu, mut rx_cpu) = (0, 0);
+    for _ in 0..STREAM_RUNS {
+        let (cpu0, server0) = (thread_cpu_ns(), process_cpu_ns(server_pid));
+        let t0 = wall();
+        let mut posted = 0u64;
+        let mut in_flight = std::collections::VecDeque::new();
+        while posted < writes {
+            let batch = (writes - posted).min(STREAM_BATCH);
+            for i in 0..batch {
+                let off = RECORDS_OFF + ((posted + i) % 1024) * 64;
+                client.write_nowait(off, &data).map_err(|e| e.to_string())?;
+            }
+            posted += batch;
+            in_flight.push_back(client.post_flush_writes().map_err(|e| e.to_string())?);
+            if in_flight.len() >= STREAM_WINDOW {
+                let t = in_flight.pop_front().expect("in flight");
+                client.wait_flush(t).await.map_err(|e| e.to_string())?;
+            }
+        }
+        for t in in_flight {
+            client.wait_flush(t).await.map_err(|e| e.to_string())?;
+        }
+        rates.push(writes as f64 / t0.elapsed().as_secs_f64());
+        tx_cpu += thread_cpu_ns().saturating_sub(cpu0);
+        rx_cpu += process_cpu_ns(server_pid).saturating_sub(server0);
+    }
+    let msgs = writes * STREAM_RUNS as u64;
+    Ok(Stream {
+        rate: median(rates),
+        sender_cpu_ns: per_msg(tx_cpu, msgs),
+        receiver_cpu_ns: per_msg(rx_cpu, msgs),
+    })
+}
+
+fn stream_report(out: &mut String, writes: u64, raw: &Stream, soft: &Stream) {
     let _ = writeln!(
         out,
-        "\nStreaming {stream_writes} 64-byte messages (median of {STREAM_RUNS} runs each): raw TCP {:.0} k/s; pipelined RDMA WRITEs + FLUSH (DMP+noDDIO+PM-RQWRB) {:.0} k/s; ratio {:.2}\n",
-        raw_stream / 1e3,
-        stream_rate / 1e3,
-        stream_rate / raw_stream
+        "Streaming {writes} 64-byte messages (median of {STREAM_RUNS} runs each): raw TCP {:.0} k/s; pipelined RDMA WRITEs + FLUSH (DMP+noDDIO+PM-RQWRB, a FLUSH every {STREAM_BATCH}, {STREAM_WINDOW} in flight) {:.0} k/s; ratio {:.2}\n",
+        raw.rate / 1e3,
+        soft.rate / 1e3,
+        soft.rate / raw.rate
     );
-    let _ = writeln!(out, "Targets (issue 5): one-round-trip methods within 1.3x of the raw p50; streaming at least 0.7x of raw TCP; simulator within ±25% of the measured mean.");
+    let _ = writeln!(
+        out,
+        "CPU per message (ns, user + system, all runs): raw TCP sender {:.0}, receiver {:.0}; soft RNIC client {:.0}, server {:.0}\n",
+        raw.sender_cpu_ns, raw.receiver_cpu_ns, soft.sender_cpu_ns, soft.receiver_cpu_ns
+    );
+}
+
+/// Only the streaming comparison (for profiling the streaming path): raw TCP, then the
+/// soft RNIC against a `DMP+noDDIO+PM-RQWRB` server.
+pub fn run_stream_only(exe: &Path, writes: u64, pool_dir: &Path) -> Result<String, String> {
+    let echo = Proc::start(exe, &["bench", "echo"])?;
+    let raw = raw_stream(&echo.1, writes)?;
+    drop(echo);
+    let pool_dir = pool_dir.join(format!("remora-softbench-{}", std::process::id()));
+    std::fs::create_dir_all(&pool_dir).map_err(|e| e.to_string())?;
+    let pool = pool_dir.join("stream.pm");
+    let server = Proc::start(
+        exe,
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--pool",
+            pool.to_str().unwrap_or(""),
+            "--config",
+            "DMP+noDDIO+PM-RQWRB",
+        ],
+    )?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let (addr, pid) = (server.1.clone(), server.0.id());
+    let soft = tokio::task::LocalSet::new().block_on(&rt, async move {
+        tokio::task::spawn_local(async move { soft_stream(&addr, pid, writes).await })
+            .await
+            .map_err(|e| e.to_string())?
+    })?;
+    drop(server);
+    let _ = std::fs::remove_dir_all(&pool_dir);
+    let mut out = String::new();
+    stream_report(&mut out, writes, &raw, &soft);
     Ok(out)
 }

@@ -261,7 +261,26 @@ impl Packet {
     /// Encodes the packet: a 32-byte header (magic, version, opcode, flags, PSN, nodes,
     /// QPs, body length) and the body, little-endian.
     pub fn emit(&self) -> Vec<u8> {
-        let mut body = Vec::new();
+        let mut out = Vec::with_capacity(WIRE_HEADER + 20 + self.payload_len() as usize);
+        self.emit_into(&mut out);
+        out
+    }
+
+    /// Appends the encoding of [`emit`](Self::emit) to `out` without allocating anything
+    /// but `out`'s growth (a runtime encodes every packet of a step into one buffer).
+    pub fn emit_into(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        // The header's flags and body length are patched once the body is written.
+        out.extend_from_slice(&WIRE_MAGIC.to_le_bytes());
+        out.extend_from_slice(&[WIRE_VERSION, self.body.opcode(), 0, 0, 0, 0]);
+        out.extend_from_slice(&self.psn.to_le_bytes());
+        out.extend_from_slice(&self.src.to_le_bytes());
+        out.extend_from_slice(&self.dst.to_le_bytes());
+        out.extend_from_slice(&self.src_qp.0.to_le_bytes());
+        out.extend_from_slice(&self.dst_qp.0.to_le_bytes());
+        out.extend_from_slice(&[0; 4]);
+        debug_assert_eq!(out.len() - start, WIRE_HEADER);
+        let body = out;
         let mut flags = 0u8;
         let put_bytes = |body: &mut Vec<u8>, d: &[u8]| {
             body.extend_from_slice(&(d.len() as u32).to_le_bytes());
@@ -279,12 +298,12 @@ impl Packet {
                 body.extend_from_slice(&addr.to_le_bytes());
                 body.extend_from_slice(&rkey.to_le_bytes());
                 body.extend_from_slice(&imm.unwrap_or(0).to_le_bytes());
-                put_bytes(&mut body, data);
+                put_bytes(body, data);
             }
             Body::Send { data, imm, ack_req } => {
                 flags |= (*ack_req as u8) | (imm.is_some() as u8) << 1;
                 body.extend_from_slice(&imm.unwrap_or(0).to_le_bytes());
-                put_bytes(&mut body, data);
+                put_bytes(body, data);
             }
             Body::Read { addr, rkey, len } => {
                 body.extend_from_slice(&addr.to_le_bytes());
@@ -323,7 +342,7 @@ impl Packet {
                 flags |= *atomic as u8;
                 body.extend_from_slice(&addr.to_le_bytes());
                 body.extend_from_slice(&rkey.to_le_bytes());
-                put_bytes(&mut body, data);
+                put_bytes(body, data);
             }
             Body::Ack | Body::Done => {}
             Body::Nak(code) => body.push(match code {
@@ -331,28 +350,19 @@ impl Packet {
                 NakCode::RemoteAccess => 1,
                 NakCode::InvalidRequest => 2,
             }),
-            Body::ReadResp(d) => put_bytes(&mut body, d),
+            Body::ReadResp(d) => put_bytes(body, d),
             Body::AtomicResp(v) => body.extend_from_slice(&v.to_le_bytes()),
             Body::SFlush { send_psn } => body.extend_from_slice(&send_psn.to_le_bytes()),
             Body::Datagram { qkey, data, imm } => {
                 flags |= imm.is_some() as u8;
                 body.extend_from_slice(&qkey.to_le_bytes());
                 body.extend_from_slice(&imm.unwrap_or(0).to_le_bytes());
-                put_bytes(&mut body, data);
+                put_bytes(body, data);
             }
         }
-        let mut out = Vec::with_capacity(WIRE_HEADER + body.len());
-        out.extend_from_slice(&WIRE_MAGIC.to_le_bytes());
-        out.extend_from_slice(&[WIRE_VERSION, self.body.opcode(), flags, 0, 0, 0]);
-        out.extend_from_slice(&self.psn.to_le_bytes());
-        out.extend_from_slice(&self.src.to_le_bytes());
-        out.extend_from_slice(&self.dst.to_le_bytes());
-        out.extend_from_slice(&self.src_qp.0.to_le_bytes());
-        out.extend_from_slice(&self.dst_qp.0.to_le_bytes());
-        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        debug_assert_eq!(out.len(), WIRE_HEADER);
-        out.extend_from_slice(&body);
-        out
+        let body_len = (body.len() - start - WIRE_HEADER) as u32;
+        body[start + 4] = flags;
+        body[start + 28..start + WIRE_HEADER].copy_from_slice(&body_len.to_le_bytes());
     }
 
     /// Total length of the encoded packet at the start of `buf`, once its header is there

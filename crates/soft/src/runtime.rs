@@ -72,8 +72,6 @@ struct State {
     /// Kept sorted by departure, first in first out among equal times. Departures mostly
     /// come in order, so a packet is appended; a packet is moved only when one overtakes.
     held: std::collections::VecDeque<(Instant, Packet)>,
-    /// Packets due in the current step, sent together at its end (reused buffer).
-    due: Vec<Packet>,
     peers: BTreeMap<NodeId, Rc<Conn>>,
     /// Tasks waiting for a completion: (waiter id, CQ, waker). Woken only when their CQ
     /// holds something, not after every step.
@@ -89,15 +87,32 @@ struct State {
 }
 
 impl State {
-    /// Moves what the RNIC transmitted into the queue of held packets.
-    fn hold_transmitted(&mut self) {
+    /// Moves what the RNIC transmitted into the queue of held packets; a packet due by
+    /// `now` while none is held is queued on its connection at once (the common case:
+    /// requests and acknowledgements leave as soon as they are made). Returns how many
+    /// were queued.
+    fn hold_transmitted(&mut self, now: Instant) -> usize {
+        let mut queued = 0;
         while let Some((ready, pkt)) = self.rnic.poll_transmit() {
-            if self.held.back().is_none_or(|(t, _)| *t <= ready) {
+            if self.held.is_empty() && ready <= now {
+                self.queue(&pkt);
+                queued += 1;
+            } else if self.held.back().is_none_or(|(t, _)| *t <= ready) {
                 self.held.push_back((ready, pkt));
             } else {
                 let at = self.held.partition_point(|(t, _)| *t <= ready);
                 self.held.insert(at, (ready, pkt));
             }
+        }
+        queued
+    }
+
+    /// Encodes a packet that is due onto its connection's output. It leaves at the next
+    /// flush, which comes after the step's `sync_media`.
+    fn queue(&mut self, pkt: &Packet) {
+        if let Some(conn) = self.peers.get(&pkt.dst) {
+            pkt.emit_into(&mut conn.out.borrow_mut());
+            self.stats.sent += 1;
         }
     }
 }
@@ -143,10 +158,19 @@ impl Conn {
 struct Inner {
     st: RefCell<State>,
     kick: Notify,
+    /// A kick is pending (the driver has not woken for it yet): further kicks are free.
+    kicked: Cell<bool>,
     epoch: std::time::Instant,
 }
 
 impl Inner {
+    /// Wakes the driver (once per wake-up, however many posts ask for it).
+    fn kick(&self) {
+        if !self.kicked.replace(true) {
+            self.kick.notify_one();
+        }
+    }
+
     fn now(&self, st: &mut State) -> Instant {
         let real = Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64);
         st.model_now = st.model_now.max(real);
@@ -169,7 +193,6 @@ impl RtNode {
                     rnic,
                     model_now: Instant::ZERO,
                     held: Default::default(),
-                    due: Vec::new(),
                     cq_waiters: Vec::new(),
                     next_waiter: 0,
                     unsettled: 0,
@@ -179,6 +202,7 @@ impl RtNode {
                     stats: NetStats::default(),
                 }),
                 kick: Notify::new(),
+                kicked: Cell::new(false),
                 epoch: wall(),
             }),
         }
@@ -196,7 +220,7 @@ impl RtNode {
             let now = self.inner.now(&mut st);
             f(&mut st.rnic, now)
         };
-        self.inner.kick.notify_one();
+        self.inner.kick();
         r
     }
 
@@ -230,7 +254,7 @@ impl RtNode {
                 conn.writer.notify_one();
             }
             on_close(&node);
-            node.inner.kick.notify_one();
+            node.inner.kick();
         });
     }
 
@@ -241,6 +265,9 @@ impl RtNode {
         let mut at = 0;
         loop {
             let mut handled = false;
+            // Every frame of one read arrived by the time the read returned: one clock read
+            // per read, at the loop's edge, not one per frame.
+            let mut arrived = None;
             while let Some(len) = Packet::frame_len(&buf[at..])
                 .inspect_err(|_| self.inner.st.borrow_mut().stats.malformed += 1)?
             {
@@ -257,7 +284,10 @@ impl RtNode {
                     continue;
                 }
                 st.stats.received += 1;
-                let now = self.inner.now(&mut st);
+                let now = match arrived {
+                    Some(t) => t,
+                    None => *arrived.insert(self.inner.now(&mut st)),
+                };
                 st.rnic.handle_packet(now, pkt);
                 handled = true;
             }
@@ -295,7 +325,7 @@ impl RtNode {
             self.flush();
         }
         if (unflushed && woken > 0) || earlier {
-            self.inner.kick.notify_one();
+            self.inner.kick();
         }
     }
 
@@ -307,6 +337,8 @@ impl RtNode {
         tokio::pin!(sleep);
         let mut deferred = 0;
         loop {
+            // Kicks from here on wake the driver again.
+            self.inner.kicked.set(false);
             let next = self.step();
             self.wake_cq_waiters();
             let (unflushed, unsettled) = {
@@ -379,11 +411,11 @@ impl RtNode {
         let mut guard = self.inner.st.borrow_mut();
         let st = &mut *guard;
         let mut now = self.inner.now(st);
-        let mut due = std::mem::take(&mut st.due);
+        let mut queued = 0;
         let next = loop {
             st.rnic.handle_timeout(now);
             st.rnic.process_doorbells(now);
-            st.hold_transmitted();
+            queued += st.hold_transmitted(now);
             // Take what is due, jumping the model's clock over short waits: the hierarchy
             // reaches a packet's departure (writing the pool file, synced below) first.
             while let Some((ready, _)) = st.held.front() {
@@ -396,10 +428,12 @@ impl RtNode {
                     now = ready;
                     st.model_now = now;
                     st.rnic.handle_timeout(now);
-                    // What that produced may be due too (and must not wait for a kick).
-                    st.hold_transmitted();
                 }
-                due.push(pkt);
+                st.queue(&pkt);
+                queued += 1;
+                // What the RNIC produced meanwhile may be due too (and must not wait for a
+                // kick); it is queued behind this packet.
+                queued += st.hold_transmitted(now);
             }
             // Wake at the next timer, departure, or data-path stage change, so a stage lasts
             // as long on the wall clock as in the model.
@@ -417,20 +451,13 @@ impl RtNode {
                 other => break other,
             }
         };
-        if !due.is_empty() {
-            // Whatever these packets acknowledge is on stable storage before they leave: one
-            // sync covers every line that entered the persistence domain up to the last
-            // departure (the model's clock is there now).
+        if queued > 0 {
+            // Whatever the queued packets acknowledge is on stable storage before they
+            // leave (at the next flush): one sync covers every line that entered the
+            // persistence domain up to the last departure (the model's clock is there now).
             st.rnic.sync_media();
-            for pkt in due.drain(..) {
-                if let Some(conn) = st.peers.get(&pkt.dst) {
-                    conn.out.borrow_mut().extend_from_slice(&pkt.emit());
-                    st.stats.sent += 1;
-                }
-            }
             st.unflushed = true;
         }
-        st.due = due;
         next
     }
 
@@ -554,7 +581,16 @@ impl remora_verbs::Verbs for RtNode {
         self.with(|r, _| r.create_qp(pd, send_cq, recv_cq, attr))
     }
     fn post_send(&self, qp: QpNum, wr: SendWr) -> Result<(), VerbsError> {
-        self.with(|r, now| r.post_send(now, qp, wr))
+        // Posting only queues the request (`now` dates its trace event); the driver's step
+        // reads the clock before the RNIC acts on the doorbell. So no clock read per post:
+        // the model's clock as of the loop's last edge.
+        let r = {
+            let mut st = self.inner.st.borrow_mut();
+            let now = st.model_now;
+            st.rnic.post_send(now, qp, wr)
+        };
+        self.inner.kick();
+        r
     }
     fn post_recv(&self, qp: QpNum, wr: RecvWr) -> Result<(), VerbsError> {
         self.with(|r, now| r.post_recv(now, qp, wr))
@@ -602,7 +638,7 @@ impl remora_verbs::Verbs for RtNode {
             st.rnic.handle_timeout(t);
             st.rnic.sync_media();
         }
-        self.inner.kick.notify_one();
+        self.inner.kick();
         yield_local().await;
     }
 
