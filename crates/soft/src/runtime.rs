@@ -15,7 +15,7 @@ use remora_model::hierarchy::Space;
 use remora_model::rnic::{MrInfo, QpAttr, Rnic};
 use remora_model::time::{Duration, Instant};
 use remora_model::verbs::*;
-use remora_model::wire::{Packet, WireError};
+use remora_model::wire::{Frame, Packet, TrainTail, WireError};
 use remora_model::ServerConfig;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -111,7 +111,7 @@ impl State {
     /// flush, which comes after the step's `sync_media`.
     fn queue(&mut self, pkt: &Packet) {
         if let Some(conn) = self.peers.get(&pkt.dst) {
-            pkt.emit_into(&mut conn.out.borrow_mut());
+            conn.queue(pkt);
             self.stats.sent += 1;
         }
     }
@@ -122,6 +122,8 @@ impl State {
 /// buffer is full does the connection's writer task take over and wait for room.
 struct Conn {
     out: RefCell<Vec<u8>>,
+    /// The write train that ends `out`, while WRITEs may still join it.
+    train: Cell<Option<TrainTail>>,
     write: OwnedWriteHalf,
     /// Wakes the writer task (the socket was full, or the connection is closing).
     writer: Notify,
@@ -129,6 +131,21 @@ struct Conn {
 }
 
 impl Conn {
+    /// Appends a due packet to the output: a WRITE without immediate data joins the write
+    /// train ending the output if it is the next one of the same QP and rkey (one frame
+    /// per run of WRITEs, as a doorbell batch), or starts one; anything else is a packet.
+    fn queue(&self, pkt: &Packet) {
+        let mut out = self.out.borrow_mut();
+        let mut train = self.train.take();
+        if !train.as_mut().is_some_and(|t| t.push(pkt, &mut out)) {
+            train = TrainTail::start(pkt, &mut out);
+            if train.is_none() {
+                pkt.emit_into(&mut out);
+            }
+        }
+        self.train.set(train);
+    }
+
     /// Writes what the socket takes without blocking; true if nothing is left.
     fn try_flush(&self) -> bool {
         let mut out = self.out.borrow_mut();
@@ -142,6 +159,10 @@ impl Conn {
                     done = out.len();
                 }
             }
+        }
+        if done > 0 {
+            // What is written is gone: a train partly written is closed.
+            self.train.set(None);
         }
         out.drain(..done);
         out.is_empty()
@@ -240,6 +261,7 @@ impl RtNode {
     ) {
         let conn = Rc::new(Conn {
             out: RefCell::new(Vec::with_capacity(1 << 12)),
+            train: Cell::new(None),
             write,
             writer: Notify::new(),
             closing: Cell::new(false),
@@ -274,21 +296,28 @@ impl RtNode {
                 if buf.len() - at < len {
                     break;
                 }
-                let pkt = Packet::parse(&buf[at..at + len])
+                let frame = Frame::parse(&buf[at..at + len])
                     .inspect_err(|_| self.inner.st.borrow_mut().stats.malformed += 1)?;
                 at += len;
                 let mut st = self.inner.st.borrow_mut();
-                if pkt.src != peer {
+                let (src, n) = match &frame {
+                    Frame::Packet(p) => (p.src, 1),
+                    Frame::WriteTrain(t) => (t.src, t.len() as u64),
+                };
+                if src != peer {
                     // A peer may only speak for itself; drop, keep the connection.
-                    st.stats.spoofed += 1;
+                    st.stats.spoofed += n;
                     continue;
                 }
-                st.stats.received += 1;
+                st.stats.received += n;
                 let now = match arrived {
                     Some(t) => t,
                     None => *arrived.insert(self.inner.now(&mut st)),
                 };
-                st.rnic.handle_packet(now, pkt);
+                match frame {
+                    Frame::Packet(pkt) => st.rnic.handle_packet(now, pkt),
+                    Frame::WriteTrain(train) => st.rnic.handle_write_train(now, &train),
+                }
                 handled = true;
             }
             if handled {
