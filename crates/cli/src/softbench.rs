@@ -15,6 +15,7 @@ use remora::{Primitive, Shape, Update};
 use remora_model::profile::LatencyProfile;
 use remora_model::ServerConfig;
 use remora_remotelog::log::{LogClient, LogShape, RECORDS_OFF};
+use remora_verbs::Verbs as _;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -381,7 +382,7 @@ fn raw_stream(echo: &str, writes: u64) -> Result<Stream, String> {
 /// [`STREAM_BATCH`] with up to [`STREAM_WINDOW`] FLUSHes in flight, timed until the last
 /// FLUSH completed (every WRITE persistent). Runs in a task of the node's `LocalSet`.
 async fn soft_stream(addr: &str, server_pid: u32, writes: u64) -> Result<Stream, String> {
-    let (_node, _c, mut client) =
+    let (node, _c, mut client) =
         remora_soft::client::connect(addr, &LatencyProfile::default_profile())
             .await
             .map_err(|e| e.to_string())?;
@@ -408,6 +409,11 @@ async fn soft_stream(addr: &str, server_pid: u32, writes: u64) -> Result<Stream,
             if in_flight.len() >= STREAM_WINDOW {
                 let t = in_flight.pop_front().expect("in flight");
                 client.wait_flush(t).await.map_err(|e| e.to_string())?;
+            } else {
+                // Ring the doorbell: let the node transmit the batch now, so the server
+                // works on it while the next one is posted (a single-threaded runtime
+                // runs its RNIC only when the application yields).
+                node.compute(remora_model::time::Duration::ZERO).await;
             }
         }
         for t in in_flight {

@@ -310,8 +310,9 @@ impl RtNode {
                     continue;
                 }
                 st.stats.received += n;
+                // Never behind the model's clock (a step may have jumped it meanwhile).
                 let now = match arrived {
-                    Some(t) => t,
+                    Some(t) => st.model_now.max(t),
                     None => *arrived.insert(self.inner.now(&mut st)),
                 };
                 match frame {
