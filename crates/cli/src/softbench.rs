@@ -406,14 +406,14 @@ async fn soft_stream(addr: &str, server_pid: u32, writes: u64) -> Result<Stream,
             }
             posted += batch;
             in_flight.push_back(client.post_flush_writes().map_err(|e| e.to_string())?);
+            // Ring the doorbell: let the node transmit the batch now, so the server works
+            // on it while the next one is posted (a single-threaded runtime runs its RNIC
+            // only when the application yields, and a FLUSH that completed already does
+            // not make it yield).
+            node.compute(remora_model::time::Duration::ZERO).await;
             if in_flight.len() >= STREAM_WINDOW {
                 let t = in_flight.pop_front().expect("in flight");
                 client.wait_flush(t).await.map_err(|e| e.to_string())?;
-            } else {
-                // Ring the doorbell: let the node transmit the batch now, so the server
-                // works on it while the next one is posted (a single-threaded runtime
-                // runs its RNIC only when the application yields).
-                node.compute(remora_model::time::Duration::ZERO).await;
             }
         }
         for t in in_flight {

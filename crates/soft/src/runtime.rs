@@ -35,6 +35,10 @@ const SLEEP_MIN: Duration = Duration::from_micros(50);
 /// packets queued so far (so an acknowledgement and the answer a task sends at once leave
 /// in one write).
 const COALESCE_SLICES: u32 = 8;
+/// Output queued beyond which the driver writes at once instead of letting woken tasks
+/// add to it: coalescing saves a write for a small answer, while a stream's batch leaves
+/// as soon as it is made, so the peer works on it while the next one is posted.
+const COALESCE_BYTES: usize = 16 << 10;
 /// ACK time-out on TCP. The transport is reliable and a dead peer shows up as a closed
 /// connection (its QPs fail at once), so the time-out only catches a hung peer; a
 /// microsecond-scale model value would misfire whenever the host is busy.
@@ -371,12 +375,13 @@ impl RtNode {
             self.inner.kicked.set(false);
             let next = self.step();
             self.wake_cq_waiters();
-            let (unflushed, unsettled) = {
+            let (unflushed, unsettled, queued) = {
                 let st = self.inner.st.borrow();
-                (st.unflushed, st.unsettled)
+                let queued: usize = st.peers.values().map(|c| c.out.borrow().len()).sum();
+                (st.unflushed, st.unsettled, queued)
             };
             if unflushed {
-                if unsettled > 0 && deferred < COALESCE_SLICES {
+                if unsettled > 0 && deferred < COALESCE_SLICES && queued < COALESCE_BYTES {
                     // The tasks just woken (a completion arrived) usually answer at once:
                     // let them run first, so their packets leave in the same write.
                     deferred += 1;
