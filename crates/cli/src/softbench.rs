@@ -3,11 +3,13 @@
 //!
 //! - raw TCP ping-pong of a 64-byte record (the floor) versus RemoteLog singleton appends
 //!   per method (p50, p99, and the ratio of p50s);
-//! - raw TCP streaming versus pipelined 64-byte RDMA WRITEs closed by one FLUSH
-//!   (throughput ratio). Both are timed until the receiver has taken everything in: the raw
-//!   stream ends with a one-byte acknowledgement once the echo process has read every byte,
-//!   as the FLUSH's response ends the RDMA stream; the raw messages are as long as a
-//!   64-byte WRITE's packet on the wire ([`WRITE64_WIRE_BYTES`]);
+//! - raw TCP streaming versus pipelined 64-byte RDMA WRITEs, a FLUSH per batch and a few
+//!   batches in flight (throughput ratio, and each side's CPU per message). Both are timed
+//!   until the receiver has taken everything in: the raw stream ends with an
+//!   acknowledgement once the echo process has read every byte, as the last FLUSH's
+//!   response ends the RDMA stream; the raw messages are as long as a 64-byte WRITE's
+//!   packet ([`WRITE64_WIRE_BYTES`]) and, at equal bytes, as a WRITE inside the write
+//!   train the stream travels in ([`WRITE64_TRAIN_BYTES`]);
 //! - a model check: a `loopback` profile whose NIC round trip is the measured ping-pong, run
 //!   on the simulator, predicted mean versus measured mean per method.
 
@@ -27,9 +29,14 @@ fn wall() -> std::time::Instant {
     std::time::Instant::now()
 }
 
-/// Bytes on the wire of one 64-byte RDMA WRITE: the 32-byte packet header, address, rkey,
-/// immediate, data length, and the data.
+/// Bytes on the wire of one 64-byte RDMA WRITE as a packet: the 32-byte packet header,
+/// address, rkey, immediate, data length, and the data.
 pub const WRITE64_WIRE_BYTES: usize = 32 + 8 + 4 + 4 + 4 + 64;
+
+/// Bytes on the wire of one 64-byte RDMA WRITE inside a write train, as the stream sends
+/// them: its entry (address, length, flags) and the data. The train's own 40 bytes are
+/// shared by the batch's WRITEs and left out, which favours the raw stream.
+pub const WRITE64_TRAIN_BYTES: usize = remora_model::wire::TRAIN_ENTRY + 64;
 
 /// First byte of a raw streaming connection: then the stream's length (u64, little-endian),
 /// the stream, and, once all of it was read, one byte back followed by the receiving
@@ -180,7 +187,10 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
     let (tokio_mean, tokio_p50, tokio_p99, tokio_slow) = quantiles(via_tokio);
-    let raw_stream = raw_stream(&echo.1, stream_writes)?;
+    let raw_streams = [
+        raw_stream(&echo.1, stream_writes, WRITE64_WIRE_BYTES)?,
+        raw_stream(&echo.1, stream_writes, WRITE64_TRAIN_BYTES)?,
+    ];
     drop(echo);
     let _ = writeln!(out, "Raw TCP ping-pong, 96 bytes: mean {raw_mean:.1} µs, p50 {raw_p50:.1} µs, p99 {raw_p99:.1} µs, {raw_slow} of {n} ≥ 1 ms\n");
     let _ = writeln!(out, "The same ping-pong as a tokio task (the soft RNIC's I/O path, no model): mean {tokio_mean:.1} µs, p50 {tokio_p50:.1} µs ({:.2}x the raw p50), p99 {tokio_p99:.1} µs, {tokio_slow} of {n} ≥ 1 ms\n", tokio_p50 / raw_p50);
@@ -289,7 +299,7 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
         let _ = writeln!(out, "| {config} | {method} | {mean:.1} | {p50:.1} | {p99:.1} | {slow} | {:.2} | {predicted:.1} | {:.2} |", p50 / raw_p50, mean / predicted);
     }
     let _ = writeln!(out);
-    stream_report(&mut out, stream_writes, &raw_stream, &stream_rate);
+    stream_report(&mut out, stream_writes, &raw_streams, &stream_rate);
     let _ = writeln!(out, "Targets (issue 5): one-round-trip methods within 1.3x of the raw p50; streaming at least 0.7x of raw TCP; simulator within ±25% of the measured mean.");
     Ok(out)
 }
@@ -345,12 +355,12 @@ fn per_msg(ns: u64, msgs: u64) -> f64 {
     }
 }
 
-/// Raw TCP streaming of messages as long as a 64-byte WRITE's packet, written 64 at a
-/// time, timed until the echo process acknowledges having read them all. The median of
+/// Raw TCP streaming of `msg_bytes`-byte messages (as long as a 64-byte WRITE on the
+/// wire), written 64 at a time, timed until the echo process acknowledges having read them all. The median of
 /// [`STREAM_RUNS`] runs (as for the RDMA stream): one run is short enough for a single
 /// preemption on a shared machine to halve it.
-fn raw_stream(echo: &str, writes: u64) -> Result<Stream, String> {
-    let chunk = vec![0x5au8; WRITE64_WIRE_BYTES * 64];
+fn raw_stream(echo: &str, writes: u64, msg_bytes: usize) -> Result<Stream, String> {
+    let chunk = vec![0x5au8; msg_bytes * 64];
     let chunks = writes.div_ceil(64);
     let mut rates = Vec::new();
     let (mut tx_cpu, mut rx_cpu) = (0, 0);
@@ -431,18 +441,27 @@ async fn soft_stream(addr: &str, server_pid: u32, writes: u64) -> Result<Stream,
     })
 }
 
-fn stream_report(out: &mut String, writes: u64, raw: &Stream, soft: &Stream) {
+/// `raw`: streams of [`WRITE64_WIRE_BYTES`]- and [`WRITE64_TRAIN_BYTES`]-byte messages.
+fn stream_report(out: &mut String, writes: u64, raw: &[Stream; 2], soft: &Stream) {
+    let [packet, train] = raw;
     let _ = writeln!(
         out,
-        "Streaming {writes} 64-byte messages (median of {STREAM_RUNS} runs each): raw TCP {:.0} k/s; pipelined RDMA WRITEs + FLUSH (DMP+noDDIO+PM-RQWRB, a FLUSH every {STREAM_BATCH}, {STREAM_WINDOW} in flight) {:.0} k/s; ratio {:.2}\n",
-        raw.rate / 1e3,
+        "Streaming {writes} 64-byte messages (median of {STREAM_RUNS} runs each): raw TCP, {WRITE64_WIRE_BYTES}-byte messages (a WRITE's packet) {:.0} k/s; raw TCP, {WRITE64_TRAIN_BYTES}-byte messages (a WRITE in a write train, equal bytes) {:.0} k/s; pipelined RDMA WRITEs + FLUSH (DMP+noDDIO+PM-RQWRB, a FLUSH every {STREAM_BATCH}, {STREAM_WINDOW} in flight) {:.0} k/s; ratio {:.2} ({:.2} at equal bytes)\n",
+        packet.rate / 1e3,
+        train.rate / 1e3,
         soft.rate / 1e3,
-        soft.rate / raw.rate
+        soft.rate / packet.rate,
+        soft.rate / train.rate,
     );
     let _ = writeln!(
         out,
-        "CPU per message (ns, user + system, all runs): raw TCP sender {:.0}, receiver {:.0}; soft RNIC client {:.0}, server {:.0}\n",
-        raw.sender_cpu_ns, raw.receiver_cpu_ns, soft.sender_cpu_ns, soft.receiver_cpu_ns
+        "CPU per message (ns, user + system, all runs): raw TCP ({WRITE64_WIRE_BYTES} bytes) sender {:.0}, receiver {:.0}; raw TCP ({WRITE64_TRAIN_BYTES} bytes) sender {:.0}, receiver {:.0}; soft RNIC client {:.0}, server {:.0}\n",
+        packet.sender_cpu_ns,
+        packet.receiver_cpu_ns,
+        train.sender_cpu_ns,
+        train.receiver_cpu_ns,
+        soft.sender_cpu_ns,
+        soft.receiver_cpu_ns
     );
 }
 
@@ -450,7 +469,10 @@ fn stream_report(out: &mut String, writes: u64, raw: &Stream, soft: &Stream) {
 /// soft RNIC against a `DMP+noDDIO+PM-RQWRB` server.
 pub fn run_stream_only(exe: &Path, writes: u64, pool_dir: &Path) -> Result<String, String> {
     let echo = Proc::start(exe, &["bench", "echo"])?;
-    let raw = raw_stream(&echo.1, writes)?;
+    let raw = [
+        raw_stream(&echo.1, writes, WRITE64_WIRE_BYTES)?,
+        raw_stream(&echo.1, writes, WRITE64_TRAIN_BYTES)?,
+    ];
     drop(echo);
     let pool_dir = pool_dir.join(format!("remora-softbench-{}", std::process::id()));
     std::fs::create_dir_all(&pool_dir).map_err(|e| e.to_string())?;
