@@ -9,7 +9,8 @@
 //!   acknowledgement once the echo process has read every byte, as the last FLUSH's
 //!   response ends the RDMA stream; the raw messages are as long as a 64-byte WRITE's
 //!   packet ([`WRITE64_WIRE_BYTES`]) and, at equal bytes, as a WRITE inside the write
-//!   train the stream travels in ([`WRITE64_TRAIN_BYTES`]);
+//!   train the stream travels in ([`WRITE64_TRAIN_BYTES`]); raw and soft RNIC runs
+//!   alternate, so the shared machine's load falls on both;
 //! - a model check: a `loopback` profile whose NIC round trip is the measured ping-pong, run
 //!   on the simulator, predicted mean versus measured mean per method.
 
@@ -187,16 +188,11 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
     let (tokio_mean, tokio_p50, tokio_p99, tokio_slow) = quantiles(via_tokio);
-    let raw_streams = [
-        raw_stream(&echo.1, stream_writes, WRITE64_WIRE_BYTES)?,
-        raw_stream(&echo.1, stream_writes, WRITE64_TRAIN_BYTES)?,
-    ];
     drop(echo);
     let _ = writeln!(out, "Raw TCP ping-pong, 96 bytes: mean {raw_mean:.1} µs, p50 {raw_p50:.1} µs, p99 {raw_p99:.1} µs, {raw_slow} of {n} ≥ 1 ms\n");
     let _ = writeln!(out, "The same ping-pong as a tokio task (the soft RNIC's I/O path, no model): mean {tokio_mean:.1} µs, p50 {tokio_p50:.1} µs ({:.2}x the raw p50), p99 {tokio_p99:.1} µs, {tokio_slow} of {n} ≥ 1 ms\n", tokio_p50 / raw_p50);
-    // 2. RemoteLog singleton appends per method, and streaming WRITEs.
+    // 2. RemoteLog singleton appends per method.
     let mut rows = Vec::new();
-    let mut stream_rate = Stream::default();
     let pool_dir = pool_dir.join(format!("remora-softbench-{}", std::process::id()));
     std::fs::create_dir_all(&pool_dir).map_err(|e| e.to_string())?;
     for (ci, config) in [
@@ -223,14 +219,12 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
         )?;
         let local = tokio::task::LocalSet::new();
         let addr = server.1.clone();
-        let server_pid = server.0.id();
         let config = *config;
         // The client runs as a task of the node's LocalSet, as an application would: its
         // wake-ups are the LocalSet's, not a `block_on` future's (which costs the runtime a
         // non-blocking poll of the reactor per wake-up).
         let measure = async move {
             let mut rows = Vec::new();
-            let mut stream_rate = None;
             for p in Primitive::ALL {
                 let (_n, _c, mut client) =
                     remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
@@ -257,24 +251,21 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
                 }
                 rows.push((config.to_string(), method, quantiles(v)));
             }
-            if config == "DMP+noDDIO+PM-RQWRB" {
-                stream_rate = Some(soft_stream(&addr, server_pid, stream_writes).await?);
-            }
-            Ok::<_, String>((rows, stream_rate))
+            Ok::<_, String>(rows)
         };
-        let (r, rate) = local.block_on(&rt, async {
+        let r = local.block_on(&rt, async {
             tokio::task::spawn_local(measure)
                 .await
                 .map_err(|e| e.to_string())?
         })?;
         rows.extend(r);
-        if let Some(rate) = rate {
-            stream_rate = rate;
-        }
         drop(server);
     }
+    // 3. Streaming, raw and soft RNIC runs interleaved.
+    let streams = stream_side_by_side(exe, stream_writes, &pool_dir);
     let _ = std::fs::remove_dir_all(&pool_dir);
-    // 3. Model check: the simulator with a loopback profile calibrated from the ping-pong.
+    let (raw_streams, soft_stream) = streams?;
+    // 4. Model check: the simulator with a loopback profile calibrated from the ping-pong.
     let mut profile = LatencyProfile::default_profile();
     profile.name = "loopback".into();
     profile.network.nic_rtt_ns = (raw_p50 * 1e3) as u64;
@@ -299,7 +290,7 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
         let _ = writeln!(out, "| {config} | {method} | {mean:.1} | {p50:.1} | {p99:.1} | {slow} | {:.2} | {predicted:.1} | {:.2} |", p50 / raw_p50, mean / predicted);
     }
     let _ = writeln!(out);
-    stream_report(&mut out, stream_writes, &raw_streams, &stream_rate);
+    stream_report(&mut out, stream_writes, &raw_streams, &soft_stream);
     let _ = writeln!(out, "Targets (issue 5): one-round-trip methods within 1.3x of the raw p50; streaming at least 0.7x of raw TCP; simulator within ±25% of the measured mean.");
     Ok(out)
 }
@@ -311,9 +302,9 @@ const STREAM_BATCH: u64 = 256;
 /// reader), within the send queue's 1024 entries.
 const STREAM_WINDOW: usize = 3;
 
-/// One side-by-side streaming measurement: messages per second (median of
-/// [`STREAM_RUNS`]) and CPU per message of each side (ns, over all runs; `NAN` where the
-/// platform cannot tell).
+/// One side of the streaming comparison: messages per second (median of [`STREAM_RUNS`])
+/// and CPU per message of each side (ns, over all runs; `NAN` where the platform cannot
+/// tell).
 #[derive(Copy, Clone, Debug, Default)]
 pub struct Stream {
     /// Messages per second.
@@ -322,6 +313,23 @@ pub struct Stream {
     pub sender_cpu_ns: f64,
     /// CPU of the receiving process (the echo thread or the soft RNIC server) per message, ns.
     pub receiver_cpu_ns: f64,
+}
+
+/// Runs of one side: (messages per second, sender CPU ns, receiver CPU ns, messages).
+#[derive(Default)]
+struct Runs(Vec<(f64, u64, u64, u64)>);
+
+impl Runs {
+    fn summary(&self) -> Stream {
+        let msgs: u64 = self.0.iter().map(|r| r.3).sum();
+        let tx: u64 = self.0.iter().map(|r| r.1).sum();
+        let rx: u64 = self.0.iter().map(|r| r.2).sum();
+        Stream {
+            rate: median(self.0.iter().map(|r| r.0).collect()),
+            sender_cpu_ns: per_msg(tx, msgs),
+            receiver_cpu_ns: per_msg(rx, msgs),
+        }
+    }
 }
 
 /// On-CPU time of the calling thread in ns (Linux `schedstat`; 0 elsewhere).
@@ -355,90 +363,136 @@ fn per_msg(ns: u64, msgs: u64) -> f64 {
     }
 }
 
-/// Raw TCP streaming of `msg_bytes`-byte messages (as long as a 64-byte WRITE on the
-/// wire), written 64 at a time, timed until the echo process acknowledges having read them all. The median of
-/// [`STREAM_RUNS`] runs (as for the RDMA stream): one run is short enough for a single
-/// preemption on a shared machine to halve it.
-fn raw_stream(echo: &str, writes: u64, msg_bytes: usize) -> Result<Stream, String> {
+/// One run of raw TCP streaming of `msg_bytes`-byte messages (as long as a 64-byte WRITE
+/// on the wire), written 64 at a time, timed until the echo process acknowledges having
+/// read them all.
+fn raw_stream_run(
+    echo: &str,
+    writes: u64,
+    msg_bytes: usize,
+) -> Result<(f64, u64, u64, u64), String> {
     let chunk = vec![0x5au8; msg_bytes * 64];
     let chunks = writes.div_ceil(64);
-    let mut rates = Vec::new();
-    let (mut tx_cpu, mut rx_cpu) = (0, 0);
-    for _ in 0..STREAM_RUNS {
-        let mut s = TcpStream::connect(echo).map_err(|e| e.to_string())?;
-        let mut head = vec![STREAM_LEAD];
-        head.extend_from_slice(&(chunks * chunk.len() as u64).to_le_bytes());
-        let cpu0 = thread_cpu_ns();
-        let t0 = wall();
-        s.write_all(&head).map_err(|e| e.to_string())?;
-        for _ in 0..chunks {
-            s.write_all(&chunk).map_err(|e| e.to_string())?;
-        }
-        let mut ack = [0u8; 9];
-        s.read_exact(&mut ack).map_err(|e| e.to_string())?;
-        rates.push(((chunks * 64) as f64) / t0.elapsed().as_secs_f64());
-        tx_cpu += thread_cpu_ns().saturating_sub(cpu0);
-        rx_cpu += u64::from_le_bytes(ack[1..].try_into().expect("8 bytes"));
+    let mut s = TcpStream::connect(echo).map_err(|e| e.to_string())?;
+    let mut head = vec![STREAM_LEAD];
+    head.extend_from_slice(&(chunks * chunk.len() as u64).to_le_bytes());
+    let cpu0 = thread_cpu_ns();
+    let t0 = wall();
+    s.write_all(&head).map_err(|e| e.to_string())?;
+    for _ in 0..chunks {
+        s.write_all(&chunk).map_err(|e| e.to_string())?;
     }
-    let msgs = chunks * 64 * STREAM_RUNS as u64;
-    Ok(Stream {
-        rate: median(rates),
-        sender_cpu_ns: per_msg(tx_cpu, msgs),
-        receiver_cpu_ns: per_msg(rx_cpu, msgs),
-    })
+    let mut ack = [0u8; 9];
+    s.read_exact(&mut ack).map_err(|e| e.to_string())?;
+    let rate = ((chunks * 64) as f64) / t0.elapsed().as_secs_f64();
+    let tx = thread_cpu_ns().saturating_sub(cpu0);
+    let rx = u64::from_le_bytes(ack[1..].try_into().expect("8 bytes"));
+    Ok((rate, tx, rx, chunks * 64))
 }
 
-/// Streaming over the soft RNIC: pipelined unsignaled 64-byte WRITEs, a FLUSH every
-/// [`STREAM_BATCH`] with up to [`STREAM_WINDOW`] FLUSHes in flight, timed until the last
-/// FLUSH completed (every WRITE persistent). Runs in a task of the node's `LocalSet`.
-async fn soft_stream(addr: &str, server_pid: u32, writes: u64) -> Result<Stream, String> {
-    let (node, _c, mut client) =
-        remora_soft::client::connect(addr, &LatencyProfile::default_profile())
-            .await
-            .map_err(|e| e.to_string())?;
-    client
-        .connect(Primitive::Write, Shape::default())
-        .await
-        .map_err(|e| e.to_string())?;
+/// One run of streaming over the soft RNIC: pipelined unsignaled 64-byte WRITEs, a FLUSH
+/// every [`STREAM_BATCH`] with up to [`STREAM_WINDOW`] FLUSHes in flight, timed until the
+/// last FLUSH completed (every WRITE persistent). Runs in a task of the node's `LocalSet`.
+async fn soft_stream_run(
+    node: &remora_soft::runtime::RtNode,
+    client: &mut remora::Client<remora_soft::runtime::RtNode>,
+    server_pid: u32,
+    writes: u64,
+) -> Result<(f64, u64, u64, u64), String> {
     let data = [0x5au8; 64];
-    let mut rates = Vec::new();
-    let (mut tx_cpu, mut rx_cpu) = (0, 0);
-    for _ in 0..STREAM_RUNS {
-        let (cpu0, server0) = (thread_cpu_ns(), process_cpu_ns(server_pid));
-        let t0 = wall();
-        let mut posted = 0u64;
-        let mut in_flight = std::collections::VecDeque::new();
-        while posted < writes {
-            let batch = (writes - posted).min(STREAM_BATCH);
-            for i in 0..batch {
-                let off = RECORDS_OFF + ((posted + i) % 1024) * 64;
-                client.write_nowait(off, &data).map_err(|e| e.to_string())?;
-            }
-            posted += batch;
-            in_flight.push_back(client.post_flush_writes().map_err(|e| e.to_string())?);
-            // Ring the doorbell: let the node transmit the batch now, so the server works
-            // on it while the next one is posted (a single-threaded runtime runs its RNIC
-            // only when the application yields, and a FLUSH that completed already does
-            // not make it yield).
-            node.compute(remora_model::time::Duration::ZERO).await;
-            if in_flight.len() >= STREAM_WINDOW {
-                let t = in_flight.pop_front().expect("in flight");
-                client.wait_flush(t).await.map_err(|e| e.to_string())?;
-            }
+    let (cpu0, server0) = (thread_cpu_ns(), process_cpu_ns(server_pid));
+    let t0 = wall();
+    let mut posted = 0u64;
+    let mut in_flight = std::collections::VecDeque::new();
+    while posted < writes {
+        let batch = (writes - posted).min(STREAM_BATCH);
+        for i in 0..batch {
+            let off = RECORDS_OFF + ((posted + i) % 1024) * 64;
+            client.write_nowait(off, &data).map_err(|e| e.to_string())?;
         }
-        for t in in_flight {
+        posted += batch;
+        in_flight.push_back(client.post_flush_writes().map_err(|e| e.to_string())?);
+        // Ring the doorbell: let the node transmit the batch now, so the server works on
+        // it while the next one is posted (a single-threaded runtime runs its RNIC only
+        // when the application yields, and a FLUSH that completed already does not make
+        // it yield).
+        node.compute(remora_model::time::Duration::ZERO).await;
+        if in_flight.len() >= STREAM_WINDOW {
+            let t = in_flight.pop_front().expect("in flight");
             client.wait_flush(t).await.map_err(|e| e.to_string())?;
         }
-        rates.push(writes as f64 / t0.elapsed().as_secs_f64());
-        tx_cpu += thread_cpu_ns().saturating_sub(cpu0);
-        rx_cpu += process_cpu_ns(server_pid).saturating_sub(server0);
     }
-    let msgs = writes * STREAM_RUNS as u64;
-    Ok(Stream {
-        rate: median(rates),
-        sender_cpu_ns: per_msg(tx_cpu, msgs),
-        receiver_cpu_ns: per_msg(rx_cpu, msgs),
-    })
+    for t in in_flight {
+        client.wait_flush(t).await.map_err(|e| e.to_string())?;
+    }
+    let rate = writes as f64 / t0.elapsed().as_secs_f64();
+    let tx = thread_cpu_ns().saturating_sub(cpu0);
+    let rx = process_cpu_ns(server_pid).saturating_sub(server0);
+    Ok((rate, tx, rx, writes))
+}
+
+/// The streaming comparison, side by side: an echo process and a `DMP+noDDIO+PM-RQWRB`
+/// soft RNIC server run together, and each round streams raw TCP at both message sizes
+/// and then the soft RNIC, so a change of the shared machine's load falls on both.
+/// Returns the raw streams ([`WRITE64_WIRE_BYTES`], [`WRITE64_TRAIN_BYTES`]) and the soft
+/// RNIC's.
+fn stream_side_by_side(
+    exe: &Path,
+    writes: u64,
+    pool_dir: &Path,
+) -> Result<([Stream; 2], Stream), String> {
+    let echo = Proc::start(exe, &["bench", "echo"])?;
+    let pool = pool_dir.join("stream.pm");
+    let _ = std::fs::remove_file(&pool);
+    let server = Proc::start(
+        exe,
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--pool",
+            pool.to_str().unwrap_or(""),
+            "--config",
+            "DMP+noDDIO+PM-RQWRB",
+        ],
+    )?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let (echo_addr, addr, pid) = (echo.1.clone(), server.1.clone(), server.0.id());
+    let runs = tokio::task::LocalSet::new().block_on(&rt, async move {
+        tokio::task::spawn_local(async move {
+            let (node, _c, mut client) =
+                remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
+                    .await
+                    .map_err(|e| e.to_string())?;
+            client
+                .connect(Primitive::Write, Shape::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let (mut packet, mut train, mut soft) =
+                (Runs::default(), Runs::default(), Runs::default());
+            for _ in 0..STREAM_RUNS {
+                // The raw runs block this thread; nothing of the soft RNIC is in flight.
+                packet
+                    .0
+                    .push(raw_stream_run(&echo_addr, writes, WRITE64_WIRE_BYTES)?);
+                train
+                    .0
+                    .push(raw_stream_run(&echo_addr, writes, WRITE64_TRAIN_BYTES)?);
+                soft.0
+                    .push(soft_stream_run(&node, &mut client, pid, writes).await?);
+            }
+            Ok::<_, String>(([packet.summary(), train.summary()], soft.summary()))
+        })
+        .await
+        .map_err(|e| e.to_string())?
+    })?;
+    drop(server);
+    drop(echo);
+    let _ = std::fs::remove_file(&pool);
+    Ok(runs)
 }
 
 /// `raw`: streams of [`WRITE64_WIRE_BYTES`]- and [`WRITE64_TRAIN_BYTES`]-byte messages.
@@ -465,42 +519,13 @@ fn stream_report(out: &mut String, writes: u64, raw: &[Stream; 2], soft: &Stream
     );
 }
 
-/// Only the streaming comparison (for profiling the streaming path): raw TCP, then the
-/// soft RNIC against a `DMP+noDDIO+PM-RQWRB` server.
+/// Only the streaming comparison (for profiling the streaming path).
 pub fn run_stream_only(exe: &Path, writes: u64, pool_dir: &Path) -> Result<String, String> {
-    let echo = Proc::start(exe, &["bench", "echo"])?;
-    let raw = [
-        raw_stream(&echo.1, writes, WRITE64_WIRE_BYTES)?,
-        raw_stream(&echo.1, writes, WRITE64_TRAIN_BYTES)?,
-    ];
-    drop(echo);
     let pool_dir = pool_dir.join(format!("remora-softbench-{}", std::process::id()));
     std::fs::create_dir_all(&pool_dir).map_err(|e| e.to_string())?;
-    let pool = pool_dir.join("stream.pm");
-    let server = Proc::start(
-        exe,
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--pool",
-            pool.to_str().unwrap_or(""),
-            "--config",
-            "DMP+noDDIO+PM-RQWRB",
-        ],
-    )?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    let (addr, pid) = (server.1.clone(), server.0.id());
-    let soft = tokio::task::LocalSet::new().block_on(&rt, async move {
-        tokio::task::spawn_local(async move { soft_stream(&addr, pid, writes).await })
-            .await
-            .map_err(|e| e.to_string())?
-    })?;
-    drop(server);
+    let r = stream_side_by_side(exe, writes, &pool_dir);
     let _ = std::fs::remove_dir_all(&pool_dir);
+    let (raw, soft) = r?;
     let mut out = String::new();
     stream_report(&mut out, writes, &raw, &soft);
     Ok(out)
