@@ -322,6 +322,9 @@ enum BenchCmd {
         /// did; a disk-backed directory adds the disk's msync cost.
         #[arg(long, default_value = "/dev/shm")]
         pool_dir: PathBuf,
+        /// Only the streaming comparison (for profiling its path).
+        #[arg(long)]
+        stream_only: bool,
     },
     /// A raw TCP echo server (the other process of `bench soft`'s ping-pong).
     #[command(hide = true)]
@@ -475,13 +478,16 @@ fn run(cli: Cli) -> Result<(), String> {
                     n,
                     stream,
                     pool_dir,
+                    stream_only,
                 },
         } => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-            print!(
-                "{}",
+            let report = if stream_only {
+                remora_cli::softbench::run_stream_only(&exe, stream, &pool_dir)?
+            } else {
                 remora_cli::softbench::run(&exe, n, stream, &pool_dir)?
-            );
+            };
+            print!("{report}");
         }
         Cmd::Bench {
             what: BenchCmd::Echo { listen },

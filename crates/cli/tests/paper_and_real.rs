@@ -232,3 +232,108 @@ fn two_hosts_in_network_namespaces() {
         "{s}"
     );
 }
+
+#[test]
+fn streamed_writes_survive_a_sigkill_once_their_flush_completed() {
+    // The streaming path (write trains, coalesced ACKs, FLUSHes in flight): the server is
+    // SIGKILLed right after a FLUSH completed while later batches are still in flight;
+    // every WRITE posted before that FLUSH must be in the pool file.
+    use remora::{Primitive, Shape};
+    use remora_model::mem::PmMedia;
+    use remora_verbs::Verbs;
+    const BATCH: u64 = 200;
+    for (run, kill_after) in [(0u64, 0u64), (1, 3), (2, 6)] {
+        let pool = std::env::temp_dir().join(format!(
+            "remora-stream-kill-{}-{run}.pm",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&pool);
+        let mut server = Server::start(&pool, "DMP+noDDIO+PM-RQWRB");
+        let addr = server.1.clone();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let record = |i: u64| -> [u8; 64] {
+            let mut r = [0u8; 64];
+            for (j, b) in r.iter_mut().enumerate() {
+                *b = (i * 7 + j as u64 + run) as u8 | 1;
+            }
+            r[..8].copy_from_slice(&i.to_le_bytes());
+            r
+        };
+        let region = tokio::task::LocalSet::new().block_on(&rt, async {
+            let (node, _c, mut client) = remora_soft::client::connect(
+                &addr,
+                &remora_model::profile::LatencyProfile::default_profile(),
+            )
+            .await
+            .unwrap();
+            let hello = client
+                .connect(Primitive::Write, Shape::default())
+                .await
+                .unwrap();
+            // A FLUSH per batch, three in flight (as `bench soft`); the kill comes right
+            // after the FLUSH of batch `kill_after` completed, two later batches in flight.
+            let mut tickets = std::collections::VecDeque::new();
+            let mut completed = 0;
+            for round in 0.. {
+                for i in round * BATCH..(round + 1) * BATCH {
+                    client.write_nowait(i * 64, &record(i)).unwrap();
+                }
+                tickets.push_back(client.post_flush_writes().unwrap());
+                node.compute(remora_model::time::Duration::ZERO).await;
+                if tickets.len() == 3 {
+                    client
+                        .wait_flush(tickets.pop_front().unwrap())
+                        .await
+                        .unwrap();
+                    completed += 1;
+                    if completed == kill_after + 1 {
+                        server.0.kill().unwrap();
+                        break;
+                    }
+                }
+            }
+            hello.region_addr
+        });
+        let _ = server.0.wait();
+        let p = remora_soft::pool::Pool::open_or_create(&pool, 64 << 20).unwrap();
+        for i in 0..(kill_after + 1) * BATCH {
+            let mut got = [0u8; 64];
+            p.read(region + i * 64, &mut got);
+            assert_eq!(
+                got,
+                record(i),
+                "run {run}: WRITE {i} acknowledged by a FLUSH"
+            );
+        }
+        drop(p);
+        drop(server);
+        let _ = std::fs::remove_file(&pool);
+    }
+}
+
+#[test]
+fn bench_soft_streams_side_by_side() {
+    let dir = std::env::temp_dir();
+    let out = remora(&[
+        "bench",
+        "soft",
+        "--stream-only",
+        "--stream",
+        "3000",
+        "--pool-dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(
+        s.contains("116-byte messages") && s.contains("80-byte messages"),
+        "{s}"
+    );
+    assert!(
+        s.contains("at equal bytes") && s.contains("soft RNIC client"),
+        "{s}"
+    );
+}

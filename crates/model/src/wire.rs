@@ -261,7 +261,26 @@ impl Packet {
     /// Encodes the packet: a 32-byte header (magic, version, opcode, flags, PSN, nodes,
     /// QPs, body length) and the body, little-endian.
     pub fn emit(&self) -> Vec<u8> {
-        let mut body = Vec::new();
+        let mut out = Vec::with_capacity(WIRE_HEADER + 20 + self.payload_len() as usize);
+        self.emit_into(&mut out);
+        out
+    }
+
+    /// Appends the encoding of [`emit`](Self::emit) to `out` without allocating anything
+    /// but `out`'s growth (a runtime encodes every packet of a step into one buffer).
+    pub fn emit_into(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        // The header's flags and body length are patched once the body is written.
+        out.extend_from_slice(&WIRE_MAGIC.to_le_bytes());
+        out.extend_from_slice(&[WIRE_VERSION, self.body.opcode(), 0, 0, 0, 0]);
+        out.extend_from_slice(&self.psn.to_le_bytes());
+        out.extend_from_slice(&self.src.to_le_bytes());
+        out.extend_from_slice(&self.dst.to_le_bytes());
+        out.extend_from_slice(&self.src_qp.0.to_le_bytes());
+        out.extend_from_slice(&self.dst_qp.0.to_le_bytes());
+        out.extend_from_slice(&[0; 4]);
+        debug_assert_eq!(out.len() - start, WIRE_HEADER);
+        let body = out;
         let mut flags = 0u8;
         let put_bytes = |body: &mut Vec<u8>, d: &[u8]| {
             body.extend_from_slice(&(d.len() as u32).to_le_bytes());
@@ -279,12 +298,12 @@ impl Packet {
                 body.extend_from_slice(&addr.to_le_bytes());
                 body.extend_from_slice(&rkey.to_le_bytes());
                 body.extend_from_slice(&imm.unwrap_or(0).to_le_bytes());
-                put_bytes(&mut body, data);
+                put_bytes(body, data);
             }
             Body::Send { data, imm, ack_req } => {
                 flags |= (*ack_req as u8) | (imm.is_some() as u8) << 1;
                 body.extend_from_slice(&imm.unwrap_or(0).to_le_bytes());
-                put_bytes(&mut body, data);
+                put_bytes(body, data);
             }
             Body::Read { addr, rkey, len } => {
                 body.extend_from_slice(&addr.to_le_bytes());
@@ -323,7 +342,7 @@ impl Packet {
                 flags |= *atomic as u8;
                 body.extend_from_slice(&addr.to_le_bytes());
                 body.extend_from_slice(&rkey.to_le_bytes());
-                put_bytes(&mut body, data);
+                put_bytes(body, data);
             }
             Body::Ack | Body::Done => {}
             Body::Nak(code) => body.push(match code {
@@ -331,28 +350,19 @@ impl Packet {
                 NakCode::RemoteAccess => 1,
                 NakCode::InvalidRequest => 2,
             }),
-            Body::ReadResp(d) => put_bytes(&mut body, d),
+            Body::ReadResp(d) => put_bytes(body, d),
             Body::AtomicResp(v) => body.extend_from_slice(&v.to_le_bytes()),
             Body::SFlush { send_psn } => body.extend_from_slice(&send_psn.to_le_bytes()),
             Body::Datagram { qkey, data, imm } => {
                 flags |= imm.is_some() as u8;
                 body.extend_from_slice(&qkey.to_le_bytes());
                 body.extend_from_slice(&imm.unwrap_or(0).to_le_bytes());
-                put_bytes(&mut body, data);
+                put_bytes(body, data);
             }
         }
-        let mut out = Vec::with_capacity(WIRE_HEADER + body.len());
-        out.extend_from_slice(&WIRE_MAGIC.to_le_bytes());
-        out.extend_from_slice(&[WIRE_VERSION, self.body.opcode(), flags, 0, 0, 0]);
-        out.extend_from_slice(&self.psn.to_le_bytes());
-        out.extend_from_slice(&self.src.to_le_bytes());
-        out.extend_from_slice(&self.dst.to_le_bytes());
-        out.extend_from_slice(&self.src_qp.0.to_le_bytes());
-        out.extend_from_slice(&self.dst_qp.0.to_le_bytes());
-        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        debug_assert_eq!(out.len(), WIRE_HEADER);
-        out.extend_from_slice(&body);
-        out
+        let body_len = (body.len() - start - WIRE_HEADER) as u32;
+        body[start + 4] = flags;
+        body[start + 28..start + WIRE_HEADER].copy_from_slice(&body_len.to_le_bytes());
     }
 
     /// Total length of the encoded packet at the start of `buf`, once its header is there
@@ -495,6 +505,289 @@ impl Packet {
             psn,
             body,
         })
+    }
+}
+
+/// Opcode of a [`WriteTrain`] frame (never a [`Packet`] opcode).
+const OP_WRITE_TRAIN: u8 = 14;
+/// Bytes of a [`WriteTrain`] after the common header: rkey and count.
+const TRAIN_HEADER: usize = 8;
+/// Bytes of one train entry before its data: address, data length, flags, reserved.
+pub const TRAIN_ENTRY: usize = 16;
+/// Most WRITEs one [`WriteTrain`] carries (a bound on the work one frame asks for).
+pub const MAX_TRAIN: u32 = 1024;
+/// Largest WRITE a [`WriteTrain`] carries: framing is what trains save, and it only
+/// matters for small WRITEs (larger ones travel as packets).
+pub const MAX_TRAIN_WRITE: usize = 4096;
+
+/// A run of RDMA WRITEs (no immediate data) of one QP to one rkey with consecutive PSNs,
+/// framed once: the soft wire's doorbell batch. It is only a framing: each WRITE keeps
+/// its own PSN (`first_psn + i`), address, data and AckReq bit, and a responder executes
+/// and checks each exactly as the [`Packet`] it stands for
+/// ([`Rnic::handle_write_train`](crate::rnic::Rnic::handle_write_train)). The simulator
+/// never uses it.
+///
+/// Layout: the 32-byte [`Packet`] header (opcode 14, flags 0, `first_psn`), then the rkey
+/// and the number of WRITEs (u32 each), then per WRITE: address (u64), data length (u32),
+/// flags (u8, bit 0 AckReq), three zero bytes, and the data.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct WriteTrain<'a> {
+    /// Sending node.
+    pub src: NodeId,
+    /// Receiving node.
+    pub dst: NodeId,
+    /// Sending QP.
+    pub src_qp: QpNum,
+    /// Receiving QP.
+    pub dst_qp: QpNum,
+    /// PSN of the first WRITE.
+    pub first_psn: Psn,
+    /// Remote key of every WRITE.
+    pub rkey: u32,
+    count: u32,
+    /// The entries, validated by [`parse`](Self::parse).
+    entries: &'a [u8],
+}
+
+/// One WRITE of a [`WriteTrain`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct TrainWrite<'a> {
+    /// Its PSN.
+    pub psn: Psn,
+    /// Remote address.
+    pub addr: u64,
+    /// AckReq bit.
+    pub ack_req: bool,
+    /// Data.
+    pub data: &'a [u8],
+}
+
+impl<'a> TrainWrite<'a> {
+    /// The [`Packet`] this WRITE stands for.
+    pub fn to_packet(&self, train: &WriteTrain<'_>) -> Packet {
+        Packet {
+            src: train.src,
+            dst: train.dst,
+            src_qp: train.src_qp,
+            dst_qp: train.dst_qp,
+            psn: self.psn,
+            body: Body::Write {
+                addr: self.addr,
+                rkey: train.rkey,
+                data: Bytes::copy_from(self.data),
+                imm: None,
+                ack_req: self.ack_req,
+            },
+        }
+    }
+}
+
+impl<'a> WriteTrain<'a> {
+    /// Number of WRITEs.
+    pub fn len(&self) -> u32 {
+        self.count
+    }
+
+    /// True if it carries no WRITE (never for a parsed train).
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The WRITEs in PSN order. Never panics: [`parse`](Self::parse) validated them.
+    pub fn writes(&self) -> impl Iterator<Item = TrainWrite<'a>> + 'a {
+        let (first, mut rest, count) = (self.first_psn, self.entries, self.count);
+        (0..count).map(move |i| {
+            let addr = u64::from_le_bytes(rest[..8].try_into().expect("validated"));
+            let len = u32::from_le_bytes(rest[8..12].try_into().expect("validated")) as usize;
+            let ack_req = rest[12] & 1 != 0;
+            let data = &rest[TRAIN_ENTRY..TRAIN_ENTRY + len];
+            rest = &rest[TRAIN_ENTRY + len..];
+            TrainWrite {
+                psn: first.wrapping_add(i),
+                addr,
+                ack_req,
+                data,
+            }
+        })
+    }
+
+    /// Decodes exactly one train; rejects truncation, trailing bytes, another opcode,
+    /// nonzero flags or reserved bytes, an empty or oversized train, and entries whose
+    /// lengths do not add up to the body. Never panics on any input.
+    pub fn parse(buf: &'a [u8]) -> Result<WriteTrain<'a>, WireError> {
+        let total = Packet::frame_len(buf)?.ok_or(WireError::Truncated {
+            need: WIRE_HEADER,
+            have: buf.len(),
+        })?;
+        if buf.len() < total {
+            return Err(WireError::Truncated {
+                need: total,
+                have: buf.len(),
+            });
+        }
+        if buf.len() > total {
+            return Err(WireError::Trailing(buf.len() - total));
+        }
+        let mut c = Cursor { b: buf, at: 3 };
+        let opcode = c.u8()?;
+        if opcode != OP_WRITE_TRAIN {
+            return Err(WireError::UnknownOpcode(opcode));
+        }
+        if c.take(4)? != [0, 0, 0, 0] {
+            return Err(WireError::BadValue("flags"));
+        }
+        let first_psn = c.u32()?;
+        let src = c.u32()?;
+        let dst = c.u32()?;
+        let src_qp = QpNum(c.u32()?);
+        let dst_qp = QpNum(c.u32()?);
+        let _len = c.u32()?;
+        let rkey = c.u32()?;
+        let count = c.u32()?;
+        if count == 0 || count > MAX_TRAIN {
+            return Err(WireError::BadValue("train length"));
+        }
+        let entries_at = c.at;
+        for _ in 0..count {
+            let _addr = c.u64()?;
+            let len = c.u32()? as usize;
+            if len > MAX_TRAIN_WRITE {
+                return Err(WireError::BadValue("payload length"));
+            }
+            let flags = c.take(4)?;
+            if flags[0] & !1 != 0 || flags[1..] != [0, 0, 0] {
+                return Err(WireError::BadValue("train entry flags"));
+            }
+            c.take(len)?;
+        }
+        if c.at != total {
+            return Err(WireError::BadValue("body length"));
+        }
+        Ok(WriteTrain {
+            src,
+            dst,
+            src_qp,
+            dst_qp,
+            first_psn,
+            rkey,
+            count,
+            entries: &buf[entries_at..],
+        })
+    }
+}
+
+/// The open end of a [`WriteTrain`] being encoded at the end of an output buffer: where it
+/// starts and which WRITE may join it next. Valid only while nothing else is appended to
+/// (or removed from) the buffer.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct TrainTail {
+    start: usize,
+    src: NodeId,
+    dst: NodeId,
+    src_qp: QpNum,
+    dst_qp: QpNum,
+    rkey: u32,
+    next_psn: Psn,
+    count: u32,
+}
+
+impl TrainTail {
+    /// Appends to `out` a train holding only `pkt` and returns its open end; `None` (and
+    /// nothing written) unless `pkt` is a WRITE without immediate data.
+    pub fn start(pkt: &Packet, out: &mut Vec<u8>) -> Option<TrainTail> {
+        let Body::Write {
+            rkey,
+            imm: None,
+            data,
+            ..
+        } = &pkt.body
+        else {
+            return None;
+        };
+        if data.len() > MAX_TRAIN_WRITE {
+            return None;
+        }
+        let start = out.len();
+        out.extend_from_slice(&WIRE_MAGIC.to_le_bytes());
+        out.extend_from_slice(&[WIRE_VERSION, OP_WRITE_TRAIN, 0, 0, 0, 0]);
+        out.extend_from_slice(&pkt.psn.to_le_bytes());
+        out.extend_from_slice(&pkt.src.to_le_bytes());
+        out.extend_from_slice(&pkt.dst.to_le_bytes());
+        out.extend_from_slice(&pkt.src_qp.0.to_le_bytes());
+        out.extend_from_slice(&pkt.dst_qp.0.to_le_bytes());
+        out.extend_from_slice(&(TRAIN_HEADER as u32).to_le_bytes());
+        out.extend_from_slice(&rkey.to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+        let mut tail = TrainTail {
+            start,
+            src: pkt.src,
+            dst: pkt.dst,
+            src_qp: pkt.src_qp,
+            dst_qp: pkt.dst_qp,
+            rkey: *rkey,
+            next_psn: pkt.psn,
+            count: 0,
+        };
+        let joined = tail.push(pkt, out);
+        debug_assert!(joined);
+        Some(tail)
+    }
+
+    /// Appends `pkt` to the train if it may join (a WRITE without immediate data of the
+    /// same QPs and rkey with the next PSN, and room left); `false` (nothing written)
+    /// otherwise.
+    pub fn push(&mut self, pkt: &Packet, out: &mut Vec<u8>) -> bool {
+        let Body::Write {
+            addr,
+            rkey,
+            data,
+            imm: None,
+            ack_req,
+        } = &pkt.body
+        else {
+            return false;
+        };
+        if self.count >= MAX_TRAIN
+            || data.len() > MAX_TRAIN_WRITE
+            || *rkey != self.rkey
+            || pkt.psn != self.next_psn
+            || (pkt.src, pkt.dst, pkt.src_qp, pkt.dst_qp)
+                != (self.src, self.dst, self.src_qp, self.dst_qp)
+        {
+            return false;
+        }
+        out.extend_from_slice(&addr.to_le_bytes());
+        out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        out.extend_from_slice(&[*ack_req as u8, 0, 0, 0]);
+        out.extend_from_slice(data);
+        self.count += 1;
+        self.next_psn = self.next_psn.wrapping_add(1);
+        let start = self.start;
+        let body_len = (out.len() - start - WIRE_HEADER) as u32;
+        out[start + 28..start + WIRE_HEADER].copy_from_slice(&body_len.to_le_bytes());
+        let at = start + WIRE_HEADER + 4;
+        out[at..at + 4].copy_from_slice(&self.count.to_le_bytes());
+        true
+    }
+}
+
+/// One frame of the soft wire: a [`Packet`] or a [`WriteTrain`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// One packet.
+    Packet(Packet),
+    /// A run of WRITEs.
+    WriteTrain(WriteTrain<'a>),
+}
+
+impl<'a> Frame<'a> {
+    /// Decodes exactly one frame (see [`Packet::parse`] and [`WriteTrain::parse`]).
+    pub fn parse(buf: &'a [u8]) -> Result<Frame<'a>, WireError> {
+        if buf.len() > 3 && buf[3] == OP_WRITE_TRAIN {
+            WriteTrain::parse(buf).map(Frame::WriteTrain)
+        } else {
+            Packet::parse(buf).map(Frame::Packet)
+        }
     }
 }
 

@@ -51,6 +51,12 @@ pub enum PersistError {
     NotConnected,
 }
 
+/// A FLUSH posted by [`Client::post_flush_writes`], to wait for with
+/// [`Client::wait_flush`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[must_use = "a posted FLUSH proves nothing until it is waited for"]
+pub struct FlushTicket(u64);
+
 const ACK_SLOTS: u64 = 8;
 /// Large enough for a Hello, the largest server-to-client frame.
 const ACK_SLOT_BYTES: u64 = 128;
@@ -66,6 +72,10 @@ pub struct Client<V: Verbs> {
     taxonomy: Taxonomy,
     methods: Option<[Arc<Method>; 2]>,
     flush: FlushMethod,
+    /// For [`write_nowait`](Self::write_nowait), decided once at connect (a streaming
+    /// writer calls it per WRITE): `None` if the server's singleton WRITE method is
+    /// one-sided, else that method's name.
+    two_sided_write: Option<String>,
     seq: u64,
     next_wr: u64,
 }
@@ -91,6 +101,7 @@ impl<V: Verbs> Client<V> {
             taxonomy: Taxonomy::shipped(),
             methods: None,
             flush: FlushMethod::Native,
+            two_sided_write: None,
             seq: 1,
             next_wr: 1,
         };
@@ -140,6 +151,13 @@ impl<V: Verbs> Client<V> {
             ),
         ]);
         self.flush = FlushMethod::for_caps(config.caps);
+        let write = self.taxonomy.method_for(
+            &config,
+            Primitive::Write,
+            Update::Singleton,
+            Shape::default(),
+        );
+        self.two_sided_write = write.two_sided().then(|| write.name.clone());
         self.seq = hello.seq_base;
         self.hello = Some(hello);
         Ok(hello)
@@ -196,15 +214,9 @@ impl<V: Verbs> Client<V> {
     /// make the writes persistent; the writes are not ordered among themselves.
     pub fn write_nowait(&mut self, offset: u64, data: &[u8]) -> Result<(), PersistError> {
         let hello = self.hello.ok_or(PersistError::NotConnected)?;
-        let m = self.taxonomy.method_for(
-            &hello.config,
-            Primitive::Write,
-            Update::Singleton,
-            Shape::default(),
-        );
-        if m.two_sided() {
+        if let Some(method) = &self.two_sided_write {
             return Err(PersistError::Unsuitable {
-                method: m.name.clone(),
+                method: method.clone(),
                 why: "WRITE is not one-sided on this server",
             });
         }
@@ -233,6 +245,16 @@ impl<V: Verbs> Client<V> {
     /// Makes every [`write_nowait`](Self::write_nowait) so far persistent: one FLUSH (or
     /// its READ emulation) and its completion.
     pub async fn flush_writes(&mut self) -> Result<(), PersistError> {
+        let ticket = self.post_flush_writes()?;
+        self.wait_flush(ticket).await
+    }
+
+    /// Posts the FLUSH (or its READ emulation) that makes every
+    /// [`write_nowait`](Self::write_nowait) so far persistent, without waiting: a streaming
+    /// writer keeps posting WRITEs while it travels, and learns with
+    /// [`wait_flush`](Self::wait_flush) that the writes before it are persistent. Tickets
+    /// must be waited for in the order they were posted (completions arrive in order).
+    pub fn post_flush_writes(&mut self) -> Result<FlushTicket, PersistError> {
         let hello = self.hello.ok_or(PersistError::NotConnected)?;
         let id = self.wr_id();
         let scratch = Sge {
@@ -252,7 +274,13 @@ impl<V: Verbs> Client<V> {
             scratch,
         );
         self.v.post_send(self.qp, wr)?;
-        self.wait_wr(id, "FLUSH").await
+        Ok(FlushTicket(id))
+    }
+
+    /// Waits until the FLUSH of `ticket` completed: every WRITE posted before it is
+    /// persistent.
+    pub async fn wait_flush(&mut self, ticket: FlushTicket) -> Result<(), PersistError> {
+        self.wait_wr(ticket.0, "FLUSH").await
     }
 
     /// Reads `len` bytes (at most 4 KiB) at `offset` of the server's region with an RDMA

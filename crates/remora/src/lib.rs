@@ -16,6 +16,6 @@ pub mod responder;
 pub mod taxonomy;
 pub mod wire;
 
-pub use client::{Client, PersistError};
+pub use client::{Client, FlushTicket, PersistError};
 pub use responder::{CpuCosts, RecoveryReport, Responder, ServerSetup};
 pub use taxonomy::{Method, Primitive, Scenario, Shape, Step, Taxonomy, Update};

@@ -15,7 +15,7 @@ use remora_model::hierarchy::Space;
 use remora_model::rnic::{MrInfo, QpAttr, Rnic};
 use remora_model::time::{Duration, Instant};
 use remora_model::verbs::*;
-use remora_model::wire::{Packet, WireError};
+use remora_model::wire::{Frame, Packet, TrainTail, WireError};
 use remora_model::ServerConfig;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -35,6 +35,10 @@ const SLEEP_MIN: Duration = Duration::from_micros(50);
 /// packets queued so far (so an acknowledgement and the answer a task sends at once leave
 /// in one write).
 const COALESCE_SLICES: u32 = 8;
+/// Output queued beyond which the driver writes at once instead of letting woken tasks
+/// add to it: coalescing saves a write for a small answer, while a stream's batch leaves
+/// as soon as it is made, so the peer works on it while the next one is posted.
+const COALESCE_BYTES: usize = 16 << 10;
 /// ACK time-out on TCP. The transport is reliable and a dead peer shows up as a closed
 /// connection (its QPs fail at once), so the time-out only catches a hung peer; a
 /// microsecond-scale model value would misfire whenever the host is busy.
@@ -72,8 +76,6 @@ struct State {
     /// Kept sorted by departure, first in first out among equal times. Departures mostly
     /// come in order, so a packet is appended; a packet is moved only when one overtakes.
     held: std::collections::VecDeque<(Instant, Packet)>,
-    /// Packets due in the current step, sent together at its end (reused buffer).
-    due: Vec<Packet>,
     peers: BTreeMap<NodeId, Rc<Conn>>,
     /// Tasks waiting for a completion: (waiter id, CQ, waker). Woken only when their CQ
     /// holds something, not after every step.
@@ -89,15 +91,32 @@ struct State {
 }
 
 impl State {
-    /// Moves what the RNIC transmitted into the queue of held packets.
-    fn hold_transmitted(&mut self) {
+    /// Moves what the RNIC transmitted into the queue of held packets; a packet due by
+    /// `now` while none is held is queued on its connection at once (the common case:
+    /// requests and acknowledgements leave as soon as they are made). Returns how many
+    /// were queued.
+    fn hold_transmitted(&mut self, now: Instant) -> usize {
+        let mut queued = 0;
         while let Some((ready, pkt)) = self.rnic.poll_transmit() {
-            if self.held.back().is_none_or(|(t, _)| *t <= ready) {
+            if self.held.is_empty() && ready <= now {
+                self.queue(&pkt);
+                queued += 1;
+            } else if self.held.back().is_none_or(|(t, _)| *t <= ready) {
                 self.held.push_back((ready, pkt));
             } else {
                 let at = self.held.partition_point(|(t, _)| *t <= ready);
                 self.held.insert(at, (ready, pkt));
             }
+        }
+        queued
+    }
+
+    /// Encodes a packet that is due onto its connection's output. It leaves at the next
+    /// flush, which comes after the step's `sync_media`.
+    fn queue(&mut self, pkt: &Packet) {
+        if let Some(conn) = self.peers.get(&pkt.dst) {
+            conn.queue(pkt);
+            self.stats.sent += 1;
         }
     }
 }
@@ -107,6 +126,8 @@ impl State {
 /// buffer is full does the connection's writer task take over and wait for room.
 struct Conn {
     out: RefCell<Vec<u8>>,
+    /// The write train that ends `out`, while WRITEs may still join it.
+    train: Cell<Option<TrainTail>>,
     write: OwnedWriteHalf,
     /// Wakes the writer task (the socket was full, or the connection is closing).
     writer: Notify,
@@ -114,6 +135,21 @@ struct Conn {
 }
 
 impl Conn {
+    /// Appends a due packet to the output: a WRITE without immediate data joins the write
+    /// train ending the output if it is the next one of the same QP and rkey (one frame
+    /// per run of WRITEs, as a doorbell batch), or starts one; anything else is a packet.
+    fn queue(&self, pkt: &Packet) {
+        let mut out = self.out.borrow_mut();
+        let mut train = self.train.take();
+        if !train.as_mut().is_some_and(|t| t.push(pkt, &mut out)) {
+            train = TrainTail::start(pkt, &mut out);
+            if train.is_none() {
+                pkt.emit_into(&mut out);
+            }
+        }
+        self.train.set(train);
+    }
+
     /// Writes what the socket takes without blocking; true if nothing is left.
     fn try_flush(&self) -> bool {
         let mut out = self.out.borrow_mut();
@@ -127,6 +163,10 @@ impl Conn {
                     done = out.len();
                 }
             }
+        }
+        if done > 0 {
+            // What is written is gone: a train partly written is closed.
+            self.train.set(None);
         }
         out.drain(..done);
         out.is_empty()
@@ -143,10 +183,19 @@ impl Conn {
 struct Inner {
     st: RefCell<State>,
     kick: Notify,
+    /// A kick is pending (the driver has not woken for it yet): further kicks are free.
+    kicked: Cell<bool>,
     epoch: std::time::Instant,
 }
 
 impl Inner {
+    /// Wakes the driver (once per wake-up, however many posts ask for it).
+    fn kick(&self) {
+        if !self.kicked.replace(true) {
+            self.kick.notify_one();
+        }
+    }
+
     fn now(&self, st: &mut State) -> Instant {
         let real = Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64);
         st.model_now = st.model_now.max(real);
@@ -169,7 +218,6 @@ impl RtNode {
                     rnic,
                     model_now: Instant::ZERO,
                     held: Default::default(),
-                    due: Vec::new(),
                     cq_waiters: Vec::new(),
                     next_waiter: 0,
                     unsettled: 0,
@@ -179,6 +227,7 @@ impl RtNode {
                     stats: NetStats::default(),
                 }),
                 kick: Notify::new(),
+                kicked: Cell::new(false),
                 epoch: wall(),
             }),
         }
@@ -196,7 +245,7 @@ impl RtNode {
             let now = self.inner.now(&mut st);
             f(&mut st.rnic, now)
         };
-        self.inner.kick.notify_one();
+        self.inner.kick();
         r
     }
 
@@ -216,6 +265,7 @@ impl RtNode {
     ) {
         let conn = Rc::new(Conn {
             out: RefCell::new(Vec::with_capacity(1 << 12)),
+            train: Cell::new(None),
             write,
             writer: Notify::new(),
             closing: Cell::new(false),
@@ -230,7 +280,7 @@ impl RtNode {
                 conn.writer.notify_one();
             }
             on_close(&node);
-            node.inner.kick.notify_one();
+            node.inner.kick();
         });
     }
 
@@ -241,24 +291,38 @@ impl RtNode {
         let mut at = 0;
         loop {
             let mut handled = false;
+            // Every frame of one read arrived by the time the read returned: one clock read
+            // per read, at the loop's edge, not one per frame.
+            let mut arrived = None;
             while let Some(len) = Packet::frame_len(&buf[at..])
                 .inspect_err(|_| self.inner.st.borrow_mut().stats.malformed += 1)?
             {
                 if buf.len() - at < len {
                     break;
                 }
-                let pkt = Packet::parse(&buf[at..at + len])
+                let frame = Frame::parse(&buf[at..at + len])
                     .inspect_err(|_| self.inner.st.borrow_mut().stats.malformed += 1)?;
                 at += len;
                 let mut st = self.inner.st.borrow_mut();
-                if pkt.src != peer {
+                let (src, n) = match &frame {
+                    Frame::Packet(p) => (p.src, 1),
+                    Frame::WriteTrain(t) => (t.src, t.len() as u64),
+                };
+                if src != peer {
                     // A peer may only speak for itself; drop, keep the connection.
-                    st.stats.spoofed += 1;
+                    st.stats.spoofed += n;
                     continue;
                 }
-                st.stats.received += 1;
-                let now = self.inner.now(&mut st);
-                st.rnic.handle_packet(now, pkt);
+                st.stats.received += n;
+                // Never behind the model's clock (a step may have jumped it meanwhile).
+                let now = match arrived {
+                    Some(t) => st.model_now.max(t),
+                    None => *arrived.insert(self.inner.now(&mut st)),
+                };
+                match frame {
+                    Frame::Packet(pkt) => st.rnic.handle_packet(now, pkt),
+                    Frame::WriteTrain(train) => st.rnic.handle_write_train(now, &train),
+                }
                 handled = true;
             }
             if handled {
@@ -295,7 +359,7 @@ impl RtNode {
             self.flush();
         }
         if (unflushed && woken > 0) || earlier {
-            self.inner.kick.notify_one();
+            self.inner.kick();
         }
     }
 
@@ -307,14 +371,17 @@ impl RtNode {
         tokio::pin!(sleep);
         let mut deferred = 0;
         loop {
+            // Kicks from here on wake the driver again.
+            self.inner.kicked.set(false);
             let next = self.step();
             self.wake_cq_waiters();
-            let (unflushed, unsettled) = {
+            let (unflushed, unsettled, queued) = {
                 let st = self.inner.st.borrow();
-                (st.unflushed, st.unsettled)
+                let queued: usize = st.peers.values().map(|c| c.out.borrow().len()).sum();
+                (st.unflushed, st.unsettled, queued)
             };
             if unflushed {
-                if unsettled > 0 && deferred < COALESCE_SLICES {
+                if unsettled > 0 && deferred < COALESCE_SLICES && queued < COALESCE_BYTES {
                     // The tasks just woken (a completion arrived) usually answer at once:
                     // let them run first, so their packets leave in the same write.
                     deferred += 1;
@@ -379,11 +446,11 @@ impl RtNode {
         let mut guard = self.inner.st.borrow_mut();
         let st = &mut *guard;
         let mut now = self.inner.now(st);
-        let mut due = std::mem::take(&mut st.due);
+        let mut queued = 0;
         let next = loop {
             st.rnic.handle_timeout(now);
             st.rnic.process_doorbells(now);
-            st.hold_transmitted();
+            queued += st.hold_transmitted(now);
             // Take what is due, jumping the model's clock over short waits: the hierarchy
             // reaches a packet's departure (writing the pool file, synced below) first.
             while let Some((ready, _)) = st.held.front() {
@@ -396,10 +463,12 @@ impl RtNode {
                     now = ready;
                     st.model_now = now;
                     st.rnic.handle_timeout(now);
-                    // What that produced may be due too (and must not wait for a kick).
-                    st.hold_transmitted();
                 }
-                due.push(pkt);
+                st.queue(&pkt);
+                queued += 1;
+                // What the RNIC produced meanwhile may be due too (and must not wait for a
+                // kick); it is queued behind this packet.
+                queued += st.hold_transmitted(now);
             }
             // Wake at the next timer, departure, or data-path stage change, so a stage lasts
             // as long on the wall clock as in the model.
@@ -417,20 +486,13 @@ impl RtNode {
                 other => break other,
             }
         };
-        if !due.is_empty() {
-            // Whatever these packets acknowledge is on stable storage before they leave: one
-            // sync covers every line that entered the persistence domain up to the last
-            // departure (the model's clock is there now).
+        if queued > 0 {
+            // Whatever the queued packets acknowledge is on stable storage before they
+            // leave (at the next flush): one sync covers every line that entered the
+            // persistence domain up to the last departure (the model's clock is there now).
             st.rnic.sync_media();
-            for pkt in due.drain(..) {
-                if let Some(conn) = st.peers.get(&pkt.dst) {
-                    conn.out.borrow_mut().extend_from_slice(&pkt.emit());
-                    st.stats.sent += 1;
-                }
-            }
             st.unflushed = true;
         }
-        st.due = due;
         next
     }
 
@@ -554,7 +616,16 @@ impl remora_verbs::Verbs for RtNode {
         self.with(|r, _| r.create_qp(pd, send_cq, recv_cq, attr))
     }
     fn post_send(&self, qp: QpNum, wr: SendWr) -> Result<(), VerbsError> {
-        self.with(|r, now| r.post_send(now, qp, wr))
+        // Posting only queues the request (`now` dates its trace event); the driver's step
+        // reads the clock before the RNIC acts on the doorbell. So no clock read per post:
+        // the model's clock as of the loop's last edge.
+        let r = {
+            let mut st = self.inner.st.borrow_mut();
+            let now = st.model_now;
+            st.rnic.post_send(now, qp, wr)
+        };
+        self.inner.kick();
+        r
     }
     fn post_recv(&self, qp: QpNum, wr: RecvWr) -> Result<(), VerbsError> {
         self.with(|r, now| r.post_recv(now, qp, wr))
@@ -602,7 +673,7 @@ impl remora_verbs::Verbs for RtNode {
             st.rnic.handle_timeout(t);
             st.rnic.sync_media();
         }
-        self.inner.kick.notify_one();
+        self.inner.kick();
         yield_local().await;
     }
 
