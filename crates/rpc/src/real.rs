@@ -47,8 +47,8 @@ use remora_model::config::ServerConfig;
 use remora_model::profile::LatencyProfile;
 use remora_model::rnic::MrInfo;
 use remora_model::time::{Duration, Instant};
-use remora_soft::client::ConnectError;
-use remora_soft::cm::{Cm, RefuseCode, CM_FRAME};
+use remora_soft::client::{ConnectError, Opening};
+use remora_soft::cm::RefuseCode;
 use remora_soft::runtime::RtNode;
 use remora_soft::server::{PoolNode, ServeError};
 use remora_verbs::*;
@@ -951,15 +951,10 @@ pub struct RealClient {
     profile: LatencyProfile,
 }
 
-/// A connection up to the server's [`DurableHello`]. The durable RPCs open the connection
-/// manager's handshake themselves because they put a [`DurableClaim`] between `Hello` and
-/// `Assign`, where `remora_soft::client::open` sends nothing; the steps are otherwise the
-/// same (and `Opened::finish` is `Opening::finish`'s).
+/// A connection up to the server's [`DurableHello`]: the connection manager's handshake
+/// with a [`DurableClaim`] right after `Hello`, then the server's hello.
 struct Opened {
-    addr: String,
-    stream: TcpStream,
-    node: RtNode,
-    server: NodeId,
+    opening: Opening,
     hello: DurableHello,
 }
 
@@ -970,54 +965,14 @@ async fn open(
     profile: &LatencyProfile,
     node: Option<RtNode>,
 ) -> Result<Opened, RealConnectError> {
-    let io = |err| ConnectError::Io {
-        addr: addr.to_string(),
-        err,
-    };
-    let mut s = TcpStream::connect(addr).await.map_err(io)?;
-    s.set_nodelay(true).map_err(io)?;
     let claim = DurableClaim {
         node: node.as_ref().map_or(0, |n| n.node()),
     };
-    // One write: the claim follows the Hello at once.
-    let mut first = [0u8; CM_FRAME + CLAIM_BYTES];
-    first[..CM_FRAME].copy_from_slice(&Cm::Hello.emit());
-    first[CM_FRAME..].copy_from_slice(&claim.emit());
-    s.write_all(&first).await.map_err(io)?;
-    let Cm::Assign {
-        client,
-        server,
-        config,
-    } = next_cm(&mut s, addr).await?
-    else {
-        return Err(ConnectError::Protocol(addr.to_string()).into());
-    };
-    let node = match node {
-        Some(n) if n.node() != client => {
-            return Err(ConnectError::NodeId {
-                addr: addr.to_string(),
-                assigned: client,
-                have: n.node(),
-            }
-            .into())
-        }
-        Some(n) => n,
-        None => {
-            // The client's RNIC shares the fabric's transport and extensions; its own
-            // persistence domain plays no part.
-            let rnic = remora_model::rnic::Rnic::new(
-                client,
-                config,
-                &remora_soft::runtime::real_time_profile(profile),
-                remora_model::prng::Prng::from_seed(client as u64),
-            );
-            let n = RtNode::new(rnic);
-            tokio::task::spawn_local(n.clone().drive());
-            n
-        }
-    };
+    let mut opening = remora_soft::client::open_with(addr, profile, node, &claim.emit()).await?;
     let mut b = [0u8; HELLO_BYTES];
-    s.read_exact(&mut b)
+    opening
+        .stream()
+        .read_exact(&mut b)
         .await
         .map_err(|err| RealConnectError::Io {
             addr: addr.to_string(),
@@ -1027,57 +982,7 @@ async fn open(
         addr: addr.to_string(),
         err,
     })?;
-    Ok(Opened {
-        addr: addr.to_string(),
-        stream: s,
-        node,
-        server,
-        hello,
-    })
-}
-
-impl Opened {
-    /// Sends the client's QP (`Ready`), waits for the server's (`Accepted`), connects the
-    /// two and attaches the connection; when it closes, `qp` fails.
-    async fn finish(mut self, qp: QpNum) -> Result<(), ConnectError> {
-        let addr = self.addr;
-        self.stream
-            .write_all(&Cm::Ready { qp }.emit())
-            .await
-            .map_err(|err| ConnectError::Io {
-                addr: addr.clone(),
-                err,
-            })?;
-        let Cm::Accepted { qp: server_qp } = next_cm(&mut self.stream, &addr).await? else {
-            return Err(ConnectError::Protocol(addr));
-        };
-        self.node.connect(qp, self.server, server_qp)?;
-        let (read, write) = self.stream.into_split();
-        self.node.attach(self.server, read, write, move |n| {
-            let _ = n.with(|r, now| r.destroy_qp(now, qp));
-        });
-        Ok(())
-    }
-}
-
-/// The next connection-manager frame; `Refused` is an error.
-async fn next_cm(s: &mut TcpStream, addr: &str) -> Result<Cm, ConnectError> {
-    let mut b = [0u8; CM_FRAME];
-    s.read_exact(&mut b).await.map_err(|err| ConnectError::Io {
-        addr: addr.to_string(),
-        err,
-    })?;
-    match Cm::parse(&b) {
-        Ok(Cm::Refused { code }) => Err(ConnectError::Refused {
-            addr: addr.to_string(),
-            code,
-        }),
-        Ok(f) => Ok(f),
-        Err(err) => Err(ConnectError::Handshake {
-            addr: addr.to_string(),
-            err,
-        }),
-    }
+    Ok(Opened { opening, hello })
 }
 
 /// Client-side settings of a real connection.
@@ -1132,9 +1037,9 @@ impl RealClient {
             mine.probe_interval = settings.probe_interval;
             mine.reply_timeout = settings.reply_timeout;
             let opts = hello.adopt(&mine);
-            let node = o.node.clone();
+            let node = o.opening.node().clone();
             let mut client = DurableClient::create(node.clone(), &opts)?;
-            o.finish(client.qp()).await?;
+            o.opening.finish(client.qp()).await?;
             client.attach(hello.info)?;
             Ok(RealClient {
                 client,
@@ -1164,7 +1069,7 @@ impl RealClient {
                 });
             }
             let qp = self.client.reopen()?;
-            o.finish(qp).await?;
+            o.opening.finish(qp).await?;
             self.client.attach(hello.info)?;
             self.hello = hello;
             Ok::<_, RealConnectError>(())

@@ -154,13 +154,27 @@ pub async fn open(
     profile: &LatencyProfile,
     node: Option<RtNode>,
 ) -> Result<Opening, ConnectError> {
+    open_with(addr, profile, node, &[]).await
+}
+
+/// [`open`], with an application's frame sent right after the connection manager's
+/// `Hello`, in the same write, for a server that reads it before it assigns a node id
+/// (the durable RPCs' claim of a reconnecting client's log).
+pub async fn open_with(
+    addr: &str,
+    profile: &LatencyProfile,
+    node: Option<RtNode>,
+    after_hello: &[u8],
+) -> Result<Opening, ConnectError> {
     let io = |err| ConnectError::Io {
         addr: addr.to_string(),
         err,
     };
     let mut s = TcpStream::connect(addr).await.map_err(io)?;
     s.set_nodelay(true).map_err(io)?;
-    s.write_all(&Cm::Hello.emit()).await.map_err(io)?;
+    let mut first = Cm::Hello.emit().to_vec();
+    first.extend_from_slice(after_hello);
+    s.write_all(&first).await.map_err(io)?;
     let Cm::Assign {
         client,
         server,
