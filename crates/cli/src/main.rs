@@ -210,10 +210,9 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         processing_us: u64,
         /// Clients served at once, each with its own redo log in the pool (client node ids
-        /// 1..=N; a reconnecting client gets its own log back). Above 1, clients must not
-        /// Put the same keys: an object's idempotency stamp names only its last writer, so
-        /// a crash in the instant between one connection's Put and its watermark can make
-        /// recovery re-run that Put over another connection's later one.
+        /// 1..=N; a reconnecting client gets its own log back). The connections share the
+        /// store; their updates are serialised so recovery never re-runs one connection's
+        /// Put over another's later one.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
         connections: u32,
         /// Latency profile of the model: a built-in name or a TOML file.

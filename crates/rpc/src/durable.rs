@@ -277,6 +277,48 @@ impl Notify {
     }
 }
 
+/// Serialises the store updates of several connections that share one store: a Put's
+/// object and its connection's watermark become durable while no other connection writes.
+/// Without it, another connection could overwrite the object between the two, and after
+/// a crash in that instant recovery would find the Put above its watermark with the
+/// object's stamp naming the other connection, and re-run it over the later Put.
+#[derive(Default)]
+pub struct StoreLock {
+    held: Cell<bool>,
+    released: Notify,
+}
+
+impl StoreLock {
+    async fn acquire(&self) -> StoreGuard<'_> {
+        loop {
+            let seen = self.released.generation.get();
+            if !self.held.get() {
+                self.held.set(true);
+                return StoreGuard(self);
+            }
+            self.released.wait(seen).await;
+        }
+    }
+}
+
+/// Holds a [`StoreLock`] until dropped.
+struct StoreGuard<'a>(&'a StoreLock);
+
+impl Drop for StoreGuard<'_> {
+    fn drop(&mut self) {
+        self.0.held.set(false);
+        self.0.released.notify();
+    }
+}
+
+/// Takes `lock` when there is one.
+async fn lock_store(lock: &Option<Rc<StoreLock>>) -> Option<StoreGuard<'_>> {
+    match lock {
+        Some(l) => Some(l.acquire().await),
+        None => None,
+    }
+}
+
 /// Runs both futures until either finishes and returns its output (the other is
 /// dropped): the server's two threads, each of which returns only when it must stop.
 async fn first_of<T>(a: impl Future<Output = T>, b: impl Future<Output = T>) -> T {
@@ -347,6 +389,7 @@ pub struct DurableServer<V: Verbs + Clone + 'static> {
     recovered: Vec<Reply>,
     stats: Rc<Cell<ServerStats>>,
     workers: Option<WorkerPool>,
+    store_lock: Option<Rc<StoreLock>>,
 }
 
 impl<V: Verbs + Clone + 'static> DurableServer<V> {
@@ -447,6 +490,7 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             recovered: Vec::new(),
             stats: Rc::new(Cell::new(ServerStats::default())),
             workers: None,
+            store_lock: None,
         })
     }
 
@@ -454,6 +498,11 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
     /// of a pool of its own of [`ServerCosts::workers`] threads.
     pub fn set_workers(&mut self, pool: WorkerPool) {
         self.workers = Some(pool);
+    }
+
+    /// Shares `lock` with the other connections of the same store (see [`StoreLock`]).
+    pub fn set_store_lock(&mut self, lock: Rc<StoreLock>) {
+        self.store_lock = Some(lock);
     }
 
     /// The queue pair to connect to the client's.
@@ -504,6 +553,8 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             let seq = self.processed + 1;
             match read_entry_with(&self.v, &self.layout, self.opts.conn, seq, frames) {
                 EntryState::Committed(r) => {
+                    let lock = self.store_lock.clone();
+                    let guard = lock_store(&lock).await;
                     let reply = if self.opts.fault == Some(Fault::IgnoreStampOnRecovery) {
                         self.kv
                             .apply_ignoring_stamp(self.opts.conn, seq, &r.op)
@@ -513,6 +564,7 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
                     };
                     let reply = reply.unwrap_or(Reply { seq, value: vec![] });
                     self.advance_watermark(seq).await;
+                    drop(guard);
                     self.recovered.push(reply);
                     report.reexecuted += 1;
                 }
@@ -580,6 +632,7 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             turn: Notify::default(),
             stats: self.stats.clone(),
             kv: Cell::new(None),
+            store_lock: self.store_lock.clone(),
         });
         if let Err(e) = core.post_initial_receives() {
             return e.into();
@@ -658,6 +711,8 @@ struct Core<V: Verbs> {
     stats: Rc<Cell<ServerStats>>,
     /// The store, taken by the execution whose turn it is.
     kv: Cell<Option<KvStore<V>>>,
+    /// Shared with the other connections of the store, if any.
+    store_lock: Option<Rc<StoreLock>>,
 }
 
 impl<V: Verbs> Core<V> {
@@ -882,6 +937,7 @@ impl<V: Verbs> Core<V> {
             }
             self.turn.wait(seen).await;
         }
+        let guard = lock_store(&self.store_lock).await;
         let mut kv = self
             .kv
             .take()
@@ -903,6 +959,7 @@ impl<V: Verbs> Core<V> {
         let at = self.layout.watermark_addr();
         self.v.store(Space::Pm, at, &seq.to_le_bytes());
         self.v.persist_local(at, 8).await;
+        drop(guard);
         self.processed.set(seq);
         self.bump(|s| s.processed += 1);
         self.turn.notify();
@@ -1690,6 +1747,40 @@ impl DurablePair {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_store_lock_admits_one_holder_at_a_time_across_awaits() {
+        let sim = remora_sim::Sim::new(1, remora_model::LatencyProfile::default_profile());
+        let node = sim.add_node("server", "DMP+noDDIO+PM-RQWRB".parse().unwrap());
+        let lock = Rc::new(StoreLock::default());
+        let spans = Rc::new(RefCell::new(Vec::new()));
+        for task in 0..3u64 {
+            let (n, lock, spans) = (node.clone(), Some(lock.clone()), spans.clone());
+            sim.spawn(async move {
+                for _ in 0..4 {
+                    let guard = lock_store(&lock).await;
+                    let start = n.now();
+                    // A store update and its watermark take simulated time.
+                    n.compute(Duration::from_nanos(100 + 10 * task)).await;
+                    spans.borrow_mut().push((start, n.now()));
+                    drop(guard);
+                    n.compute(Duration::from_nanos(5)).await;
+                }
+            });
+        }
+        sim.run();
+        let mut spans = spans.borrow().clone();
+        assert_eq!(spans.len(), 12, "every holder ran");
+        spans.sort();
+        for w in spans.windows(2) {
+            assert!(
+                w[0].1 <= w[1].0,
+                "two holders at once: {:?} and {:?}",
+                w[0],
+                w[1]
+            );
+        }
+    }
 
     #[test]
     fn notices_and_messages_round_trip() {

@@ -26,10 +26,11 @@
 //! free connection) gets a new [`DurableServer`] over the same PM (recovering anything the
 //! old one logged but did not process).
 //!
-//! Connections share the store, and the idempotency stamp of an object names the last
-//! connection that wrote it. So recovery re-executes a Put whose object a *later* Put of
-//! another connection overwrote, if its own connection's watermark did not yet cover it
-//! when the power failed; the checkers exercise one connection, where the stamp is exact.
+//! Connections share the store, and the idempotency stamp of an object names only the
+//! last connection that wrote it. So a Put's object and its connection's watermark become
+//! durable under one [`StoreLock`] shared by the connections: no other connection can
+//! overwrite the object before the watermark covers the Put, and recovery never re-runs
+//! a Put over another connection's later one.
 //!
 //! **Client** ([`RealClient`]). [`RealClient::connect`] opens a connection; after the
 //! server died and restarted, [`RealClient::reconnect`] gives the same [`DurableClient`] a
@@ -39,7 +40,7 @@
 use crate::api::{RpcError, ServerCosts};
 use crate::design::{Design, FlushForm};
 use crate::durable::{
-    ConnInfo, DurableClient, DurableOptions, DurableServer, Fault, RecoveryReport,
+    ConnInfo, DurableClient, DurableOptions, DurableServer, Fault, RecoveryReport, StoreLock,
 };
 use crate::flush::FlushParams;
 use crate::kv::KvLayout;
@@ -597,6 +598,8 @@ struct ServerState {
     config: ServerConfig,
     slots: RefCell<Vec<Slot>>,
     idle: tokio::sync::Notify,
+    /// The connections share the store: their updates are serialised (see [`StoreLock`]).
+    store_lock: Rc<StoreLock>,
 }
 
 impl ServerState {
@@ -614,6 +617,7 @@ impl ServerState {
         if let Some((_, hook)) = &self.journal {
             s.set_execution_hook(hook.clone());
         }
+        s.set_store_lock(self.store_lock.clone());
         Ok(s)
     }
 
@@ -726,6 +730,7 @@ pub async fn serve_durable(
         config: o.config,
         slots: RefCell::new((0..connections).map(|_| Slot::default()).collect()),
         idle: tokio::sync::Notify::new(),
+        store_lock: Rc::new(StoreLock::default()),
     });
     // Every connection's log is recovered before anyone connects: a client that never
     // comes back still has its acknowledged requests executed.
