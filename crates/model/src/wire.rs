@@ -381,9 +381,9 @@ impl Packet {
         Ok(Some(WIRE_HEADER + len))
     }
 
-    /// Decodes exactly one packet; rejects truncation, trailing bytes, unknown opcodes and
-    /// out-of-range fields. Never panics on any input.
-    pub fn parse(buf: &[u8]) -> Result<Packet, WireError> {
+    /// Checks that `buf` holds exactly one frame: a valid header and its whole body, and
+    /// nothing after it. Returns the frame's length.
+    fn check_exact_frame(buf: &[u8]) -> Result<usize, WireError> {
         let total = Packet::frame_len(buf)?.ok_or(WireError::Truncated {
             need: WIRE_HEADER,
             have: buf.len(),
@@ -397,6 +397,13 @@ impl Packet {
         if buf.len() > total {
             return Err(WireError::Trailing(buf.len() - total));
         }
+        Ok(total)
+    }
+
+    /// Decodes exactly one packet; rejects truncation, trailing bytes, unknown opcodes and
+    /// out-of-range fields. Never panics on any input.
+    pub fn parse(buf: &[u8]) -> Result<Packet, WireError> {
+        let total = Packet::check_exact_frame(buf)?;
         let mut c = Cursor { b: buf, at: 3 };
         let opcode = c.u8()?;
         let flags = c.u8()?;
@@ -615,19 +622,7 @@ impl<'a> WriteTrain<'a> {
     /// nonzero flags or reserved bytes, an empty or oversized train, and entries whose
     /// lengths do not add up to the body. Never panics on any input.
     pub fn parse(buf: &'a [u8]) -> Result<WriteTrain<'a>, WireError> {
-        let total = Packet::frame_len(buf)?.ok_or(WireError::Truncated {
-            need: WIRE_HEADER,
-            have: buf.len(),
-        })?;
-        if buf.len() < total {
-            return Err(WireError::Truncated {
-                need: total,
-                have: buf.len(),
-            });
-        }
-        if buf.len() > total {
-            return Err(WireError::Trailing(buf.len() - total));
-        }
+        let total = Packet::check_exact_frame(buf)?;
         let mut c = Cursor { b: buf, at: 3 };
         let opcode = c.u8()?;
         if opcode != OP_WRITE_TRAIN {
