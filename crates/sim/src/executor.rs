@@ -95,7 +95,11 @@ impl Executor {
             let w = Waker::from(waker);
             let done = fut.as_mut().poll(&mut Context::from_waker(&w)).is_ready();
             let mut tasks = self.tasks.borrow_mut();
-            match tasks[id].as_mut().filter(|t| t.generation == generation) {
+            match tasks
+                .get_mut(id)
+                .and_then(|t| t.as_mut())
+                .filter(|t| t.generation == generation)
+            {
                 Some(task) if !done => task.fut = Some(fut),
                 Some(_) => {
                     tasks[id] = None;
@@ -109,6 +113,16 @@ impl Executor {
                 }
             }
         }
+    }
+
+    /// Drops every task (the simulation is gone).
+    pub(crate) fn cancel_all(&self) {
+        let dead: Vec<Task> = {
+            let mut tasks = self.tasks.borrow_mut();
+            self.free.borrow_mut().clear();
+            tasks.drain(..).flatten().collect()
+        };
+        drop(dead); // futures dropped outside the borrow: their destructors may use the sim
     }
 
     /// Drops every task owned by `node` (the node lost power).

@@ -23,7 +23,7 @@ use remora_model::time::{Duration, Instant};
 use remora_model::verbs::*;
 use remora_model::wire::{Body, Packet};
 use remora_model::ServerConfig;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::future::Future;
@@ -254,12 +254,36 @@ fn body_name(b: &Body) -> &'static str {
 pub(crate) struct Shared {
     world: RefCell<World>,
     exec: Executor,
+    /// Live [`Sim`] handles. Tasks hold the world through their node handles, a cycle
+    /// that would keep endless tasks (servers, garbage collectors) and the whole world
+    /// alive forever; when the last `Sim` goes, nothing can run them again, so they are
+    /// dropped and the cycle is broken.
+    sims: Cell<usize>,
 }
 
-/// A deterministic simulation. Cheap to clone (a handle).
-#[derive(Clone)]
+/// A deterministic simulation. Cheap to clone (a handle). When the last handle is
+/// dropped, the simulation's remaining tasks are dropped with it.
 pub struct Sim {
     shared: Rc<Shared>,
+}
+
+impl Clone for Sim {
+    fn clone(&self) -> Self {
+        self.shared.sims.set(self.shared.sims.get() + 1);
+        Sim {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let left = self.shared.sims.get() - 1;
+        self.shared.sims.set(left);
+        if left == 0 {
+            self.shared.exec.cancel_all();
+        }
+    }
 }
 
 impl Sim {
@@ -291,6 +315,7 @@ impl Sim {
             shared: Rc::new(Shared {
                 world: RefCell::new(world),
                 exec: Executor::default(),
+                sims: Cell::new(1),
             }),
         }
     }

@@ -67,3 +67,38 @@ fn write_then_flush_completes() {
     assert_eq!(img.read_vec(mr.addr, 64), vec![7; 64]);
     println!("{}", &sim.chrome_trace()[..300]);
 }
+
+/// Endless tasks (servers, garbage collectors) hold the world through their node handles;
+/// dropping the last `Sim` handle must drop them, and with them the world, instead of
+/// leaking both.
+#[test]
+fn dropping_the_last_sim_handle_drops_its_endless_tasks() {
+    use remora_model::time::Duration;
+    use std::rc::Rc;
+    let sim = Sim::new(1, remora_model::LatencyProfile::default_profile());
+    let node = sim.add_node("server", "DMP+noDDIO+PM-RQWRB".parse().unwrap());
+    let alive = Rc::new(());
+    let token = alive.clone();
+    let n = node.clone();
+    sim.spawn_on(&node, async move {
+        let _token = token;
+        loop {
+            remora_verbs::Verbs::compute(&n, Duration::from_nanos(1000)).await;
+        }
+    });
+    drop(node);
+    let second = sim.clone();
+    sim.run_until(remora_model::time::Instant::from_nanos(10_000));
+    drop(sim);
+    assert_eq!(
+        Rc::strong_count(&alive),
+        2,
+        "a handle is left: the task lives on"
+    );
+    drop(second);
+    assert_eq!(
+        Rc::strong_count(&alive),
+        1,
+        "the endless task outlived its simulation"
+    );
+}
