@@ -105,6 +105,46 @@ impl fmt::Debug for Bytes {
     }
 }
 
+/// A scratch buffer for copies through the CPU: up to [`Scratch::SMALL`] bytes on the
+/// stack (records, acknowledgements, small messages: the hot paths), larger ones on the
+/// heap, so the common copy allocates nothing.
+pub struct Scratch {
+    small: [u8; Scratch::SMALL],
+    large: Vec<u8>,
+}
+
+impl Scratch {
+    /// Bytes served from the stack.
+    pub const SMALL: usize = 512;
+
+    /// An empty scratch buffer.
+    pub fn new() -> Self {
+        Scratch {
+            small: [0; Self::SMALL],
+            large: Vec::new(),
+        }
+    }
+
+    /// `len` zeroed bytes.
+    pub fn get(&mut self, len: usize) -> &mut [u8] {
+        if len <= Self::SMALL {
+            let b = &mut self.small[..len];
+            b.fill(0);
+            b
+        } else {
+            self.large.clear();
+            self.large.resize(len, 0);
+            &mut self.large
+        }
+    }
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -296,18 +296,10 @@ impl<V: Verbs> Responder<V> {
                     }
                 }
                 _ => {
-                    // Small messages are read onto the stack (no allocation per message).
                     let len = (wc.byte_len as usize).min(self.setup.rq_slot_bytes as usize);
-                    let (mut small, large);
-                    let bytes: &[u8] = if len <= 512 {
-                        small = [0u8; 512];
-                        self.v
-                            .load(self.ring.space, self.slot_addr(slot), &mut small[..len]);
-                        &small[..len]
-                    } else {
-                        large = self.read_slot(slot, len);
-                        &large
-                    };
+                    let mut scratch = remora_model::bytes::Scratch::new();
+                    let bytes = scratch.get(len);
+                    self.v.load(self.ring.space, self.slot_addr(slot), bytes);
                     match Frame::parse(bytes) {
                         Ok(Frame::Apply { seq, ack, entries }) => {
                             if self.apply(slot, &entries).await {

@@ -231,15 +231,8 @@ pub fn recover_into(
     let tail = match update {
         Update::Compound => tail_pointer,
         Update::Singleton => {
-            // Records are usually small: no allocation for them.
-            let (mut small, mut large) = ([0u8; 256], Vec::new());
-            let n = shape.record_bytes as usize;
-            let record: &mut [u8] = if n <= small.len() {
-                &mut small[..n]
-            } else {
-                large.resize(n, 0);
-                &mut large
-            };
+            let mut scratch = remora_model::bytes::Scratch::new();
+            let record = scratch.get(shape.record_bytes as usize);
             let mut t = head;
             while t - head < shape.capacity && {
                 read(shape.slot(t), record);

@@ -773,14 +773,8 @@ impl remora_verbs::Verbs for NodeHandle {
     async fn memcpy(&self, dst: (Space, u64), src: (Space, u64), len: u64) {
         let start = self.now();
         let cost = self.shared.world.borrow().profile.memcpy_time(len);
-        // Copies of a record or two (the common case) need no allocation.
-        let (mut small, mut large) = ([0u8; 256], Vec::new());
-        let buf: &mut [u8] = if len as usize <= small.len() {
-            &mut small[..len as usize]
-        } else {
-            large.resize(len as usize, 0);
-            &mut large
-        };
+        let mut scratch = remora_model::bytes::Scratch::new();
+        let buf = scratch.get(len as usize);
         self.with(|r, now| r.cpu_load(now, src.0, src.1, buf));
         self.sleep(cost).await;
         // The stores happen as the copy finishes: a crash mid-copy finds none of them.

@@ -685,9 +685,10 @@ impl remora_verbs::Verbs for RtNode {
         }
     }
     async fn memcpy(&self, dst: (Space, u64), src: (Space, u64), len: u64) {
-        let mut buf = vec![0u8; len as usize];
-        self.load(src.0, src.1, &mut buf);
-        self.store(dst.0, dst.1, &buf);
+        let mut scratch = remora_model::bytes::Scratch::new();
+        let buf = scratch.get(len as usize);
+        self.load(src.0, src.1, buf);
+        self.store(dst.0, dst.1, buf);
         yield_local().await;
     }
 }
