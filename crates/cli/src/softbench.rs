@@ -203,20 +203,7 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
     .iter()
     .enumerate()
     {
-        let pool = pool_dir.join(format!("{ci}.pm"));
-        let _ = std::fs::remove_file(&pool);
-        let server = Proc::start(
-            exe,
-            &[
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--pool",
-                pool.to_str().unwrap_or(""),
-                "--config",
-                config,
-            ],
-        )?;
+        let server = start_server(exe, &pool_dir.join(format!("{ci}.pm")), config)?;
         let local = tokio::task::LocalSet::new();
         let addr = server.1.clone();
         let config = *config;
@@ -442,15 +429,10 @@ async fn soft_stream_run(
 /// and then the soft RNIC, so a change of the shared machine's load falls on both.
 /// Returns the raw streams ([`WRITE64_WIRE_BYTES`], [`WRITE64_TRAIN_BYTES`]) and the soft
 /// RNIC's.
-fn stream_side_by_side(
-    exe: &Path,
-    writes: u64,
-    pool_dir: &Path,
-) -> Result<([Stream; 2], Stream), String> {
-    let echo = Proc::start(exe, &["bench", "echo"])?;
-    let pool = pool_dir.join("stream.pm");
-    let _ = std::fs::remove_file(&pool);
-    let server = Proc::start(
+/// Starts `remora serve` for `config` on a fresh pool file at `pool`, on a loopback port.
+fn start_server(exe: &Path, pool: &Path, config: &str) -> Result<Proc, String> {
+    let _ = std::fs::remove_file(pool);
+    Proc::start(
         exe,
         &[
             "serve",
@@ -459,9 +441,19 @@ fn stream_side_by_side(
             "--pool",
             pool.to_str().unwrap_or(""),
             "--config",
-            "DMP+noDDIO+PM-RQWRB",
+            config,
         ],
-    )?;
+    )
+}
+
+fn stream_side_by_side(
+    exe: &Path,
+    writes: u64,
+    pool_dir: &Path,
+) -> Result<([Stream; 2], Stream), String> {
+    let echo = Proc::start(exe, &["bench", "echo"])?;
+    let pool = pool_dir.join("stream.pm");
+    let server = start_server(exe, &pool, "DMP+noDDIO+PM-RQWRB")?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
