@@ -435,7 +435,7 @@ impl MemoryHierarchy {
                     self.enter_llc(id, visible + self.p.llc)
                 } else {
                     let t = self.imc_arrival(visible, addr_i);
-                    self.schedule_wpq(id, t, true)
+                    self.schedule_wpq(id, t)
                 };
                 if !self.ddio {
                     self.max_dma_wpq = self.max_dma_wpq.max(t_wpq);
@@ -974,16 +974,14 @@ impl MemoryHierarchy {
         t
     }
 
-    /// Schedules a non-LLC PM record's arrival in the WPQ, keeping same-line order; `dma`
-    /// marks an inbound DMA (it becomes its line's latest in-flight DMA).
-    fn schedule_wpq(&mut self, id: u32, t_imc: Instant, dma: bool) -> Instant {
+    /// Schedules an inbound DMA's PM record (DDIO off) into the WPQ, keeping same-line
+    /// order; it becomes its line's latest in-flight DMA.
+    fn schedule_wpq(&mut self, id: u32, t_imc: Instant) -> Instant {
         let r = self.records[id as usize].as_ref().unwrap();
         let (line, seq) = (r.line, r.seq);
         let t = self.admit_wpq(t_imc, line);
         let ls = self.lines.get_mut(&line).unwrap();
-        if dma {
-            ls.last_dma = Some((id, seq));
-        }
+        ls.last_dma = Some((id, seq));
         let t = t.max(ls.floor_wpq);
         ls.floor_wpq = t;
         // A DMA write to a line dirty in the LLC snoops it out: the old data goes first.
