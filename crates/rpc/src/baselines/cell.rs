@@ -34,11 +34,25 @@
 //! of the message body, which the server READs (Figure 2(g)).
 
 use crate::proto::{ReplyFrame, Request};
+use remora_verbs::{Opcode, Payload, QpNum, Remote, SendWr, Verbs, VerbsError};
 
 /// Header bytes.
 pub const CELL_HEADER: u64 = 16;
 /// Trailer bytes.
 pub const CELL_TRAILER: u64 = 8;
+
+/// Posts, unsignaled, the 8-byte WRITE of `seq` into the completion flag (or mailbox)
+/// at `word` that marks a cell complete: after the cell's own WRITE on the same queue
+/// pair, so it becomes visible after the whole cell (see the module's notes).
+pub fn post_seq_word<V: Verbs>(v: &V, qp: QpNum, seq: u64, word: Remote) -> Result<(), VerbsError> {
+    let wr = SendWr::new(
+        seq,
+        Opcode::Write,
+        Payload::inline(seq.to_le_bytes()),
+        Some(word),
+    );
+    v.post_send(qp, wr.signaled(false))
+}
 
 /// Bytes of a cell with `body` bytes of body.
 pub fn cell_bytes(body: u64) -> u64 {

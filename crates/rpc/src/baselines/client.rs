@@ -406,26 +406,14 @@ impl<V: Verbs> BaselineClient<V> {
                 addr: self.server.flags + slot * FLAG_BYTES,
                 rkey: self.server.rkey,
             };
-            let wr = SendWr::new(
-                seq,
-                Opcode::Write,
-                Payload::inline(seq.to_le_bytes()),
-                Some(flag),
-            );
-            self.v.post_send(self.qp, wr.signaled(false))?;
+            cell::post_seq_word(&self.v, self.qp, seq, flag)?;
         }
         if self.req == RequestPath::WriteMailbox {
             let mailbox = Remote {
                 addr: self.server.mailbox,
                 rkey: self.server.rkey,
             };
-            let wr = SendWr::new(
-                seq,
-                Opcode::Write,
-                Payload::inline(seq.to_le_bytes()),
-                Some(mailbox),
-            );
-            self.v.post_send(self.qp, wr.signaled(false))?;
+            cell::post_seq_word(&self.v, self.qp, seq, mailbox)?;
         }
         Ok(())
     }

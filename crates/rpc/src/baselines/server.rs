@@ -682,13 +682,7 @@ impl<V: Verbs + Clone> BaselineServer<V> {
                 addr: c.peer_flags.addr + slot * FLAG_BYTES,
                 rkey: c.peer_flags.rkey,
             };
-            let wr = SendWr::new(
-                seq,
-                Opcode::Write,
-                Payload::inline(seq.to_le_bytes()),
-                Some(flag),
-            );
-            self.v.post_send(c.qp, wr.signaled(false))?;
+            cell::post_seq_word(&self.v, c.qp, seq, flag)?;
         }
         let mut s = self.stats.borrow_mut();
         s.cells += 1;
