@@ -292,6 +292,18 @@ fn parse_update(s: &str) -> Result<Update, String> {
 }
 
 /// A progress bar on standard error (hidden when it is not a terminal).
+/// [`killloop::run_all`] over `targets` with a progress bar.
+fn run_with_bar<T, R>(
+    targets: &[T],
+    one: impl FnMut(&T, u64) -> Result<R, String>,
+) -> Result<Vec<R>, String> {
+    let bar = progress_bar("targets");
+    bar.set_length(targets.len() as u64);
+    let reports = killloop::run_all(targets, &|done, _| bar.set_position(done as u64), one);
+    bar.finish_and_clear();
+    reports
+}
+
 fn progress_bar(what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
@@ -667,14 +679,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 |t| t.wrong,
                 |t| &t.name,
             )?;
-            let bar = progress_bar("targets");
-            bar.set_length(targets.len() as u64);
-            let reports = killloop::run_all(
-                &targets,
-                &|done, _| bar.set_position(done as u64),
-                |t, i| real::real_crash(t, &args, &exe, i),
-            )?;
-            bar.finish_and_clear();
+            let reports = run_with_bar(&targets, |t, i| real::real_crash(t, &args, &exe, i))?;
             drop(scratch);
             print!("{}", real::real_table_crash(&reports));
             let failed = reports.iter().filter(|r| !r.passed()).count();
@@ -796,17 +801,9 @@ fn run(cli: Cli) -> Result<(), String> {
             if targets.is_empty() {
                 return Err("no target matches".into());
             }
-            let bar = progress_bar("targets");
-            bar.set_length(targets.len() as u64);
-            let reports = killloop::run_all(
-                &targets,
-                &|done, _| bar.set_position(done as u64),
-                |t, i| {
-                    rpcreal::rpc_real_crash(t, &args, &exe, i)
-                        .map_err(|e| format!("{}: {e}", t.name))
-                },
-            )?;
-            bar.finish_and_clear();
+            let reports = run_with_bar(&targets, |t, i| {
+                rpcreal::rpc_real_crash(t, &args, &exe, i).map_err(|e| format!("{}: {e}", t.name))
+            })?;
             drop(scratch);
             print!("{}", rpcreal::rpc_crash_table(&reports));
             let failed = reports.iter().filter(|r| !r.passed()).count();
