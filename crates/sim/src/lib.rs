@@ -108,24 +108,29 @@ pub struct World {
     deaths: Vec<Vec<Instant>>,
     dirty: Vec<NodeId>,
     dirty_spare: Vec<NodeId>,
-    /// Reused buffer of wakers to call once the world is no longer borrowed.
-    wake_spare: Vec<Waker>,
+    /// Wakers to call once the world is no longer borrowed (see [`Sim::wake_collected`]).
+    wake: Vec<Waker>,
     trace: Trace,
 }
 
 impl World {
     fn push(&mut self, at: Instant, ev: Ev) {
+        self.push_with(at, move || ev);
+    }
+
+    /// Queues the event `make` builds, built straight into its slot (a packet is large:
+    /// building the event elsewhere and moving it in costs a copy per packet).
+    #[inline(always)]
+    fn push_with(&mut self, at: Instant, make: impl FnOnce() -> Ev) {
         assert!(at >= self.now, "event scheduled in the past");
         let slot = match self.free_slots.pop() {
-            Some(s) => {
-                self.payloads[s as usize] = Some(ev);
-                s
-            }
+            Some(s) => s,
             None => {
-                self.payloads.push(Some(ev));
+                self.payloads.push(None);
                 self.payloads.len() as u32 - 1
             }
         };
+        self.payloads[slot as usize] = Some(make());
         self.seq += 1;
         self.queue.push(Reverse((at, self.seq, slot)));
     }
@@ -141,7 +146,7 @@ impl World {
 
     /// Moves what a node produced onto the fabric, re-arms its timer and collects the
     /// waiters whose completion queue is no longer empty.
-    fn service(&mut self, n: NodeId, wake: &mut Vec<Waker>) {
+    fn service(&mut self, n: NodeId) {
         let now = self.now;
         let node = &mut self.nodes[n as usize];
         node.process_doorbells(now);
@@ -179,7 +184,8 @@ impl World {
         while i < self.cq_waiters.len() {
             let (wn, cq, _) = &self.cq_waiters[i];
             if *wn == n && self.nodes[n as usize].cq_len(*cq) > 0 {
-                wake.push(self.cq_waiters.swap_remove(i).2);
+                let waker = self.cq_waiters.swap_remove(i).2;
+                self.wake.push(waker);
             } else {
                 i += 1;
             }
@@ -188,6 +194,7 @@ impl World {
 
     /// Link model: the sender's port serializes, the wire and switch add half the NIC
     /// round trip, the receiver's switch port serializes again (per-port queueing).
+    #[inline(always)]
     fn transmit(&mut self, ready: Instant, pkt: Packet) {
         let (s, d) = (pkt.src as usize, pkt.dst as usize);
         assert!(d < self.nodes.len(), "packet to unknown node {d}");
@@ -207,10 +214,10 @@ impl World {
             });
         }
         let life = self.deaths[s].len() as u32;
-        self.push(arrive, Ev::Deliver { pkt, life, depart });
+        self.push_with(arrive, move || Ev::Deliver { pkt, life, depart });
     }
 
-    fn crash(&mut self, n: NodeId, wake: &mut Vec<Waker>) {
+    fn crash(&mut self, n: NodeId) {
         let now = self.now;
         self.trace.fold(&[4, now.as_nanos(), n as u64]);
         self.trace.push(TraceEvent {
@@ -224,7 +231,6 @@ impl World {
         self.crashed.push((n, now));
         self.deaths[n as usize].push(now);
         self.cq_waiters.retain(|(wn, _, _)| *wn != n);
-        let _ = wake;
     }
 }
 
@@ -308,7 +314,7 @@ impl Sim {
             deaths: Vec::new(),
             dirty: Vec::new(),
             dirty_spare: Vec::new(),
-            wake_spare: Vec::new(),
+            wake: Vec::new(),
             trace: Trace::default(),
         };
         Sim {
@@ -416,8 +422,7 @@ impl Sim {
 
     /// Crashes node `n` now (power failure): its tasks are dropped.
     pub fn crash_now(&self, n: NodeId) {
-        let mut wake = Vec::new();
-        self.shared.world.borrow_mut().crash(n, &mut wake);
+        self.shared.world.borrow_mut().crash(n);
         self.shared.exec.cancel_owned_by(n);
     }
 
@@ -486,36 +491,50 @@ impl Sim {
     fn settle(&self) {
         loop {
             self.shared.exec.run_ready();
-            if self.shared.world.borrow().dirty.is_empty() {
-                break; // no task used a node: nothing to service, nobody to wake
-            }
-            let mut wake = std::mem::take(&mut self.shared.world.borrow_mut().wake_spare);
             {
                 let mut w = self.shared.world.borrow_mut();
+                if w.dirty.is_empty() {
+                    break; // no task used a node: nothing to service, nobody to wake
+                }
                 let mut dirty = std::mem::take(&mut w.dirty_spare);
                 std::mem::swap(&mut dirty, &mut w.dirty);
                 dirty.sort_unstable();
                 dirty.dedup();
                 for &n in &dirty {
-                    w.service(n, &mut wake);
+                    w.service(n);
                 }
                 dirty.clear();
                 w.dirty_spare = dirty;
             }
-            let idle = wake.is_empty();
-            for waker in wake.drain(..) {
-                waker.wake();
-            }
-            self.shared.world.borrow_mut().wake_spare = wake;
-            if idle {
+            if !self.wake_collected() {
                 break;
             }
         }
     }
 
+    /// Calls the wakers that servicing the nodes collected, with the world no longer
+    /// borrowed (a waker may run code that borrows it). False when there were none.
+    fn wake_collected(&self) -> bool {
+        let mut wake = {
+            let mut w = self.shared.world.borrow_mut();
+            if w.wake.is_empty() {
+                return false;
+            }
+            std::mem::take(&mut w.wake)
+        };
+        for waker in wake.drain(..) {
+            waker.wake();
+        }
+        // Give the buffer back unless a waker queued more meanwhile.
+        let mut w = self.shared.world.borrow_mut();
+        if w.wake.is_empty() {
+            w.wake = wake;
+        }
+        true
+    }
+
     /// Processes the next event unless it lies beyond `limit`. False when there is none.
     fn process_event(&self, limit: Instant) -> bool {
-        let mut wake = std::mem::take(&mut self.shared.world.borrow_mut().wake_spare);
         {
             let mut w = self.shared.world.borrow_mut();
             let Some(&Reverse((at, _, _))) = w.queue.peek() else {
@@ -531,7 +550,7 @@ impl Sim {
                 .position(|c| c.at == CrashAt::Event(k))
             {
                 let c = w.event_crashes.swap_remove(pos);
-                w.crash(c.node, &mut wake);
+                w.crash(c.node);
                 drop(w);
                 self.shared.exec.cancel_owned_by(c.node);
                 w = self.shared.world.borrow_mut();
@@ -557,7 +576,7 @@ impl Sim {
                         .is_some_and(|&c| c < depart);
                     if !lost {
                         w.nodes[dst as usize].handle_packet(at, pkt);
-                        w.service(dst, &mut wake);
+                        w.service(dst);
                     }
                 }
                 Ev::NodeTimer(n) => {
@@ -565,24 +584,21 @@ impl Sim {
                     w.timers_queued[n as usize].remove(&at);
                     if w.nodes[n as usize].is_up() {
                         w.nodes[n as usize].handle_timeout(at);
-                        w.service(n, &mut wake);
+                        w.service(n);
                     }
                 }
                 Ev::Wake(waker) => {
                     w.trace.fold(&[3, at.as_nanos()]);
-                    wake.push(waker);
+                    w.wake.push(waker);
                 }
                 Ev::Crash(n) => {
-                    w.crash(n, &mut wake);
+                    w.crash(n);
                     drop(w);
                     self.shared.exec.cancel_owned_by(n);
                 }
             }
         }
-        for waker in wake.drain(..) {
-            waker.wake();
-        }
-        self.shared.world.borrow_mut().wake_spare = wake;
+        self.wake_collected();
         true
     }
 }
@@ -603,6 +619,7 @@ impl NodeHandle {
 
     /// Runs a verb on this node's RNIC. The RNIC acts on it (transmits, completes) when
     /// the calling task yields, as a real RNIC acts on a doorbell asynchronously.
+    #[inline(always)]
     fn with<R>(&self, f: impl FnOnce(&mut Rnic, Instant) -> R) -> R {
         let mut w = self.shared.world.borrow_mut();
         let now = w.now;
@@ -735,6 +752,7 @@ impl remora_verbs::Verbs for NodeHandle {
     ) -> Result<QpNum, VerbsError> {
         self.with(|r, _| r.create_qp(pd, send_cq, recv_cq, attr))
     }
+    #[inline(always)]
     fn post_send(&self, qp: QpNum, wr: SendWr) -> Result<(), VerbsError> {
         self.with(|r, now| r.post_send(now, qp, wr))
     }
