@@ -1,0 +1,438 @@
+//! The requester side of a reliable connection: fetching and transmitting posted work
+//! requests (fence, non-posted ordering, RFlush before a SEND), the ACK timer and
+//! go-back-N on time-out, acknowledgements and NAKs (RNR retry), and completions in
+//! posting order (seed 000 §2; §3.2 for the completion points of IB/RoCE and iWARP).
+
+use super::*;
+
+impl Rnic {
+    pub(super) fn pump(&mut self, now: Instant, qpn: QpNum) {
+        let iwarp = self.config.transport == Transport::IWarp;
+        loop {
+            let q = &mut self.qps[qpn.0 as usize];
+            if q.state != QpState::Rts || q.rnr_waiting || q.next_send >= q.sq.len() {
+                break;
+            }
+            let idx = q.next_send;
+            let w = &q.sq[idx];
+            if w.wr.fence && q.outstanding_np > 0 {
+                break;
+            }
+            let op = w.wr.opcode;
+            let (remote_node, remote_qp) = match w.wr.ud {
+                Some(d) => (d.node, d.qpn),
+                None => q.remote.expect("RTS QP is connected"),
+            };
+            let unreliable = q.attr.qp_type != QpType::Rc;
+            // Fetch the payload from local memory (a DMA read over PCIe) unless inline.
+            let mut fetch = Duration::ZERO;
+            if self.qps[qpn.0 as usize].sq[idx].data.is_none() {
+                let w = &self.qps[qpn.0 as usize].sq[idx];
+                let fetched = match w.wr.local {
+                    Payload::Sge(sge) if !op.is_non_posted() || op == Opcode::NonPostedWrite => {
+                        match self.check_local(qpn, sge, Access::NONE) {
+                            Ok(space) => {
+                                fetch = self.pcie + self.pcie;
+                                let hier = &mut self.hier;
+                                Some(Bytes::filled(sge.len as usize, |buf| {
+                                    hier.read_ordered_into(space, sge.addr, buf)
+                                }))
+                            }
+                            Err(status) => {
+                                self.complete_with_error(now, qpn, idx, status);
+                                return;
+                            }
+                        }
+                    }
+                    _ => Some(Bytes::EMPTY),
+                };
+                self.qps[qpn.0 as usize].sq[idx].data = fetched;
+            }
+            let Some(flushed) = self.rflush_before_send(now, qpn, idx) else {
+                return;
+            };
+            let ready = (now + self.proc + fetch).max(self.tx_free).max(flushed);
+            self.tx_free = ready;
+            let tx_done = ready + self.ext.wire_time(self.qps[qpn.0 as usize].sq[idx].len);
+            let q = &mut self.qps[qpn.0 as usize];
+            let last = idx + 1 == q.sq.len();
+            let w = &mut q.sq[idx];
+            let ack_req = w.wr.signaled || last || w.psn % ACK_EVERY == ACK_EVERY - 1;
+            let remote = w.wr.remote;
+            let data = w.data.clone().unwrap_or(Bytes::EMPTY);
+            let body = match (op, remote) {
+                (Opcode::Write, Some(r)) => Body::Write {
+                    addr: r.addr,
+                    rkey: r.rkey,
+                    data,
+                    imm: None,
+                    ack_req,
+                },
+                (Opcode::WriteWithImm(imm), Some(r)) => Body::Write {
+                    addr: r.addr,
+                    rkey: r.rkey,
+                    data,
+                    imm: Some(imm),
+                    ack_req,
+                },
+                (Opcode::Send, _) => Body::Send {
+                    data,
+                    imm: None,
+                    ack_req,
+                },
+                (Opcode::SendWithImm(imm), _) => Body::Send {
+                    data,
+                    imm: Some(imm),
+                    ack_req,
+                },
+                (Opcode::Read, Some(r)) => Body::Read {
+                    addr: r.addr,
+                    rkey: r.rkey,
+                    len: w.len as u32,
+                },
+                (Opcode::CompareSwap { compare, swap }, Some(r)) => Body::Atomic {
+                    addr: r.addr,
+                    rkey: r.rkey,
+                    compare: Some(compare),
+                    operand: swap,
+                },
+                (Opcode::FetchAdd { add }, Some(r)) => Body::Atomic {
+                    addr: r.addr,
+                    rkey: r.rkey,
+                    compare: None,
+                    operand: add,
+                },
+                (Opcode::Flush { placement, len }, Some(r)) => Body::Flush {
+                    addr: r.addr,
+                    rkey: r.rkey,
+                    len,
+                    placement,
+                },
+                (Opcode::AtomicWrite { value }, Some(r)) => Body::NonPostedWrite {
+                    addr: r.addr,
+                    rkey: r.rkey,
+                    data: Bytes::copy_from(&value.to_le_bytes()),
+                    atomic: true,
+                },
+                (Opcode::NonPostedWrite, Some(r)) => Body::NonPostedWrite {
+                    addr: r.addr,
+                    rkey: r.rkey,
+                    data,
+                    atomic: false,
+                },
+                (Opcode::SFlush, _) => Body::SFlush {
+                    send_psn: w.sflush_of,
+                },
+                (Opcode::RFlush { imm, .. }, _) => Body::Send {
+                    data: Bytes::EMPTY,
+                    imm: Some(imm),
+                    ack_req,
+                },
+                (_, None) => unreachable!("post_send checked the remote address"),
+            };
+            let body = transport::datagram(body, w.wr.ud);
+            w.sent = true;
+            let psn = w.psn;
+            let wr_id = w.wr.wr_id;
+            if op.is_non_posted() {
+                q.outstanding_np += 1;
+            } else if iwarp {
+                // iWARP: complete once the local transport has the data (seed 000 §3.2).
+                w.done = Some((WcStatus::Success, ready));
+            } else if unreliable {
+                // UC/UD: complete once the last byte is transmitted (seed 003 §2.4).
+                w.done = Some((WcStatus::Success, tx_done));
+            }
+            q.next_send += 1;
+            self.outbox.push_back((
+                ready,
+                Packet {
+                    src: self.id,
+                    dst: remote_node,
+                    src_qp: qpn,
+                    dst_qp: remote_qp,
+                    psn,
+                    body,
+                },
+            ));
+            self.stats.requests_sent += 1;
+            self.event(ready, EventKind::Transmitted, qpn, wr_id);
+            // The transport timer runs from when the last byte left, and a request sent
+            // while nothing else was outstanding is judged from its own departure, not by
+            // progress made before an idle period.
+            let q = &self.qps[qpn.0 as usize];
+            let idle = q.sq.iter().take(idx).all(|w| w.done.is_some());
+            self.arm_ack_timer(tx_done, idle, qpn);
+        }
+        self.retire(now, qpn);
+    }
+
+    pub(super) fn check_local(
+        &self,
+        qpn: QpNum,
+        sge: Sge,
+        need: Access,
+    ) -> Result<Space, WcStatus> {
+        let pd = self.qps[qpn.0 as usize].pd;
+        let mr = self.mrs.get(&sge.lkey).ok_or(WcStatus::LocProtErr)?;
+        if mr.pd != pd || !mr.access.contains(need) {
+            return Err(WcStatus::LocProtErr);
+        }
+        let end = sge
+            .addr
+            .checked_add(sge.len as u64)
+            .ok_or(WcStatus::LocLenErr)?;
+        if sge.addr < mr.addr || end > mr.addr + mr.len {
+            return Err(WcStatus::LocLenErr);
+        }
+        Ok(mr.space)
+    }
+
+    /// Starts (or extends) the ACK timer for a request whose last byte leaves at `sent`;
+    /// `idle` when no earlier request of the QP is outstanding.
+    pub(super) fn arm_ack_timer(&mut self, sent: Instant, idle: bool, qpn: QpNum) {
+        let q = &mut self.qps[qpn.0 as usize];
+        if q.ack_timer_armed {
+            // The pending timer re-arms itself from `last_progress` when it fires.
+            if idle {
+                q.last_progress = q.last_progress.max(sent);
+            }
+            return;
+        }
+        q.ack_timer_armed = true;
+        q.last_progress = q.last_progress.max(sent);
+        let at = q.last_progress + self.ack_timeout;
+        self.push_timer(at, Timer::AckTimeout(qpn));
+    }
+
+    pub(super) fn ack_timeout(&mut self, now: Instant, qpn: QpNum) {
+        let timeout = self.ack_timeout;
+        let q = &mut self.qps[qpn.0 as usize];
+        q.ack_timer_armed = false;
+        if q.state != QpState::Rts {
+            return;
+        }
+        let waiting = q.sq.iter().position(|w| w.sent && w.done.is_none());
+        let Some(idx) = waiting else { return };
+        if now < q.last_progress + timeout {
+            q.ack_timer_armed = true;
+            let at = q.last_progress + timeout;
+            self.push_timer(at, Timer::AckTimeout(qpn));
+            return;
+        }
+        self.complete_with_error(now, qpn, idx, WcStatus::RetryExcErr);
+    }
+
+    pub(super) fn push_timer(&mut self, at: Instant, t: Timer) {
+        self.seq += 1;
+        self.timers.push(Reverse((at, self.seq, t)));
+    }
+
+    pub(super) fn handle_response(&mut self, now: Instant, pkt: Packet) {
+        let qpn = pkt.dst_qp;
+        // The profile's NIC-to-NIC round trip includes the requester RNIC's handling of
+        // the response, so the work request is done when the response arrives.
+        let done_at = now;
+        let q = &mut self.qps[qpn.0 as usize];
+        q.last_progress = now;
+        let Some(idx) = q.sq.iter().position(|w| w.psn == pkt.psn && w.sent) else {
+            // A late response for a retired or rewound request. On iWARP, requests are
+            // retired (completed) when the transport has them, so a refusal can only come
+            // afterwards: like an RDMAP Terminate it fails the connection, and the
+            // application learns of it from every later request, never silently.
+            if self.config.transport == Transport::IWarp && matches!(pkt.body, Body::Nak(_)) {
+                self.enter_error(now, qpn);
+                self.retire(now, qpn);
+            }
+            return;
+        };
+        // Responses come in PSN order, so any response implicitly acknowledges every
+        // posted request before it (an ACK also acknowledges its own).
+        let acked = if pkt.body == Body::Ack { idx + 1 } else { idx };
+        for w in q.sq.iter_mut().take(acked) {
+            if w.sent && w.done.is_none() && !w.wr.opcode.is_non_posted() {
+                w.done = Some((WcStatus::Success, done_at));
+            }
+        }
+        match pkt.body {
+            // Progress: the RNR retry budget is per message (as rxe's reset_retry_counters).
+            Body::Ack => q.rnr_left = q.attr.rnr_retry,
+            Body::Nak(NakCode::Rnr) => {
+                if q.rnr_left == 0 {
+                    self.complete_with_error(now, qpn, idx, WcStatus::RnrRetryExcErr);
+                    return;
+                }
+                if q.rnr_left != RNR_RETRY_INFINITE {
+                    q.rnr_left -= 1;
+                }
+                // Go back to the refused request: it and everything after it is resent.
+                for w in q.sq.iter_mut().skip(idx) {
+                    if w.sent && w.done.is_none() {
+                        w.sent = false;
+                    }
+                }
+                q.outstanding_np =
+                    q.sq.iter()
+                        .filter(|w| w.sent && w.done.is_none() && w.wr.opcode.is_non_posted())
+                        .count() as u32;
+                q.next_send =
+                    q.sq.iter()
+                        .position(|w| !w.sent && w.done.is_none())
+                        .unwrap_or(q.sq.len());
+                q.rnr_waiting = true;
+                let at = now + self.rnr_delay;
+                self.push_timer(at, Timer::RnrRetry(qpn));
+            }
+            Body::Nak(code) => {
+                let status = match code {
+                    NakCode::RemoteAccess => WcStatus::RemAccessErr,
+                    _ => WcStatus::RemInvReqErr,
+                };
+                self.complete_with_error(now, qpn, idx, status);
+                return;
+            }
+            Body::ReadResp(data) => self.finish_np(now, qpn, idx, Some(data)),
+            Body::AtomicResp(orig) => {
+                self.finish_np(now, qpn, idx, Some(Bytes::copy_from(&orig.to_le_bytes())))
+            }
+            Body::Done => self.finish_np(now, qpn, idx, None),
+            _ => unreachable!("requests are routed to handle_request"),
+        }
+        self.retire(now, qpn);
+        self.pump(now, qpn);
+    }
+
+    /// A non-posted request's response arrived: place any returned data locally, then
+    /// the request is done.
+    pub(super) fn finish_np(&mut self, now: Instant, qpn: QpNum, idx: usize, data: Option<Bytes>) {
+        let mut done_at = now;
+        if let Some(data) = data {
+            let Payload::Sge(sge) = self.qps[qpn.0 as usize].sq[idx].wr.local else {
+                unreachable!("post_send requires an SGE for results")
+            };
+            match self.check_local(qpn, sge, Access::LOCAL_WRITE) {
+                Ok(space) => {
+                    let n = data.len().min(sge.len as usize);
+                    done_at = done_at.max(
+                        self.hier
+                            .dma_write(now, space, sge.addr, &data[..n])
+                            .visible,
+                    );
+                }
+                Err(status) => return self.complete_with_error(now, qpn, idx, status),
+            }
+        }
+        let q = &mut self.qps[qpn.0 as usize];
+        q.sq[idx].done = Some((WcStatus::Success, done_at));
+        q.outstanding_np -= 1;
+    }
+
+    /// Pops finished requests off the send queue in order and schedules their completions.
+    pub(super) fn retire(&mut self, now: Instant, qpn: QpNum) {
+        loop {
+            let q = &mut self.qps[qpn.0 as usize];
+            let Some(Wqe {
+                done: Some((status, at)),
+                ..
+            }) = q.sq.front()
+            else {
+                break;
+            };
+            let (status, at) = (*status, *at);
+            let w = q.sq.pop_front().unwrap();
+            q.next_send = q.next_send.saturating_sub(1);
+            let cq = q.send_cq;
+            if w.wr.signaled || status != WcStatus::Success {
+                let wc = WorkCompletion {
+                    wr_id: w.wr.wr_id,
+                    status,
+                    opcode: WcOpcode::of(w.wr.opcode),
+                    byte_len: w.len as u32,
+                    imm: None,
+                    qp: qpn,
+                    src: None,
+                };
+                self.push_cqe(now, at, cq, wc);
+            }
+        }
+    }
+
+    /// Makes a completion available at `at`: at once if that is now, else when the
+    /// runtime next calls [`handle_timeout`](Self::handle_timeout).
+    pub(super) fn push_cqe(&mut self, now: Instant, at: Instant, cq: CqId, wc: WorkCompletion) {
+        // A completion never overtakes an earlier one of the same CQ (a READ that places
+        // data locally finishes later than the WRITE acknowledged after it).
+        let c = &mut self.cqs[cq.0 as usize];
+        let at = at.max(c.last_at);
+        c.last_at = at;
+        if at <= now && self.cqe_pending.is_empty() {
+            self.event(at, EventKind::Completed, wc.qp, wc.wr_id);
+            let c = &mut self.cqs[cq.0 as usize];
+            assert!(
+                c.entries.len() < c.depth,
+                "completion queue {} overrun (depth {})",
+                cq.0,
+                c.depth
+            );
+            c.entries.push_back(wc);
+            return;
+        }
+        self.seq += 1;
+        self.cqe_store.insert(self.seq, wc);
+        self.cqe_pending.push(Reverse((at, self.seq, cq.0)));
+    }
+
+    /// Completes request `idx` with an error and moves the QP to ERROR: every later
+    /// request and every posted receive is flushed with `WrFlushErr`.
+    pub(super) fn complete_with_error(
+        &mut self,
+        now: Instant,
+        qpn: QpNum,
+        idx: usize,
+        status: WcStatus,
+    ) {
+        let at = now + self.proc;
+        let q = &mut self.qps[qpn.0 as usize];
+        for (i, w) in q.sq.iter_mut().enumerate() {
+            if w.done.is_none() {
+                let s = if i == idx {
+                    status
+                } else if i > idx {
+                    WcStatus::WrFlushErr
+                } else {
+                    continue;
+                };
+                w.done = Some((s, at));
+            }
+        }
+        self.enter_error(now, qpn);
+        self.retire(now, qpn);
+    }
+
+    pub(super) fn enter_error(&mut self, now: Instant, qpn: QpNum) {
+        let at = now + self.proc;
+        let q = &mut self.qps[qpn.0 as usize];
+        q.state = QpState::Error;
+        q.deferred.clear();
+        q.deferred_nak = None;
+        for w in q.sq.iter_mut() {
+            if w.done.is_none() {
+                w.done = Some((WcStatus::WrFlushErr, at));
+            }
+        }
+        let rq: Vec<RecvWr> = q.rq.drain(..).collect();
+        let cq = q.recv_cq;
+        for r in rq {
+            let wc = WorkCompletion {
+                wr_id: r.wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: WcOpcode::Recv,
+                byte_len: 0,
+                imm: None,
+                qp: qpn,
+                src: None,
+            };
+            self.push_cqe(now, at, cq, wc);
+        }
+    }
+}
