@@ -1298,8 +1298,8 @@ fn load_claims(rs: &Results) -> Vec<Claim> {
         change(net, &["S-RFlush-RPC"], &darpc, &all, &mean),
         &|_| {
             "Both send one message per request toward the server (S-RFlush-RPC's Put: one \
-             SEND, then the receiver's CPU persists and notifies), so each waits once for the \
-             busy port's queue; what separates them is what separates them idle."
+             SEND, then the receiver's CPU persists and notifies), so each waits about once per \
+             RPC for the busy port's queue, which adds about as much to both."
                 .into()
         },
     ));
@@ -1310,8 +1310,8 @@ fn load_claims(rs: &Results) -> Vec<Claim> {
         change(net, &["W-RFlush-RPC"], &WRITE_BASELINES, &all, &mean),
         &|_| {
             "A write-based baseline's request (cell and completion flag, posted together) \
-             queues once at the busy port, as W-RFlush-RPC's one WRITE does; RFP's READs of \
-             its response buffer queue again, so only RFP loses much more."
+             queues once at the busy port, as W-RFlush-RPC's one WRITE does; each of RFP's \
+             READs of its response buffer queues again."
                 .into()
         },
     ));
@@ -1345,7 +1345,7 @@ fn load_claims(rs: &Results) -> Vec<Claim> {
             "The cost of a busy port is one queue wait per round of messages toward the \
              server, whatever the verb: designs that send a second round after a completion \
              (emulated WFlush-RPC's operator and its flush READ, RFP's response READs) lose \
-             most, and the one-round designs of either kind lose alike.",
+             most; a one-round design's verb does not matter.",
         ));
     }
     // Figure 15.
@@ -1372,9 +1372,9 @@ fn load_claims(rs: &Results) -> Vec<Claim> {
             "yes (qualitative)",
             format!("+{:.1} µs vs +{:.1} µs on average", t.0, o.0),
             t.0 > o.0 + 0.1,
-            "In the model a two-sided server does no more CPU work per request than a \
-             one-sided one (the same notice, copy and persist); the paper's extra polling of \
-             the message buffer is not a cost here, so the absolute growth differs little.",
+            "In the model a two-sided server does about the same CPU work per request as a \
+             one-sided one (notice, copy, persist); the paper's extra CPU for polling the \
+             message buffer is no cost here, so nothing makes two-sided designs grow more.",
         ));
     }
     if let (Some(t), Some(o)) = (
@@ -1386,8 +1386,9 @@ fn load_claims(rs: &Results) -> Vec<Claim> {
             "yes (qualitative)",
             format!("one-sided {} vs two-sided {} on average", pct(o.0), pct(t.0)),
             o.0 > t.0 + 1.0,
-            "With about the same absolute growth, the relative one follows the idle latency: \
-             the designs that are faster idle grow more in percent.",
+            "The absolute growth is about the same for every design, so the relative growth \
+             follows the idle latency: the faster a design is idle, the more it grows in \
+             percent.",
         ));
     }
     // Figure 16.
