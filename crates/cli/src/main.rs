@@ -370,6 +370,16 @@ enum BenchCmd {
         /// the 40 cores of seed 003's server, §5.1).
         #[arg(long, default_value_t = remora_rpc::bench::SERVER_THREADS)]
         server_threads: u32,
+        /// Busy link of Figure 14: the background sender's offered load, percent of the
+        /// link bandwidth.
+        #[arg(long, default_value_t = 100, value_name = "PERCENT")]
+        net_load: u32,
+        /// Busy CPU of Figures 15-16: the background program's share of the CPU, percent.
+        #[arg(long, default_value_t = remora_rpc::bench::CPU_LOAD.percent, value_name = "PERCENT")]
+        cpu_load: u32,
+        /// Busy CPU of Figures 15-16: mean scheduling period, µs.
+        #[arg(long, default_value_t = 100, value_name = "US")]
+        cpu_period_us: u64,
         /// Simulation seed.
         #[arg(long, default_value_t = 3)]
         seed: u64,
@@ -513,6 +523,9 @@ fn run(cli: Cli) -> Result<(), String> {
                     flush,
                     processing_us,
                     server_threads,
+                    net_load,
+                    cpu_load,
+                    cpu_period_us,
                     seed,
                     profile,
                     out,
@@ -529,6 +542,9 @@ fn run(cli: Cli) -> Result<(), String> {
                 flush,
                 processing_us,
                 server_threads,
+                net_load_percent: net_load,
+                cpu_load_percent: cpu_load,
+                cpu_period_us,
                 seed,
                 profile: profiles::load(&profile)?,
                 out: out.clone(),

@@ -28,6 +28,12 @@ pub struct RpcBenchArgs {
     pub processing_us: u64,
     /// Server worker threads of every design.
     pub server_threads: u32,
+    /// Busy link (Figure 14): offered load, percent of the link bandwidth.
+    pub net_load_percent: u32,
+    /// Busy CPU (Figures 15-16): the background program's share, percent.
+    pub cpu_load_percent: u32,
+    /// Busy CPU (Figures 15-16): mean scheduling period, µs.
+    pub cpu_period_us: u64,
     /// Seed.
     pub seed: u64,
     /// Latency profile.
@@ -51,6 +57,9 @@ impl RpcBenchArgs {
             flush: FlushForm::Emulated,
             processing_us: 100,
             server_threads: remora_rpc::bench::SERVER_THREADS,
+            net_load_percent: 100,
+            cpu_load_percent: remora_rpc::bench::CPU_LOAD.percent,
+            cpu_period_us: remora_rpc::bench::CPU_LOAD.period.as_nanos() / 1000,
             seed: 3,
             profile: LatencyProfile::default_profile(),
             out,
@@ -75,6 +84,11 @@ impl RpcBenchArgs {
             heavy_processing: Duration::from_micros(self.processing_us),
             server_threads: self.server_threads.max(1),
             divisor: self.divisor.max(1),
+            net_load: remora_rpc::harness::NetLoad::busy(self.net_load_percent.max(1)),
+            cpu_load: remora_rpc::bench::CpuLoad {
+                percent: self.cpu_load_percent.clamp(1, 99),
+                period: Duration::from_micros(self.cpu_period_us.max(1)),
+            },
             ..base
         }
     }

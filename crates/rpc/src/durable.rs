@@ -38,6 +38,7 @@
 //! replies, and the client ([`DurableClient::resume`]) re-sends only requests that were
 //! never acknowledged durable and did not survive.
 
+use crate::account::{timed, WorkLog};
 use crate::api::{Completion, Op, Reply, RpcClient, RpcError, ServerCosts};
 use crate::baselines::ServerCpu;
 use crate::design::{Design, Family};
@@ -390,6 +391,7 @@ pub struct DurableServer<V: Verbs + Clone + 'static> {
     stats: Rc<Cell<ServerStats>>,
     workers: Option<WorkerPool>,
     store_lock: Option<Rc<StoreLock>>,
+    work_log: Option<WorkLog>,
 }
 
 impl<V: Verbs + Clone + 'static> DurableServer<V> {
@@ -491,7 +493,15 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             stats: Rc::new(Cell::new(ServerStats::default())),
             workers: None,
             store_lock: None,
+            work_log: None,
         })
+    }
+
+    /// Records the CPU work done for each request in `log` (seed 003 §5.6, Figure 20):
+    /// the receiver CPU's persist of an RFlush design, the injected processing, and the
+    /// store access with its copy and persist.
+    pub fn set_work_log(&mut self, log: WorkLog) {
+        self.work_log = Some(log);
     }
 
     /// Executes requests on `pool` (shared with the server's other connections) instead
@@ -633,6 +643,7 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             stats: self.stats.clone(),
             kv: Cell::new(None),
             store_lock: self.store_lock.clone(),
+            work_log: self.work_log.clone(),
         });
         if let Err(e) = core.post_initial_receives() {
             return e.into();
@@ -713,6 +724,8 @@ struct Core<V: Verbs> {
     kv: Cell<Option<KvStore<V>>>,
     /// Shared with the other connections of the store, if any.
     store_lock: Option<Rc<StoreLock>>,
+    /// Records CPU work per request (Figure 20's breakdown), if set.
+    work_log: Option<WorkLog>,
 }
 
 impl<V: Verbs> Core<V> {
@@ -863,7 +876,8 @@ impl<V: Verbs> Core<V> {
                 let mut ok = true;
                 if self.plan.responder_cpu {
                     for s in from..=seq {
-                        ok &= self.cpu_persist(s).await;
+                        let log = self.work_log.as_ref();
+                        ok &= timed(log, &self.v, self.opts.conn, s, self.cpu_persist(s)).await;
                     }
                 }
                 if ok {
@@ -927,8 +941,10 @@ impl<V: Verbs> Core<V> {
     /// the durable watermark and the reply.
     async fn execute(&self, seq: u64, r: Request, worker: Worker) -> Result<(), RpcError> {
         let _worker = worker;
+        let log = self.work_log.as_ref();
         if self.opts.costs.processing > Duration::ZERO {
-            self.v.compute(self.opts.costs.processing).await;
+            let processing = self.v.compute(self.opts.costs.processing);
+            timed(log, &self.v, self.opts.conn, seq, processing).await;
         }
         loop {
             let seen = self.turn.generation.get();
@@ -938,6 +954,7 @@ impl<V: Verbs> Core<V> {
             self.turn.wait(seen).await;
         }
         let guard = lock_store(&self.store_lock).await;
+        let start = self.v.now();
         let mut kv = self
             .kv
             .take()
@@ -959,6 +976,9 @@ impl<V: Verbs> Core<V> {
         let at = self.layout.watermark_addr();
         self.v.store(Space::Pm, at, &seq.to_le_bytes());
         self.v.persist_local(at, 8).await;
+        if let Some(log) = log {
+            log.record(self.opts.conn, seq, start, self.v.now());
+        }
         drop(guard);
         self.processed.set(seq);
         self.bump(|s| s.processed += 1);

@@ -16,9 +16,9 @@ use crate::workers::WorkerPool;
 use crate::workload::value_for;
 use remora_model::config::ServerConfig;
 use remora_model::profile::LatencyProfile;
-use remora_model::time::Instant;
-use remora_sim::{NodeHandle, Sim};
-use remora_verbs::{Space, Verbs};
+use remora_model::time::{Duration, Instant};
+use remora_sim::{CpuLoad, NodeHandle, Sim};
+use remora_verbs::{Opcode, Payload, QpAttr, QpType, SendWr, Space, UdDest, Verbs};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -46,6 +46,55 @@ pub struct SimSetup {
     pub max_scan: u32,
     /// Per-request server costs (§5.2 light/heavy load).
     pub costs: ServerCosts,
+    /// What else loads the machines while the senders run (§5.5, Figures 14–16).
+    pub conditions: Conditions,
+    /// Where the servers record their CPU work per request (§5.6, Figure 20), if anywhere.
+    pub work_log: Option<crate::account::WorkLog>,
+}
+
+/// What else runs while the senders measure (seed 003 §5.5, Figures 14–16): nothing by
+/// default.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Conditions {
+    /// A background sender loading the server's link (Figure 14), on a node of its own.
+    pub net_load: Option<NetLoad>,
+    /// A CPU-bound background program on the server (Figure 15).
+    pub server_cpu: Option<CpuLoad>,
+    /// A CPU-bound background program on every sender node (Figure 16).
+    pub sender_cpu: Option<CpuLoad>,
+}
+
+/// A background sender on another node that "contiguously send[s] small data packets"
+/// over the server's link (seed 003 §5.5, Figure 14): UD datagrams to a server queue pair
+/// that posts no receive, so the server's RNIC drops each on arrival (counted), and they
+/// load the link and the switch port toward the server, not its PCIe, memory or CPU.
+/// The sender paces itself to `percent` of the link's bandwidth and, like a sender on a
+/// lossless fabric under link-level flow control, pauses while the switch port toward the
+/// server holds `max_queue` or more of queued packets.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct NetLoad {
+    /// Offered load, in percent of the link bandwidth (100: as fast as its port sends).
+    pub percent: u32,
+    /// Payload bytes of each packet.
+    pub packet_bytes: u64,
+    /// The switch port's queue (as serialization time) at which the sender pauses.
+    pub max_queue: Duration,
+}
+
+impl NetLoad {
+    /// Packets posted at once; the pacing interval covers them all (fewer wake-ups).
+    const BURST: u64 = 16;
+
+    /// The busy link of Figure 14: 64-byte packets at `percent` of the link, pausing at
+    /// 2 µs of queue (50 KB at 200 Gb/s; an assumption: seed 003 does not describe its
+    /// switch, and a shared-buffer switch's per-port pause threshold is tens of KB).
+    pub fn busy(percent: u32) -> Self {
+        NetLoad {
+            percent: percent.max(1),
+            packet_bytes: 64,
+            max_queue: Duration::from_micros(2),
+        }
+    }
 }
 
 impl SimSetup {
@@ -62,10 +111,12 @@ impl SimSetup {
             max_batch: 1,
             max_scan: 1,
             costs: ServerCosts {
-                processing: remora_model::time::Duration::ZERO,
+                processing: Duration::ZERO,
                 backlog_threshold: 64,
                 workers: 1,
             },
+            conditions: Conditions::default(),
+            work_log: None,
         }
     }
 }
@@ -89,6 +140,8 @@ pub struct SimEnv {
     pub server: NodeHandle,
     /// One node per sender.
     pub senders: Vec<NodeHandle>,
+    /// The background sender's node ([`Conditions::net_load`]).
+    pub background: Option<NodeHandle>,
     /// Where the objects live in the server's PM.
     pub layout: KvLayout,
     /// The setup it was built from.
@@ -103,6 +156,11 @@ impl SimEnv {
         let senders = (0..setup.senders)
             .map(|i| sim.add_node(&format!("sender{i}"), setup.server_config))
             .collect();
+        // Added last, so the other nodes' random streams are those of an idle run.
+        let background = setup
+            .conditions
+            .net_load
+            .map(|_| sim.add_node("background", setup.server_config));
         let mut layout = KvLayout {
             base: 0,
             objects: setup.objects,
@@ -113,9 +171,75 @@ impl SimEnv {
             sim,
             server,
             senders,
+            background,
             layout,
             setup,
         }
+    }
+
+    /// Starts the run's [`Conditions`]: the CPU loads from now on and the background
+    /// sender's task. Call after preloading and deploying, so only the measurement runs
+    /// under them.
+    pub fn start_conditions(&self) -> Result<(), RpcError> {
+        let c = self.setup.conditions;
+        if let Some(load) = c.server_cpu {
+            self.sim.set_cpu_load(self.server.id(), Some(load));
+        }
+        if let Some(load) = c.sender_cpu {
+            for n in &self.senders {
+                self.sim.set_cpu_load(n.id(), Some(load));
+            }
+        }
+        if let (Some(load), Some(bg)) = (c.net_load, &self.background) {
+            self.start_background(load, bg.clone())?;
+        }
+        Ok(())
+    }
+
+    fn start_background(&self, load: NetLoad, bg: NodeHandle) -> Result<(), RpcError> {
+        const QKEY: u32 = 0x0005_1414;
+        let ud = QpAttr {
+            qp_type: QpType::Ud,
+            qkey: QKEY,
+            ..QpAttr::default()
+        };
+        // The server's end: a UD queue pair with no receive posted.
+        let spd = self.server.alloc_pd()?;
+        let scq = self.server.create_cq(16)?;
+        let sqp = self.server.create_qp(spd, scq, scq, ud)?;
+        let pd = bg.alloc_pd()?;
+        let cq = bg.create_cq(16)?;
+        let qp = bg.create_qp(pd, cq, cq, ud)?;
+        let dest = UdDest {
+            node: self.server.id(),
+            qpn: sqp,
+            qkey: QKEY,
+        };
+        let profile = &self.setup.profile;
+        let burst = NetLoad::BURST;
+        let tick = Duration::from_nanos(
+            (profile.wire_time(load.packet_bytes).as_nanos() * burst * 100)
+                .div_ceil(load.percent as u64),
+        );
+        let server = self.server.id();
+        let data = vec![0u8; load.packet_bytes as usize];
+        self.sim.spawn_on(&bg.clone(), async move {
+            loop {
+                // Link-level flow control: a full port pauses the sender.
+                if bg.port_backlog(server) < load.max_queue {
+                    for _ in 0..burst {
+                        let wr = SendWr::new(0, Opcode::Send, Payload::inline(data.clone()), None)
+                            .to(dest)
+                            .signaled(false);
+                        if bg.post_send(qp, wr).is_err() {
+                            return;
+                        }
+                    }
+                }
+                bg.sleep(tick).await;
+            }
+        });
+        Ok(())
     }
 
     /// Writes version 0 of each of `keys` (`object_bytes` each, [`value_for`]) into the
@@ -206,6 +330,9 @@ impl Deployment for BaselineDeployment {
             clients.push(c);
         }
         *self.stats.borrow_mut() = Some(server.stats());
+        if let Some(log) = &env.setup.work_log {
+            server.set_work_log(log.clone());
+        }
         env.sim.spawn_on(&env.server, async move {
             let _why = server.serve().await;
         });
@@ -312,6 +439,9 @@ impl Deployment for DurableDeployment {
             let mut server =
                 DurableServer::create_in(env.server.clone(), &opts, None, Some(env.layout))?;
             server.set_workers(pool.clone());
+            if let Some(log) = &env.setup.work_log {
+                server.set_work_log(log.clone());
+            }
             // The formatted log header is durable before the client connects.
             let (s2, base) = (env.server.clone(), server.conn_info().layout.base);
             env.sim

@@ -12,6 +12,7 @@
 //!
 //! | module | what |
 //! |---|---|
+//! | [`account`] | server CPU work per request, for the latency breakdown of §5.6 (Figure 20) |
 //! | [`design`] | the twelve designs as data: name, primitive family, transport, flush form |
 //! | [`api`] | what every design's client and server offer, so one benchmark drives all |
 //! | [`proto`] | the request and reply frames (typed `emit`/`parse`, CRC-32C) |
@@ -27,6 +28,7 @@
 //! | [`workers`] | the server's worker threads (a pool every design's server shares the same way) |
 //! | [`real`] | the durable RPCs on the soft RNIC: a server over a PM pool file, the handshake, a reconnecting client |
 
+pub mod account;
 pub mod api;
 pub mod baselines;
 pub mod bench;

@@ -286,6 +286,8 @@ fn small_spec(design: Design, seed: u64, senders: u32) -> remora_rpc::bench::Run
         server_config: dmp(false),
         seed,
         profile: remora_model::profile::LatencyProfile::default_profile(),
+        conditions: Default::default(),
+        breakdown: false,
     }
 }
 

@@ -31,6 +31,8 @@ fn heavy(design: Design, threads: u32, senders: u32) -> f64 {
         server_config: dmp(false),
         seed: 9,
         profile: LatencyProfile::default_profile(),
+        conditions: Default::default(),
+        breakdown: false,
     };
     let r = run(&spec, None).unwrap();
     assert!(r.skipped.is_none(), "{r:?}");

@@ -10,10 +10,13 @@
 //! Faults are inputs: a [`FaultPlan`] crashes a node (power failure) at a virtual time or
 //! at the k-th event, and the node's tasks die with it.
 
+pub mod cpu;
 pub mod crashcheck;
 mod executor;
 pub mod trace;
 
+pub use cpu::CpuLoad;
+use cpu::CpuSched;
 use executor::Executor;
 use remora_model::hierarchy::Space;
 use remora_model::prng::Prng;
@@ -93,6 +96,9 @@ pub struct World {
     nodes: Vec<Rnic>,
     names: Vec<String>,
     ports: Vec<Port>,
+    /// Per node, its CPU's background load ([`Sim::set_cpu_load`]); `None`: the node's
+    /// threads always run.
+    cpu: Vec<Option<CpuSched>>,
     /// Per node, the instants of its queued timer events: a deadline already queued is
     /// not queued again (a duplicate event would run the RNIC's timers for nothing).
     timers_queued: Vec<BTreeSet<Instant>>,
@@ -217,6 +223,24 @@ impl World {
         self.push_with(arrive, move || Ev::Deliver { pkt, life, depart });
     }
 
+    /// The first instant at or after now at which node `n`'s threads run.
+    fn cpu_ready(&mut self, n: NodeId) -> Instant {
+        let now = self.now;
+        match &mut self.cpu[n as usize] {
+            Some(c) => c.ready(now),
+            None => now,
+        }
+    }
+
+    /// When `d` of node `n`'s CPU work started now finishes.
+    fn cpu_finish(&mut self, n: NodeId, d: Duration) -> Instant {
+        let now = self.now;
+        match &mut self.cpu[n as usize] {
+            Some(c) => c.finish(now, d),
+            None => now + d,
+        }
+    }
+
     fn crash(&mut self, n: NodeId) {
         let now = self.now;
         self.trace.fold(&[4, now.as_nanos(), n as u64]);
@@ -302,6 +326,7 @@ impl Sim {
             nodes: Vec::new(),
             names: Vec::new(),
             ports: Vec::new(),
+            cpu: Vec::new(),
             timers_queued: Vec::new(),
             queue: BinaryHeap::new(),
             payloads: Vec::new(),
@@ -336,6 +361,7 @@ impl Sim {
         w.nodes.push(rnic);
         w.names.push(name.to_string());
         w.ports.push(Port::default());
+        w.cpu.push(None);
         w.timers_queued.push(BTreeSet::new());
         w.deaths.push(Vec::new());
         NodeHandle {
@@ -353,6 +379,17 @@ impl Sim {
         let mut w = self.shared.world.borrow_mut();
         w.nodes[a.0.id as usize].connect(a.1, b.0.id, b.1)?;
         w.nodes[b.0.id as usize].connect(b.1, a.0.id, a.1)
+    }
+
+    /// Puts a CPU-bound background program on node `n` from now on (`None` removes it):
+    /// its threads run only in the on windows [`CpuLoad`] describes (see [`cpu`]). Its
+    /// windows come from a stream forked off the world's, so call it after adding every
+    /// node (forking shifts the streams of nodes added later).
+    pub fn set_cpu_load(&self, n: NodeId, load: Option<CpuLoad>) {
+        let mut w = self.shared.world.borrow_mut();
+        let now = w.now;
+        let sched = load.map(|l| CpuSched::new(l, w.rng.fork(), now));
+        w.cpu[n as usize] = sched;
     }
 
     /// Installs a fault plan.
@@ -630,6 +667,13 @@ impl NodeHandle {
         r
     }
 
+    /// Waits until this node's threads have the CPU (at once unless a background load
+    /// holds it, [`Sim::set_cpu_load`]).
+    fn cpu_ready(&self) -> Sleep {
+        let at = self.shared.world.borrow_mut().cpu_ready(self.id);
+        self.sleep_until(at)
+    }
+
     /// Waits until virtual time `at`.
     pub fn sleep_until(&self, at: Instant) -> Sleep {
         Sleep {
@@ -658,6 +702,15 @@ impl NodeHandle {
             lane: lane.into(),
             name: name.into(),
         });
+    }
+
+    /// How long a packet reaching node `n`'s switch port now would queue there before
+    /// its serialization toward `n` starts (the port's backlog; zero when idle). What a
+    /// lossless fabric's link-level flow control reacts to: a sender told the port is
+    /// full pauses (seed 003 §5.5's congested link, `remora_rpc`'s background sender).
+    pub fn port_backlog(&self, n: NodeId) -> Duration {
+        let w = self.shared.world.borrow();
+        w.ports[n as usize].ingress_free.saturating_since(w.now)
     }
 
     /// The latency profile in force.
@@ -701,6 +754,13 @@ impl Future for WaitCq {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let mut w = self.shared.world.borrow_mut();
         if w.nodes[self.node as usize].cq_len(self.cq) > 0 {
+            // A thread woken while a background program has the CPU runs when it gets
+            // the CPU back (a loaded node, `Sim::set_cpu_load`).
+            let at = w.cpu_ready(self.node);
+            if at > w.now {
+                w.push(at, Ev::Wake(cx.waker().clone()));
+                return Poll::Pending;
+            }
             return Poll::Ready(());
         }
         w.cq_waiters.push((self.node, self.cq, cx.waker().clone()));
@@ -779,6 +839,7 @@ impl remora_verbs::Verbs for NodeHandle {
         self.with(|r, now| r.cpu_store(now, space, addr, data))
     }
     async fn persist_local(&self, addr: u64, len: u64) {
+        self.cpu_ready().await;
         let start = self.now();
         // The fence is issued once the write-backs are; one wait covers both.
         let done = self.with(|r, now| {
@@ -789,19 +850,23 @@ impl remora_verbs::Verbs for NodeHandle {
         self.trace_span("cpu", "clwb+sfence", start, self.now());
     }
     async fn memcpy(&self, dst: (Space, u64), src: (Space, u64), len: u64) {
+        self.cpu_ready().await;
         let start = self.now();
         let cost = self.shared.world.borrow().profile.memcpy_time(len);
         let mut scratch = remora_model::bytes::Scratch::new();
         let buf = scratch.get(len as usize);
         self.with(|r, now| r.cpu_load(now, src.0, src.1, buf));
-        self.sleep(cost).await;
+        let end = self.shared.world.borrow_mut().cpu_finish(self.id, cost);
+        self.sleep_until(end).await;
         // The stores happen as the copy finishes: a crash mid-copy finds none of them.
         self.with(|r, now| r.cpu_store(now, dst.0, dst.1, buf));
         self.trace_span("cpu", "memcpy", start, self.now());
     }
     async fn compute(&self, d: Duration) {
         let start = self.now();
-        self.sleep(d).await;
+        // Work progresses only while the node's threads have the CPU (`set_cpu_load`).
+        let end = self.shared.world.borrow_mut().cpu_finish(self.id, d);
+        self.sleep_until(end).await;
         self.trace_span("cpu", "compute", start, self.now());
     }
 }

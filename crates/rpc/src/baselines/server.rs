@@ -109,6 +109,8 @@ pub struct BaselineServer<V: Verbs> {
     /// Completed ScaleRPC warm-up READs, by connection index.
     reads: RefCell<BTreeMap<usize, WcStatus>>,
     workers: Option<WorkerPool>,
+    /// Records the CPU work of each request (seed 003 Figure 20's breakdown), if set.
+    work_log: Option<crate::account::WorkLog>,
 }
 
 /// Work request ids of warm-up READs: this plus the connection index.
@@ -151,7 +153,22 @@ impl<V: Verbs + Clone> BaselineServer<V> {
             freed: Rc::default(),
             reads: RefCell::new(BTreeMap::new()),
             workers: None,
+            work_log: None,
         })
+    }
+
+    /// Records the CPU work done for each request cell in `log` (seed 003 §5.6, Figure
+    /// 20): noticing and dispatching it, then handling it up to the reply.
+    pub fn set_work_log(&mut self, log: crate::account::WorkLog) {
+        self.work_log = Some(log);
+    }
+
+    /// Records `start..now` as work for cell `seq` of connection `ci` (if logging).
+    fn account(&self, ci: usize, seq: u64, start: Instant) {
+        if let Some(log) = &self.work_log {
+            let id = self.conns.borrow()[ci].id;
+            log.record(id, seq, start, self.v.now());
+        }
     }
 
     /// Executes requests on `pool` instead of a pool of its own of
@@ -356,7 +373,10 @@ impl<V: Verbs + Clone> BaselineServer<V> {
                     }
                     continue;
                 }
+                let noticed = self.v.now();
                 self.v.compute(self.cpu.poll + self.cpu.handle).await;
+                let expect = self.conns.borrow()[ci].expect;
+                self.account(ci, expect, noticed);
                 let slot = match self.req {
                     RequestPath::WriteImm => {
                         // The receive buffer is not used: repost it at once.
@@ -377,7 +397,10 @@ impl<V: Verbs + Clone> BaselineServer<V> {
                         if self.arrived(ci) {
                             self.next_poll.set((ci + 1) % n);
                             self.conns.borrow_mut()[ci].busy = true;
+                            let noticed = self.v.now();
                             self.v.compute(self.cpu.handle).await;
+                            let expect = self.conns.borrow()[ci].expect;
+                            self.account(ci, expect, noticed);
                             let slot = self.conns.borrow()[ci].expect % self.p.ring_slots as u64;
                             return Ok((ci, slot));
                         }
@@ -438,6 +461,8 @@ impl<V: Verbs + Clone> BaselineServer<V> {
             let c = &self.conns.borrow()[ci];
             (c.ring + slot * self.p.request_slot(), c.expect, c.id)
         };
+        // CPU work from here to the reply, except a warm-up's READ (the network's).
+        let mut start = self.v.now();
         // Requests of different connections run on different workers: each has its own
         // view of the shared store (no execution log on a baseline server).
         let mut kv = KvStore::new(self.v.clone(), self.kv.layout());
@@ -474,7 +499,9 @@ impl<V: Verbs + Clone> BaselineServer<V> {
         if header.kind == Kind::WarmUp {
             match WarmUp::parse(&body) {
                 Ok(w) if w.len as u64 <= self.p.max_request_body() => {
+                    self.account(ci, expect, start);
                     body = self.fetch(ci, w).await?;
+                    start = self.v.now();
                     self.stats.borrow_mut().warmups += 1;
                 }
                 Ok(w) => {
@@ -533,6 +560,7 @@ impl<V: Verbs + Clone> BaselineServer<V> {
             return self.reject(ci, expect, Status::Unsupported, why).await;
         }
         debug_assert!(out.len() >= requests.len() * REPLY_HEADER);
+        self.account(ci, expect, start);
         self.reply(ci, expect, Status::Ok, &out)?;
         Ok(())
     }

@@ -146,6 +146,8 @@ mod tests {
             server_config: dmp(false),
             seed: 5,
             profile: LatencyProfile::default_profile(),
+            conditions: Default::default(),
+            breakdown: false,
         }
     }
 

@@ -11,6 +11,10 @@
 //! | [`senders`] | §5.5, Figure 17 | 1, 2, 4, 8 concurrent senders (30K requests each) | mean latency |
 //! | [`read_write`] | §5.5, Figure 18 | read:write 95:5, 50:50, 5:95 | mean latency |
 //! | [`batch`] | §5.5, Figure 19 | requests per RPC 1 … 16 | total execution time |
+//! | [`net_load`] | §5.5, Figure 14 | idle / busy link to the server (background sender) | mean latency |
+//! | [`server_cpu`] | §5.5, Figure 15 | idle / busy server CPU (background program) | mean latency |
+//! | [`sender_cpu`] | §5.5, Figure 16 | idle / busy sender CPU (background program) | mean latency |
+//! | [`breakdown`](fn@breakdown) | §5.6, Figure 20 | YCSB A latency: sender software, network, receiver software | mean per part |
 //! | [`recovery`](fn@recovery) | §5.4, Figure 12 | server availability × read:write | total execution time |
 //!
 //! Designs plug in through [`crate::harness::Deployment`]: [`run_with`] runs any of them;
@@ -25,16 +29,20 @@ pub mod durable;
 pub mod recovery;
 pub mod report;
 
+use crate::account::WorkLog;
 use crate::api::{Op, RpcClient, ServerCosts};
 use crate::baselines::{transport_substituted, BASELINES};
 use crate::design::{Design, FlushForm};
-use crate::harness::{dmp, BaselineDeployment, Deployment, DurableDeployment, SimEnv, SimSetup};
+use crate::harness::{
+    dmp, BaselineDeployment, Conditions, Deployment, DurableDeployment, NetLoad, SimEnv, SimSetup,
+};
 use crate::workload::{
     check_value, fnv64, InsertCursor, MicroSpec, OpKind, OpSpec, Workload, YcsbKind, YcsbSpec,
 };
 use remora_model::config::ServerConfig;
 use remora_model::profile::LatencyProfile;
 use remora_model::time::{Duration, Instant};
+pub use remora_sim::CpuLoad;
 use remora_verbs::Verbs;
 use serde::Serialize;
 use std::cell::{Cell, RefCell};
@@ -120,6 +128,33 @@ pub struct RunSpec {
     pub seed: u64,
     /// Latency profile.
     pub profile: LatencyProfile,
+    /// Background load on the link or the CPUs during the measurement (§5.5, Figures
+    /// 14–16); none by default.
+    pub conditions: Conditions,
+    /// Break each RPC's latency down into sender software, network and receiver software
+    /// (§5.6, Figure 20; one sender, one request per RPC).
+    pub breakdown: bool,
+}
+
+/// Mean latency of an RPC in the three parts of seed 003 §5.6 (Figure 20: "software
+/// overhead at the sender side, network RTTs (hardware), and software overhead at the
+/// receiver side (including RPC processing cost and data persisting cost)"), ns. They add
+/// up to the mean latency.
+#[derive(Copy, Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Breakdown {
+    /// CPU work at the sender. Zero in the model: the latency profile charges a sender's
+    /// CPU nothing for building and posting a request or reaping its completion (its
+    /// polling and completion waits are waiting for the network).
+    pub sender_ns: f64,
+    /// Everything else: the NICs, wire, switch, PCIe and memory, and the sender's and
+    /// server's waits for them (an emulated SFlush's 7 µs lookup included: it stands for
+    /// the RNIC's).
+    pub network_ns: f64,
+    /// Server CPU work the RPC waited for ([`crate::account`]): for an RPC whose result
+    /// it returns, the work for it and for the requests before it on its connection
+    /// (FIFO); for a durable Put returning at durability, only the work for its
+    /// durability (an RFlush design's CPU persist).
+    pub receiver_ns: f64,
 }
 
 /// What a run measured.
@@ -175,6 +210,10 @@ pub struct RunResult {
     pub transport_note: Option<String>,
     /// Why the run was skipped (e.g. FaSST and objects over the 4 KB UD MTU).
     pub skipped: Option<String>,
+    /// "idle", or what was loaded ("busy link", "busy server CPU", "busy sender CPU").
+    pub condition: String,
+    /// The latency breakdown, for a run that asked for it ([`RunSpec::breakdown`]).
+    pub breakdown: Option<Breakdown>,
 }
 
 impl RunResult {
@@ -214,6 +253,8 @@ impl RunResult {
                 .then(|| flush_name(spec.flush).to_string()),
             transport_note: transport_substituted(spec.design).map(str::to_string),
             skipped: None,
+            condition: condition_name(&spec.conditions).into(),
+            breakdown: None,
         }
     }
 }
@@ -225,6 +266,17 @@ fn read_percent(w: &Workload) -> u32 {
             let m = y.kind.mix();
             m[0] + m[3]
         }
+    }
+}
+
+/// "idle" when `c` loads nothing, else what it loads.
+pub fn condition_name(c: &Conditions) -> &'static str {
+    match (c.net_load, c.server_cpu, c.sender_cpu) {
+        (None, None, None) => "idle",
+        (Some(_), None, None) => "busy link",
+        (None, Some(_), None) => "busy server CPU",
+        (None, None, Some(_)) => "busy sender CPU",
+        _ => "busy",
     }
 }
 
@@ -322,6 +374,8 @@ struct Tally {
     writes: (u64, u64),
     reads_checked: u64,
     error: Option<String>,
+    /// Sums over RPCs of (sender, network, receiver) ns and the RPCs counted.
+    parts: (u64, u64, u64, u64),
 }
 
 impl Tally {
@@ -359,12 +413,19 @@ pub fn run_with<D: Deployment>(
             backlog_threshold: 64,
             workers: spec.server_threads,
         },
+        conditions: spec.conditions,
+        work_log: spec.breakdown.then(WorkLog::default),
     };
+    if spec.breakdown && (spec.senders != 1 || spec.batch > 1) {
+        return Err("the latency breakdown needs one sender and one request per RPC".into());
+    }
+    let work_log = setup.work_log.clone();
     let dep = make(&setup);
     assert_eq!(dep.design(), spec.design);
     let env = SimEnv::new(setup);
     env.preload(touched_keys(&w, spec.senders, spec.seed), w.object_bytes());
     let clients = dep.deploy(&env).map_err(|e| e.to_string())?;
+    env.start_conditions().map_err(|e| e.to_string())?;
     let tally = Rc::new(RefCell::new(Tally::default()));
     let cursor: InsertCursor = Rc::new(Cell::new(w.preload()));
     let versions = Rc::new(RefCell::new(vec![0u64; key_space as usize]));
@@ -384,6 +445,8 @@ pub fn run_with<D: Deployment>(
             object: w.object_bytes(),
             preloaded: w.preload(),
             batch: spec.batch.max(1) as usize,
+            conn: i as u32 + 1,
+            work_log: work_log.clone(),
         };
         senders.push(Box::pin(ctx.run(client, gen)));
     }
@@ -413,6 +476,15 @@ pub fn run_with<D: Deployment>(
     r.read_mean_ns = mean(t.reads);
     r.write_mean_ns = mean(t.writes);
     r.reads_checked = t.reads_checked;
+    if spec.breakdown {
+        let (s, n, v, k) = t.parts;
+        let k = k.max(1) as f64;
+        r.breakdown = Some(Breakdown {
+            sender_ns: s as f64 / k,
+            network_ns: n as f64 / k,
+            receiver_ns: v as f64 / k,
+        });
+    }
     r.events = env.sim.events_processed() - events0;
     r.fingerprint = env.sim.fingerprint();
     drop(t);
@@ -425,7 +497,7 @@ pub fn run_with<D: Deployment>(
 /// drops its tasks.
 fn release(env: &SimEnv) {
     env.sim.crash_now(env.server.id());
-    for n in &env.senders {
+    for n in env.senders.iter().chain(&env.background) {
         env.sim.crash_now(n.id());
     }
 }
@@ -462,6 +534,10 @@ struct Sender<N: Verbs> {
     object: u64,
     preloaded: u64,
     batch: usize,
+    /// The sender's connection id (sender `i` has `i + 1`).
+    conn: u32,
+    /// The servers' work log, when the run breaks latencies down.
+    work_log: Option<WorkLog>,
 }
 
 impl<N: Verbs> Sender<N> {
@@ -501,6 +577,9 @@ impl<N: Verbs> Sender<N> {
     async fn one<C: RpcClient>(&self, client: &mut C, specs: Vec<OpSpec>) -> Result<(), String> {
         let t0 = self.node.now();
         let mut rpcs = 0;
+        // (highest sequence number, waited for a result) of the requests this RPC issued,
+        // for the breakdown.
+        let mut waited = (0u64, false);
         if let [OpSpec {
             kind: OpKind::ReadModifyWrite,
             key,
@@ -510,9 +589,11 @@ impl<N: Verbs> Sender<N> {
                 .call(Op::Get { key })
                 .await
                 .map_err(|e| e.to_string())?;
+            waited = (got.seq, got.reply.is_some());
             self.check_get(key, got.reply.map(|r| r.value))?;
             let (op, v) = self.put(key);
-            client.call(op).await.map_err(|e| e.to_string())?;
+            let put = client.call(op).await.map_err(|e| e.to_string())?;
+            waited = (put.seq, waited.1 || put.reply.is_some());
             self.versions.borrow_mut()[key as usize] = v;
             rpcs = 2;
         } else {
@@ -537,6 +618,9 @@ impl<N: Verbs> Sender<N> {
                     specs.len()
                 ));
             }
+            for c in &done {
+                waited = (waited.0.max(c.seq), waited.1 || c.reply.is_some());
+            }
             // The server executes a batch in order: a read sees the writes before it.
             let mut written = written.into_iter();
             for (s, c) in specs.iter().zip(done) {
@@ -553,9 +637,23 @@ impl<N: Verbs> Sender<N> {
             }
             rpcs += 1;
         }
-        let ns = self.node.now().saturating_since(t0).as_nanos();
+        let t1 = self.node.now();
+        let ns = t1.saturating_since(t0).as_nanos();
         let mut t = self.tally.borrow_mut();
         t.record(ns);
+        if let Some(log) = &self.work_log {
+            // Server work this RPC waited for: for a result, the work for its requests and,
+            // FIFO, those before them; for a Put that returned at durability, only its own
+            // (the durability path). The sender's CPU does no accounted work here.
+            let (last, result) = waited;
+            let conn = self.conn;
+            let receiver = log.covered(t0, t1, |s| {
+                s.conn == conn && (s.seq == last || (result && s.seq <= last))
+            });
+            t.parts.1 += ns - receiver;
+            t.parts.2 += receiver;
+            t.parts.3 += 1;
+        }
         t.ops += specs.len() as u64;
         t.rpcs += rpcs;
         let per = ns / specs.len() as u64;
@@ -635,9 +733,25 @@ pub struct BenchOptions {
     /// Scale of the paper's sizes in full mode: objects, operations and requests per
     /// sender are divided by it (1 = the paper's; ignored in quick mode).
     pub divisor: u64,
+    /// The busy link of Figure 14 ([`net_load`]; default [`NetLoad::busy`] at 100%).
+    pub net_load: NetLoad,
+    /// The busy CPU of Figures 15 and 16 ([`server_cpu`], [`sender_cpu`]; default
+    /// [`CPU_LOAD`]).
+    pub cpu_load: CpuLoad,
     /// Called after every run (a progress bar).
     pub progress: Option<Progress>,
 }
+
+/// The busy CPU of seed 003 Figures 15–16 ("running a computation-intensive program in the
+/// background", §5.5): the background program takes half of the CPU (a CPU-bound thread
+/// sharing each core fairly with the RPC's), in scheduling periods of 100 µs on average.
+/// Both numbers are assumptions: the paper does not describe its program or scheduler
+/// (Linux gives CPU-bound threads slices of 0.75–3 ms, and a thread woken from a sleep
+/// usually preempts them sooner).
+pub const CPU_LOAD: CpuLoad = CpuLoad {
+    percent: 50,
+    period: Duration::from_micros(100),
+};
 
 /// A callback after every run, shared by the worker threads.
 #[derive(Clone)]
@@ -664,6 +778,8 @@ impl BenchOptions {
             heavy_processing: HEAVY_PROCESSING,
             server_threads: SERVER_THREADS,
             divisor: 1,
+            net_load: NetLoad::busy(100),
+            cpu_load: CPU_LOAD,
             progress: None,
         }
     }
@@ -676,11 +792,11 @@ impl BenchOptions {
         }
     }
 
-    /// Runs [`run_all`] makes (for a progress bar): 31 per design, plus one replay
+    /// Runs [`run_all`] makes (for a progress bar): 36 per design, plus one replay
     /// measurement per durable design.
     pub fn total_runs(&self) -> usize {
         let durable = self.designs.iter().filter(|d| d.is_durable_rpc()).count();
-        31 * self.designs.len() + durable
+        36 * self.designs.len() + durable
     }
 
     /// Objects (or records) and operations after [`divisor`](Self::divisor).
@@ -731,6 +847,8 @@ impl BenchOptions {
             server_config: self.server_config,
             seed: self.seed,
             profile: self.profile.clone(),
+            conditions: Conditions::default(),
+            breakdown: false,
         }
     }
 
@@ -841,6 +959,81 @@ pub fn batch(o: &BenchOptions) -> Vec<RunResult> {
     o.run_specs(specs)
 }
 
+/// The micro-benchmark of the load studies (§5.5, Figures 14–16: "the average latency of
+/// RPCs in the micro-benchmark"): 64 KB objects, 50:50, light load. Its operations are a
+/// tenth of the micro-benchmark's (the 30K requests per sender of Figure 17, scaled), so
+/// the busy link's background packets (one simulated packet each) stay affordable.
+fn load_study(o: &BenchOptions, experiment: &'static str, c: Conditions) -> Vec<RunSpec> {
+    o.designs
+        .iter()
+        .map(|&d| {
+            let mut w = o.micro(MicroSpec::default().object_bytes, 50);
+            if let Workload::Micro(m) = &mut w {
+                m.operations = if o.quick { 20 } else { o.scaled(30_000) };
+            }
+            let mut s = o.spec(experiment, d, w);
+            s.conditions = c;
+            s
+        })
+        .collect()
+}
+
+/// The idle runs Figures 14–16 compare with ([`load_study`] with nothing loaded).
+pub fn load_idle(o: &BenchOptions) -> Vec<RunResult> {
+    o.run_specs(load_study(o, "load_idle", Conditions::default()))
+}
+
+/// §5.5 network load (Figure 14): the load study with a background sender on another node
+/// loading the link to the server ([`NetLoad`], [`BenchOptions::net_load`]).
+pub fn net_load(o: &BenchOptions) -> Vec<RunResult> {
+    let c = Conditions {
+        net_load: Some(o.net_load),
+        ..Conditions::default()
+    };
+    o.run_specs(load_study(o, "net_load", c))
+}
+
+/// §5.5 receivers' CPU load (Figure 15): the load study with a CPU-bound background
+/// program on the server ([`BenchOptions::cpu_load`], [`remora_sim::cpu`]).
+pub fn server_cpu(o: &BenchOptions) -> Vec<RunResult> {
+    let c = Conditions {
+        server_cpu: Some(o.cpu_load),
+        ..Conditions::default()
+    };
+    o.run_specs(load_study(o, "server_cpu", c))
+}
+
+/// §5.5 senders' CPU load (Figure 16): the load study with a CPU-bound background program
+/// on the sender.
+pub fn sender_cpu(o: &BenchOptions) -> Vec<RunResult> {
+    let c = Conditions {
+        sender_cpu: Some(o.cpu_load),
+        ..Conditions::default()
+    };
+    o.run_specs(load_study(o, "sender_cpu", c))
+}
+
+/// §5.6 software overhead (Figure 20): YCSB A (as in [`ycsb`]) with every RPC's latency
+/// broken down into sender software, network and receiver software ([`Breakdown`]).
+pub fn breakdown(o: &BenchOptions) -> Vec<RunResult> {
+    let mut y = YcsbSpec::paper(YcsbKind::A);
+    if o.quick {
+        (y.records, y.operations, y.max_scan) = (256, 40, 10);
+    } else {
+        (y.records, y.operations) = (o.scaled(y.records), o.scaled(y.operations));
+    }
+    let specs = o
+        .designs
+        .iter()
+        .map(|&d| {
+            let mut s = o.spec("breakdown", d, Workload::Ycsb(y));
+            s.breakdown = true;
+            s
+        })
+        .collect();
+    o.run_specs(specs)
+}
+
 /// Every experiment set's results.
 #[derive(Clone, Debug, Serialize)]
 pub struct Results {
@@ -872,6 +1065,26 @@ pub struct Results {
     pub read_write: Vec<RunResult>,
     /// §5.5 batch sizes.
     pub batch: Vec<RunResult>,
+    /// §5.5 load studies: the idle runs (Figures 14–16).
+    pub load_idle: Vec<RunResult>,
+    /// §5.5 busy link (Figure 14).
+    pub net_load: Vec<RunResult>,
+    /// §5.5 busy server CPU (Figure 15).
+    pub server_cpu: Vec<RunResult>,
+    /// §5.5 busy sender CPU (Figure 16).
+    pub sender_cpu: Vec<RunResult>,
+    /// §5.6 latency breakdown, YCSB A (Figure 20).
+    pub breakdown: Vec<RunResult>,
+    /// The busy link's offered load, percent of the link bandwidth.
+    pub net_load_percent: u32,
+    /// The busy link's packet payload, bytes.
+    pub net_packet_bytes: u64,
+    /// The switch-port queue at which the background sender pauses, ns.
+    pub net_max_queue_ns: u64,
+    /// The busy CPU's background share, percent.
+    pub cpu_load_percent: u32,
+    /// The busy CPU's mean scheduling period, ns.
+    pub cpu_period_ns: u64,
     /// §5.4: the durable RPCs' measured replay cost per logged request.
     pub replay: Vec<durable::ReplayResult>,
     /// §5.4 scenario.
@@ -894,6 +1107,11 @@ impl Results {
             .chain(&self.senders)
             .chain(&self.read_write)
             .chain(&self.batch)
+            .chain(&self.load_idle)
+            .chain(&self.net_load)
+            .chain(&self.server_cpu)
+            .chain(&self.sender_cpu)
+            .chain(&self.breakdown)
     }
 }
 
@@ -974,6 +1192,16 @@ pub fn run_all(o: &BenchOptions) -> Results {
         senders: senders(o),
         read_write,
         batch: batch(o),
+        load_idle: load_idle(o),
+        net_load: net_load(o),
+        server_cpu: server_cpu(o),
+        sender_cpu: sender_cpu(o),
+        breakdown: breakdown(o),
+        net_load_percent: o.net_load.percent,
+        net_packet_bytes: o.net_load.packet_bytes,
+        net_max_queue_ns: o.net_load.max_queue.as_nanos(),
+        cpu_load_percent: o.cpu_load.percent,
+        cpu_period_ns: o.cpu_load.period.as_nanos(),
         replay,
         recovery_params: params,
         recovery,

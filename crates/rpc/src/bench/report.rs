@@ -2,7 +2,7 @@
 //! laid out like seed 003's figures, with every substitution and skipped cell stated),
 //! `rpc.csv` and `rpc.json` (every run), and SVG bar charts (plotters).
 
-use super::{RecoveryResult, Results, RunResult};
+use super::{Breakdown, RecoveryResult, Results, RunResult};
 use plotters::prelude::*;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -290,6 +290,7 @@ pub fn markdown(rs: &Results) -> String {
             &|r| { format!("{:.3}", r.elapsed_ns as f64 / 1e6) }
         )
     );
+    s.push_str(&load_sections(rs));
     let p = &rs.recovery_params;
     let _ = writeln!(
         s,
@@ -339,15 +340,127 @@ sender drained its replies (a durable RPC's backlog is included).",
     s
 }
 
+/// Idle and busy runs of one load study side by side: design | idle | busy | change.
+fn load_table(idle: &[RunResult], busy: &[RunResult]) -> String {
+    let mut s = String::from("| design | idle | busy | change |\n|---|---|---|---|\n");
+    for d in designs(idle) {
+        let i = idle.iter().find(|r| r.design == d);
+        let b = busy.iter().find(|r| r.design == d);
+        match (i, b) {
+            (Some(i), Some(b)) if i.skipped.is_none() && b.skipped.is_none() => {
+                let _ = writeln!(
+                    s,
+                    "| {d} | {} | {} | {} |",
+                    us(i.mean_ns),
+                    us(b.mean_ns),
+                    pct((b.mean_ns / i.mean_ns - 1.0) * 100.0)
+                );
+            }
+            _ => {
+                let _ = writeln!(s, "| {d} | n/a | n/a | |");
+            }
+        }
+    }
+    s
+}
+
+/// Figure 20's table: design | sender software | network | receiver software | total |
+/// software share.
+fn breakdown_table(rs: &[RunResult]) -> String {
+    let mut s = String::from(
+        "| design | sender software | network (hardware) | receiver software | total | software share |\n|---|---|---|---|---|---|\n",
+    );
+    for r in rs {
+        match (&r.breakdown, &r.skipped) {
+            (Some(b), None) => {
+                let total = b.sender_ns + b.network_ns + b.receiver_ns;
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {} | {:.0}% |",
+                    r.design,
+                    us(b.sender_ns),
+                    us(b.network_ns),
+                    us(b.receiver_ns),
+                    us(total),
+                    (b.sender_ns + b.receiver_ns) / total * 100.0
+                );
+            }
+            _ => {
+                let _ = writeln!(s, "| {} | n/a | n/a | n/a | n/a | |", r.design);
+            }
+        }
+    }
+    s
+}
+
+/// The sections of Figures 14–16 (load studies) and 20 (latency breakdown).
+fn load_sections(rs: &Results) -> String {
+    let mut s = String::new();
+    let ops = rs.load_idle.first().map_or(0, |r| r.ops);
+    let _ = writeln!(
+        s,
+        "## Network load: mean latency (µs) (§5.5, Figure 14)\n\n\
+         The micro-benchmark (64 KB objects, 50:50, light load, {ops} operations), idle and \
+         with a busy link: a background sender on a node of its own sends {}-byte UD \
+         datagrams to the server at {}% of the link bandwidth, pausing while the switch port \
+         toward the server holds {:.1} µs or more of packets (link-level flow control; \
+         packets still on the wire count). The server's RNIC drops them (no receive posted), \
+         so they load the link and the port, not the server's PCIe, memory or CPU; every \
+         packet of an RPC toward the server queues behind them.\n\n{}\n\
+         ![network load](rpc-net-load.svg)\n",
+        rs.net_packet_bytes,
+        rs.net_load_percent,
+        rs.net_max_queue_ns as f64 / 1e3,
+        load_table(&rs.load_idle, &rs.net_load)
+    );
+    let cpu = format!(
+        "a CPU-bound background program takes {}% of the node's CPU, in scheduling periods \
+         of {:.0} µs on average (`remora_sim::cpu`): the node's threads compute only in \
+         their on windows, and a thread woken by a completion, or a poller's next probe, \
+         waits for the next one",
+        rs.cpu_load_percent,
+        rs.cpu_period_ns as f64 / 1e3
+    );
+    let _ = writeln!(
+        s,
+        "## Receivers' CPU load: mean latency (µs) (§5.5, Figure 15)\n\n\
+         The same micro-benchmark, idle and with a busy server: {cpu}.\n\n{}\n\
+         ![server CPU load](rpc-server-cpu.svg)\n",
+        load_table(&rs.load_idle, &rs.server_cpu)
+    );
+    let _ = writeln!(
+        s,
+        "## Senders' CPU load: mean latency (µs) (§5.5, Figure 16)\n\n\
+         The same micro-benchmark, idle and with a busy sender: {cpu}.\n\n{}\n\
+         ![sender CPU load](rpc-sender-cpu.svg)\n",
+        load_table(&rs.load_idle, &rs.sender_cpu)
+    );
+    let _ = writeln!(
+        s,
+        "## Software overhead: YCSB A latency breakdown (µs) (§5.6, Figure 20)\n\n\
+         The YCSB A runs of Figure 11 with every RPC's latency split in three. Receiver \
+         software: the time the server's CPU worked on a request the RPC waited for \
+         (noticing and dispatching it, processing, the store access with its copy and \
+         persist, an RFlush design's CPU persist; for a read or a baseline's RPC also the \
+         requests before it on the connection, FIFO; for a durable Put returning at \
+         durability only its durability work). Sender software: the sender CPU's work \
+         (none: the profile charges a sender nothing for posting and reaping). Network: \
+         everything else (NICs, wire, PCIe, memory). Means per RPC; the parts add up to the \
+         mean latency.\n\n{}\n![breakdown](rpc-breakdown.svg)\n",
+        breakdown_table(&rs.breakdown)
+    );
+    s
+}
+
 /// Every run as CSV.
 pub fn csv(rs: &Results) -> String {
     let mut s = String::from(
-        "experiment,design,workload,object_bytes,senders,batch,load,read_percent,config,ops,rpcs,elapsed_ns,throughput_ops_s,mean_ns,p50_ns,p99_ns,max_ns,read_mean_ns,write_mean_ns,reads_checked,events,fingerprint,transport_note,skipped\n",
+        "experiment,design,workload,object_bytes,senders,batch,load,read_percent,config,ops,rpcs,elapsed_ns,throughput_ops_s,mean_ns,p50_ns,p99_ns,max_ns,read_mean_ns,write_mean_ns,reads_checked,events,fingerprint,transport_note,skipped,condition,sender_ns,network_ns,receiver_ns\n",
     );
     for r in rs.runs() {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{:.1},{},{},{},{:.1},{:.1},{},{},{:#018x},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{:.1},{},{},{},{:.1},{:.1},{},{},{:#018x},{},{},{},{},{},{}",
             r.experiment,
             r.design,
             r.workload,
@@ -372,6 +485,10 @@ pub fn csv(rs: &Results) -> String {
             r.fingerprint,
             r.transport_note.as_deref().unwrap_or(""),
             r.skipped.as_deref().unwrap_or("").replace(',', ";"),
+            r.condition,
+            r.breakdown.map_or(String::new(), |b| format!("{:.1}", b.sender_ns)),
+            r.breakdown.map_or(String::new(), |b| format!("{:.1}", b.network_ns)),
+            r.breakdown.map_or(String::new(), |b| format!("{:.1}", b.receiver_ns)),
         );
     }
     s
@@ -542,6 +659,54 @@ pub fn svgs(rs: &Results) -> Result<Vec<(String, String)>, String> {
             "µs",
         )?,
     ));
+    for (file, title, busy) in [
+        (
+            "rpc-net-load.svg",
+            "Mean latency, idle and busy link (seed 003 Figure 14)",
+            &rs.net_load,
+        ),
+        (
+            "rpc-server-cpu.svg",
+            "Mean latency, idle and busy server CPU (seed 003 Figure 15)",
+            &rs.server_cpu,
+        ),
+        (
+            "rpc-sender-cpu.svg",
+            "Mean latency, idle and busy sender CPU (seed 003 Figure 16)",
+            &rs.sender_cpu,
+        ),
+    ] {
+        let both: Vec<RunResult> = rs.load_idle.iter().chain(busy).cloned().collect();
+        out.push((
+            file.into(),
+            bars(title, &both, &|r| r.condition.clone(), &mean, "µs")?,
+        ));
+    }
+    // Figure 20: one group per part, one bar per design.
+    let parts: Vec<RunResult> = ["sender software", "network", "receiver software"]
+        .into_iter()
+        .enumerate()
+        .flat_map(|(k, part)| {
+            rs.breakdown.iter().map(move |r| {
+                let mut p = r.clone();
+                p.condition = part.into();
+                p.mean_ns = r
+                    .breakdown
+                    .map_or(f64::NAN, |b| [b.sender_ns, b.network_ns, b.receiver_ns][k]);
+                p
+            })
+        })
+        .collect();
+    out.push((
+        "rpc-breakdown.svg".into(),
+        bars(
+            "YCSB A latency breakdown (seed 003 Figure 20)",
+            &parts,
+            &|r| r.condition.clone(),
+            &mean,
+            "µs",
+        )?,
+    ));
     out.push((
         "rpc-batch.svg".into(),
         bars(
@@ -579,7 +744,7 @@ fn sizes_text(rs: &Results) -> String {
     if rs.quick {
         return "**Quick mode** (what CI runs): micro-benchmarks with 256 objects and 40 \
                 operations, YCSB with 256 records and 40 operations (scans up to 10), 20 \
-                requests per sender, 10^7 RPCs in the recovery model. Shapes only: these \
+                requests per sender and per load study (Figures 14–16), 10^7 RPCs in the recovery model. Shapes only: these \
                 sizes are far from the paper's."
             .into();
     }
@@ -593,7 +758,8 @@ fn sizes_text(rs: &Results) -> String {
     };
     format!(
         "{scale}: micro-benchmarks with {} objects and {} operations, YCSB with {} records and \
-         {} operations, {} requests per concurrent sender; 10^9 RPCs in the recovery model.",
+         {} operations, {} requests per concurrent sender and per load study (Figures \
+         14–16); 10^9 RPCs in the recovery model.",
         (m.objects / d).max(1),
         (m.operations / d).max(1),
         (y.records / d).max(1),
@@ -676,7 +842,11 @@ fn model_notes(rs: &Results) -> String {
         rs.server_threads
     );
     s.push_str("- Server CPU charges are the same for every design: `cpu.msg_handle_ns` per request and a `memcpy` of the object (at `cpu.memcpy_bytes_per_ns`, 6.5 µs for 64 KB with the default profile) between the message buffer or redo-log entry and its slot, and of a read's objects into the reply; every server persists a Put (`clwb`+`sfence`) before it counts as executed.\n");
-    s.push_str("- Not modelled: PageRank (Figure 10), network load (Figure 14), CPU load (Figures 15–16) and the software-overhead breakdown (Figure 20).\n");
+    s.push_str("- Not modelled: PageRank (Figure 10).\n");
+    s.push_str("- Network load (Figure 14): the simulated link carries a message as one packet, first come first served at each switch port, so a busy port delays each packet of an RPC toward the server by the queue it finds, but does not slow a 64 KB message once it is on the wire (a real switch interleaves it with the background packets at MTU granularity). The queue the background sender keeps (its pause threshold) is an assumption.\n");
+    s.push_str("- CPU load (Figures 15–16): one window sequence per node (the background program takes every core at once); its share and scheduling period are assumptions (the paper describes neither). A busy poller and a thread blocked on completions wait alike for the CPU.\n");
+    s.push_str("- Latency breakdown (Figure 20): a sender's CPU costs nothing in the latency profile, so sender software is zero for every design; the emulated SFlush's 7 µs lookup is counted as network (it stands for the RNIC's).\n");
+
     if let Some(note) = senders_note(rs) {
         s.push_str(&note);
     }
@@ -1057,7 +1227,259 @@ pub fn claims(rs: &Results) -> Vec<Claim> {
               durable designs save."
             .into(),
     ));
+    out.extend(load_claims(rs));
     out.extend(recovery_claims(&rs.recovery));
+    out
+}
+
+/// Mean, over `names` that ran idle and busy, of `f(idle, busy)`; with the range.
+fn load_effect(
+    idle: &[RunResult],
+    busy: &[RunResult],
+    names: &[&str],
+    f: &dyn Fn(&RunResult, &RunResult) -> f64,
+) -> Option<(f64, f64, f64)> {
+    let v: Vec<f64> = names
+        .iter()
+        .filter_map(|n| {
+            let i = idle
+                .iter()
+                .find(|r| r.design == *n && r.skipped.is_none())?;
+            let b = busy
+                .iter()
+                .find(|r| r.design == *n && r.skipped.is_none())?;
+            Some(f(i, b))
+        })
+        .filter(|x| x.is_finite())
+        .collect();
+    if v.is_empty() {
+        return None;
+    }
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    Some((v.iter().sum::<f64>() / v.len() as f64, lo, hi))
+}
+
+fn rel(i: &RunResult, b: &RunResult) -> f64 {
+    (b.mean_ns / i.mean_ns - 1.0) * 100.0
+}
+
+fn abs_us(i: &RunResult, b: &RunResult) -> f64 {
+    (b.mean_ns - i.mean_ns) / 1e3
+}
+
+/// A qualitative claim: `holds` decides agrees / disagrees.
+fn qualitative(what: &str, paper: &str, model: String, holds: bool, why: &str) -> Claim {
+    Claim {
+        what: what.into(),
+        paper: paper.into(),
+        model,
+        verdict: if holds { "agrees" } else { "disagrees" },
+        why: why.into(),
+    }
+}
+
+/// A latency increase counts as "significant" (the paper's word in §5.5) from this many
+/// percent on.
+const SIGNIFICANT: f64 = 10.0;
+
+/// The claims of §5.5's load studies (Figures 14–16) and §5.6 (Figure 20).
+fn load_claims(rs: &Results) -> Vec<Claim> {
+    let mut out = Vec::new();
+    let mean = |r: &RunResult| r.mean_ns;
+    let all = |_: &RunResult| true;
+    let darpc = ["DaRPC"];
+    // Figure 14.
+    let net = &rs.net_load;
+    out.push(claim(
+        "Mean latency under a busy link, S-RFlush-RPC vs DaRPC (Figure 14)",
+        "−45%",
+        (-45.0, -45.0),
+        change(net, &["S-RFlush-RPC"], &darpc, &all, &mean),
+        &|_| {
+            "Both send one message per request toward the server (S-RFlush-RPC's Put: one \
+             SEND, then the receiver's CPU persists and notifies), so each waits about once per \
+             RPC for the busy port's queue, which adds about as much to both."
+                .into()
+        },
+    ));
+    out.push(claim(
+        "Mean latency under a busy link, W-RFlush-RPC vs L5, RFP, Octopus, FaRM, ScaleRPC (Figure 14)",
+        "−43%",
+        (-43.0, -43.0),
+        change(net, &["W-RFlush-RPC"], &WRITE_BASELINES, &all, &mean),
+        &|_| {
+            "A write-based baseline's request (cell and completion flag, posted together) \
+             queues once at the busy port, as W-RFlush-RPC's one WRITE does; each of RFP's \
+             READs of its response buffer queues again."
+                .into()
+        },
+    ));
+    let write_based: Vec<&str> = WRITE_BASELINES
+        .iter()
+        .chain(&WRITE_DURABLE)
+        .copied()
+        .collect();
+    let send_based: Vec<&str> = ["DaRPC", "FaSST"]
+        .iter()
+        .chain(&SEND_DURABLE)
+        .copied()
+        .collect();
+    if let (Some(w), Some(sd)) = (
+        load_effect(&rs.load_idle, net, &write_based, &rel),
+        load_effect(&rs.load_idle, net, &send_based, &rel),
+    ) {
+        out.push(qualitative(
+            "A busy link slows RPCs built on RDMA WRITE more than those built on SEND (Figure 14)",
+            "yes (qualitative)",
+            format!(
+                "write-based {} on average ({} to {}), send-based {} ({} to {})",
+                pct(w.0),
+                pct(w.1),
+                pct(w.2),
+                pct(sd.0),
+                pct(sd.1),
+                pct(sd.2)
+            ),
+            w.0 > sd.0 + 1.0,
+            "The cost of a busy port is one queue wait per round of messages toward the \
+             server, whatever the verb: designs that send a second round after a completion \
+             (emulated WFlush-RPC's operator and its flush READ, RFP's response READs) lose \
+             most; a one-round design's verb does not matter.",
+        ));
+    }
+    // Figure 15.
+    let idle = &rs.load_idle;
+    let every: Vec<&str> = idle.iter().map(|r| r.design.as_str()).collect();
+    if let Some(e) = load_effect(idle, &rs.server_cpu, &every, &rel) {
+        out.push(qualitative(
+            &format!("A busy server CPU slows every RPC significantly (Figure 15; model: every design at least +{SIGNIFICANT:.0}%)"),
+            "yes (qualitative)",
+            format!("{} to {}", pct(e.1), pct(e.2)),
+            e.1 >= SIGNIFICANT,
+            "Every design's server notices, copies and persists each request on its CPU, and \
+             under load that work and every wake-up waits for the CPU's on windows.",
+        ));
+    }
+    let two_sided = ["DaRPC", "SFlush-RPC", "S-RFlush-RPC"];
+    let one_sided: Vec<&str> = write_based.clone();
+    if let (Some(t), Some(o)) = (
+        load_effect(idle, &rs.server_cpu, &two_sided, &abs_us),
+        load_effect(idle, &rs.server_cpu, &one_sided, &abs_us),
+    ) {
+        out.push(qualitative(
+            "A busy server CPU adds more latency to two-sided RPCs (DaRPC, SFlush-RPC, S-RFlush-RPC) than to one-sided ones (Figure 15)",
+            "yes (qualitative)",
+            format!("+{:.1} µs vs +{:.1} µs on average", t.0, o.0),
+            t.0 > o.0 + 0.1,
+            "In the model a two-sided server does about the same CPU work per request as a \
+             one-sided one (notice, copy, persist); the paper's extra CPU for polling the \
+             message buffer is no cost here, so nothing makes two-sided designs grow more.",
+        ));
+    }
+    if let (Some(t), Some(o)) = (
+        load_effect(idle, &rs.server_cpu, &two_sided, &rel),
+        load_effect(idle, &rs.server_cpu, &one_sided, &rel),
+    ) {
+        out.push(qualitative(
+            "A busy server CPU slows one-sided RPCs more relative to idle than two-sided ones (Figure 15)",
+            "yes (qualitative)",
+            format!("one-sided {} vs two-sided {} on average", pct(o.0), pct(t.0)),
+            o.0 > t.0 + 1.0,
+            "The absolute growth is about the same for every design, so the relative growth \
+             follows the idle latency: the faster a design is idle, the more it grows in \
+             percent.",
+        ));
+    }
+    // Figure 16.
+    if let Some(e) = load_effect(idle, &rs.sender_cpu, &every, &rel) {
+        out.push(qualitative(
+            &format!("A busy sender CPU slows every RPC significantly (Figure 16; model: every design at least +{SIGNIFICANT:.0}%)"),
+            "yes (qualitative)",
+            format!("{} to {}", pct(e.1), pct(e.2)),
+            e.1 >= SIGNIFICANT,
+            "The sender's CPU costs nothing in the model, but the thread that notices a \
+             reply or a durability acknowledgement (by polling or a completion) and posts \
+             the next request waits for the CPU's on windows.",
+        ));
+    }
+    // Figure 20.
+    let parts: Vec<(&str, Breakdown)> = rs
+        .breakdown
+        .iter()
+        .filter(|r| r.skipped.is_none())
+        .filter_map(|r| Some((r.design.as_str(), r.breakdown?)))
+        .collect();
+    let total = |b: &Breakdown| b.sender_ns + b.network_ns + b.receiver_ns;
+    if !parts.is_empty() {
+        let share: Vec<f64> = parts
+            .iter()
+            .map(|(_, b)| b.network_ns / total(b) * 100.0)
+            .collect();
+        let lo = share.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = share.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        out.push(qualitative(
+            "YCSB A: network RTTs dominate the RPC latency (Figure 20; model: network over half of every design's mean)",
+            "yes (qualitative)",
+            format!("network {lo:.0}% to {hi:.0}% of the mean latency"),
+            lo > 50.0,
+            "With no injected processing a request costs the server a dispatch, a 4 KB copy \
+             and a persist (about a microsecond); the round trip, PCIe and PM writes take \
+             the rest.",
+        ));
+        let net = |d: &str| {
+            parts
+                .iter()
+                .find(|(n, _)| *n == d)
+                .map(|(_, b)| b.network_ns)
+        };
+        if let (Some(da), Some(fa)) = (net("DaRPC"), net("FaRM")) {
+            let x = (da / fa - 1.0) * 100.0;
+            out.push(Claim {
+                what: "YCSB A: DaRPC's network time against FaRM's (Figure 20)".into(),
+                paper: "almost twice (about +100%)".into(),
+                model: pct(x),
+                verdict: verdict((x, x), (80.0, 100.0)),
+                why: "Both send one request message and one reply message per RPC (SEND/SEND \
+                      against WRITE/WRITE); the model's RNIC treats them alike, so their \
+                      network times differ only by FaRM's extra 8-byte flag WRITE."
+                    .into(),
+            });
+        }
+        let sender: Vec<f64> = parts.iter().map(|(_, b)| b.sender_ns).collect();
+        let (slo, shi) = (
+            sender.iter().copied().fold(f64::INFINITY, f64::min),
+            sender.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        );
+        out.push(qualitative(
+            "YCSB A: sender software costs about the same for every RPC (Figure 20)",
+            "yes (qualitative)",
+            format!("{} to {} µs", us(slo), us(shi)),
+            shi - slo < 0.5e3,
+            "Trivially: the latency profile charges a sender's CPU nothing, so the model \
+             cannot tell the designs' sender software apart.",
+        ));
+        let durable: Vec<f64> = parts
+            .iter()
+            .filter(|(d, _)| WRITE_DURABLE.contains(d) || SEND_DURABLE.contains(d))
+            .map(|(_, b)| (b.sender_ns + b.receiver_ns) / total(b) * 100.0)
+            .collect();
+        if !durable.is_empty() {
+            let lo = durable.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = durable.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            out.push(Claim {
+                what: "YCSB A: software share of the durable RPCs' latency (Figure 20)".into(),
+                paper: "no more than 7%".into(),
+                model: format!("{lo:.0}% to {hi:.0}%"),
+                verdict: verdict((lo, hi), (0.0, 7.0)),
+                why: "A durable Put returning at durability waits for no server software \
+                      except an RFlush design's CPU persist; a read waits for its own \
+                      execution and the Puts logged before it, which is most of the \
+                      receiver software left."
+                    .into(),
+            });
+        }
+    }
     out
 }
 
