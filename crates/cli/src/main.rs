@@ -357,6 +357,10 @@ enum BenchCmd {
         /// Designs: comma-separated names, or all, baselines, durable.
         #[arg(long, default_value = "all", value_parser = remora_cli::rpcbench::parse_designs)]
         designs: std::vec::Vec<remora_rpc::Design>,
+        /// Experiment sets: comma-separated, or all (micro, ycsb, sizes, senders,
+        /// read-write, batch, load, breakdown); the page leaves the others' tables empty.
+        #[arg(long, default_value = "all", value_parser = remora_cli::rpcbench::parse_sets)]
+        sets: std::vec::Vec<remora_rpc::bench::Set>,
         /// Worker threads (each simulation is single-threaded).
         #[arg(long, default_value_t = default_threads())]
         threads: usize,
@@ -519,6 +523,7 @@ fn run(cli: Cli) -> Result<(), String> {
                     quick,
                     divisor,
                     designs,
+                    sets,
                     threads,
                     flush,
                     processing_us,
@@ -538,6 +543,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 quick,
                 divisor,
                 designs,
+                sets,
                 threads,
                 flush,
                 processing_us,

@@ -6,7 +6,7 @@
 use remora_model::profile::LatencyProfile;
 use remora_model::time::Duration;
 use remora_rpc::baselines::BASELINES;
-use remora_rpc::bench::{self, BenchOptions, Progress, Results, RunResult};
+use remora_rpc::bench::{self, BenchOptions, Progress, Results, RunResult, Set};
 use remora_rpc::{Design, FlushForm};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,6 +20,8 @@ pub struct RpcBenchArgs {
     pub divisor: u64,
     /// Designs to run.
     pub designs: Vec<Design>,
+    /// Experiment sets to run.
+    pub sets: Vec<Set>,
     /// Worker threads.
     pub threads: usize,
     /// Flush form of the durable RPCs.
@@ -53,6 +55,7 @@ impl RpcBenchArgs {
             quick: true,
             divisor: 1,
             designs: Design::ALL.to_vec(),
+            sets: Set::ALL.to_vec(),
             threads: 1,
             flush: FlushForm::Emulated,
             processing_us: 100,
@@ -80,6 +83,7 @@ impl RpcBenchArgs {
             profile: self.profile.clone(),
             threads: self.threads.max(1),
             designs: self.designs.clone(),
+            sets: self.sets.clone(),
             flush: self.flush,
             heavy_processing: Duration::from_micros(self.processing_us),
             server_threads: self.server_threads.max(1),
@@ -117,6 +121,28 @@ pub fn parse_designs(s: &str) -> Result<Vec<Design>, String> {
     if out.is_empty() {
         return Err("no design given".into());
     }
+    Ok(out)
+}
+
+/// Parses a comma-separated list of experiment sets, or `all`.
+pub fn parse_sets(s: &str) -> Result<Vec<Set>, String> {
+    let mut out: Vec<Set> = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let add = match part.to_ascii_lowercase().as_str() {
+            "all" => Set::ALL.to_vec(),
+            name => vec![name.parse::<Set>()?],
+        };
+        for x in add {
+            if !out.contains(&x) {
+                out.push(x);
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("no experiment set given".into());
+    }
+    // Run in the evaluation's order whatever order they were named in.
+    out.sort_by_key(|x| Set::ALL.iter().position(|y| y == x));
     Ok(out)
 }
 
@@ -210,5 +236,42 @@ mod tests {
         assert!(parse_designs("nope").is_err());
         assert_eq!(parse_flush("native").unwrap(), FlushForm::Native);
         assert!(parse_flush("x").is_err());
+    }
+
+    #[test]
+    fn sets_parse_in_evaluation_order() {
+        assert_eq!(parse_sets("all").unwrap(), Set::ALL.to_vec());
+        assert_eq!(
+            parse_sets("breakdown, micro,micro").unwrap(),
+            vec![Set::Micro, Set::Breakdown]
+        );
+        let e = parse_sets("micro,nope").unwrap_err();
+        assert!(e.contains("nope") && e.contains("read-write"), "{e}");
+        assert!(parse_sets(" , ").is_err());
+    }
+
+    /// A part of the evaluation runs just its sets, as many runs as the progress bar
+    /// expects, and its page says which sets ran and leaves the rest empty.
+    #[test]
+    fn a_part_of_the_evaluation_runs_only_its_sets() {
+        let dir = std::env::temp_dir().join(format!("remora-sets-{}", std::process::id()));
+        let mut args = RpcBenchArgs::quick(dir.clone());
+        args.designs = vec![Design::DaRpc, Design::WFlushRpc];
+        args.sets = vec![Set::Micro, Set::Breakdown];
+        let expected = args.options().total_runs();
+        let rs = run(&args, Arc::new(|_, _| {})).unwrap();
+        assert_eq!(rs.runs().count(), expected);
+        assert_eq!(expected, 2 * (6 + 1));
+        assert_eq!(rs.micro.len(), 12);
+        assert!(rs.ycsb.is_empty() && rs.read_write.is_empty() && rs.replay.is_empty());
+        let page = std::fs::read_to_string(dir.join("rpc.md")).unwrap();
+        assert!(page.contains("only the experiment sets micro, breakdown ran"));
+        assert!(page.contains("Not run in this evaluation"));
+        assert!(
+            !page.contains("](rpc-ycsb.svg)"),
+            "a set that did not run has no plot"
+        );
+        assert!(page.contains("](rpc-micro-heavy.svg)"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -706,6 +706,79 @@ impl<N: Verbs> Sender<N> {
     }
 }
 
+/// The experiment sets of the evaluation (seed 003 §5), to run a part of it (at the
+/// paper's size, say, where the whole would take hours).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Set {
+    /// §5.2 micro-benchmark, Figures 8 and 9 (6 runs per design).
+    Micro,
+    /// §5.3 YCSB A–F, Figure 11 (6 runs per design).
+    Ycsb,
+    /// §5.5 object sizes, Figure 13 (7 runs per design).
+    Sizes,
+    /// §5.5 concurrent senders, Figure 17 (4 runs per design).
+    Senders,
+    /// §5.5 read:write ratios, Figure 18 (3 runs per design), and the failure-recovery
+    /// model of §5.4, Figure 12, computed from them.
+    ReadWrite,
+    /// §5.5 batch sizes, Figure 19 (5 runs per design).
+    Batch,
+    /// §5.5 network and CPU load, Figures 14–16 (4 runs per design).
+    Load,
+    /// §5.6 latency breakdown, Figure 20 (1 run per design).
+    Breakdown,
+}
+
+impl Set {
+    /// Every set, in the order they run.
+    pub const ALL: [Set; 8] = [
+        Set::Micro,
+        Set::Ycsb,
+        Set::Sizes,
+        Set::Senders,
+        Set::ReadWrite,
+        Set::Batch,
+        Set::Load,
+        Set::Breakdown,
+    ];
+
+    /// The name `--sets` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Set::Micro => "micro",
+            Set::Ycsb => "ycsb",
+            Set::Sizes => "sizes",
+            Set::Senders => "senders",
+            Set::ReadWrite => "read-write",
+            Set::Batch => "batch",
+            Set::Load => "load",
+            Set::Breakdown => "breakdown",
+        }
+    }
+
+    /// Simulation runs per design.
+    fn runs_per_design(self) -> usize {
+        match self {
+            Set::Micro | Set::Ycsb => 6,
+            Set::Sizes => SIZES.len(),
+            Set::Senders | Set::Load => 4,
+            Set::ReadWrite => 3,
+            Set::Batch => 5,
+            Set::Breakdown => 1,
+        }
+    }
+}
+
+impl std::str::FromStr for Set {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Set::ALL.into_iter().find(|x| x.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Set::ALL.iter().map(|x| x.name()).collect();
+            format!("unknown experiment set {s:?}: one of {}", names.join(", "))
+        })
+    }
+}
+
 /// How to run the experiment sets.
 #[derive(Clone, Debug)]
 pub struct BenchOptions {
@@ -722,6 +795,8 @@ pub struct BenchOptions {
     pub server_config: ServerConfig,
     /// Designs to run (default: all twelve).
     pub designs: Vec<Design>,
+    /// Experiment sets to run (default: all); the others' tables stay empty.
+    pub sets: Vec<Set>,
     /// Runs durable RPCs instead of [`DurableDeployment`] (default `None`).
     pub durable: Option<DurableRunner>,
     /// Flush form of the durable RPCs (default emulated, what seed 003 measured, §4.1.3).
@@ -773,6 +848,7 @@ impl BenchOptions {
             threads: 1,
             server_config: dmp(false),
             designs: Design::ALL.to_vec(),
+            sets: Set::ALL.to_vec(),
             durable: None,
             flush: FlushForm::Emulated,
             heavy_processing: HEAVY_PROCESSING,
@@ -792,11 +868,22 @@ impl BenchOptions {
         }
     }
 
-    /// Runs [`run_all`] makes (for a progress bar): 36 per design, plus one replay
-    /// measurement per durable design.
+    /// Runs [`run_all`] makes (for a progress bar): 36 per design with every set, plus one
+    /// replay measurement per durable design with the read:write set.
     pub fn total_runs(&self) -> usize {
         let durable = self.designs.iter().filter(|d| d.is_durable_rpc()).count();
-        36 * self.designs.len() + durable
+        let per_design: usize = self.sets.iter().map(|s| s.runs_per_design()).sum();
+        let replays = if self.runs(Set::ReadWrite) {
+            durable
+        } else {
+            0
+        };
+        per_design * self.designs.len() + replays
+    }
+
+    /// Whether set `s` runs.
+    pub fn runs(&self, s: Set) -> bool {
+        self.sets.contains(&s)
     }
 
     /// Objects (or records) and operations after [`divisor`](Self::divisor).
@@ -1091,6 +1178,8 @@ pub struct Results {
     pub recovery_params: RecoveryParams,
     /// §5.4.
     pub recovery: Vec<RecoveryResult>,
+    /// The experiment sets that ran ([`Set::name`]); the others' tables are empty.
+    pub sets: Vec<String>,
     /// Wall-clock seconds the run took (set by the caller; 0 if unknown).
     pub wall_s: f64,
     /// The command that regenerates these results (set by the caller; empty if unknown).
@@ -1120,18 +1209,27 @@ impl Results {
 /// logging writes and re-executes them from its log, at the replay cost measured by
 /// [`durable::measure_replay`] ([`FailureSide::durable`]).
 pub fn run_all(o: &BenchOptions) -> Results {
-    let read_write = read_write(o);
+    let only = |s: Set, f: &dyn Fn(&BenchOptions) -> Vec<RunResult>| {
+        if o.runs(s) {
+            f(o)
+        } else {
+            Vec::new()
+        }
+    };
+    let read_write = only(Set::ReadWrite, &read_write);
     let params = if o.quick {
         RecoveryParams::quick()
     } else {
         RecoveryParams::paper()
     };
     let object = MicroSpec::default().object_bytes;
+    // The replay measurements serve only the recovery model, which needs the read:write
+    // runs.
     let durable: Vec<Design> = o
         .designs
         .iter()
         .copied()
-        .filter(|d| d.is_durable_rpc())
+        .filter(|d| d.is_durable_rpc() && o.runs(Set::ReadWrite))
         .collect();
     let replay: Vec<durable::ReplayResult> = durable
         .iter()
@@ -1186,17 +1284,17 @@ pub fn run_all(o: &BenchOptions) -> Results {
         flush: flush_name(o.flush).into(),
         heavy_processing_ns: o.heavy_processing.as_nanos(),
         server_threads: o.server_threads,
-        micro: micro(o),
-        ycsb: ycsb(o),
-        sizes: sizes(o),
-        senders: senders(o),
+        micro: only(Set::Micro, &micro),
+        ycsb: only(Set::Ycsb, &ycsb),
+        sizes: only(Set::Sizes, &sizes),
+        senders: only(Set::Senders, &senders),
         read_write,
-        batch: batch(o),
-        load_idle: load_idle(o),
-        net_load: net_load(o),
-        server_cpu: server_cpu(o),
-        sender_cpu: sender_cpu(o),
-        breakdown: breakdown(o),
+        batch: only(Set::Batch, &batch),
+        load_idle: only(Set::Load, &load_idle),
+        net_load: only(Set::Load, &net_load),
+        server_cpu: only(Set::Load, &server_cpu),
+        sender_cpu: only(Set::Load, &sender_cpu),
+        breakdown: only(Set::Breakdown, &breakdown),
         net_load_percent: o.net_load.percent,
         net_packet_bytes: o.net_load.packet_bytes,
         net_max_queue_ns: o.net_load.max_queue.as_nanos(),
@@ -1205,6 +1303,7 @@ pub fn run_all(o: &BenchOptions) -> Results {
         replay,
         recovery_params: params,
         recovery,
+        sets: o.sets.iter().map(|x| x.name().to_string()).collect(),
         wall_s: 0.0,
         command: String::new(),
     }

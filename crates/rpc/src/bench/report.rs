@@ -43,12 +43,18 @@ fn size(b: u64) -> String {
 }
 
 /// A Markdown table: designs × `col` values, each cell `metric` (or n/a when skipped).
+/// What a table of an experiment set that did not run (`--sets`) says instead.
+const NOT_RUN: &str = "*Not run in this evaluation (`--sets`).*";
+
 fn table(
     rs: &[RunResult],
     corner: &str,
     col: &dyn Fn(&RunResult) -> String,
     metric: &dyn Fn(&RunResult) -> String,
 ) -> String {
+    if rs.is_empty() {
+        return format!("{NOT_RUN}\n");
+    }
     let cols = columns(rs, col);
     let mut s = format!("| {corner} |");
     for c in &cols {
@@ -211,6 +217,14 @@ pub fn markdown(rs: &Results) -> String {
         );
     }
     let _ = writeln!(s, "{}\n", sizes_text(rs));
+    if rs.sets.len() < crate::bench::Set::ALL.len() {
+        let _ = writeln!(
+            s,
+            "**Part of the evaluation**: only the experiment sets {} ran (`--sets`); the \
+             other sections are empty and their claims not measured.\n",
+            rs.sets.join(", ")
+        );
+    }
     let _ = writeln!(
         s,
         "Seed {}, profile `{}`, server {} (seed 003 §5.1: DDIO disabled), heavy load = {} µs of \
@@ -337,7 +351,21 @@ read/write means.\n\
 sender drained its replies (a durable RPC's backlog is included).",
         notes(rs)
     );
-    s
+    // A set that did not run has no plot: drop the link that follows its marker.
+    let mut out = String::with_capacity(s.len());
+    let mut after_not_run = false;
+    for line in s.lines() {
+        if after_not_run && line.starts_with("![") {
+            after_not_run = false;
+            continue;
+        }
+        if !line.is_empty() {
+            after_not_run = line == NOT_RUN;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 /// Idle and busy runs of one load study side by side: design | idle | busy | change.
