@@ -19,9 +19,10 @@
 //! redo log of its own (the log is per connection, §4.2): connection `k` (0-based) is
 //! client node `k + 1`, whose requests carry connection id `k + 1`. At start-up the server
 //! allocates, at fixed PM addresses, every connection's log and then the one object store,
-//! formats a fresh pool, and runs [`DurableServer::recover`] on every log: committed but
-//! unprocessed entries are executed before anyone connects, and their replies go to the
-//! next client of that connection. When a connection closes, its server tasks stop; the
+//! formats a fresh pool, runs [`DurableServer::settle`] on every log, then
+//! [`DurableServer::recover`] on every log: committed but unprocessed entries are
+//! executed before anyone connects, and their replies go to the next client of that
+//! connection. When a connection closes, its server tasks stop; the
 //! next client of that connection (a reconnecting one claims it; a new one takes the first
 //! free connection) gets a new [`DurableServer`] over the same PM (recovering anything the
 //! old one logged but did not process).
@@ -30,7 +31,9 @@
 //! last connection that wrote it. So a Put's object and its connection's watermark become
 //! durable under one [`StoreLock`] shared by the connections: no other connection can
 //! overwrite the object before the watermark covers the Put, and recovery never re-runs
-//! a Put over another connection's later one.
+//! a Put over another connection's later one. A crash then leaves at most one Put between
+//! its object and its watermark; start-up settles it ([`DurableServer::settle`]) before
+//! any log re-executes a Put, so another log's recovery cannot overwrite its object first.
 //!
 //! **Client** ([`RealClient`]). [`RealClient::connect`] opens a connection; after the
 //! server died and restarted, [`RealClient::reconnect`] gives the same [`DurableClient`] a
@@ -734,12 +737,21 @@ pub async fn serve_durable(
     });
     // Every connection's log is recovered before anyone connects: a client that never
     // comes back still has its acknowledged requests executed.
-    let mut logs = Vec::new();
+    let mut servers = Vec::new();
     for k in 0..connections as usize {
-        let mut server = state.build(k)?;
+        let server = state.build(k)?;
         // A fresh log's header and watermark are durable before anyone connects.
         node.persist_local(server.conn_info().layout.base, 128)
             .await;
+        servers.push(server);
+    }
+    // The Put the crash caught between its object and its watermark (one at most, under
+    // the store lock) is settled before any log re-executes a Put over its object.
+    for server in &mut servers {
+        server.settle().await?;
+    }
+    let mut logs = Vec::new();
+    for (k, mut server) in servers.into_iter().enumerate() {
         let recovery = server.recover().await?;
         logs.push((server.conn_info(), recovery));
         state.slots.borrow_mut()[k].ready = Some(server);
@@ -814,7 +826,10 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
             // The slot's previous connection's tasks are gone; recover whatever it logged
             // but did not process, over the same PM.
             None => match st.build(k) {
-                Ok(mut s) => s.recover().await.map(|_| s),
+                Ok(mut s) => match s.settle().await {
+                    Ok(_) => s.recover().await.map(|_| s),
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             },
         };
