@@ -58,6 +58,7 @@ pub fn fault_name(f: Fault) -> &'static str {
         Fault::SkipResponderCpuFlush => "skip-responder-cpu-flush",
         Fault::OperatorBeforeData => "operator-before-data",
         Fault::IgnoreStampOnRecovery => "ignore-stamp-on-recovery",
+        Fault::UnlockedStore => "unlocked-store",
     }
 }
 
@@ -68,6 +69,7 @@ pub fn parse_fault(s: &str) -> Result<Fault, String> {
         Fault::SkipResponderCpuFlush,
         Fault::OperatorBeforeData,
         Fault::IgnoreStampOnRecovery,
+        Fault::UnlockedStore,
     ]
     .into_iter()
     .find(|&f| fault_name(f) == s)

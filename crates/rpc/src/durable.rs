@@ -71,6 +71,9 @@ pub enum Fault {
     OperatorBeforeData,
     /// Recovery re-executes logged entries without the kv store's idempotency stamp.
     IgnoreStampOnRecovery,
+    /// A server's connections update their shared store without the [`StoreLock`] (only
+    /// a server of several connections, `remora_rpc::real`, has one to leave out).
+    UnlockedStore,
 }
 
 /// Everything both sides of a durable-RPC connection agree on.

@@ -92,7 +92,7 @@ const CLAIM_MAGIC: &[u8; 4] = b"RDRC";
 /// | 20..24 | largest Scan count |
 /// | 24..32 | objects in the store |
 /// | 32..40 | emulated SFlush's address lookup, ns |
-/// | 40 | negative control: 0 none, 1..4 ([`Fault`] in declaration order) |
+/// | 40 | negative control: 0 none, 1..5 ([`Fault`] in declaration order) |
 /// | 41..46 | server configuration (`ServerConfig::to_bytes`) |
 /// | 46..48 | reserved (0) |
 /// | 48..56 | log base address |
@@ -153,11 +153,12 @@ const DESIGNS: [Design; 4] = [
     Design::SRFlushRpc,
     Design::WRFlushRpc,
 ];
-const FAULTS: [Fault; 4] = [
+const FAULTS: [Fault; 5] = [
     Fault::AckOnWriteCompletion,
     Fault::SkipResponderCpuFlush,
     Fault::OperatorBeforeData,
     Fault::IgnoreStampOnRecovery,
+    Fault::UnlockedStore,
 ];
 
 impl DurableHello {
@@ -502,30 +503,42 @@ pub struct RealServeOptions {
     pub journal: Option<PathBuf>,
 }
 
-/// Reads an execution journal into counts per (connection, sequence number). A missing
-/// file is empty; a line that does not parse is an error (a torn line cannot happen: each
-/// is one `write`).
-pub fn read_journal(path: &std::path::Path) -> Result<crate::kv::ExecutionLog, String> {
-    let log = crate::kv::ExecutionLog::default();
+/// Reads an execution journal in order: one (connection, sequence number) per counted
+/// execution, in the order the server counted them (the file is only appended to, across
+/// the server's lives, and the server is single-threaded, so with the [`StoreLock`] this is
+/// the order the store saw the Puts). A missing file is empty; a line that does not parse
+/// is an error (a torn line cannot happen: each is one `write`).
+pub fn read_journal_entries(path: &std::path::Path) -> Result<Vec<(u32, u64)>, String> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(log),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(format!("journal {}: {e}", path.display())),
     };
+    let mut entries = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let mut f = line.split(' ');
         let parsed = match (f.next(), f.next(), f.next()) {
             (Some(c), Some(s), None) => c.parse::<u32>().ok().zip(s.parse::<u64>().ok()),
             _ => None,
         };
-        let Some((c, s)) = parsed else {
+        let Some(e) = parsed else {
             return Err(format!(
                 "journal {} line {}: {line:?}",
                 path.display(),
                 i + 1
             ));
         };
-        *log.borrow_mut().entry((c, s)).or_default() += 1;
+        entries.push(e);
+    }
+    Ok(entries)
+}
+
+/// Reads an execution journal into counts per (connection, sequence number) (see
+/// [`read_journal_entries`]).
+pub fn read_journal(path: &std::path::Path) -> Result<crate::kv::ExecutionLog, String> {
+    let log = crate::kv::ExecutionLog::default();
+    for e in read_journal_entries(path)? {
+        *log.borrow_mut().entry(e).or_default() += 1;
     }
     Ok(log)
 }
@@ -620,7 +633,10 @@ impl ServerState {
         if let Some((_, hook)) = &self.journal {
             s.set_execution_hook(hook.clone());
         }
-        s.set_store_lock(self.store_lock.clone());
+        // The negative control leaves the connections' store updates unserialised.
+        if opts.fault != Some(Fault::UnlockedStore) {
+            s.set_store_lock(self.store_lock.clone());
+        }
         Ok(s)
     }
 
