@@ -661,7 +661,7 @@ fn run(cli: Cli) -> Result<(), String> {
         } => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
             let scratch = killloop::Scratch::new("remora-crashcheck")?;
-            let args = real::RealCrashArgs {
+            let args = killloop::KillArgs {
                 kills,
                 max_life_ms,
                 seed,
