@@ -6,9 +6,34 @@
 //! its judgement) stays with the loop.
 
 use remora_model::prng::Prng;
+use remora_model::profile::LatencyProfile;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+
+/// Settings both real crash loops share: how many kills, when, where the pool files go,
+/// and how the server processes are started.
+#[derive(Clone, Debug)]
+pub struct KillArgs {
+    /// SIGKILLs per target.
+    pub kills: u64,
+    /// Longest life of a server before its SIGKILL, in ms (each life is uniform in
+    /// 1..=this, [`life_ms`]).
+    pub max_life_ms: u64,
+    /// Seed of the kill times.
+    pub seed: u64,
+    /// Where pool files go.
+    pub dir: PathBuf,
+    /// Latency profile of the client side's model.
+    pub profile: LatencyProfile,
+    /// Its name or path, handed to the server processes.
+    pub profile_arg: String,
+    /// A command the server is started through (e.g. `ip netns exec NS`), empty for none
+    /// ([`server_command`]).
+    pub server_prefix: Vec<String>,
+    /// Address the servers listen on (port 0 picks one).
+    pub server_listen: String,
+}
 
 /// A single-threaded tokio runtime: the soft RNIC's nodes and the clients run on one
 /// thread, inside a `LocalSet`.
@@ -141,7 +166,8 @@ impl Drop for Scratch {
 }
 
 /// Keeps the targets `--targets` (`correct`, `negative` or `all`) and `--only` (a
-/// substring of the name) select.
+/// substring of the name) select; fails when none is left (a typo in `--only` must not
+/// pass as an empty, successful run).
 pub fn select<T>(
     targets: &mut Vec<T>,
     sel: &str,
@@ -157,6 +183,12 @@ pub fn select<T>(
     }
     if let Some(f) = only {
         targets.retain(|t| name(t).contains(f));
+    }
+    if targets.is_empty() {
+        return Err(format!(
+            "no target matches --targets {sel}{}",
+            only.map_or(String::new(), |f| format!(" --only {f:?}"))
+        ));
     }
     Ok(())
 }
@@ -205,6 +237,29 @@ pub fn result_cell(wrong: bool, violations: u64, example: Option<&str>) -> Strin
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn select_filters_by_kind_and_name_and_refuses_an_empty_choice() {
+        let all = || vec![("a/x", false), ("b/x", true), ("c/y", false)];
+        let pick = |sel: &str, only: Option<&str>| {
+            let mut v = all();
+            super::select(&mut v, sel, only, |t| t.1, |t| t.0).map(|()| v)
+        };
+        assert_eq!(pick("all", None).unwrap().len(), 3);
+        assert_eq!(pick("correct", Some("x")).unwrap(), vec![("a/x", false)]);
+        assert_eq!(pick("negative", None).unwrap(), vec![("b/x", true)]);
+        let e = pick("negative", Some("y")).unwrap_err();
+        assert!(
+            e.contains("no target matches --targets negative --only \"y\""),
+            "{e}"
+        );
+        assert!(pick("all", Some("nomatch"))
+            .unwrap_err()
+            .contains("no target matches"));
+        assert!(pick("some", None)
+            .unwrap_err()
+            .contains("correct, negative or all"));
+    }
+
     #[test]
     fn tables_are_markdown_with_a_summary() {
         let t = super::table(

@@ -177,7 +177,7 @@ enum Cmd {
     },
     /// Serve seed 003's durable RPCs on the soft RNIC: the redo log and the key-value
     /// store live in the PM pool file; start-up recovery re-executes logged requests.
-    /// One client connection at a time. Stops on SIGTERM or Ctrl-C.
+    /// Stops on SIGTERM or Ctrl-C.
     RpcServe {
         /// Address to listen on (host:port; IPv4 or IPv6; port 0 picks one).
         #[arg(long, default_value = "127.0.0.1:7472")]
@@ -248,7 +248,7 @@ enum Cmd {
     },
     /// The real crash loop for durable RPCs: start `remora rpc-serve` processes, SIGKILL
     /// them at random moments, restart on the same pool (recovery), reconnect the same
-    /// client, and check every acknowledged Put; negative controls must be caught.
+    /// clients, and check every acknowledged Put; negative controls must be caught.
     RpcCrashcheck {
         /// SIGKILLs per target.
         #[arg(long, default_value_t = 10)]
@@ -276,6 +276,13 @@ enum Cmd {
         /// requests widens the windows the negative controls need).
         #[arg(long, default_value_t = 0)]
         processing_us: u64,
+        /// Clients issuing at once, each on its own connection and redo log of one server
+        /// (`rpc-serve --connections N`), all over the same keys; every one is checked for
+        /// exactly-once execution, and the objects against the serial order the server
+        /// executed the Puts in. From 2 on, a server without the lock that serialises the
+        /// connections' store updates joins the negative controls.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+        clients: u32,
     },
 }
 
@@ -683,7 +690,7 @@ fn run(cli: Cli) -> Result<(), String> {
         } => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
             let scratch = killloop::Scratch::new("remora-crashcheck")?;
-            let args = real::RealCrashArgs {
+            let args = killloop::KillArgs {
                 kills,
                 max_life_ms,
                 seed,
@@ -799,20 +806,25 @@ fn run(cli: Cli) -> Result<(), String> {
             profile,
             server_listen,
             processing_us,
+            clients,
         } => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
             let scratch = killloop::Scratch::new("remora-rpc-crashcheck")?;
             let args = rpcreal::RpcCrashArgs {
-                kills,
-                max_life_ms,
-                seed,
-                dir: scratch.dir.clone(),
-                profile: profiles::load(&profile)?,
-                profile_arg: profile.clone(),
-                server_listen,
+                kill: killloop::KillArgs {
+                    kills,
+                    max_life_ms,
+                    seed,
+                    dir: scratch.dir.clone(),
+                    profile: profiles::load(&profile)?,
+                    profile_arg: profile.clone(),
+                    server_prefix: Vec::new(),
+                    server_listen,
+                },
                 processing_us,
+                clients,
             };
-            let mut targets = rpcreal::rpc_targets(true);
+            let mut targets = rpcreal::rpc_targets(true, clients);
             killloop::select(
                 &mut targets,
                 &sel,
@@ -820,9 +832,6 @@ fn run(cli: Cli) -> Result<(), String> {
                 |t| t.wrong(),
                 |t| &t.name,
             )?;
-            if targets.is_empty() {
-                return Err("no target matches".into());
-            }
             let reports = run_with_bar(&targets, |t, i| {
                 rpcreal::rpc_real_crash(t, &args, &exe, i).map_err(|e| format!("{}: {e}", t.name))
             })?;

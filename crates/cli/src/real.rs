@@ -3,7 +3,7 @@
 //! which SIGKILLs a server process at random moments and checks that no acknowledged
 //! append was lost.
 
-use crate::killloop::{self, life_ms, runtime, server_command, ServerProc};
+use crate::killloop::{self, life_ms, runtime, server_command, KillArgs, ServerProc};
 use remora::{Method, Primitive, ServerSetup, Shape, Update};
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
@@ -183,7 +183,7 @@ fn start_server(
     config: &ServerConfig,
     region: u64,
     pool_bytes: u64,
-    args: &RealCrashArgs,
+    args: &KillArgs,
 ) -> Result<ServerProc, String> {
     let mut cmd = server_command(exe, &args.server_prefix);
     cmd.args(["serve", "--listen", &args.server_listen, "--pool"])
@@ -226,27 +226,6 @@ impl RealCrashReport {
     }
 }
 
-/// Settings of the real crash loop.
-#[derive(Clone, Debug)]
-pub struct RealCrashArgs {
-    /// SIGKILLs per target.
-    pub kills: u64,
-    /// Longest time a server lives before its SIGKILL, in ms (each life is uniform in 1..=this).
-    pub max_life_ms: u64,
-    /// Seed of the kill times.
-    pub seed: u64,
-    /// Where pool files go.
-    pub dir: PathBuf,
-    /// Latency profile of the model.
-    pub profile: LatencyProfile,
-    /// Its name or path, handed to the server processes.
-    pub profile_arg: String,
-    /// A command the server is started through (e.g. `ip netns exec NS`), empty for none.
-    pub server_prefix: Vec<String>,
-    /// Address the servers listen on (port 0 picks one).
-    pub server_listen: String,
-}
-
 /// The targets of the real loop: one correct method per configuration and update kind
 /// (the WRITE column of the tables, as the library picks it), plus the negative controls.
 pub fn real_targets(negative: bool) -> Vec<Target> {
@@ -280,7 +259,7 @@ pub fn real_targets(negative: bool) -> Vec<Target> {
 /// restart on the same pool, reconnect, check every acknowledged append, repeat.
 pub fn real_crash(
     target: &Target,
-    args: &RealCrashArgs,
+    args: &KillArgs,
     exe: &Path,
     index: u64,
 ) -> Result<RealCrashReport, String> {

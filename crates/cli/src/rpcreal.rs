@@ -1,17 +1,18 @@
 //! Seed 003's durable RPCs (§4.2) on the soft RNIC from the command line:
 //! `remora rpc-serve` (a server over a PM pool file), `remora rpc` (a client issuing Puts
 //! and Gets), and `remora rpc-crashcheck`, which SIGKILLs server processes at random
-//! moments, restarts them on the same pool (they recover from the redo log), reconnects
-//! the same client and checks every acknowledged Put.
+//! moments, restarts them on the same pool (they recover from the redo logs), reconnects
+//! the same clients (one, or several at once on shared keys) and checks every acknowledged
+//! Put and that every Put ran exactly once, in one serial order the store agrees with.
 
-use crate::killloop::{self, life_ms, ServerProc};
+use crate::killloop::{self, life_ms, server_command, KillArgs, ServerProc};
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::rnic::PM_BASE;
 use remora_model::time::Duration;
 use remora_model::ServerConfig;
 use remora_rpc::durable::{ConnInfo, DurableOptions, Fault, RecoveryReport};
-use remora_rpc::kv::{parse_object, KvLayout};
+use remora_rpc::kv::{parse_object, KvLayout, Stamp};
 use remora_rpc::real::{serve_durable, ClientSettings, RealClient, RealServeOptions};
 use remora_rpc::{Design, FlushForm, Op, RpcClient};
 use remora_sim::crashcheck;
@@ -19,7 +20,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// The four durable designs.
 pub const DURABLE: [Design; 4] = [
@@ -58,6 +58,7 @@ pub fn fault_name(f: Fault) -> &'static str {
         Fault::SkipResponderCpuFlush => "skip-responder-cpu-flush",
         Fault::OperatorBeforeData => "operator-before-data",
         Fault::IgnoreStampOnRecovery => "ignore-stamp-on-recovery",
+        Fault::UnlockedStore => "unlocked-store",
     }
 }
 
@@ -68,6 +69,7 @@ pub fn parse_fault(s: &str) -> Result<Fault, String> {
         Fault::SkipResponderCpuFlush,
         Fault::OperatorBeforeData,
         Fault::IgnoreStampOnRecovery,
+        Fault::UnlockedStore,
     ]
     .into_iter()
     .find(|&f| fault_name(f) == s)
@@ -323,8 +325,10 @@ pub const RPC_CONFIGS: [&str; 3] = remora_rpc::check::CONFIGS;
 /// The real loop's targets: every durable design (emulated Flush) on DMP without and with
 /// DDIO and MHP; with `negative`, the four negative controls of `remora_rpc::check` (a
 /// lost acknowledged Put, a committed entry over torn data, or a Put executed twice, which
-/// the servers' execution journal shows).
-pub fn rpc_targets(negative: bool) -> Vec<RpcTarget> {
+/// the servers' execution journal shows), and with `clients` of two or more a server whose
+/// connections update the shared store without the `StoreLock` (`Fault::UnlockedStore`:
+/// a Put executed twice or over a later Put; with one client it has nothing to get wrong).
+pub fn rpc_targets(negative: bool, clients: u32) -> Vec<RpcTarget> {
     let mut v = Vec::new();
     for c in RPC_CONFIGS {
         for d in DURABLE {
@@ -337,28 +341,43 @@ pub fn rpc_targets(negative: bool) -> Vec<RpcTarget> {
         }
     }
     if negative {
-        for (c, f) in [
-            ("DMP+noDDIO+PM-RQWRB", Fault::AckOnWriteCompletion),
-            ("DMP+DDIO+PM-RQWRB", Fault::SkipResponderCpuFlush),
-            ("DMP+noDDIO+PM-RQWRB", Fault::OperatorBeforeData),
-        ] {
+        let mut faults = vec![
+            (
+                Design::WFlushRpc,
+                "DMP+noDDIO+PM-RQWRB",
+                Fault::AckOnWriteCompletion,
+            ),
+            (
+                Design::WFlushRpc,
+                "DMP+DDIO+PM-RQWRB",
+                Fault::SkipResponderCpuFlush,
+            ),
+            (
+                Design::WFlushRpc,
+                "DMP+noDDIO+PM-RQWRB",
+                Fault::OperatorBeforeData,
+            ),
+            (
+                Design::WRFlushRpc,
+                "DMP+noDDIO+PM-RQWRB",
+                Fault::IgnoreStampOnRecovery,
+            ),
+        ];
+        if clients >= 2 {
+            faults.push((
+                Design::WFlushRpc,
+                "DMP+noDDIO+PM-RQWRB",
+                Fault::UnlockedStore,
+            ));
+        }
+        for (d, c, f) in faults {
             v.push(RpcTarget {
-                name: format!("WFlush-RPC/{}/{c}", fault_name(f)),
+                name: format!("{d}/{}/{c}", fault_name(f)),
                 config: c.parse().expect("valid configuration"),
-                design: Design::WFlushRpc,
+                design: d,
                 fault: Some(f),
             });
         }
-        let c = "DMP+noDDIO+PM-RQWRB";
-        v.push(RpcTarget {
-            name: format!(
-                "W-RFlush-RPC/{}/{c}",
-                fault_name(Fault::IgnoreStampOnRecovery)
-            ),
-            config: c.parse().expect("valid configuration"),
-            design: Design::WRFlushRpc,
-            fault: Some(Fault::IgnoreStampOnRecovery),
-        });
     }
     v
 }
@@ -366,23 +385,14 @@ pub fn rpc_targets(negative: bool) -> Vec<RpcTarget> {
 /// Settings of the real loop.
 #[derive(Clone, Debug)]
 pub struct RpcCrashArgs {
-    /// SIGKILLs per target.
-    pub kills: u64,
-    /// Longest life of a server before its SIGKILL, in ms (uniform in 1..=this).
-    pub max_life_ms: u64,
-    /// Seed of the kill times.
-    pub seed: u64,
-    /// Where pool files go.
-    pub dir: PathBuf,
-    /// Latency profile.
-    pub profile: LatencyProfile,
-    /// Its name or path, handed to the server processes.
-    pub profile_arg: String,
-    /// Address the servers listen on (port 0 picks one).
-    pub server_listen: String,
+    /// Kills, their timing, the pool directory, the profile and how servers start.
+    pub kill: KillArgs,
     /// Injected processing time per request, µs: a backlog of logged, unprocessed
     /// requests widens the window in which a wrongly acknowledged one can be lost.
     pub processing_us: u64,
+    /// Clients issuing at once against one server (`rpc-serve --connections` this many),
+    /// each on a connection and redo log of its own, all over the same keys (at least 1).
+    pub clients: u32,
 }
 
 /// What the real loop found for one target.
@@ -392,9 +402,11 @@ pub struct RpcCrashReport {
     pub name: String,
     /// A negative control.
     pub wrong: bool,
+    /// Clients that ran at once against each server.
+    pub clients: u32,
     /// Server processes killed with SIGKILL.
     pub kills: u64,
-    /// Puts acknowledged as durable.
+    /// Puts acknowledged as durable (all clients).
     pub acked: u64,
     /// Committed entries recovery re-executed, over all restarts.
     pub reexecuted: u64,
@@ -416,23 +428,23 @@ const MAX_VALUE: u32 = 96;
 const CAPACITY: u32 = 8;
 /// Longest a single call, drain or reconnect may take before the loop calls it hung.
 const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
-/// Most operations per life (a bound, should a kill never land).
+/// Most operations per client and life (a bound, should a kill never land).
 const MAX_OPS_PER_LIFE: u64 = 100_000;
 
 fn journal_path(pool: &Path) -> PathBuf {
     pool.with_extension("journal")
 }
 
-/// Starts `remora rpc-serve` on `pool` for `t`; its second line says what start-up
-/// recovery did.
+/// Starts `remora rpc-serve` on `pool` for `t`, with a connection per client; its second
+/// line says what start-up recovery did.
 fn start_server(
     exe: &Path,
     pool: &Path,
     t: &RpcTarget,
     args: &RpcCrashArgs,
 ) -> Result<(ServerProc, String), String> {
-    let mut cmd = Command::new(exe);
-    cmd.args(["rpc-serve", "--listen", &args.server_listen, "--pool"])
+    let mut cmd = server_command(exe, &args.kill.server_prefix);
+    cmd.args(["rpc-serve", "--listen", &args.kill.server_listen, "--pool"])
         .arg(pool)
         .args(["--pool-bytes", &(4u64 << 20).to_string()])
         .args(["--config", &t.config.name()])
@@ -440,8 +452,9 @@ fn start_server(
         .args(["--capacity", &CAPACITY.to_string()])
         .args(["--objects", &OBJECTS.to_string()])
         .args(["--max-value", &MAX_VALUE.to_string()])
-        .args(["--profile", &args.profile_arg])
+        .args(["--profile", &args.kill.profile_arg])
         .args(["--processing-us", &args.processing_us.to_string()])
+        .args(["--connections", &args.clients.max(1).to_string()])
         .arg("--execution-journal")
         .arg(journal_path(pool));
     if let Some(f) = t.fault {
@@ -471,8 +484,12 @@ fn parse_recovery(line: &str) -> (u64, Option<String>) {
     (n, torn)
 }
 
-/// Reads `key`'s object from the pool file (stamp sequence number and value).
-fn object_in_pool(pool: &Path, kv: &KvLayout, key: u64) -> Result<Option<(u64, Vec<u8>)>, String> {
+/// Reads `key`'s object from the pool file (its stamp and value).
+fn object_in_pool(
+    pool: &Path,
+    kv: &KvLayout,
+    key: u64,
+) -> Result<Option<(Stamp, Vec<u8>)>, String> {
     use std::io::{Read, Seek, SeekFrom};
     let mut f = std::fs::File::open(pool).map_err(|e| format!("{}: {e}", pool.display()))?;
     let at = remora_soft::pool::HEADER_BYTES + kv.slot(key).map_err(|e| e.to_string())? - PM_BASE;
@@ -480,12 +497,39 @@ fn object_in_pool(pool: &Path, kv: &KvLayout, key: u64) -> Result<Option<(u64, V
     f.seek(SeekFrom::Start(at))
         .and_then(|_| f.read_exact(&mut slot))
         .map_err(|e| format!("{}: {e}", pool.display()))?;
-    Ok(parse_object(&slot, kv.max_value).map(|(s, v)| (s.seq, v)))
+    Ok(parse_object(&slot, kv.max_value))
 }
 
-/// What the client did, kept across server lives.
+/// The loop's `i`-th operation on connection `conn`: [`op_of`] (every fourth a Get, over
+/// all the keys, so clients overlap), a Put's value tagged with `conn` and `i` in its first
+/// 12 bytes, so a value read back names the Put that wrote it, whoever issued it.
+fn loop_op(conn: u32, i: u64) -> Op {
+    match op_of(i, OBJECTS, MAX_VALUE) {
+        Op::Put { key, value } => {
+            let mut value = value;
+            value[0..4].copy_from_slice(&conn.to_le_bytes());
+            value[4..12].copy_from_slice(&i.to_le_bytes());
+            Op::Put { key, value }
+        }
+        get => get,
+    }
+}
+
+/// The connection and key of the Put of [`loop_op`] whose value is exactly `value`, if any.
+fn put_named_by(value: &[u8]) -> Option<(u32, u64)> {
+    let conn = u32::from_le_bytes(value.get(0..4)?.try_into().ok()?);
+    let i = u64::from_le_bytes(value.get(4..12)?.try_into().ok()?);
+    match loop_op(conn, i) {
+        Op::Put { key, value: v } if v == value => Some((conn, key)),
+        _ => None,
+    }
+}
+
+/// What one client did, kept across server lives.
 #[derive(Default)]
 struct History {
+    /// Its connection id (client node id), as the server assigned it; 0 before it connected.
+    conn: u32,
     /// Every issued operation by sequence number.
     ops: BTreeMap<u64, Op>,
     /// Puts acknowledged durable.
@@ -504,6 +548,25 @@ impl History {
             _ => None,
         })
     }
+
+    /// Whether a Get (`seq`, `key`) that read `got` broke a rule: it must read the value
+    /// of this client's last Put to the key before it (FIFO: it ran first), nothing if
+    /// there was none, or, with other clients on the same keys, a Put of another client to
+    /// that key (one that ran after ours; the loop cannot tell when).
+    fn get_violation(&self, seq: u64, key: u64, got: &[u8]) -> Option<String> {
+        let want = self.last_put(key, seq).map_or(&[][..], |(_, v)| v);
+        if got == want {
+            return None;
+        }
+        match put_named_by(got) {
+            Some((c, k)) if c != self.conn && k == key => None,
+            _ => Some(format!(
+                "Get seq {seq} of key {key} read {} bytes, not the last Put's {}",
+                got.len(),
+                want.len()
+            )),
+        }
+    }
 }
 
 async fn timed<T, E: std::fmt::Display>(
@@ -516,148 +579,253 @@ async fn timed<T, E: std::fmt::Display>(
     }
 }
 
-/// After a (re)connection and drain: every issued Put was executed exactly once (the
-/// servers' execution journal), its result is known to the client, and each object in the
-/// pool holds the last issued Put to its key, stamped with its sequence number.
-fn judge(h: &History, pool: &Path, kv: &KvLayout, conn: u32) -> Result<Option<String>, String> {
-    // Executions, as the servers' journal counts them (it survives their kills).
-    let ex = remora_rpc::real::read_journal(&journal_path(pool))?;
-    for (&(c, s), &n) in ex.borrow().iter() {
-        if c != conn || !matches!(h.ops.get(&s), Some(Op::Put { .. })) {
+/// Runs every future to completion, concurrently on the current task, and returns their
+/// outputs in order.
+async fn join_all<F: std::future::Future>(fs: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    use std::task::Poll;
+    let mut fs: Vec<_> = fs.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = fs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, o) in fs.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(x) => *o = Some(x),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().map(|o| o.expect("finished")).collect()
+}
+
+/// After every client (re)connected and drained, judges the servers' execution journal
+/// and the objects in the pool against what the clients issued: every issued Put was
+/// executed exactly once (the journal holds nothing else), each connection's Puts in the
+/// order it issued them, every Put's result reached its client, and each object holds,
+/// stamp and value, the Put to its key that the journal executed last. So the executed
+/// Puts form one serial order (the journal's) and the store is its outcome; with one client
+/// that is its last issued Put to each key.
+fn judge(hs: &[History], pool: &Path, kv: &KvLayout) -> Result<Option<String>, String> {
+    // Executions, in the order the servers counted them (the journal survives their kills).
+    let journal = remora_rpc::real::read_journal_entries(&journal_path(pool))?;
+    judge_executions(hs, &journal, kv.objects, |key| {
+        object_in_pool(pool, kv, key)
+    })
+}
+
+/// [`judge`] over the journal's entries and the objects `object` reads (by key, below
+/// `objects`).
+fn judge_executions(
+    hs: &[History],
+    journal: &[(u32, u64)],
+    objects: u64,
+    object: impl Fn(u64) -> Result<Option<(Stamp, Vec<u8>)>, String>,
+) -> Result<Option<String>, String> {
+    let by_conn: BTreeMap<u32, &History> = hs.iter().map(|h| (h.conn, h)).collect();
+    let put = |c: u32, s: u64| {
+        if hs.len() == 1 {
+            format!("Put seq {s}")
+        } else {
+            format!("Put seq {s} of connection {c}")
+        }
+    };
+    let mut count: BTreeMap<(u32, u64), u32> = BTreeMap::new();
+    let mut last_of_conn: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut last_on_key: BTreeMap<u64, (u32, u64, &Vec<u8>)> = BTreeMap::new();
+    for &(c, s) in journal {
+        let Some(Op::Put { key, value }) = by_conn.get(&c).and_then(|h| h.ops.get(&s)) else {
             return Ok(Some(format!(
                 "executed ({c}, {s}), which was never issued as a Put"
             )));
+        };
+        let n = count.entry((c, s)).or_default();
+        *n += 1;
+        if *n > 1 {
+            let n = journal.iter().filter(|&&e| e == (c, s)).count();
+            return Ok(Some(format!("{} executed {n} times", put(c, s))));
         }
-        if n > 1 {
-            return Ok(Some(format!("Put seq {s} executed {n} times")));
-        }
-    }
-    for (s, op) in &h.ops {
-        if matches!(op, Op::Put { .. }) && !ex.borrow().contains_key(&(conn, *s)) {
-            return Ok(Some(format!("issued Put seq {s} never executed")));
-        }
-    }
-    for (s, op) in &h.ops {
-        if matches!(op, Op::Put { .. }) && !h.replied.contains(s) {
+        if let Some(&before) = last_of_conn.get(&c).filter(|&&b| b > s) {
             return Ok(Some(format!(
-                "the client never learned the result of Put seq {s}"
+                "{} executed after {}",
+                put(c, s),
+                put(c, before)
             )));
         }
+        last_of_conn.insert(c, s);
+        last_on_key.insert(*key, (c, s, value));
     }
-    for key in 0..kv.objects {
-        let want = h.last_put(key, u64::MAX);
-        let got = object_in_pool(pool, kv, key)?;
+    for h in hs {
+        for (s, op) in &h.ops {
+            if !matches!(op, Op::Put { .. }) {
+                continue;
+            }
+            if !count.contains_key(&(h.conn, *s)) {
+                return Ok(Some(format!("issued {} never executed", put(h.conn, *s))));
+            }
+            if !h.replied.contains(s) {
+                return Ok(Some(format!(
+                    "the client never learned the result of {}",
+                    put(h.conn, *s)
+                )));
+            }
+        }
+    }
+    for key in 0..objects {
+        let want = last_on_key.get(&key);
+        let got = object(key)?;
         match (want, &got) {
             (None, None) => {}
-            (Some((s, v)), Some((gs, gv))) if s == *gs && v == gv => {}
+            (Some(&(c, s, v)), Some((st, gv))) if st.conn == c && st.seq == s && v == gv => {}
             (want, got) => {
-                return Ok(Some(format!(
-                    "key {key} holds {:?} in the pool, expected the Put of seq {:?}",
-                    got.as_ref().map(|(s, v)| (s, v.len())),
-                    want.map(|w| w.0)
-                )))
+                let got = got.as_ref().map(|(st, v)| (st.conn, st.seq, v.len()));
+                return Ok(Some(match want {
+                    Some(&(c, s, _)) => format!(
+                        "key {key} holds {got:?} (connection, seq, bytes) in the pool, expected the {} the journal executed last",
+                        put(c, s)
+                    ),
+                    None => format!("key {key} holds {got:?} (connection, seq, bytes) in the pool, but no Put to it was executed"),
+                }));
             }
         }
     }
     Ok(None)
 }
 
-/// Runs the real loop on one target: start `remora rpc-serve`, issue Puts and Gets until a
-/// SIGKILL lands, restart on the same pool (it recovers), reconnect the same client
-/// (which learns recovered results and re-sends what was never durable), check, repeat.
+/// Issues the workload on one client until its server dies (a call fails) or the bound
+/// [`MAX_OPS_PER_LIFE`] is reached; returns what broke a rule (a Get's reply, a hung call).
+async fn issue(c: &mut RealClient, h: &mut History) -> Option<String> {
+    for _ in 0..MAX_OPS_PER_LIFE {
+        let op = loop_op(h.conn, h.next);
+        h.next += 1;
+        let seq = c.client.issued() + 1;
+        let r = tokio::time::timeout(CALL_TIMEOUT, c.client.call(op.clone())).await;
+        if c.client.issued() >= seq {
+            h.ops.insert(seq, op.clone());
+        }
+        match r {
+            Ok(Ok(done)) => match op {
+                Op::Put { .. } => {
+                    h.acked.insert(done.seq);
+                }
+                Op::Get { key } => {
+                    h.replied.insert(done.seq);
+                    let got = done.reply.map(|r| r.value).unwrap_or_default();
+                    if let Some(v) = h.get_violation(done.seq, key, &got) {
+                        return Some(v);
+                    }
+                }
+                Op::Scan { .. } => unreachable!("no Scans"),
+            },
+            Ok(Err(_)) => return None,
+            Err(_) => return Some(format!("a call hung for {CALL_TIMEOUT:?}")),
+        }
+    }
+    None
+}
+
+/// Runs the real loop on one target: start `remora rpc-serve` with a connection per
+/// client, (re)connect every client (a reconnecting one learns recovered results and
+/// re-sends what was never durable) and drain it, judge, then let all clients issue Puts
+/// and Gets over the same keys at once until a SIGKILL lands; restart on the same pool
+/// (it recovers every log), repeat.
 pub fn rpc_real_crash(
     target: &RpcTarget,
     args: &RpcCrashArgs,
     exe: &Path,
     index: u64,
 ) -> Result<RpcCrashReport, String> {
-    let pool = args.dir.join(format!("rpc-pool-{index}.pm"));
+    let k = &args.kill;
+    let pool = k.dir.join(format!("rpc-pool-{index}.pm"));
     let _ = std::fs::remove_file(&pool);
     let _ = std::fs::remove_file(journal_path(&pool));
-    let mut rng = Prng::from_seed(args.seed ^ index.wrapping_mul(0x9e37_79b9));
+    let mut rng = Prng::from_seed(k.seed ^ index.wrapping_mul(0x9e37_79b9));
+    let clients = args.clients.max(1);
     let mut report = RpcCrashReport {
         name: target.name.clone(),
         wrong: target.wrong(),
+        clients,
         kills: 0,
         acked: 0,
         reexecuted: 0,
         violations: 0,
         example: None,
     };
+    // Which client a verdict is about, when there are several.
+    let who = |h: &History| {
+        if clients == 1 {
+            String::new()
+        } else {
+            format!("connection {}: ", h.conn)
+        }
+    };
     let rt = crate::killloop::runtime()?;
     let local = tokio::task::LocalSet::new();
-    let mut h = History::default();
-    let mut client: Option<RealClient> = None;
-    for life in 0..=args.kills {
+    let mut hs: Vec<History> = (0..clients).map(|_| History::default()).collect();
+    let mut conns: Vec<Option<RealClient>> = (0..clients).map(|_| None).collect();
+    for life in 0..=k.kills {
         let (mut server, recovery) = start_server(exe, &pool, target, args)?;
         let (reexecuted, torn) = parse_recovery(&recovery);
         report.reexecuted += reexecuted;
         let verdict = local.block_on(&rt, async {
             if let Some(t) = torn {
-                return Ok((Some(format!("life {life}: recovery found a committed entry over torn data: {t}")), false));
+                return Ok((
+                    Some(format!(
+                        "life {life}: recovery found a committed entry over torn data: {t}"
+                    )),
+                    false,
+                ));
             }
-            let c = match client.as_mut() {
-                None => {
-                    let settings = ClientSettings {
-                        design: Some(target.design),
-                        ..ClientSettings::default()
-                    };
-                    let c = timed("connect", RealClient::connect(&server.addr, &args.profile, &settings)).await?;
-                    client.insert(c)
-                }
-                Some(c) => {
-                    if let Err(e) = timed("reconnect", c.reconnect(&server.addr)).await {
-                        return Ok((Some(format!("life {life}: {e}")), false));
+            // (Re)connect and drain the clients one after the other.
+            for (slot, h) in conns.iter_mut().zip(hs.iter_mut()) {
+                let c = match slot {
+                    None => {
+                        let settings = ClientSettings {
+                            design: Some(target.design),
+                            ..ClientSettings::default()
+                        };
+                        let c = timed(
+                            "connect",
+                            RealClient::connect(&server.addr, &k.profile, &settings),
+                        )
+                        .await?;
+                        h.conn = c.hello.opts.conn;
+                        slot.insert(c)
                     }
-                    c
+                    Some(c) => {
+                        if let Err(e) = timed("reconnect", c.reconnect(&server.addr)).await {
+                            return Ok((Some(format!("life {life}: {}{e}", who(h))), false));
+                        }
+                        c
+                    }
+                };
+                match timed("drain", c.client.drain()).await {
+                    Ok(r) => h.replied.extend(r.iter().map(|r| r.seq)),
+                    Err(e) => return Ok((Some(format!("life {life}: {}{e}", who(h))), false)),
                 }
-            };
-            match timed("drain", c.client.drain()).await {
-                Ok(r) => h.replied.extend(r.iter().map(|r| r.seq)),
-                Err(e) => return Ok((Some(format!("life {life}: {e}")), false)),
             }
-            if let Some(v) = judge(&h, &pool, &c.hello.kv_layout(), c.hello.opts.conn)? {
+            let kv = conns[0].as_ref().expect("connected").hello.kv_layout();
+            if let Some(v) = judge(&hs, &pool, &kv)? {
                 return Ok((Some(format!("life {life}: {v}")), false));
             }
-            if life == args.kills {
+            if life == k.kills {
                 return Ok((None, false));
             }
-            // Issue until the server dies; the kill lands at a random moment.
-            let killer = server.kill_after(life_ms(&mut rng, args.max_life_ms));
-            let mut verdict = None;
-            for _ in 0..MAX_OPS_PER_LIFE {
-                let op = op_of(h.next, OBJECTS, MAX_VALUE);
-                h.next += 1;
-                let seq = c.client.issued() + 1;
-                let r = tokio::time::timeout(CALL_TIMEOUT, c.client.call(op.clone())).await;
-                if c.client.issued() >= seq {
-                    h.ops.insert(seq, op.clone());
-                }
-                match r {
-                    Ok(Ok(done)) => match op {
-                        Op::Put { .. } => {
-                            h.acked.insert(done.seq);
-                        }
-                        Op::Get { key } => {
-                            h.replied.insert(done.seq);
-                            let want = h.last_put(key, done.seq).map(|(_, v)| v.clone()).unwrap_or_default();
-                            let got = done.reply.map(|r| r.value).unwrap_or_default();
-                            if got != want {
-                                verdict = Some(format!("life {life}: Get seq {} of key {key} read {} bytes, not the last Put's {}", done.seq, got.len(), want.len()));
-                                break;
-                            }
-                        }
-                        Op::Scan { .. } => unreachable!("no Scans"),
-                    },
-                    Ok(Err(_)) => break,
-                    Err(_) => {
-                        verdict = Some(format!("life {life}: a call hung for {CALL_TIMEOUT:?}"));
-                        break;
-                    }
-                }
-            }
+            // Every client issues until the server dies; the kill lands at a random moment.
+            let killer = server.kill_after(life_ms(&mut rng, k.max_life_ms));
+            let verdicts = join_all(conns.iter_mut().zip(hs.iter_mut()).map(|(c, h)| async {
+                let v = issue(c.as_mut().expect("connected"), h).await;
+                v.map(|v| format!("life {life}: {}{v}", who(h)))
+            }))
+            .await;
             let killed = killer.join();
-            Ok::<_, String>((verdict, killed))
+            Ok::<_, String>((verdicts.into_iter().flatten().next(), killed))
         })?;
         let (verdict, killed) = verdict;
         drop(server);
@@ -667,11 +835,11 @@ pub fn rpc_real_crash(
         if let Some(v) = verdict {
             report.violations += 1;
             report.example.get_or_insert(v);
-            // The history no longer says what the server must hold.
+            // The histories no longer say what the server must hold.
             break;
         }
     }
-    report.acked = h.acked.len() as u64;
+    report.acked = hs.iter().map(|h| h.acked.len() as u64).sum();
     let _ = std::fs::remove_file(&pool);
     let _ = std::fs::remove_file(journal_path(&pool));
     Ok(report)
@@ -699,12 +867,18 @@ pub fn rpc_crash_table(rs: &[RpcCrashReport]) -> String {
             killloop::result_cell(r.wrong, r.violations, r.example.as_deref()),
         ]
     });
+    let clients = rs.iter().map(|r| r.clients).max().unwrap_or(1);
     let summary = format!(
-        "{} targets, {} SIGKILLs, {} acknowledged Puts checked, {} requests re-executed from redo logs",
+        "{} targets, {} SIGKILLs, {} acknowledged Puts checked, {} requests re-executed from redo logs{}",
         rs.len(),
         rs.iter().map(|r| r.kills).sum::<u64>(),
         rs.iter().map(|r| r.acked).sum::<u64>(),
-        rs.iter().map(|r| r.reexecuted).sum::<u64>()
+        rs.iter().map(|r| r.reexecuted).sum::<u64>(),
+        if clients > 1 {
+            format!(" ({clients} clients at once per server, on the same keys)")
+        } else {
+            String::new()
+        }
     );
     killloop::table(&header, rows, &summary)
 }
@@ -713,6 +887,111 @@ pub fn rpc_crash_table(rs: &[RpcCrashReport]) -> String {
 mod tests {
     use super::*;
 
+    /// A client on `conn` that issued the loop's first `n` operations, every one answered.
+    fn client(conn: u32, n: u64) -> History {
+        let mut h = History {
+            conn,
+            next: n,
+            ..History::default()
+        };
+        for i in 0..n {
+            h.ops.insert(i + 1, loop_op(conn, i));
+            h.replied.insert(i + 1);
+        }
+        h
+    }
+
+    fn value(h: &History, seq: u64) -> Vec<u8> {
+        match &h.ops[&seq] {
+            Op::Put { value, .. } => value.clone(),
+            op => panic!("seq {seq} is {op:?}"),
+        }
+    }
+
+    #[test]
+    fn values_name_their_put_and_gets_must_read_a_put_that_can_be_last() {
+        // Operation 0 is a Put to key 0, 3 a Get of key 3, 4 a Put to key 0 again.
+        let (a, b) = (client(1, 6), client(2, 6));
+        assert_eq!(put_named_by(&value(&a, 1)), Some((1, 0)));
+        assert_eq!(put_named_by(&value(&b, 5)), Some((2, 0)));
+        assert_eq!(put_named_by(b"not a tagged value"), None);
+        assert!(matches!(a.ops[&4], Op::Get { key: 3 }));
+        // A Get of key 0 after a's Puts 1 and 5: a's last, or another client's Put to key 0.
+        assert_eq!(a.get_violation(6, 0, &value(&a, 5)), None);
+        assert_eq!(a.get_violation(6, 0, &value(&b, 1)), None);
+        // Not a's earlier Put, nor nothing, nor another client's Put to another key.
+        assert!(a.get_violation(6, 0, &value(&a, 1)).is_some());
+        assert!(a.get_violation(6, 0, &[]).is_some());
+        assert!(a.get_violation(6, 0, &value(&b, 2)).is_some());
+        // Before any Put of its own to key 3, nothing is right too.
+        assert_eq!(a.get_violation(4, 3, &[]), None);
+    }
+
+    #[test]
+    fn the_judge_wants_each_put_once_in_order_and_the_last_one_per_key_in_the_store() {
+        // Two clients' first two operations: Puts to keys 0 and 1 (seqs 1 and 2).
+        let hs = [client(1, 2), client(2, 2)];
+        let store = |journal: &[(u32, u64)]| {
+            let mut objects = BTreeMap::new();
+            for &(c, s) in journal {
+                let h = &hs[c as usize - 1];
+                if let Op::Put { key, value } = &h.ops[&s] {
+                    objects.insert(*key, (Stamp { conn: c, seq: s }, value.clone()));
+                }
+            }
+            objects
+        };
+        let judge = |journal: &[(u32, u64)], objects: &BTreeMap<u64, (Stamp, Vec<u8>)>| {
+            judge_executions(&hs, journal, OBJECTS, |k| Ok(objects.get(&k).cloned())).unwrap()
+        };
+        // One serial order and its outcome.
+        let serial = [(1, 1), (2, 1), (2, 2), (1, 2)];
+        assert_eq!(judge(&serial, &store(&serial)), None);
+        // The store must be the outcome of the journal's order, not of another.
+        let other = [(2, 1), (1, 1), (2, 2), (1, 2)];
+        let v = judge(&serial, &store(&other)).unwrap();
+        assert!(
+            v.contains("key 0 holds Some((1, 1, ") && v.contains("Put seq 1 of connection 2"),
+            "{v}"
+        );
+        // A Put run twice, even where its second run leaves the right object.
+        let twice = [(1, 1), (2, 1), (1, 1), (2, 2), (1, 2)];
+        let v = judge(&twice, &store(&serial)).unwrap();
+        assert_eq!(v, "Put seq 1 of connection 1 executed 2 times");
+        // A connection's Puts out of order, one never run, one not issued.
+        let v = judge(&[(1, 2), (1, 1), (2, 1), (2, 2)], &store(&serial)).unwrap();
+        assert!(
+            v.contains("Put seq 1 of connection 1 executed after Put seq 2"),
+            "{v}"
+        );
+        let v = judge(&serial[..3], &store(&serial[..3])).unwrap();
+        assert_eq!(v, "issued Put seq 2 of connection 1 never executed");
+        let v = judge(&[(1, 1), (3, 1)], &store(&[(1, 1)])).unwrap();
+        assert!(v.contains("executed (3, 1), which was never issued"), "{v}");
+        // A result the client never learned.
+        let mut late = client(1, 2);
+        late.replied.remove(&2);
+        let one = [(1, 1), (1, 2)];
+        let objects: BTreeMap<u64, (Stamp, Vec<u8>)> = [0, 1]
+            .map(|k| {
+                (
+                    k,
+                    (
+                        Stamp {
+                            conn: 1,
+                            seq: k + 1,
+                        },
+                        value(&late, k + 1),
+                    ),
+                )
+            })
+            .into();
+        let v = judge_executions(&[late], &one, OBJECTS, |k| Ok(objects.get(&k).cloned()))
+            .unwrap()
+            .unwrap();
+        assert_eq!(v, "the client never learned the result of Put seq 2");
+    }
+
     #[test]
     fn names_parse_and_bad_ones_are_refused() {
         assert_eq!(parse_durable("wflush-rpc"), Ok(Design::WFlushRpc));
@@ -720,7 +999,7 @@ mod tests {
         assert!(parse_durable("nope")
             .unwrap_err()
             .contains("unknown RPC design"));
-        for t in rpc_targets(true) {
+        for t in rpc_targets(true, 2) {
             if let Some(f) = t.fault {
                 assert_eq!(parse_fault(fault_name(f)), Ok(f));
             }

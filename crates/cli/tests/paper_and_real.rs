@@ -195,6 +195,21 @@ fn real_sigkill_loop_loses_no_acknowledged_append() {
 }
 
 #[test]
+fn real_loops_refuse_a_selection_that_matches_no_target() {
+    // A typo in --only must fail, not pass with an empty table; both loops share the rule.
+    for cmd in [&["crashcheck", "--real"][..], &["rpc-crashcheck"][..]] {
+        let out = remora(&[cmd, &["--only", "NOMATCH", "--kills", "1"]].concat());
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{cmd:?}: {}", text(&out.stdout));
+        assert!(
+            err.contains("no target matches --targets all --only \"NOMATCH\""),
+            "{cmd:?}: {err}"
+        );
+        assert!(!text(&out.stdout).contains("| target |"), "{cmd:?}");
+    }
+}
+
+#[test]
 fn real_sigkill_loop_catches_the_negative_controls() {
     // Their windows are nanoseconds with the default profile; the slow-data-path profile
     // stretches them past a loopback round trip. Each stops at its first catch.

@@ -72,6 +72,9 @@ pub enum Fault {
     OperatorBeforeData,
     /// Recovery re-executes logged entries without the kv store's idempotency stamp.
     IgnoreStampOnRecovery,
+    /// A server's connections update their shared store without the [`StoreLock`] (only
+    /// a server of several connections, `remora_rpc::real`, has one to leave out).
+    UnlockedStore,
 }
 
 /// Everything both sides of a durable-RPC connection agree on.
@@ -387,6 +390,8 @@ pub struct DurableServer<V: Verbs + Clone + 'static> {
     rcq: CqId,
     processed: u64,
     processed_before: u64,
+    /// Entries [`settle`](Self::settle) advanced the watermark over.
+    settled: u64,
     recovered: Vec<Reply>,
     stats: Rc<Cell<ServerStats>>,
     workers: Option<WorkerPool>,
@@ -489,6 +494,7 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             rcq,
             processed,
             processed_before: processed,
+            settled: 0,
             recovered: Vec::new(),
             stats: Rc::new(Cell::new(ServerStats::default())),
             workers: None,
@@ -548,6 +554,51 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
         }
     }
 
+    /// The first step of recovering connections that share a store, run on every one of
+    /// them before [`recover`](Self::recover) runs on any: if the entry after the
+    /// watermark is a Put whose object already carries its stamp, the Put was executed and
+    /// only its watermark is missing, so the watermark advances over it (and the execution
+    /// is counted, should the crash have cut that short) without executing it again. Under
+    /// the [`StoreLock`] that Put was the last store update before the crash; were another
+    /// connection's recovery to run first, it could overwrite the object with a later
+    /// logged Put of its own, and this connection's recovery would then find the stamp gone
+    /// and execute the Put a second time, over the later one. Returns true if it settled
+    /// an entry; its reply goes to the reconnecting client and [`recover`](Self::recover)
+    /// counts it as re-executed.
+    pub async fn settle(&mut self) -> Result<bool, RpcError> {
+        if self.opts.fault == Some(Fault::IgnoreStampOnRecovery) {
+            return Ok(false);
+        }
+        let seq = self.processed + 1;
+        let frames = self.plan.frame_commits();
+        let EntryState::Committed(r) =
+            read_entry_with(&self.v, &self.layout, self.opts.conn, seq, frames)
+        else {
+            return Ok(false);
+        };
+        let Op::Put { key, .. } = &r.op else {
+            return Ok(false);
+        };
+        let lock = self.store_lock.clone();
+        let guard = lock_store(&lock).await;
+        // Under the lock, nothing changes the object between this look and the apply, which
+        // then skips the Put (and counts it if it was not counted).
+        match self.kv.read(*key) {
+            Ok(Some((st, _))) if st.conn == self.opts.conn && st.seq == seq => {}
+            _ => return Ok(false),
+        }
+        let reply = self
+            .kv
+            .apply(self.opts.conn, seq, &r.op)
+            .await
+            .unwrap_or(Reply { seq, value: vec![] });
+        self.advance_watermark(seq).await;
+        drop(guard);
+        self.recovered.push(reply);
+        self.settled += 1;
+        Ok(true)
+    }
+
     /// Executes, in order, every committed entry past the processed watermark (seed 003
     /// §4.2: "the RPC can be re-executed with the operation log, without re-sending the
     /// data from the client"), keeps their replies for the reconnecting client, and
@@ -555,7 +606,8 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
     /// [`serve`](Self::serve).
     pub async fn recover(&mut self) -> Result<RecoveryReport, RpcError> {
         let mut report = RecoveryReport {
-            processed_before: self.processed,
+            processed_before: self.processed_before,
+            reexecuted: self.settled,
             ..RecoveryReport::default()
         };
         let frames = self.plan.frame_commits();

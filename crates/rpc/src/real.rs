@@ -19,9 +19,10 @@
 //! redo log of its own (the log is per connection, §4.2): connection `k` (0-based) is
 //! client node `k + 1`, whose requests carry connection id `k + 1`. At start-up the server
 //! allocates, at fixed PM addresses, every connection's log and then the one object store,
-//! formats a fresh pool, and runs [`DurableServer::recover`] on every log: committed but
-//! unprocessed entries are executed before anyone connects, and their replies go to the
-//! next client of that connection. When a connection closes, its server tasks stop; the
+//! formats a fresh pool, runs [`DurableServer::settle`] on every log, then
+//! [`DurableServer::recover`] on every log: committed but unprocessed entries are
+//! executed before anyone connects, and their replies go to the next client of that
+//! connection. When a connection closes, its server tasks stop; the
 //! next client of that connection (a reconnecting one claims it; a new one takes the first
 //! free connection) gets a new [`DurableServer`] over the same PM (recovering anything the
 //! old one logged but did not process).
@@ -30,7 +31,9 @@
 //! last connection that wrote it. So a Put's object and its connection's watermark become
 //! durable under one [`StoreLock`] shared by the connections: no other connection can
 //! overwrite the object before the watermark covers the Put, and recovery never re-runs
-//! a Put over another connection's later one.
+//! a Put over another connection's later one. A crash then leaves at most one Put between
+//! its object and its watermark; start-up settles it ([`DurableServer::settle`]) before
+//! any log re-executes a Put, so another log's recovery cannot overwrite its object first.
 //!
 //! **Client** ([`RealClient`]). [`RealClient::connect`] opens a connection; after the
 //! server died and restarted, [`RealClient::reconnect`] gives the same [`DurableClient`] a
@@ -89,7 +92,7 @@ const CLAIM_MAGIC: &[u8; 4] = b"RDRC";
 /// | 20..24 | largest Scan count |
 /// | 24..32 | objects in the store |
 /// | 32..40 | emulated SFlush's address lookup, ns |
-/// | 40 | negative control: 0 none, 1..4 ([`Fault`] in declaration order) |
+/// | 40 | negative control: 0 none, 1..5 ([`Fault`] in declaration order) |
 /// | 41..46 | server configuration (`ServerConfig::to_bytes`) |
 /// | 46..48 | reserved (0) |
 /// | 48..56 | log base address |
@@ -150,11 +153,12 @@ const DESIGNS: [Design; 4] = [
     Design::SRFlushRpc,
     Design::WRFlushRpc,
 ];
-const FAULTS: [Fault; 4] = [
+const FAULTS: [Fault; 5] = [
     Fault::AckOnWriteCompletion,
     Fault::SkipResponderCpuFlush,
     Fault::OperatorBeforeData,
     Fault::IgnoreStampOnRecovery,
+    Fault::UnlockedStore,
 ];
 
 impl DurableHello {
@@ -499,30 +503,42 @@ pub struct RealServeOptions {
     pub journal: Option<PathBuf>,
 }
 
-/// Reads an execution journal into counts per (connection, sequence number). A missing
-/// file is empty; a line that does not parse is an error (a torn line cannot happen: each
-/// is one `write`).
-pub fn read_journal(path: &std::path::Path) -> Result<crate::kv::ExecutionLog, String> {
-    let log = crate::kv::ExecutionLog::default();
+/// Reads an execution journal in order: one (connection, sequence number) per counted
+/// execution, in the order the server counted them (the file is only appended to, across
+/// the server's lives, and the server is single-threaded, so with the [`StoreLock`] this is
+/// the order the store saw the Puts). A missing file is empty; a line that does not parse
+/// is an error (a torn line cannot happen: each is one `write`).
+pub fn read_journal_entries(path: &std::path::Path) -> Result<Vec<(u32, u64)>, String> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(log),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(format!("journal {}: {e}", path.display())),
     };
+    let mut entries = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let mut f = line.split(' ');
         let parsed = match (f.next(), f.next(), f.next()) {
             (Some(c), Some(s), None) => c.parse::<u32>().ok().zip(s.parse::<u64>().ok()),
             _ => None,
         };
-        let Some((c, s)) = parsed else {
+        let Some(e) = parsed else {
             return Err(format!(
                 "journal {} line {}: {line:?}",
                 path.display(),
                 i + 1
             ));
         };
-        *log.borrow_mut().entry((c, s)).or_default() += 1;
+        entries.push(e);
+    }
+    Ok(entries)
+}
+
+/// Reads an execution journal into counts per (connection, sequence number) (see
+/// [`read_journal_entries`]).
+pub fn read_journal(path: &std::path::Path) -> Result<crate::kv::ExecutionLog, String> {
+    let log = crate::kv::ExecutionLog::default();
+    for e in read_journal_entries(path)? {
+        *log.borrow_mut().entry(e).or_default() += 1;
     }
     Ok(log)
 }
@@ -617,7 +633,10 @@ impl ServerState {
         if let Some((_, hook)) = &self.journal {
             s.set_execution_hook(hook.clone());
         }
-        s.set_store_lock(self.store_lock.clone());
+        // The negative control leaves the connections' store updates unserialised.
+        if opts.fault != Some(Fault::UnlockedStore) {
+            s.set_store_lock(self.store_lock.clone());
+        }
         Ok(s)
     }
 
@@ -734,12 +753,21 @@ pub async fn serve_durable(
     });
     // Every connection's log is recovered before anyone connects: a client that never
     // comes back still has its acknowledged requests executed.
-    let mut logs = Vec::new();
+    let mut servers = Vec::new();
     for k in 0..connections as usize {
-        let mut server = state.build(k)?;
+        let server = state.build(k)?;
         // A fresh log's header and watermark are durable before anyone connects.
         node.persist_local(server.conn_info().layout.base, 128)
             .await;
+        servers.push(server);
+    }
+    // The Put the crash caught between its object and its watermark (one at most, under
+    // the store lock) is settled before any log re-executes a Put over its object.
+    for server in &mut servers {
+        server.settle().await?;
+    }
+    let mut logs = Vec::new();
+    for (k, mut server) in servers.into_iter().enumerate() {
         let recovery = server.recover().await?;
         logs.push((server.conn_info(), recovery));
         state.slots.borrow_mut()[k].ready = Some(server);
@@ -814,7 +842,10 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
             // The slot's previous connection's tasks are gone; recover whatever it logged
             // but did not process, over the same PM.
             None => match st.build(k) {
-                Ok(mut s) => s.recover().await.map(|_| s),
+                Ok(mut s) => match s.settle().await {
+                    Ok(_) => s.recover().await.map(|_| s),
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             },
         };
