@@ -1626,10 +1626,10 @@ impl<V: Verbs> DurableClient<V> {
             .keys()
             .find(|&&s| s > info.processed && !self.unacked.contains_key(&s))
         {
-            return Err(RpcError::Connection(format!(
-                "the recovered server processed up to {} but seq {lost} was acknowledged durable",
-                info.processed
-            )));
+            return Err(RpcError::LostDurable {
+                processed: info.processed,
+                seq: lost,
+            });
         }
         self.processed_known = self.processed_known.max(info.processed.min(issued));
         // Processed before the crash, reply lost: a Put's reply carries nothing; a read's
