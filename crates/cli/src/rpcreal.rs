@@ -13,8 +13,10 @@ use remora_model::time::Duration;
 use remora_model::ServerConfig;
 use remora_rpc::durable::{ConnInfo, DurableOptions, Fault, RecoveryReport};
 use remora_rpc::kv::{parse_object, KvLayout, Stamp};
-use remora_rpc::real::{serve_durable, ClientSettings, RealClient, RealServeOptions};
-use remora_rpc::{Design, FlushForm, Op, RpcClient};
+use remora_rpc::real::{
+    serve_durable, ClientSettings, RealClient, RealConnectError, RealServeOptions,
+};
+use remora_rpc::{Design, FlushForm, Op, RpcClient, RpcError};
 use remora_sim::crashcheck;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -395,6 +397,47 @@ pub struct RpcCrashArgs {
     pub clients: u32,
 }
 
+/// What kind of finding ended a target's loop. Every kind but [`Finding::Failure`] is a
+/// verdict on the server's data (a rule of exactly-once durable execution broke); a
+/// failure only says the loop could not go on, so it fails a correct design but does not
+/// count as catching a negative control.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Finding {
+    /// A Put acknowledged as durable was gone after recovery (the reconnecting client's
+    /// resume found the server's log short of it), or an issued Put was never executed.
+    LostPut,
+    /// Recovery found a committed redo-log entry over torn data.
+    TornEntry,
+    /// A Put was executed twice, out of its connection's order, or without being issued.
+    WrongExecution,
+    /// An object in the pool is not, stamp and value, the Put to its key that ran last.
+    WrongObject,
+    /// A Get read another value than the last Put to its key.
+    StaleGet,
+    /// A client never learned the result of one of its Puts.
+    LostResult,
+    /// No verdict: a connection failed or a call hung, so the loop stopped.
+    Failure,
+}
+
+impl Finding {
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Finding::LostPut => "lost acknowledged Put",
+            Finding::TornEntry => "torn entry",
+            Finding::WrongExecution => "wrong execution",
+            Finding::WrongObject => "wrong object",
+            Finding::StaleGet => "stale Get",
+            Finding::LostResult => "lost result",
+            Finding::Failure => "failure (no verdict)",
+        }
+    }
+}
+
+/// A finding and what it is about.
+type Found = (Finding, String);
+
 /// What the real loop found for one target.
 #[derive(Clone, Debug)]
 pub struct RpcCrashReport {
@@ -410,16 +453,39 @@ pub struct RpcCrashReport {
     pub acked: u64,
     /// Committed entries recovery re-executed, over all restarts.
     pub reexecuted: u64,
-    /// Lives after which a rule broke.
+    /// Lives after which a rule broke, or the loop failed.
     pub violations: u64,
+    /// The kind of the first violation.
+    pub finding: Option<Finding>,
     /// The first violation.
     pub example: Option<String>,
 }
 
 impl RpcCrashReport {
-    /// Correct designs break no rule; negative controls must be caught.
+    /// Correct designs break no rule and never fail; negative controls must be caught by
+    /// a verdict on the data, not by a failed connection or a hung call.
     pub fn passed(&self) -> bool {
-        crashcheck::passed(self.wrong, self.violations)
+        match self.finding {
+            Some(Finding::Failure) => false,
+            _ => crashcheck::passed(self.wrong, self.violations),
+        }
+    }
+
+    /// The `result` cell: `pass`, `caught: <kind>: <first violation>`, `**FAIL**
+    /// <kind>: <first violation>`, or `**not caught**` (with the failure that stopped
+    /// the loop, if one did).
+    pub fn result_cell(&self) -> String {
+        let example = self
+            .finding
+            .zip(self.example.as_deref())
+            .map(|(f, e)| format!("{}: {e}", f.name()));
+        match (self.wrong, self.finding) {
+            (true, Some(Finding::Failure)) => format!(
+                "**not caught** (the loop stopped: {})",
+                example.unwrap_or_default()
+            ),
+            _ => killloop::result_cell(self.wrong, self.violations, example.as_deref()),
+        }
     }
 }
 
@@ -612,7 +678,7 @@ async fn join_all<F: std::future::Future>(fs: impl IntoIterator<Item = F>) -> Ve
 /// stamp and value, the Put to its key that the journal executed last. So the executed
 /// Puts form one serial order (the journal's) and the store is its outcome; with one client
 /// that is its last issued Put to each key.
-fn judge(hs: &[History], pool: &Path, kv: &KvLayout) -> Result<Option<String>, String> {
+fn judge(hs: &[History], pool: &Path, kv: &KvLayout) -> Result<Option<Found>, String> {
     // Executions, in the order the servers counted them (the journal survives their kills).
     let journal = remora_rpc::real::read_journal_entries(&journal_path(pool))?;
     judge_executions(hs, &journal, kv.objects, |key| {
@@ -627,7 +693,7 @@ fn judge_executions(
     journal: &[(u32, u64)],
     objects: u64,
     object: impl Fn(u64) -> Result<Option<(Stamp, Vec<u8>)>, String>,
-) -> Result<Option<String>, String> {
+) -> Result<Option<Found>, String> {
     let by_conn: BTreeMap<u32, &History> = hs.iter().map(|h| (h.conn, h)).collect();
     let put = |c: u32, s: u64| {
         if hs.len() == 1 {
@@ -641,21 +707,24 @@ fn judge_executions(
     let mut last_on_key: BTreeMap<u64, (u32, u64, &Vec<u8>)> = BTreeMap::new();
     for &(c, s) in journal {
         let Some(Op::Put { key, value }) = by_conn.get(&c).and_then(|h| h.ops.get(&s)) else {
-            return Ok(Some(format!(
-                "executed ({c}, {s}), which was never issued as a Put"
+            return Ok(Some((
+                Finding::WrongExecution,
+                format!("executed ({c}, {s}), which was never issued as a Put"),
             )));
         };
         let n = count.entry((c, s)).or_default();
         *n += 1;
         if *n > 1 {
             let n = journal.iter().filter(|&&e| e == (c, s)).count();
-            return Ok(Some(format!("{} executed {n} times", put(c, s))));
+            return Ok(Some((
+                Finding::WrongExecution,
+                format!("{} executed {n} times", put(c, s)),
+            )));
         }
         if let Some(&before) = last_of_conn.get(&c).filter(|&&b| b > s) {
-            return Ok(Some(format!(
-                "{} executed after {}",
-                put(c, s),
-                put(c, before)
+            return Ok(Some((
+                Finding::WrongExecution,
+                format!("{} executed after {}", put(c, s), put(c, before)),
             )));
         }
         last_of_conn.insert(c, s);
@@ -667,12 +736,15 @@ fn judge_executions(
                 continue;
             }
             if !count.contains_key(&(h.conn, *s)) {
-                return Ok(Some(format!("issued {} never executed", put(h.conn, *s))));
+                return Ok(Some((
+                    Finding::LostPut,
+                    format!("issued {} never executed", put(h.conn, *s)),
+                )));
             }
             if !h.replied.contains(s) {
-                return Ok(Some(format!(
-                    "the client never learned the result of {}",
-                    put(h.conn, *s)
+                return Ok(Some((
+                    Finding::LostResult,
+                    format!("the client never learned the result of {}", put(h.conn, *s)),
                 )));
             }
         }
@@ -685,13 +757,13 @@ fn judge_executions(
             (Some(&(c, s, v)), Some((st, gv))) if st.conn == c && st.seq == s && v == gv => {}
             (want, got) => {
                 let got = got.as_ref().map(|(st, v)| (st.conn, st.seq, v.len()));
-                return Ok(Some(match want {
+                return Ok(Some((Finding::WrongObject, match want {
                     Some(&(c, s, _)) => format!(
                         "key {key} holds {got:?} (connection, seq, bytes) in the pool, expected the {} the journal executed last",
                         put(c, s)
                     ),
                     None => format!("key {key} holds {got:?} (connection, seq, bytes) in the pool, but no Put to it was executed"),
-                }));
+                })));
             }
         }
     }
@@ -699,8 +771,9 @@ fn judge_executions(
 }
 
 /// Issues the workload on one client until its server dies (a call fails) or the bound
-/// [`MAX_OPS_PER_LIFE`] is reached; returns what broke a rule (a Get's reply, a hung call).
-async fn issue(c: &mut RealClient, h: &mut History) -> Option<String> {
+/// [`MAX_OPS_PER_LIFE`] is reached; returns what broke a rule (a Get's reply) or a hung
+/// call.
+async fn issue(c: &mut RealClient, h: &mut History) -> Option<Found> {
     for _ in 0..MAX_OPS_PER_LIFE {
         let op = loop_op(h.conn, h.next);
         h.next += 1;
@@ -718,13 +791,18 @@ async fn issue(c: &mut RealClient, h: &mut History) -> Option<String> {
                     h.replied.insert(done.seq);
                     let got = done.reply.map(|r| r.value).unwrap_or_default();
                     if let Some(v) = h.get_violation(done.seq, key, &got) {
-                        return Some(v);
+                        return Some((Finding::StaleGet, v));
                     }
                 }
                 Op::Scan { .. } => unreachable!("no Scans"),
             },
             Ok(Err(_)) => return None,
-            Err(_) => return Some(format!("a call hung for {CALL_TIMEOUT:?}")),
+            Err(_) => {
+                return Some((
+                    Finding::Failure,
+                    format!("a call hung for {CALL_TIMEOUT:?}"),
+                ))
+            }
         }
     }
     None
@@ -755,6 +833,7 @@ pub fn rpc_real_crash(
         acked: 0,
         reexecuted: 0,
         violations: 0,
+        finding: None,
         example: None,
     };
     // Which client a verdict is about, when there are several.
@@ -776,8 +855,11 @@ pub fn rpc_real_crash(
         let verdict = local.block_on(&rt, async {
             if let Some(t) = torn {
                 return Ok((
-                    Some(format!(
-                        "life {life}: recovery found a committed entry over torn data: {t}"
+                    Some((
+                        Finding::TornEntry,
+                        format!(
+                            "life {life}: recovery found a committed entry over torn data: {t}"
+                        ),
                     )),
                     false,
                 ));
@@ -799,20 +881,39 @@ pub fn rpc_real_crash(
                         slot.insert(c)
                     }
                     Some(c) => {
-                        if let Err(e) = timed("reconnect", c.reconnect(&server.addr)).await {
-                            return Ok((Some(format!("life {life}: {}{e}", who(h))), false));
+                        match tokio::time::timeout(CALL_TIMEOUT, c.reconnect(&server.addr)).await {
+                            Ok(Ok(())) => {}
+                            // The recovered server lacks a Put it acknowledged: a verdict.
+                            Ok(Err(RealConnectError::Rpc(e @ RpcError::LostDurable { .. }))) => {
+                                let v = format!("life {life}: {}reconnect: {e}", who(h));
+                                return Ok((Some((Finding::LostPut, v)), false));
+                            }
+                            Ok(Err(e)) => {
+                                let v = format!("life {life}: {}reconnect: {e}", who(h));
+                                return Ok((Some((Finding::Failure, v)), false));
+                            }
+                            Err(_) => {
+                                let v = format!(
+                                    "life {life}: {}reconnect hung for {CALL_TIMEOUT:?}",
+                                    who(h)
+                                );
+                                return Ok((Some((Finding::Failure, v)), false));
+                            }
                         }
                         c
                     }
                 };
                 match timed("drain", c.client.drain()).await {
                     Ok(r) => h.replied.extend(r.iter().map(|r| r.seq)),
-                    Err(e) => return Ok((Some(format!("life {life}: {}{e}", who(h))), false)),
+                    Err(e) => {
+                        let v = format!("life {life}: {}{e}", who(h));
+                        return Ok((Some((Finding::Failure, v)), false));
+                    }
                 }
             }
             let kv = conns[0].as_ref().expect("connected").hello.kv_layout();
-            if let Some(v) = judge(&hs, &pool, &kv)? {
-                return Ok((Some(format!("life {life}: {v}")), false));
+            if let Some((f, v)) = judge(&hs, &pool, &kv)? {
+                return Ok((Some((f, format!("life {life}: {v}"))), false));
             }
             if life == k.kills {
                 return Ok((None, false));
@@ -821,7 +922,7 @@ pub fn rpc_real_crash(
             let killer = server.kill_after(life_ms(&mut rng, k.max_life_ms));
             let verdicts = join_all(conns.iter_mut().zip(hs.iter_mut()).map(|(c, h)| async {
                 let v = issue(c.as_mut().expect("connected"), h).await;
-                v.map(|v| format!("life {life}: {}{v}", who(h)))
+                v.map(|(f, v)| (f, format!("life {life}: {}{v}", who(h))))
             }))
             .await;
             let killed = killer.join();
@@ -832,8 +933,9 @@ pub fn rpc_real_crash(
         if killed {
             report.kills += 1;
         }
-        if let Some(v) = verdict {
+        if let Some((f, v)) = verdict {
             report.violations += 1;
+            report.finding.get_or_insert(f);
             report.example.get_or_insert(v);
             // The histories no longer say what the server must hold.
             break;
@@ -864,7 +966,7 @@ pub fn rpc_crash_table(rs: &[RpcCrashReport]) -> String {
             r.acked.to_string(),
             r.reexecuted.to_string(),
             r.violations.to_string(),
-            killloop::result_cell(r.wrong, r.violations, r.example.as_deref()),
+            r.result_cell(),
         ]
     });
     let clients = rs.iter().map(|r| r.clients).max().unwrap_or(1);
@@ -949,7 +1051,8 @@ mod tests {
         assert_eq!(judge(&serial, &store(&serial)), None);
         // The store must be the outcome of the journal's order, not of another.
         let other = [(2, 1), (1, 1), (2, 2), (1, 2)];
-        let v = judge(&serial, &store(&other)).unwrap();
+        let (f, v) = judge(&serial, &store(&other)).unwrap();
+        assert_eq!(f, Finding::WrongObject);
         assert!(
             v.contains("key 0 holds Some((1, 1, ") && v.contains("Put seq 1 of connection 2"),
             "{v}"
@@ -957,16 +1060,30 @@ mod tests {
         // A Put run twice, even where its second run leaves the right object.
         let twice = [(1, 1), (2, 1), (1, 1), (2, 2), (1, 2)];
         let v = judge(&twice, &store(&serial)).unwrap();
-        assert_eq!(v, "Put seq 1 of connection 1 executed 2 times");
+        assert_eq!(
+            v,
+            (
+                Finding::WrongExecution,
+                "Put seq 1 of connection 1 executed 2 times".into()
+            )
+        );
         // A connection's Puts out of order, one never run, one not issued.
-        let v = judge(&[(1, 2), (1, 1), (2, 1), (2, 2)], &store(&serial)).unwrap();
+        let (f, v) = judge(&[(1, 2), (1, 1), (2, 1), (2, 2)], &store(&serial)).unwrap();
+        assert_eq!(f, Finding::WrongExecution);
         assert!(
             v.contains("Put seq 1 of connection 1 executed after Put seq 2"),
             "{v}"
         );
         let v = judge(&serial[..3], &store(&serial[..3])).unwrap();
-        assert_eq!(v, "issued Put seq 2 of connection 1 never executed");
-        let v = judge(&[(1, 1), (3, 1)], &store(&[(1, 1)])).unwrap();
+        assert_eq!(
+            v,
+            (
+                Finding::LostPut,
+                "issued Put seq 2 of connection 1 never executed".into()
+            )
+        );
+        let (f, v) = judge(&[(1, 1), (3, 1)], &store(&[(1, 1)])).unwrap();
+        assert_eq!(f, Finding::WrongExecution);
         assert!(v.contains("executed (3, 1), which was never issued"), "{v}");
         // A result the client never learned.
         let mut late = client(1, 2);
@@ -989,7 +1106,44 @@ mod tests {
         let v = judge_executions(&[late], &one, OBJECTS, |k| Ok(objects.get(&k).cloned()))
             .unwrap()
             .unwrap();
-        assert_eq!(v, "the client never learned the result of Put seq 2");
+        assert_eq!(
+            v,
+            (
+                Finding::LostResult,
+                "the client never learned the result of Put seq 2".into()
+            )
+        );
+    }
+
+    #[test]
+    fn a_failure_fails_a_correct_design_and_catches_no_negative_control() {
+        let report = |wrong, finding: Option<Finding>| RpcCrashReport {
+            name: "t".into(),
+            wrong,
+            clients: 1,
+            kills: 3,
+            acked: 3,
+            reexecuted: 0,
+            violations: finding.is_some() as u64,
+            finding,
+            example: finding.map(|_| "life 2: what happened".into()),
+        };
+        let fail = Some(Finding::Failure);
+        let lost = Some(Finding::LostPut);
+        assert!(report(false, None).passed());
+        assert!(!report(false, fail).passed() && !report(false, lost).passed());
+        assert!(!report(true, None).passed() && !report(true, fail).passed());
+        assert!(report(true, lost).passed());
+        assert_eq!(
+            report(true, lost).result_cell(),
+            "caught: lost acknowledged Put: life 2: what happened"
+        );
+        assert!(report(true, fail)
+            .result_cell()
+            .starts_with("**not caught** (the loop stopped: failure (no verdict): life 2"));
+        assert!(report(false, fail)
+            .result_cell()
+            .starts_with("**FAIL** failure (no verdict): life 2"));
     }
 
     #[test]

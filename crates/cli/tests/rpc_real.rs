@@ -222,11 +222,29 @@ fn real_sigkill_loop_loses_no_acknowledged_put() {
     assert!(out.contains("12 targets, 36 SIGKILLs"), "{out}");
 }
 
+/// The result cell of the report row of the target whose name contains `/{fault}/`.
+fn result_of<'a>(out: &'a str, fault: &str) -> &'a str {
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("| ") && l.contains(&format!("/{fault}/")))
+        .unwrap_or_else(|| panic!("no row for {fault}:\n{out}"));
+    row.trim_end()
+        .trim_end_matches('|')
+        .rsplit('|')
+        .next()
+        .unwrap()
+        .trim()
+}
+
 #[test]
 fn real_sigkill_loop_catches_the_negative_controls() {
     // Their windows close before a loopback round trip with the default profile; the
     // slow-data-path profile and a processing backlog stretch them. Each stops at its
-    // first catch (usually within a few dozen kills).
+    // first catch (usually within a few dozen kills). A catch must be a verdict on the
+    // data, of the kind the control's fault causes: a failed reconnect or a hung call
+    // is no catch (the report says "**not caught** (the loop stopped: ...)" and the run
+    // fails), and a durability control caught by, say, a Put executed twice would be
+    // caught for the wrong reason.
     let (ok, out, err) = remora(
         &[
             "rpc-crashcheck",
@@ -243,6 +261,25 @@ fn real_sigkill_loop_catches_the_negative_controls() {
     );
     assert!(ok, "{out}\n{err}");
     assert_eq!(out.matches("caught:").count(), 4, "{out}");
+    // Without its Flush (or its responder's CPU flush under DDIO) an acknowledged Put's
+    // log entry is lost: the recovered log stops short of it, or its operator survives
+    // over the old frame (torn).
+    for fault in ["ack-on-write-completion", "skip-responder-cpu-flush"] {
+        let r = result_of(&out, fault);
+        assert!(
+            r.starts_with("caught: lost acknowledged Put: ")
+                || r.starts_with("caught: torn entry: ")
+                || r.starts_with("caught: wrong object: "),
+            "{fault}: {r}"
+        );
+    }
+    let r = result_of(&out, "operator-before-data");
+    assert!(r.starts_with("caught: torn entry: "), "{r}");
+    let r = result_of(&out, "ignore-stamp-on-recovery");
+    assert!(
+        r.starts_with("caught: wrong execution: ") && r.ends_with(" times"),
+        "{r}"
+    );
 }
 
 #[test]

@@ -84,10 +84,21 @@ pub enum RpcError {
     /// A reply or log record failed validation.
     #[error("malformed {0}")]
     Malformed(String),
-    /// The connection failed: an error completion (peer down, retries exhausted), or a
-    /// recovered server that lost a request it had acknowledged as durable.
+    /// The connection failed: an error completion (peer down, retries exhausted).
     #[error("connection failed: {0}")]
     Connection(String),
+    /// A recovered server lost a request it had acknowledged as durable: its log was
+    /// processed up to `processed`, short of `seq`, which the client holds as durable. A
+    /// verdict on the server's persistence, not on the connection.
+    #[error(
+        "the recovered server processed up to {processed} but seq {seq} was acknowledged durable"
+    )]
+    LostDurable {
+        /// How far the recovered server's log was processed.
+        processed: u64,
+        /// The first request acknowledged durable beyond that.
+        seq: u64,
+    },
     /// The server did not answer in time.
     #[error("timed out after {0}")]
     Timeout(Duration),

@@ -323,19 +323,6 @@ async fn lock_store(lock: &Option<Rc<StoreLock>>) -> Option<StoreGuard<'_>> {
     }
 }
 
-/// Runs both futures until either finishes and returns its output (the other is
-/// dropped): the server's two threads, each of which returns only when it must stop.
-async fn first_of<T>(a: impl Future<Output = T>, b: impl Future<Output = T>) -> T {
-    let (mut a, mut b) = (pin!(a), pin!(b));
-    poll_fn(|cx| {
-        if let Poll::Ready(x) = a.as_mut().poll(cx) {
-            return Poll::Ready(x);
-        }
-        b.as_mut().poll(cx)
-    })
-    .await
-}
-
 fn wc_error(wc: &WorkCompletion) -> RpcError {
     RpcError::Connection(format!(
         "{:?} work request {} completed with {}",
@@ -676,8 +663,12 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
     /// Posts receives and runs the dispatcher and processor threads until the connection
     /// fails, and returns why (an error completion on the queue pair, a verb refused).
     /// First sends the replies of entries recovery executed. When either thread stops,
-    /// the other is stopped too: entries already logged but not processed stay in the
-    /// redo log, where [`recover`](Self::recover) executes them on the next start.
+    /// the other is stopped too, but only after a Put inside its store critical section
+    /// (object written, watermark not yet durable) has finished it: so a connection torn
+    /// down mid-Put never frees the [`StoreLock`] between the two. Entries already logged
+    /// but not processed stay in the redo log, where [`recover`](Self::recover) executes
+    /// them on the next start (or reconnection). Dropping the returned future is a crash,
+    /// not a teardown.
     pub async fn serve(self) -> RpcError {
         let core = Rc::new(Core {
             v: self.v.clone(),
@@ -696,6 +687,8 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             kv: Cell::new(None),
             store_lock: self.store_lock.clone(),
             work_log: self.work_log.clone(),
+            stopping: Cell::new(false),
+            in_store: Cell::new(false),
         });
         if let Err(e) = core.post_initial_receives() {
             return e.into();
@@ -711,7 +704,35 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             .workers
             .unwrap_or_else(|| WorkerPool::new(self.opts.costs.workers));
         let p = core.clone();
-        first_of(core.dispatch(rcq), async move { p.process(pool).await }).await
+        let mut dispatch = pin!(core.clone().dispatch(rcq));
+        let mut process = pin!(async move { p.process(pool).await });
+        let (why, process_done) = poll_fn(|cx| {
+            if let Poll::Ready(x) = dispatch.as_mut().poll(cx) {
+                return Poll::Ready((x, false));
+            }
+            process.as_mut().poll(cx).map(|x| (x, true))
+        })
+        .await;
+        // Teardown waits for a Put inside its store critical section: dropped between its
+        // object and its watermark, it would free the store lock with the Put executed but
+        // not recorded; another connection could then overwrite the object, and recovering
+        // this log would find the stamp gone and run the Put again over the later one.
+        // Entries not yet in the store stay in the log for recovery.
+        core.stopping.set(true);
+        if !process_done {
+            poll_fn(|cx| {
+                if !core.in_store.get() {
+                    return Poll::Ready(());
+                }
+                match process.as_mut().poll(cx) {
+                    Poll::Ready(_) => Poll::Ready(()),
+                    Poll::Pending if core.in_store.get() => Poll::Pending,
+                    Poll::Pending => Poll::Ready(()),
+                }
+            })
+            .await;
+        }
+        why
     }
 }
 
@@ -778,6 +799,27 @@ struct Core<V: Verbs> {
     store_lock: Option<Rc<StoreLock>>,
     /// Records CPU work per request (Figure 20's breakdown), if set.
     work_log: Option<WorkLog>,
+    /// The connection is being torn down: no execution enters the store any more.
+    stopping: Cell<bool>,
+    /// An execution is between taking the store lock and releasing it (its object may be
+    /// written, its watermark not yet durable): teardown waits for it.
+    in_store: Cell<bool>,
+}
+
+/// Marks [`Core::in_store`] while alive.
+struct InStore<'a>(&'a Cell<bool>);
+
+impl<'a> InStore<'a> {
+    fn enter(c: &'a Cell<bool>) -> Self {
+        c.set(true);
+        InStore(c)
+    }
+}
+
+impl Drop for InStore<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
 }
 
 impl<V: Verbs> Core<V> {
@@ -1006,6 +1048,11 @@ impl<V: Verbs> Core<V> {
             self.turn.wait(seen).await;
         }
         let guard = lock_store(&self.store_lock).await;
+        if self.stopping.get() {
+            // Torn down while this entry waited: it stays in the log for recovery.
+            return Err(RpcError::Connection("the connection is closing".into()));
+        }
+        let in_store = InStore::enter(&self.in_store);
         let start = self.v.now();
         let mut kv = self
             .kv
@@ -1032,6 +1079,7 @@ impl<V: Verbs> Core<V> {
             log.record(self.opts.conn, seq, start, self.v.now());
         }
         drop(guard);
+        drop(in_store);
         self.processed.set(seq);
         self.bump(|s| s.processed += 1);
         self.turn.notify();
@@ -1626,10 +1674,10 @@ impl<V: Verbs> DurableClient<V> {
             .keys()
             .find(|&&s| s > info.processed && !self.unacked.contains_key(&s))
         {
-            return Err(RpcError::Connection(format!(
-                "the recovered server processed up to {} but seq {lost} was acknowledged durable",
-                info.processed
-            )));
+            return Err(RpcError::LostDurable {
+                processed: info.processed,
+                seq: lost,
+            });
         }
         self.processed_known = self.processed_known.max(info.processed.min(issued));
         // Processed before the crash, reply lost: a Put's reply carries nothing; a read's

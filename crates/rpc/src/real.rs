@@ -805,7 +805,16 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
     let io = |e: std::io::Error| e.to_string();
     // The slot this handshake took, so a failure frees that one and no other.
     let taken: Cell<Option<usize>> = Cell::new(None);
-    let hs = async {
+    let failed = |e: String| {
+        if let Some(k) = taken.get() {
+            st.release(k);
+        }
+        Err(e)
+    };
+    // The handshake's socket steps have a time limit; recovering the slot's log between
+    // them has none: dropped mid-Put, it would free the store lock between the Put's
+    // object and its watermark (see `DurableServer::serve`).
+    let claimed = async {
         if !remora_soft::server::cm_hello(&mut stream)
             .await
             .map_err(io)?
@@ -836,26 +845,35 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
             });
         };
         taken.set(Some(k));
-        let ready = st.slots.borrow_mut()[k].ready.take();
-        let server = match ready {
-            Some(s) => Ok(s),
-            // The slot's previous connection's tasks are gone; recover whatever it logged
-            // but did not process, over the same PM.
-            None => match st.build(k) {
-                Ok(mut s) => match s.settle().await {
-                    Ok(_) => s.recover().await.map(|_| s),
-                    Err(e) => Err(e),
-                },
+        Ok(Some(k))
+    };
+    let k = match tokio::time::timeout(HANDSHAKE_TIMEOUT, claimed).await {
+        Ok(Ok(Some(k))) => k,
+        Ok(Ok(None)) => return Ok(()),
+        Ok(Err(e)) => return failed(e),
+        Err(_) => return failed("handshake timed out".into()),
+    };
+    let ready = st.slots.borrow_mut()[k].ready.take();
+    let server = match ready {
+        Some(s) => Ok(s),
+        // The slot's previous connection's threads have stopped; recover whatever it
+        // logged but did not process, over the same PM.
+        None => match st.build(k) {
+            Ok(mut s) => match s.settle().await {
+                Ok(_) => s.recover().await.map(|_| s),
                 Err(e) => Err(e),
             },
-        };
-        let server = match server {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = remora_soft::server::cm_refuse(&mut stream, RefuseCode::Resources).await;
-                return Err(format!("cannot set up the connection: {e}"));
-            }
-        };
+            Err(e) => Err(e),
+        },
+    };
+    let server = match server {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = remora_soft::server::cm_refuse(&mut stream, RefuseCode::Resources).await;
+            return failed(format!("cannot set up the connection: {e}"));
+        }
+    };
+    let accepted = async {
         let client = slot_node(k);
         remora_soft::server::cm_assign(&mut stream, client, st.config)
             .await
@@ -875,53 +893,65 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
         {
             return Err("client broke off the handshake".into());
         }
-        Ok(Some((k, server)))
+        Ok(())
     };
-    let failed = |e: String| {
-        if let Some(k) = taken.get() {
-            st.release(k);
-        }
-        Err(e)
-    };
-    let (k, server) = match tokio::time::timeout(HANDSHAKE_TIMEOUT, hs).await {
-        Ok(Ok(Some(s))) => s,
-        Ok(Ok(None)) => return Ok(()),
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, accepted).await {
+        Ok(Ok(())) => {}
         Ok(Err(e)) => return failed(e),
         Err(_) => return failed("handshake timed out".into()),
-    };
+    }
     let qp = server.qp();
-    let task: Rc<RefCell<Option<tokio::task::AbortHandle>>> = Rc::default();
+    // The slot frees once the connection's TCP connection closed and its threads stopped,
+    // whichever comes last: a reconnecting client then recovers a log no thread of the
+    // old connection still writes, and the old connection's close cannot free a slot a
+    // new connection already holds.
+    let pending = Rc::new(Cell::new(2u8));
+    let done = {
+        let st = st.clone();
+        move |pending: &Cell<u8>| {
+            pending.set(pending.get() - 1);
+            if pending.get() == 0 {
+                st.release(k);
+            }
+        }
+    };
     let (read, write) = stream.into_split();
     {
-        let (task, st) = (task.clone(), st.clone());
+        let (pending, done) = (pending.clone(), done.clone());
         st.pinned
             .node
             .clone()
             .attach(slot_node(k), read, write, move |n| {
-                // The client went away: fail its QP and stop this connection's threads.
+                // The client went away: fail its QP, which stops this connection's
+                // threads. They are not aborted: a Put between its object and its
+                // watermark finishes both under the store lock first (`serve`), or
+                // another connection could overwrite the object and this log's recovery
+                // would run the Put again over the later one.
                 let _ = n.with(|r, now| r.destroy_qp(now, qp));
-                if let Some(t) = task.borrow_mut().take() {
-                    t.abort();
-                }
-                st.release(k);
+                done(&pending);
             });
     }
     let h = tokio::task::spawn_local(server.serve());
-    *task.borrow_mut() = Some(h.abort_handle());
     // A bug in the protocol code must not leave a server that accepts requests and never
     // processes them: a panic of the connection's threads ends the process.
     tokio::task::spawn_local(async move {
         match h.await {
-            // The queue pair failed while the TCP connection stayed open: say why; the
-            // client sees errors and closes, which releases the connection.
-            Ok(why) => eprintln!("durable-RPC connection stopped serving: {why}"),
+            Ok(why) => {
+                // Its QP failed. Said only while the TCP connection is open (the client
+                // sees errors and closes, which frees the slot); after a close it is the
+                // expected end.
+                if pending.get() == 2 {
+                    eprintln!("durable-RPC connection stopped serving: {why}");
+                }
+            }
             Err(e) if e.is_panic() => {
                 eprintln!("durable-RPC server: the connection's threads panicked; exiting");
                 std::process::exit(101);
             }
-            // Aborted when the client's TCP connection closed.
+            // Cancelled: the runtime is shutting down.
             Err(_) => {}
         }
+        done(&pending);
     });
     Ok(())
 }

@@ -5,6 +5,14 @@
 //! Put runs twice; recovering the logs one after the other without that first step
 //! re-runs such a Put over the other connection's later one, which the sweep must find
 //! (so it is known to reach the window).
+//!
+//! And a client that goes away mid-Put: its connection is torn down (its queue pair
+//! fails, as when its TCP connection closes) at every poll of that connection's server,
+//! the other connection keeps Putting the key, and the server restarts and recovers. The
+//! teardown must let a Put that wrote its object finish its watermark under the lock:
+//! dropping the connection's tasks there (as the soft server's `abort` did) frees the lock
+//! with the Put executed but not recorded, the other connection overwrites the object, and
+//! recovery runs the Put again over the later one.
 
 use remora_model::profile::LatencyProfile;
 use remora_rpc::durable::{DurableClient, DurableOptions, DurableServer, StoreLock};
@@ -12,7 +20,11 @@ use remora_rpc::kv::{ExecutionLog, KvStore};
 use remora_rpc::{Design, Op, RpcClient};
 use remora_sim::{CrashAt, FaultPlan, NodeHandle, Sim};
 use remora_verbs::Verbs;
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 
 /// Puts per client.
 const PUTS: u64 = 6;
@@ -138,5 +150,151 @@ fn settling_every_log_first_executes_no_shared_key_put_twice_at_any_crash_point(
     assert!(
         caught_without > 0,
         "no crash point of {events} needed settling"
+    );
+}
+
+/// How a connection is torn down when its client goes away.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Teardown {
+    /// Fail its queue pair and let `serve` return (what `rpc-serve` does).
+    Wait,
+    /// Fail its queue pair and drop `serve` at once (an aborted task).
+    Abort,
+}
+
+/// A connection's `serve`, torn down before its `at`-th poll; counts its polls.
+struct Disconnect {
+    serve: Option<Pin<Box<dyn Future<Output = ()>>>>,
+    node: NodeHandle,
+    qp: remora_verbs::QpNum,
+    at: u64,
+    how: Teardown,
+    polls: Rc<Cell<u64>>,
+}
+
+impl Future for Disconnect {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let polls = self.polls.get();
+        if polls == self.at {
+            self.node.destroy_qp(self.qp).unwrap();
+            if self.how == Teardown::Abort {
+                self.serve = None;
+                return Poll::Ready(());
+            }
+        }
+        self.polls.set(polls + 1);
+        match self.serve.as_mut() {
+            Some(f) => f.as_mut().poll(cx),
+            None => Poll::Ready(()),
+        }
+    }
+}
+
+/// Both clients Put key 0 while connection 1 is torn down before its server's `at`-th
+/// poll; then the server restarts and settles and recovers both logs. Returns how often
+/// connection 1's server was polled and what broke (as [`run`]).
+fn run_disconnect(at: u64, how: Teardown) -> (u64, Option<String>) {
+    let sim = Sim::new(3, LatencyProfile::default_profile());
+    let server = sim.add_node("server", "DMP+noDDIO+PM-RQWRB".parse().unwrap());
+    let exec = ExecutionLog::default();
+    let lock = Rc::new(StoreLock::default());
+    let live = servers(&server, &exec, &lock);
+    let kv = live[0].kv_layout();
+    for s in &live {
+        let (n, base) = (server.clone(), s.conn_info().layout.base);
+        sim.block_on(remora_model::time::Instant::NEVER, async move {
+            n.persist_local(base, 128).await;
+        })
+        .unwrap();
+    }
+    let polls = Rc::new(Cell::new(0));
+    for (i, s) in live.into_iter().enumerate() {
+        let conn = i as u32 + 1;
+        let node = sim.add_node(&format!("client{conn}"), server.config());
+        let mut c = DurableClient::create(node.clone(), &opts(conn)).unwrap();
+        sim.connect((&node, c.qp()), (&server, s.qp())).unwrap();
+        c.attach(s.conn_info()).unwrap();
+        if conn == 1 {
+            let qp = s.qp();
+            let serve = Box::pin(async move {
+                let _why = s.serve().await;
+            });
+            sim.spawn_on(
+                &server,
+                Disconnect {
+                    serve: Some(serve),
+                    node: server.clone(),
+                    qp,
+                    at,
+                    how,
+                    polls: polls.clone(),
+                },
+            );
+        } else {
+            sim.spawn_on(&server, async move {
+                let _why = s.serve().await;
+            });
+        }
+        sim.spawn_on(&node, async move {
+            for j in 0..PUTS {
+                let value = vec![conn as u8; 8 + j as usize];
+                if c.call(Op::Put { key: 0, value }).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    sim.run();
+    // The server restarts (a reconnecting client's connection recovers its log the same
+    // way, `rpc-serve`'s `handle`): settle every log, then recover every log.
+    sim.crash_now(server.id());
+    sim.restart(server.id());
+    let mut again = servers(&server, &exec, &lock);
+    sim.block_on(remora_model::time::Instant::NEVER, async move {
+        for s in &mut again {
+            s.settle().await.unwrap();
+        }
+        for s in &mut again {
+            s.recover().await.unwrap();
+        }
+    })
+    .expect("recovery finished");
+    let counts = exec.borrow().clone();
+    if let Some(((c, s), n)) = counts.iter().find(|(_, &n)| n > 1) {
+        let v = format!("Put seq {s} of connection {c} executed {n} times");
+        return (polls.get(), Some(v));
+    }
+    let object = KvStore::new(server.clone(), kv).read(0).unwrap();
+    if let Some((st, _)) = object {
+        if !counts.contains_key(&(st.conn, st.seq)) {
+            return (
+                polls.get(),
+                Some(format!("key 0 holds {st:?}, never executed")),
+            );
+        }
+    }
+    (polls.get(), None)
+}
+
+#[test]
+fn a_client_going_away_mid_put_never_gets_its_put_run_twice() {
+    let (polls, v) = run_disconnect(u64::MAX, Teardown::Wait);
+    assert_eq!(v, None);
+    assert!(polls > 20, "{polls} polls");
+    let mut caught_aborting = 0;
+    for at in 0..polls {
+        let (_, v) = run_disconnect(at, Teardown::Wait);
+        assert_eq!(v, None, "torn down before poll {at}");
+        if run_disconnect(at, Teardown::Abort).1.is_some() {
+            caught_aborting += 1;
+        }
+    }
+    eprintln!("{polls} teardown points; {caught_aborting} break recovery when the teardown aborts");
+    // The sweep reaches the window: dropping the connection's tasks mid-Put lets the other
+    // connection overwrite the object before the Put's watermark, and recovery runs it again.
+    assert!(
+        caught_aborting > 0,
+        "no teardown point of {polls} fell inside a Put"
     );
 }

@@ -667,6 +667,14 @@ impl NodeHandle {
         r
     }
 
+    /// Moves queue pair `qp` to the error state, as a connection manager does when the
+    /// peer's connection goes away (the soft RNIC, when a client's TCP connection closes):
+    /// its outstanding requests and posted receives complete with `WrFlushErr`, and the
+    /// tasks waiting on them wake.
+    pub fn destroy_qp(&self, qp: QpNum) -> Result<(), VerbsError> {
+        self.with(|r, now| r.destroy_qp(now, qp))
+    }
+
     /// Waits until this node's threads have the CPU (at once unless a background load
     /// holds it, [`Sim::set_cpu_load`]).
     fn cpu_ready(&self) -> Sleep {

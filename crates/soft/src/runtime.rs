@@ -414,7 +414,14 @@ impl RtNode {
                         _ = sleep.as_mut() => self.inner.st.borrow_mut().armed = None,
                     }
                 }
-                None => kicked.await,
+                None => {
+                    // Only a kick wakes the driver now: the timer is not watched, so it is
+                    // not armed. A stale `armed` (the timer expired while a kick won the
+                    // select) would let the reader skip the kick for a new, later deadline
+                    // (`after_receive`), and the packet waiting for it would never leave.
+                    self.inner.st.borrow_mut().armed = None;
+                    kicked.await
+                }
             }
         }
     }

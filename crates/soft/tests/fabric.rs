@@ -18,8 +18,8 @@ struct Side {
 }
 
 impl Side {
-    fn new(id: NodeId, config: &str) -> Side {
-        let profile = real_time_profile(&LatencyProfile::default_profile());
+    fn new(id: NodeId, config: &str, profile: &LatencyProfile) -> Side {
+        let profile = real_time_profile(profile);
         let rnic = Rnic::new(
             id,
             config.parse().unwrap(),
@@ -79,11 +79,16 @@ impl Side {
 
 /// A server (node 0) and a client (node 1) over one loopback TCP connection.
 async fn pair(config: &str) -> (Side, Side) {
+    pair_with(config, &LatencyProfile::default_profile()).await
+}
+
+/// [`pair`] with another latency profile.
+async fn pair_with(config: &str, profile: &LatencyProfile) -> (Side, Side) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (a, b) = tokio::join!(listener.accept(), tokio::net::TcpStream::connect(addr));
     let (a, b) = (a.unwrap().0, b.unwrap());
-    let (server, client) = (Side::new(0, config), Side::new(1, config));
+    let (server, client) = (Side::new(0, config, profile), Side::new(1, config, profile));
     let (r, w) = a.into_split();
     server.node.attach(1, r, w, |_| {});
     let (r, w) = b.into_split();
@@ -274,5 +279,81 @@ fn uc_and_ud_over_tcp() {
         let note = next_completion(&c.node, c.rcq).await;
         assert_eq!((note.imm, note.src), (Some(0xAB), Some((0, sud))));
         assert_eq!(s.durable(buf.addr, 4096), data);
+    });
+}
+
+/// A driver that parked with no deadline must be woken by the next packet whose handling
+/// leaves work for later. Under `slow-data-path` a READ behind a WRITE waits for the
+/// WRITE's visibility (a 250 µs PCIe crossing, past the runtime's 200 µs jump horizon),
+/// so nothing leaves at once and only the driver's timer sends the READ's response. The
+/// driver used to remember a timer it had stopped waiting for (a kick and an expired
+/// timer at once: the kick won, the step found nothing left, the driver parked on kicks
+/// alone), so the reader, seeing an "armed" timer earlier than the new deadline, did not
+/// wake it: the response never left and the requester failed with `RetryExcErr` after
+/// its ACK time-out (the durable RPCs' first request after a reconnect, whose server had
+/// just been busy recovering).
+#[test]
+fn a_parked_driver_wakes_for_a_deferred_response() {
+    run(async {
+        let slow = LatencyProfile::builtin("slow-data-path").unwrap();
+        let (s, c) = pair_with("DMP+noDDIO+PM-RQWRB", &slow).await;
+        let (sqp, cqp) = (s.qp(QpType::Rc), c.qp(QpType::Rc));
+        s.node.connect(sqp, 1, cqp).unwrap();
+        c.node.connect(cqp, 0, sqp).unwrap();
+        let r = Remote {
+            addr: s.pm.addr,
+            rkey: s.pm.rkey,
+        };
+        let write = |id| {
+            SendWr::new(
+                id,
+                Opcode::Write,
+                Payload::inline(vec![id as u8; 64]),
+                Some(r),
+            )
+        };
+        // A WRITE whose data path keeps the server's driver waiting on a timer (visibility
+        // and WPQ entry come long after its ACK).
+        c.node.post_send(cqp, write(1)).unwrap();
+        assert_eq!(
+            next_completion(&c.node, c.scq).await.status,
+            WcStatus::Success
+        );
+        for _ in 0..16 {
+            tokio::task::yield_now().await;
+        }
+        // The thread is busy (as a server recovering at start-up) past every deadline of
+        // that WRITE; then a local call kicks the driver, which finds the kick and its
+        // expired timer at once, does what is due and parks with nothing left.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        s.node.with(|_, _| ());
+        for _ in 0..16 {
+            tokio::task::yield_now().await;
+        }
+        // A WRITE and a READ behind it: the READ's response leaves only once the WRITE is
+        // visible, a deadline the server's driver must wake for.
+        c.node.post_send(cqp, write(2).signaled(false)).unwrap();
+        let read = SendWr::new(3, Opcode::Read, Payload::Sge(c.dram_sge(0, 64)), Some(r));
+        c.node.post_send(cqp, read).unwrap();
+        // Well inside the 2 s ACK time-out: the response takes about a millisecond.
+        let done = tokio::time::timeout(std::time::Duration::from_millis(500), async {
+            loop {
+                let wc = next_completion(&c.node, c.scq).await;
+                if wc.wr_id == 3 {
+                    return wc;
+                }
+            }
+        })
+        .await
+        .expect("the READ's response never left the server");
+        assert_eq!(done.status, WcStatus::Success);
+        assert_eq!(
+            c.node.with(|r, now| {
+                let mut b = vec![0; 64];
+                r.cpu_load(now, Space::Dram, c.dram.addr, &mut b);
+                b
+            }),
+            vec![2; 64]
+        );
     });
 }
