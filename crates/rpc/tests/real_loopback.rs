@@ -17,12 +17,20 @@ const DESIGNS: [Design; 4] = [
     Design::WRFlushRpc,
 ];
 
-fn pool_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("remora-rpc-real-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    let _ = std::fs::remove_file(&p);
-    p
+/// A directory for one test's pool files, removed with them when the test ends.
+struct TestDir(tempfile::TempDir);
+
+impl TestDir {
+    fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("remora-rpc-real-test-")
+            .tempdir();
+        TestDir(dir.expect("temporary directory"))
+    }
+
+    fn pool(&self, name: &str) -> PathBuf {
+        self.0.path().join(name)
+    }
 }
 
 fn options(design: Design) -> DurableOptions {
@@ -139,10 +147,11 @@ async fn workload(c: &mut RealClient, first: u64, n: u64) -> Vec<u64> {
 
 #[test]
 fn every_durable_design_runs_over_tcp_on_dmp_with_and_without_ddio() {
+    let dir = TestDir::new();
     for config in ["DMP+noDDIO+PM-RQWRB", "DMP+DDIO+PM-RQWRB"] {
         for design in DESIGNS {
             let name = format!("{design}-{config}");
-            let s = start("127.0.0.1:0", config, pool_path(&name), options(design)).unwrap();
+            let s = start("127.0.0.1:0", config, dir.pool(&name), options(design)).unwrap();
             assert!(s.created);
             assert_eq!(s.recovery.reexecuted, 0);
             let addr = s.addr.to_string();
@@ -168,10 +177,11 @@ fn every_durable_design_runs_over_tcp_on_dmp_with_and_without_ddio() {
 
 #[test]
 fn a_second_client_continues_on_the_same_log_and_store() {
+    let dir = TestDir::new();
     let s = start(
         "127.0.0.1:0",
         "DMP+noDDIO+PM-RQWRB",
-        pool_path("second"),
+        dir.pool("second"),
         options(Design::WFlushRpc),
     )
     .unwrap();
@@ -202,6 +212,7 @@ fn a_second_client_continues_on_the_same_log_and_store() {
 
 #[test]
 fn ipv6_loopback_works_too() {
+    let dir = TestDir::new();
     if std::net::TcpListener::bind("[::1]:0").is_err() {
         eprintln!("skipped: no IPv6 loopback here");
         return;
@@ -209,7 +220,7 @@ fn ipv6_loopback_works_too() {
     let s = start(
         "[::1]:0",
         "DMP+DDIO+PM-RQWRB",
-        pool_path("ipv6"),
+        dir.pool("ipv6"),
         options(Design::SRFlushRpc),
     )
     .unwrap();
@@ -228,8 +239,9 @@ fn ipv6_loopback_works_too() {
 
 #[test]
 fn bad_input_gets_a_clear_error() {
+    let dir = TestDir::new();
     // A file that is not a pool is refused and left alone.
-    let foreign = pool_path("foreign");
+    let foreign = dir.pool("foreign");
     std::fs::write(&foreign, vec![b'x'; 8192]).unwrap();
     let e = start(
         "127.0.0.1:0",
@@ -244,13 +256,13 @@ fn bad_input_gets_a_clear_error() {
     let e = start(
         "127.0.0.1:0",
         "DMP+noDDIO+PM-RQWRB",
-        pool_path("baseline"),
+        dir.pool("baseline"),
         options(Design::DaRpc),
     )
     .unwrap_err();
     assert!(e.contains("not a durable RPC design"), "{e}");
     // A pool whose log was laid out for other options.
-    let pool = pool_path("other-layout");
+    let pool = dir.pool("other-layout");
     let s = start(
         "127.0.0.1:0",
         "DMP+noDDIO+PM-RQWRB",
@@ -285,10 +297,11 @@ fn bad_input_gets_a_clear_error() {
 
 #[test]
 fn clients_get_a_connection_and_a_log_each_and_a_full_server_refuses() {
+    let dir = TestDir::new();
     let s = start_n(
         "127.0.0.1:0",
         "DMP+noDDIO+PM-RQWRB",
-        pool_path("multi"),
+        dir.pool("multi"),
         options(Design::WFlushRpc),
         2,
     )

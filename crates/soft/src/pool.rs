@@ -324,17 +324,18 @@ impl PmMedia for Pool {
 mod tests {
     use super::*;
 
-    fn tmp(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("remora-pool-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join(name);
-        let _ = std::fs::remove_file(&p);
-        p
+    /// A test's own directory, removed with its files when the test ends.
+    fn tmp_dir() -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix("remora-pool-test-")
+            .tempdir()
+            .expect("temporary directory")
     }
 
     #[test]
     fn data_survives_reopening() {
-        let p = tmp("reopen");
+        let dir = tmp_dir();
+        let p = dir.path().join("reopen");
         {
             let mut pool = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
             assert!(pool.created());
@@ -371,6 +372,8 @@ mod tests {
 
     #[test]
     fn wrong_damaged_or_small_files_are_refused_and_left_alone() {
+        let dir = tmp_dir();
+        let tmp = |name: &str| dir.path().join(name);
         let p = tmp("foreign");
         std::fs::write(&p, vec![b'x'; 8192]).unwrap();
         assert!(matches!(

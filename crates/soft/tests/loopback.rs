@@ -8,12 +8,20 @@ use remora_soft::server::{serve, ServeOptions};
 use std::path::PathBuf;
 use std::sync::mpsc;
 
-fn pool_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("remora-soft-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    let _ = std::fs::remove_file(&p);
-    p
+/// A directory for one test's pool files, removed with them when the test ends.
+struct TestDir(tempfile::TempDir);
+
+impl TestDir {
+    fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("remora-soft-test-")
+            .tempdir();
+        TestDir(dir.expect("temporary directory"))
+    }
+
+    fn pool(&self, name: &str) -> PathBuf {
+        self.0.path().join(name)
+    }
 }
 
 /// Starts a server on a thread of its own; returns its address.
@@ -62,6 +70,7 @@ fn run_client<T>(f: impl std::future::Future<Output = T>) -> T {
 
 #[test]
 fn remotelog_appends_over_tcp_for_every_primitive() {
+    let dir = TestDir::new();
     let shape = LogShape {
         capacity: 1024,
         ..LogShape::default()
@@ -71,7 +80,7 @@ fn remotelog_appends_over_tcp_for_every_primitive() {
         "DMP+DDIO+DRAM-RQWRB",
         "MHP+DDIO+PM-RQWRB",
     ] {
-        let addr = start_server(config, pool_path(config), shape).to_string();
+        let addr = start_server(config, dir.pool(config), shape).to_string();
         for primitive in Primitive::ALL {
             for update in Update::ALL {
                 let (records, hello) = run_client(async {
@@ -121,12 +130,13 @@ fn remotelog_appends_over_tcp_for_every_primitive() {
 
 #[test]
 fn bad_peers_lose_their_connection_and_the_server_keeps_serving() {
+    let dir = TestDir::new();
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let shape = LogShape {
         capacity: 256,
         ..LogShape::default()
     };
-    let addr = start_server("DMP+noDDIO+PM-RQWRB", pool_path("bad-peers"), shape).to_string();
+    let addr = start_server("DMP+noDDIO+PM-RQWRB", dir.pool("bad-peers"), shape).to_string();
     run_client(async {
         // 1. Not the connection manager's protocol at all: refused.
         let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
@@ -192,6 +202,7 @@ fn bad_peers_lose_their_connection_and_the_server_keeps_serving() {
 
 #[test]
 fn ipv6_loopback_works_too() {
+    let dir = TestDir::new();
     if std::net::TcpListener::bind("[::1]:0").is_err() {
         eprintln!("skipped: no IPv6 loopback here");
         return;
@@ -200,7 +211,7 @@ fn ipv6_loopback_works_too() {
         capacity: 256,
         ..LogShape::default()
     };
-    let addr = start_server_on("[::1]:0", "WSP+noDDIO+PM-RQWRB", pool_path("ipv6"), shape);
+    let addr = start_server_on("[::1]:0", "WSP+noDDIO+PM-RQWRB", dir.pool("ipv6"), shape);
     assert!(addr.is_ipv6());
     run_client(async {
         let (_n, _c, mut client) =
