@@ -54,11 +54,17 @@ fn servers(
     vec![first, second]
 }
 
-/// Runs both clients' Puts to key 0, cutting the server's power before the run's event
-/// `crash` (if any), and recovers (settling every log first when `settle` is true). Returns the
-/// events the run processed and what broke: a Put executed twice, or an object whose
-/// stamp names a Put that never ran.
-fn run(crash: Option<u64>, settle: bool) -> (u64, Option<String>) {
+/// A server node with the two connections' servers, their store laid out and both logs'
+/// headers durable.
+struct World {
+    sim: Sim,
+    server: NodeHandle,
+    exec: ExecutionLog,
+    lock: Rc<StoreLock>,
+    kv: remora_rpc::kv::KvLayout,
+}
+
+fn world() -> (World, Vec<DurableServer<NodeHandle>>) {
     let sim = Sim::new(3, LatencyProfile::default_profile());
     let server = sim.add_node("server", "DMP+noDDIO+PM-RQWRB".parse().unwrap());
     let exec = ExecutionLog::default();
@@ -72,16 +78,29 @@ fn run(crash: Option<u64>, settle: bool) -> (u64, Option<String>) {
         })
         .unwrap();
     }
-    for (i, s) in live.into_iter().enumerate() {
-        let conn = i as u32 + 1;
-        let node = sim.add_node(&format!("client{conn}"), server.config());
+    let w = World {
+        sim,
+        server,
+        exec,
+        lock,
+        kv,
+    };
+    (w, live)
+}
+
+impl World {
+    /// Client `conn` on a node of its own, connected to server `s`, Putting key 0
+    /// [`PUTS`] times (until its connection fails).
+    fn client(&self, s: &DurableServer<NodeHandle>, conn: u32) {
+        let node = self
+            .sim
+            .add_node(&format!("client{conn}"), self.server.config());
         let mut c = DurableClient::create(node.clone(), &opts(conn)).unwrap();
-        sim.connect((&node, c.qp()), (&server, s.qp())).unwrap();
+        self.sim
+            .connect((&node, c.qp()), (&self.server, s.qp()))
+            .unwrap();
         c.attach(s.conn_info()).unwrap();
-        sim.spawn_on(&server, async move {
-            let _why = s.serve().await;
-        });
-        sim.spawn_on(&node, async move {
+        self.sim.spawn_on(&node, async move {
             for j in 0..PUTS {
                 let value = vec![conn as u8; 8 + j as usize];
                 if c.call(Op::Put { key: 0, value }).await.is_err() {
@@ -90,45 +109,70 @@ fn run(crash: Option<u64>, settle: bool) -> (u64, Option<String>) {
             }
         });
     }
-    if let Some(at) = crash {
-        let at = sim.events_processed() + at;
-        sim.set_faults(&FaultPlan::crash(server.id(), CrashAt::Event(at)));
+
+    /// The restarted server's recovery: settles every log first when `settle`, then
+    /// recovers every log.
+    fn recover(&self, settle: bool) {
+        self.sim.restart(self.server.id());
+        let mut again = servers(&self.server, &self.exec, &self.lock);
+        self.sim
+            .block_on(remora_model::time::Instant::NEVER, async move {
+                if settle {
+                    for s in &mut again {
+                        s.settle().await.unwrap();
+                    }
+                }
+                for s in &mut again {
+                    s.recover().await.unwrap();
+                }
+            })
+            .expect("recovery finished");
     }
-    let events = sim.run();
-    if sim.crashed().is_empty() {
+
+    /// What broke: a Put executed twice, or an object whose stamp names a Put that never
+    /// ran.
+    fn broken(&self) -> Option<String> {
+        let counts = self.exec.borrow().clone();
+        if let Some(((c, s), n)) = counts.iter().find(|(_, &n)| n > 1) {
+            return Some(format!("Put seq {s} of connection {c} executed {n} times"));
+        }
+        let object = KvStore::new(self.server.clone(), self.kv).read(0).unwrap();
+        match object {
+            Some((st, _)) if !counts.contains_key(&(st.conn, st.seq)) => {
+                Some(format!("key 0 holds {st:?}, never executed"))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Runs both clients' Puts to key 0, cutting the server's power before the run's event
+/// `crash` (if any), and recovers (settling every log first when `settle` is true). Returns the
+/// events the run processed and what broke: a Put executed twice, or an object whose
+/// stamp names a Put that never ran.
+fn run(crash: Option<u64>, settle: bool) -> (u64, Option<String>) {
+    let (w, live) = world();
+    for (i, s) in live.into_iter().enumerate() {
+        w.client(&s, i as u32 + 1);
+        w.sim.spawn_on(&w.server, async move {
+            let _why = s.serve().await;
+        });
+    }
+    if let Some(at) = crash {
+        let at = w.sim.events_processed() + at;
+        w.sim
+            .set_faults(&FaultPlan::crash(w.server.id(), CrashAt::Event(at)));
+    }
+    let events = w.sim.run();
+    if w.sim.crashed().is_empty() {
         assert!(
             crash.is_none() || crash >= Some(events),
             "crash {crash:?} missed"
         );
     } else {
-        sim.restart(server.id());
-        let mut again = servers(&server, &exec, &lock);
-        sim.block_on(remora_model::time::Instant::NEVER, async move {
-            if settle {
-                for s in &mut again {
-                    s.settle().await.unwrap();
-                }
-            }
-            for s in &mut again {
-                s.recover().await.unwrap();
-            }
-        })
-        .expect("recovery finished");
+        w.recover(settle);
     }
-    let counts = exec.borrow().clone();
-    if let Some(((c, s), n)) = counts.iter().find(|(_, &n)| n > 1) {
-        return (
-            events,
-            Some(format!("Put seq {s} of connection {c} executed {n} times")),
-        );
-    }
-    let object = KvStore::new(server.clone(), kv).read(0).unwrap();
-    if let Some((st, _)) = object {
-        if !counts.contains_key(&(st.conn, st.seq)) {
-            return (events, Some(format!("key 0 holds {st:?}, never executed")));
-        }
-    }
-    (events, None)
+    (events, w.broken())
 }
 
 #[test]
@@ -195,86 +239,35 @@ impl Future for Disconnect {
 /// poll; then the server restarts and settles and recovers both logs. Returns how often
 /// connection 1's server was polled and what broke (as [`run`]).
 fn run_disconnect(at: u64, how: Teardown) -> (u64, Option<String>) {
-    let sim = Sim::new(3, LatencyProfile::default_profile());
-    let server = sim.add_node("server", "DMP+noDDIO+PM-RQWRB".parse().unwrap());
-    let exec = ExecutionLog::default();
-    let lock = Rc::new(StoreLock::default());
-    let live = servers(&server, &exec, &lock);
-    let kv = live[0].kv_layout();
-    for s in &live {
-        let (n, base) = (server.clone(), s.conn_info().layout.base);
-        sim.block_on(remora_model::time::Instant::NEVER, async move {
-            n.persist_local(base, 128).await;
-        })
-        .unwrap();
-    }
+    let (w, live) = world();
     let polls = Rc::new(Cell::new(0));
     for (i, s) in live.into_iter().enumerate() {
         let conn = i as u32 + 1;
-        let node = sim.add_node(&format!("client{conn}"), server.config());
-        let mut c = DurableClient::create(node.clone(), &opts(conn)).unwrap();
-        sim.connect((&node, c.qp()), (&server, s.qp())).unwrap();
-        c.attach(s.conn_info()).unwrap();
-        if conn == 1 {
-            let qp = s.qp();
-            let serve = Box::pin(async move {
-                let _why = s.serve().await;
-            });
-            sim.spawn_on(
-                &server,
-                Disconnect {
-                    serve: Some(serve),
-                    node: server.clone(),
-                    qp,
-                    at,
-                    how,
-                    polls: polls.clone(),
-                },
-            );
-        } else {
-            sim.spawn_on(&server, async move {
-                let _why = s.serve().await;
-            });
-        }
-        sim.spawn_on(&node, async move {
-            for j in 0..PUTS {
-                let value = vec![conn as u8; 8 + j as usize];
-                if c.call(Op::Put { key: 0, value }).await.is_err() {
-                    break;
-                }
-            }
+        w.client(&s, conn);
+        let (qp, server) = (s.qp(), w.server.clone());
+        let serve = Box::pin(async move {
+            let _why = s.serve().await;
         });
+        if conn == 1 {
+            let d = Disconnect {
+                serve: Some(serve),
+                node: server,
+                qp,
+                at,
+                how,
+                polls: polls.clone(),
+            };
+            w.sim.spawn_on(&w.server, d);
+        } else {
+            w.sim.spawn_on(&w.server, serve);
+        }
     }
-    sim.run();
+    w.sim.run();
     // The server restarts (a reconnecting client's connection recovers its log the same
     // way, `rpc-serve`'s `handle`): settle every log, then recover every log.
-    sim.crash_now(server.id());
-    sim.restart(server.id());
-    let mut again = servers(&server, &exec, &lock);
-    sim.block_on(remora_model::time::Instant::NEVER, async move {
-        for s in &mut again {
-            s.settle().await.unwrap();
-        }
-        for s in &mut again {
-            s.recover().await.unwrap();
-        }
-    })
-    .expect("recovery finished");
-    let counts = exec.borrow().clone();
-    if let Some(((c, s), n)) = counts.iter().find(|(_, &n)| n > 1) {
-        let v = format!("Put seq {s} of connection {c} executed {n} times");
-        return (polls.get(), Some(v));
-    }
-    let object = KvStore::new(server.clone(), kv).read(0).unwrap();
-    if let Some((st, _)) = object {
-        if !counts.contains_key(&(st.conn, st.seq)) {
-            return (
-                polls.get(),
-                Some(format!("key 0 holds {st:?}, never executed")),
-            );
-        }
-    }
-    (polls.get(), None)
+    w.sim.crash_now(w.server.id());
+    w.recover(true);
+    (polls.get(), w.broken())
 }
 
 #[test]
