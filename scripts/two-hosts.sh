@@ -3,7 +3,9 @@
 # namespaces joined by a veth pair (10.77.0.1 <-> 10.77.0.2, addresses that exist only inside
 # the namespaces this script makes). Runs RemoteLog across them, then the real crash checker
 # across them: servers on one host are SIGKILLed, restarted on their pool files and recovered,
-# and the client on the other host checks over the veth that every acknowledged append survived. Cleans up namespaces, processes and files on exit.
+# and the client on the other host checks over the veth that every acknowledged append survived;
+# then the same for the durable RPCs (rpc-serve, rpc-crashcheck). Cleans up namespaces,
+# processes and files on exit.
 #
 #   scripts/two-hosts.sh [path/to/remora]     (needs root for `ip netns`)
 #
@@ -54,4 +56,8 @@ echo "== crash loop across two namespaces: SIGKILL, restart, recover, check over
 # The checker runs on the client host and starts each server on the other one.
 ip netns exec "$NS_C" "$REMORA" crashcheck --real --targets correct --kills "${KILLS:-3}" \
   --only "DMP+noDDIO+PM-RQWRB" --server-prefix "ip netns exec $NS_S" --server-listen 10.77.0.1:0
+echo "== durable-RPC crash loop across two namespaces: the same, for rpc-serve and its client"
+ip netns exec "$NS_C" "$REMORA" rpc-crashcheck --targets correct --kills "${KILLS:-3}" \
+  --only "WFlush-RPC/emulated/DMP+noDDIO+PM-RQWRB" --server-prefix "ip netns exec $NS_S" \
+  --server-listen 10.77.0.1:0
 echo "two-hosts: ok"

@@ -269,6 +269,10 @@ enum Cmd {
         /// controls need past a loopback round trip).
         #[arg(long, value_name = "NAME|PATH", default_value = "default")]
         profile: String,
+        /// Start servers through this command, e.g. "ip netns exec NS" (the checker and its
+        /// clients stay here).
+        #[arg(long, default_value = "")]
+        server_prefix: String,
         /// Address the servers listen on.
         #[arg(long, default_value = "127.0.0.1:0")]
         server_listen: String,
@@ -804,6 +808,7 @@ fn run(cli: Cli) -> Result<(), String> {
             targets: sel,
             only,
             profile,
+            server_prefix,
             server_listen,
             processing_us,
             clients,
@@ -818,7 +823,7 @@ fn run(cli: Cli) -> Result<(), String> {
                     dir: scratch.dir.clone(),
                     profile: profiles::load(&profile)?,
                     profile_arg: profile.clone(),
-                    server_prefix: Vec::new(),
+                    server_prefix: server_prefix.split_whitespace().map(String::from).collect(),
                     server_listen,
                 },
                 processing_us,
