@@ -737,19 +737,19 @@ impl Rnic {
     }
 
     /// A packet arrived from the wire at `now`.
-    pub fn handle_packet(&mut self, now: Instant, pkt: Packet) {
+    pub fn handle_packet(&mut self, now: Instant, pkt: &Packet) {
         if !self.up {
             return;
         }
         self.hier.advance(now);
         let Some(q) = self.qps.get(pkt.dst_qp.0 as usize) else {
-            return self.drop_packet(now, &pkt);
+            return self.drop_packet(now, pkt);
         };
         if q.attr.qp_type != QpType::Rc || matches!(pkt.body, Body::Datagram { .. }) {
             return self.handle_unreliable(now, pkt);
         }
         if q.remote != Some((pkt.src, pkt.src_qp)) || q.state == QpState::Error {
-            return self.drop_packet(now, &pkt);
+            return self.drop_packet(now, pkt);
         }
         if pkt.is_request() {
             self.handle_request(now, pkt);

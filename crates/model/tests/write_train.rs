@@ -116,7 +116,7 @@ fn feed(rnic: &mut Rnic, mut bytes: &[u8], now: Instant) -> Vec<bool> {
         match Frame::parse(&bytes[..len]).unwrap() {
             Frame::Packet(p) => {
                 kinds.push(false);
-                rnic.handle_packet(now, p);
+                rnic.handle_packet(now, &p);
             }
             Frame::WriteTrain(t) => {
                 kinds.push(true);
@@ -158,7 +158,7 @@ fn check_equivalent(config: &str, seed: u64, run: &[W], drop_at: Option<usize>) 
     }
     let arrive = now + Duration::from_micros(2);
     for p in &pkts {
-        b.rnic.handle_packet(arrive, p.clone());
+        b.rnic.handle_packet(arrive, p);
     }
     let kinds = feed(&mut c.rnic, &frame(&pkts), arrive);
     assert!(kinds[0], "a run of plain WRITEs starts a train");

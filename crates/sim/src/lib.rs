@@ -141,15 +141,6 @@ impl World {
         self.queue.push(Reverse((at, self.seq, slot)));
     }
 
-    fn pop(&mut self) -> Option<(Instant, Ev)> {
-        let Reverse((at, _, slot)) = self.queue.pop()?;
-        let ev = self.payloads[slot as usize]
-            .take()
-            .expect("queued event has a payload");
-        self.free_slots.push(slot);
-        Some((at, ev))
-    }
-
     /// Moves what a node produced onto the fabric, re-arms its timer and collects the
     /// waiters whose completion queue is no longer empty.
     fn service(&mut self, n: NodeId) {
@@ -592,30 +583,50 @@ impl Sim {
                 self.shared.exec.cancel_owned_by(c.node);
                 w = self.shared.world.borrow_mut();
             }
-            let (at, ev) = w.pop().expect("peeked");
+            let Reverse((at, _, slot)) = w.queue.pop().expect("peeked");
             w.now = at;
             w.events_processed += 1;
-            match ev {
-                Ev::Deliver { pkt, life, depart } => {
-                    let dst = pkt.dst;
-                    w.trace.fold(&[
-                        1,
-                        at.as_nanos(),
-                        pkt.src as u64,
-                        dst as u64,
-                        pkt.psn as u64,
-                        pkt.payload_len(),
-                    ]);
-                    // The RNIC computes a response's departure ahead of time; if its node
-                    // lost power before that instant, the packet never left.
-                    let lost = w.deaths[pkt.src as usize]
-                        .get(life as usize)
-                        .is_some_and(|&c| c < depart);
-                    if !lost {
-                        w.nodes[dst as usize].handle_packet(at, pkt);
-                        w.service(dst);
-                    }
+            // A packet is handled where it lies in its slot (no copy of it out).
+            let World {
+                payloads,
+                nodes,
+                trace,
+                deaths,
+                ..
+            } = &mut *w;
+            if let Some(Ev::Deliver { pkt, life, depart }) = &payloads[slot as usize] {
+                let dst = pkt.dst;
+                trace.fold(&[
+                    1,
+                    at.as_nanos(),
+                    pkt.src as u64,
+                    dst as u64,
+                    pkt.psn as u64,
+                    pkt.payload_len(),
+                ]);
+                // The RNIC computes a response's departure ahead of time; if its node lost
+                // power before that instant, the packet never left.
+                let lost = deaths[pkt.src as usize]
+                    .get(*life as usize)
+                    .is_some_and(|&c| c < *depart);
+                if !lost {
+                    nodes[dst as usize].handle_packet(at, pkt);
                 }
+                payloads[slot as usize] = None;
+                w.free_slots.push(slot);
+                if !lost {
+                    w.service(dst);
+                }
+                drop(w);
+                self.wake_collected();
+                return true;
+            }
+            let ev = w.payloads[slot as usize]
+                .take()
+                .expect("queued event has a payload");
+            w.free_slots.push(slot);
+            match ev {
+                Ev::Deliver { .. } => unreachable!("handled in its slot above"),
                 Ev::NodeTimer(n) => {
                     w.trace.fold(&[2, at.as_nanos(), n as u64]);
                     w.timers_queued[n as usize].remove(&at);

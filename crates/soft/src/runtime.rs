@@ -320,7 +320,7 @@ impl RtNode {
                     None => *arrived.insert(self.inner.now(&mut st)),
                 };
                 match frame {
-                    Frame::Packet(pkt) => st.rnic.handle_packet(now, pkt),
+                    Frame::Packet(pkt) => st.rnic.handle_packet(now, &pkt),
                     Frame::WriteTrain(train) => st.rnic.handle_write_train(now, &train),
                 }
                 handled = true;

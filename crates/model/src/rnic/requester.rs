@@ -228,7 +228,7 @@ impl Rnic {
         self.timers.push(Reverse((at, self.seq, t)));
     }
 
-    pub(super) fn handle_response(&mut self, now: Instant, pkt: Packet) {
+    pub(super) fn handle_response(&mut self, now: Instant, pkt: &Packet) {
         let qpn = pkt.dst_qp;
         // The profile's NIC-to-NIC round trip includes the requester RNIC's handling of
         // the response, so the work request is done when the response arrives.
@@ -254,7 +254,7 @@ impl Rnic {
                 w.done = Some((WcStatus::Success, done_at));
             }
         }
-        match pkt.body {
+        match &pkt.body {
             // Progress: the RNR retry budget is per message (as rxe's reset_retry_counters).
             Body::Ack => q.rnr_left = q.attr.rnr_retry,
             Body::Nak(NakCode::Rnr) => {
@@ -283,7 +283,7 @@ impl Rnic {
                 let at = now + self.rnr_delay;
                 self.push_timer(at, Timer::RnrRetry(qpn));
             }
-            Body::Nak(code) => {
+            &Body::Nak(code) => {
                 let status = match code {
                     NakCode::RemoteAccess => WcStatus::RemAccessErr,
                     _ => WcStatus::RemInvReqErr,
@@ -291,8 +291,8 @@ impl Rnic {
                 self.complete_with_error(now, qpn, idx, status);
                 return;
             }
-            Body::ReadResp(data) => self.finish_np(now, qpn, idx, Some(data)),
-            Body::AtomicResp(orig) => {
+            Body::ReadResp(data) => self.finish_np(now, qpn, idx, Some(data.clone())),
+            &Body::AtomicResp(orig) => {
                 self.finish_np(now, qpn, idx, Some(Bytes::copy_from(&orig.to_le_bytes())))
             }
             Body::Done => self.finish_np(now, qpn, idx, None),

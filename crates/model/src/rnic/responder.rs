@@ -56,7 +56,7 @@ impl Rnic {
             self.outbox.push_back((now + self.proc, ack));
         }
         for w in rest.into_iter().chain(writes) {
-            self.handle_packet(now, w.to_packet(train));
+            self.handle_packet(now, &w.to_packet(train));
         }
     }
 
@@ -164,13 +164,13 @@ impl Rnic {
         }
     }
 
-    pub(super) fn handle_request(&mut self, now: Instant, pkt: Packet) {
+    pub(super) fn handle_request(&mut self, now: Instant, pkt: &Packet) {
         let qpn = pkt.dst_qp;
         let q = &mut self.qps[qpn.0 as usize];
         if pkt.psn != q.expected_psn || q.deferred_nak.is_some() {
             // Out of sequence: after an RNR NAK, requests behind the refused one are
             // dropped until the requester goes back and resends them.
-            return self.drop_packet(now, &pkt);
+            return self.drop_packet(now, pkt);
         }
         let is_np = matches!(
             pkt.body,
@@ -184,7 +184,7 @@ impl Rnic {
             q.expected_psn = q.expected_psn.wrapping_add(1);
             if q.np_barrier > now || !q.deferred.is_empty() {
                 let at = q.np_barrier;
-                q.deferred.push_back(pkt);
+                q.deferred.push_back(pkt.clone());
                 if !q.deferred_timer_armed {
                     q.deferred_timer_armed = true;
                     self.push_timer(at.max(now), Timer::Deferred(qpn));
@@ -211,11 +211,11 @@ impl Rnic {
                     Access::REMOTE_WRITE,
                 ) {
                     Ok(s) => s,
-                    Err(code) => return self.nak(now, &pkt, code),
+                    Err(code) => return self.nak(now, pkt, code),
                 };
                 if imm.is_some() && self.qps[qpn.0 as usize].rq.is_empty() {
                     self.stats.rnr_naks += 1;
-                    return self.nak(now, &pkt, NakCode::Rnr);
+                    return self.nak(now, pkt, NakCode::Rnr);
                 }
                 self.qps[qpn.0 as usize].expected_psn += 1;
                 let t = self.hier.dma_write(now, space, *addr, data);
@@ -223,13 +223,13 @@ impl Rnic {
                     self.complete_write_imm(now, qpn, data.len(), *imm, t.visible);
                 }
                 if *ack_req {
-                    self.respond(ack_at, &pkt, Body::Ack);
+                    self.respond(ack_at, pkt, Body::Ack);
                 }
             }
             Body::Send { data, imm, ack_req } => {
                 let Some(&r) = self.qps[qpn.0 as usize].rq.front() else {
                     self.stats.rnr_naks += 1;
-                    return self.nak(now, &pkt, NakCode::Rnr);
+                    return self.nak(now, pkt, NakCode::Rnr);
                 };
                 let space = match self.check_local(qpn, r.sge, Access::LOCAL_WRITE) {
                     Ok(s) if data.len() <= r.sge.len as usize => s,
@@ -253,7 +253,7 @@ impl Rnic {
                             src: None,
                         };
                         self.push_cqe(now, now + self.proc, cq, wc);
-                        return self.nak(now, &pkt, NakCode::InvalidRequest);
+                        return self.nak(now, pkt, NakCode::InvalidRequest);
                     }
                 };
                 let q = &mut self.qps[qpn.0 as usize];
@@ -279,7 +279,7 @@ impl Rnic {
                 };
                 self.push_cqe(now, t.visible + self.proc, cq, wc);
                 if *ack_req {
-                    self.respond(ack_at, &pkt, Body::Ack);
+                    self.respond(ack_at, pkt, Body::Ack);
                 }
             }
             _ => unreachable!("non-posted handled above"),
@@ -307,12 +307,12 @@ impl Rnic {
                 return;
             }
             let pkt = q.deferred.pop_front().unwrap();
-            self.execute_np(now, pkt);
+            self.execute_np(now, &pkt);
         }
     }
 
     /// Executes a non-posted request once every earlier request of its QP took effect.
-    pub(super) fn execute_np(&mut self, now: Instant, pkt: Packet) {
+    pub(super) fn execute_np(&mut self, now: Instant, pkt: &Packet) {
         let qpn = pkt.dst_qp;
         // The responder's own RNIC must implement the operation: a requester that assumed
         // FLUSH or ATOMIC WRITE of a legacy responder gets NAK invalid request (IBTA),
@@ -325,17 +325,17 @@ impl Rnic {
             _ => true,
         };
         if !supported {
-            return self.nak(now, &pkt, NakCode::InvalidRequest);
+            return self.nak(now, pkt, NakCode::InvalidRequest);
         }
         let done = match &pkt.body {
             Body::Read { addr, rkey, len } => {
                 let space =
                     match self.check_remote(qpn, *rkey, *addr, *len as u64, Access::REMOTE_READ) {
                         Ok(s) => s,
-                        Err(code) => return self.nak(now, &pkt, code),
+                        Err(code) => return self.nak(now, pkt, code),
                     };
                 let (data, t) = self.hier.dma_read(now, space, *addr, *len as usize);
-                self.respond(t, &pkt, Body::ReadResp(Bytes::from(data)));
+                self.respond(t, pkt, Body::ReadResp(Bytes::from(data)));
                 t
             }
             Body::Atomic {
@@ -345,11 +345,11 @@ impl Rnic {
                 operand,
             } => {
                 if addr % 8 != 0 {
-                    return self.nak(now, &pkt, NakCode::RemoteAccess);
+                    return self.nak(now, pkt, NakCode::RemoteAccess);
                 }
                 let space = match self.check_remote(qpn, *rkey, *addr, 8, Access::REMOTE_ATOMIC) {
                     Ok(s) => s,
-                    Err(code) => return self.nak(now, &pkt, code),
+                    Err(code) => return self.nak(now, pkt, code),
                 };
                 let old =
                     u64::from_le_bytes(self.hier.read_ordered(space, *addr, 8).try_into().unwrap());
@@ -366,7 +366,7 @@ impl Rnic {
                     }
                     None => now + self.proc + self.pcie,
                 } + self.pcie;
-                self.respond(t, &pkt, Body::AtomicResp(old));
+                self.respond(t, pkt, Body::AtomicResp(old));
                 t
             }
             Body::Flush {
@@ -380,10 +380,10 @@ impl Rnic {
                     crate::hierarchy::FlushPlacement::Persistence => Access::FLUSH_PERSISTENT,
                 };
                 if let Err(code) = self.check_remote(qpn, *rkey, *addr, *len, need) {
-                    return self.nak(now, &pkt, code);
+                    return self.nak(now, pkt, code);
                 }
                 let t = self.hier.flush_done(now, *placement);
-                self.respond(t, &pkt, Body::Done);
+                self.respond(t, pkt, Body::Done);
                 t
             }
             Body::NonPostedWrite {
@@ -393,7 +393,7 @@ impl Rnic {
                 atomic,
             } => {
                 if *atomic && (data.len() != 8 || addr % 8 != 0) {
-                    return self.nak(now, &pkt, NakCode::RemoteAccess);
+                    return self.nak(now, pkt, NakCode::RemoteAccess);
                 }
                 let space = match self.check_remote(
                     qpn,
@@ -403,13 +403,13 @@ impl Rnic {
                     Access::REMOTE_WRITE,
                 ) {
                     Ok(s) => s,
-                    Err(code) => return self.nak(now, &pkt, code),
+                    Err(code) => return self.nak(now, pkt, code),
                 };
                 let t = self.hier.dma_write(now, space, *addr, data).visible + self.pcie;
-                self.respond(t, &pkt, Body::Done);
+                self.respond(t, pkt, Body::Done);
                 t
             }
-            Body::SFlush { send_psn } => match self.execute_sflush(now, &pkt, *send_psn) {
+            Body::SFlush { send_psn } => match self.execute_sflush(now, pkt, *send_psn) {
                 Some(t) => t,
                 None => return,
             },

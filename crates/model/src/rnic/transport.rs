@@ -99,24 +99,24 @@ impl Rnic {
     }
 
     /// A packet for a UC or UD QP, or a datagram for any QP.
-    pub(super) fn handle_unreliable(&mut self, now: Instant, pkt: Packet) {
+    pub(super) fn handle_unreliable(&mut self, now: Instant, pkt: &Packet) {
         let q = &self.qps[pkt.dst_qp.0 as usize];
         if q.state == QpState::Error || !pkt.is_request() {
-            return self.drop_packet(now, &pkt);
+            return self.drop_packet(now, pkt);
         }
         match (q.attr.qp_type, &pkt.body) {
             (QpType::Ud, Body::Datagram { qkey, data, imm }) => {
                 if *qkey != q.attr.qkey {
                     self.stats.ud_bad_qkey += 1;
-                    return self.drop_packet(now, &pkt);
+                    return self.drop_packet(now, pkt);
                 }
                 let src = Some((pkt.src, pkt.src_qp));
-                self.place_message(now, &pkt, data, *imm, src);
+                self.place_message(now, pkt, data, *imm, src);
             }
             (QpType::Uc, Body::Send { data, imm, .. })
                 if q.remote == Some((pkt.src, pkt.src_qp)) =>
             {
-                self.place_message(now, &pkt, data, *imm, None);
+                self.place_message(now, pkt, data, *imm, None);
             }
             (
                 QpType::Uc,
@@ -134,21 +134,21 @@ impl Rnic {
                     Ok(s) => s,
                     Err(_) => {
                         self.stats.unreliable_access += 1;
-                        return self.drop_packet(now, &pkt);
+                        return self.drop_packet(now, pkt);
                     }
                 };
                 if imm.is_some() && self.qps[qpn.0 as usize].rq.is_empty() {
                     self.stats.unreliable_no_recv += 1;
-                    return self.drop_packet(now, &pkt);
+                    return self.drop_packet(now, pkt);
                 }
                 let t = self.hier.dma_write(now, space, *addr, data);
                 if let Some(imm) = imm {
                     self.complete_write_imm(now, qpn, data.len(), *imm, t.visible);
                 }
-                self.executed(now, &pkt);
+                self.executed(now, pkt);
             }
             // A wrong peer, an operation the service type lacks, a datagram for RC or UC.
-            _ => self.drop_packet(now, &pkt),
+            _ => self.drop_packet(now, pkt),
         }
     }
 
