@@ -42,19 +42,26 @@ fn size(b: u64) -> String {
     }
 }
 
-/// A Markdown table: designs × `col` values, each cell `metric` (or n/a when skipped).
-/// What a table of an experiment set that did not run (`--sets`) says instead.
+/// What a figure of an experiment set that did not run (`--sets`) says instead.
 const NOT_RUN: &str = "*Not run in this evaluation (`--sets`).*";
 
+/// A figure's `table` of `rows` and the link to its plot `file`; a set that did not run
+/// (no rows) gets [`NOT_RUN`] and no plot.
+fn figure(rows: &[RunResult], table: String, alt: &str, file: &str) -> String {
+    if rows.is_empty() {
+        format!("{NOT_RUN}\n\n")
+    } else {
+        format!("{table}\n![{alt}]({file})\n")
+    }
+}
+
+/// A Markdown table: designs × `col` values, each cell `metric` (or n/a when skipped).
 fn table(
     rs: &[RunResult],
     corner: &str,
     col: &dyn Fn(&RunResult) -> String,
     metric: &dyn Fn(&RunResult) -> String,
 ) -> String {
-    if rs.is_empty() {
-        return format!("{NOT_RUN}\n");
-    }
     let cols = columns(rs, col);
     let mut s = format!("| {corner} |");
     for c in &cols {
@@ -256,52 +263,87 @@ pub fn markdown(rs: &Results) -> String {
             .collect();
         let _ = writeln!(
             s,
-            "## Micro-benchmark, {load} load: throughput (Kops/s) (§5.2, Figure {fig})\n\n{}\n![throughput, {load} load](rpc-micro-{load}.svg)\n",
-            table(&m, "design", &by_size, &|r| format!(
-                "{:.1}",
-                r.throughput_ops_s / 1e3
-            ))
+            "## Micro-benchmark, {load} load: throughput (Kops/s) (§5.2, Figure {fig})\n\n{}",
+            figure(
+                &m,
+                table(&m, "design", &by_size, &|r| format!(
+                    "{:.1}",
+                    r.throughput_ops_s / 1e3
+                )),
+                &format!("throughput, {load} load"),
+                &format!("rpc-micro-{load}.svg")
+            )
         );
         let _ = writeln!(
             s,
-            "## Micro-benchmark, {load} load: p99 latency (µs) (§5.2, Figure 9)\n\n{}\n![p99, {load} load](rpc-p99-{load}.svg)\n",
-            table(&m, "design", &by_size, &|r| us(r.p99_ns as f64))
+            "## Micro-benchmark, {load} load: p99 latency (µs) (§5.2, Figure 9)\n\n{}",
+            figure(
+                &m,
+                table(&m, "design", &by_size, &|r| us(r.p99_ns as f64)),
+                &format!("p99, {load} load"),
+                &format!("rpc-p99-{load}.svg")
+            )
         );
     }
     let mean = |r: &RunResult| us(r.mean_ns);
     let _ = writeln!(
         s,
-        "## YCSB: mean latency (µs) (§5.3, Figure 11)\n\n{}\n![YCSB](rpc-ycsb.svg)\n",
-        table(&rs.ycsb, "design", &|r| r.workload.clone(), &mean)
-    );
-    let _ = writeln!(
-        s,
-        "## Object size: mean latency (µs) (§5.5, Figure 13)\n\n{}\n![object size](rpc-sizes.svg)\n",
-        table(&rs.sizes, "design", &by_size, &mean)
-    );
-    let _ = writeln!(
-        s,
-        "## Concurrent senders: mean latency (µs) (§5.5, Figure 17)\n\n{}\n![senders](rpc-senders.svg)\n",
-        table(&rs.senders, "senders", &|r| r.senders.to_string(), &mean)
-    );
-    let _ = writeln!(
-        s,
-        "## Read:write ratio: mean latency (µs) (§5.5, Figure 18)\n\n{}\n![read:write](rpc-read-write.svg)\n",
-        table(
-            &rs.read_write,
-            "design",
-            &|r| format!("{}:{}", r.read_percent, 100 - r.read_percent),
-            &mean
+        "## YCSB: mean latency (µs) (§5.3, Figure 11)\n\n{}",
+        figure(
+            &rs.ycsb,
+            table(&rs.ycsb, "design", &|r| r.workload.clone(), &mean),
+            "YCSB",
+            "rpc-ycsb.svg"
         )
     );
     let _ = writeln!(
         s,
-        "## Batch size: total execution time (ms) (§5.5, Figure 19)\n\n{}\n![batch](rpc-batch.svg)\n",
-        table(
+        "## Object size: mean latency (µs) (§5.5, Figure 13)\n\n{}",
+        figure(
+            &rs.sizes,
+            table(&rs.sizes, "design", &by_size, &mean),
+            "object size",
+            "rpc-sizes.svg"
+        )
+    );
+    let _ = writeln!(
+        s,
+        "## Concurrent senders: mean latency (µs) (§5.5, Figure 17)\n\n{}",
+        figure(
+            &rs.senders,
+            table(&rs.senders, "senders", &|r| r.senders.to_string(), &mean),
+            "senders",
+            "rpc-senders.svg"
+        )
+    );
+    let _ = writeln!(
+        s,
+        "## Read:write ratio: mean latency (µs) (§5.5, Figure 18)\n\n{}",
+        figure(
+            &rs.read_write,
+            table(
+                &rs.read_write,
+                "design",
+                &|r| format!("{}:{}", r.read_percent, 100 - r.read_percent),
+                &mean
+            ),
+            "read:write",
+            "rpc-read-write.svg"
+        )
+    );
+    let _ = writeln!(
+        s,
+        "## Batch size: total execution time (ms) (§5.5, Figure 19)\n\n{}",
+        figure(
             &rs.batch,
-            "requests per RPC",
-            &|r| r.batch.to_string(),
-            &|r| { format!("{:.3}", r.elapsed_ns as f64 / 1e6) }
+            table(
+                &rs.batch,
+                "requests per RPC",
+                &|r| r.batch.to_string(),
+                &|r| { format!("{:.3}", r.elapsed_ns as f64 / 1e6) }
+            ),
+            "batch",
+            "rpc-batch.svg"
         )
     );
     s.push_str(&load_sections(rs));
@@ -351,21 +393,7 @@ read/write means.\n\
 sender drained its replies (a durable RPC's backlog is included).",
         notes(rs)
     );
-    // A set that did not run has no plot: drop the link that follows its marker.
-    let mut out = String::with_capacity(s.len());
-    let mut after_not_run = false;
-    for line in s.lines() {
-        if after_not_run && line.starts_with("![") {
-            after_not_run = false;
-            continue;
-        }
-        if !line.is_empty() {
-            after_not_run = line == NOT_RUN;
-        }
-        out.push_str(line);
-        out.push('\n');
-    }
-    out
+    s
 }
 
 /// Idle and busy runs of one load study side by side: design | idle | busy | change.
