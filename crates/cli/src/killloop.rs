@@ -35,6 +35,31 @@ pub struct KillArgs {
     pub server_listen: String,
 }
 
+impl KillArgs {
+    /// The settings a crash-loop command's flags give: the profile `profile` names is
+    /// loaded, and `server_prefix` is split into words.
+    pub fn from_flags(
+        kills: u64,
+        max_life_ms: u64,
+        seed: u64,
+        dir: &Path,
+        profile: &str,
+        server_prefix: &str,
+        server_listen: String,
+    ) -> Result<KillArgs, String> {
+        Ok(KillArgs {
+            kills,
+            max_life_ms,
+            seed,
+            dir: dir.to_path_buf(),
+            profile: crate::profiles::load(profile)?,
+            profile_arg: profile.to_string(),
+            server_prefix: server_prefix.split_whitespace().map(String::from).collect(),
+            server_listen,
+        })
+    }
+}
+
 /// A single-threaded tokio runtime: the soft RNIC's nodes and the clients run on one
 /// thread, inside a `LocalSet`.
 pub fn runtime() -> Result<tokio::runtime::Runtime, String> {

@@ -694,16 +694,15 @@ fn run(cli: Cli) -> Result<(), String> {
         } => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
             let scratch = killloop::Scratch::new("remora-crashcheck")?;
-            let args = killloop::KillArgs {
+            let args = killloop::KillArgs::from_flags(
                 kills,
                 max_life_ms,
                 seed,
-                dir: scratch.dir.clone(),
-                profile: profiles::load(&profile)?,
-                profile_arg: profile.clone(),
-                server_prefix: server_prefix.split_whitespace().map(String::from).collect(),
+                &scratch.dir,
+                &profile,
+                &server_prefix,
                 server_listen,
-            };
+            )?;
             let mut targets = real::real_targets(true);
             killloop::select(
                 &mut targets,
@@ -816,16 +815,15 @@ fn run(cli: Cli) -> Result<(), String> {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
             let scratch = killloop::Scratch::new("remora-rpc-crashcheck")?;
             let args = rpcreal::RpcCrashArgs {
-                kill: killloop::KillArgs {
+                kill: killloop::KillArgs::from_flags(
                     kills,
                     max_life_ms,
                     seed,
-                    dir: scratch.dir.clone(),
-                    profile: profiles::load(&profile)?,
-                    profile_arg: profile.clone(),
-                    server_prefix: server_prefix.split_whitespace().map(String::from).collect(),
+                    &scratch.dir,
+                    &profile,
+                    &server_prefix,
                     server_listen,
-                },
+                )?,
                 processing_us,
                 clients,
             };
