@@ -272,6 +272,11 @@ mod tests {
             "a set that did not run has no plot"
         );
         assert!(page.contains("](rpc-micro-heavy.svg)"));
+        assert!(
+            !page.contains("](rpc-net-load.svg)"),
+            "nor has a load study"
+        );
+        assert!(page.contains("](rpc-breakdown.svg)"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

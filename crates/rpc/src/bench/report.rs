@@ -462,12 +462,16 @@ fn load_sections(rs: &Results) -> String {
          toward the server holds {:.1} µs or more of packets (link-level flow control; \
          packets still on the wire count). The server's RNIC drops them (no receive posted), \
          so they load the link and the port, not the server's PCIe, memory or CPU; every \
-         packet of an RPC toward the server queues behind them.\n\n{}\n\
-         ![network load](rpc-net-load.svg)\n",
+         packet of an RPC toward the server queues behind them.\n\n{}",
         rs.net_packet_bytes,
         rs.net_load_percent,
         rs.net_max_queue_ns as f64 / 1e3,
-        load_table(&rs.load_idle, &rs.net_load)
+        figure(
+            &rs.net_load,
+            load_table(&rs.load_idle, &rs.net_load),
+            "network load",
+            "rpc-net-load.svg"
+        )
     );
     let cpu = format!(
         "a CPU-bound background program takes {}% of the node's CPU, in scheduling periods \
@@ -480,16 +484,24 @@ fn load_sections(rs: &Results) -> String {
     let _ = writeln!(
         s,
         "## Receivers' CPU load: mean latency (µs) (§5.5, Figure 15)\n\n\
-         The same micro-benchmark, idle and with a busy server: {cpu}.\n\n{}\n\
-         ![server CPU load](rpc-server-cpu.svg)\n",
-        load_table(&rs.load_idle, &rs.server_cpu)
+         The same micro-benchmark, idle and with a busy server: {cpu}.\n\n{}",
+        figure(
+            &rs.server_cpu,
+            load_table(&rs.load_idle, &rs.server_cpu),
+            "server CPU load",
+            "rpc-server-cpu.svg"
+        )
     );
     let _ = writeln!(
         s,
         "## Senders' CPU load: mean latency (µs) (§5.5, Figure 16)\n\n\
-         The same micro-benchmark, idle and with a busy sender: {cpu}.\n\n{}\n\
-         ![sender CPU load](rpc-sender-cpu.svg)\n",
-        load_table(&rs.load_idle, &rs.sender_cpu)
+         The same micro-benchmark, idle and with a busy sender: {cpu}.\n\n{}",
+        figure(
+            &rs.sender_cpu,
+            load_table(&rs.load_idle, &rs.sender_cpu),
+            "sender CPU load",
+            "rpc-sender-cpu.svg"
+        )
     );
     let _ = writeln!(
         s,
@@ -502,8 +514,13 @@ fn load_sections(rs: &Results) -> String {
          durability only its durability work). Sender software: the sender CPU's work \
          (none: the profile charges a sender nothing for posting and reaping). Network: \
          everything else (NICs, wire, PCIe, memory). Means per RPC; the parts add up to the \
-         mean latency.\n\n{}\n![breakdown](rpc-breakdown.svg)\n",
-        breakdown_table(&rs.breakdown)
+         mean latency.\n\n{}",
+        figure(
+            &rs.breakdown,
+            breakdown_table(&rs.breakdown),
+            "breakdown",
+            "rpc-breakdown.svg"
+        )
     );
     s
 }
