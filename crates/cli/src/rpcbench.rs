@@ -250,6 +250,23 @@ mod tests {
         assert!(parse_sets(" , ").is_err());
     }
 
+    /// Every set runs as many simulations as [`BenchOptions::total_runs`] counts for it
+    /// (the progress bar's length; the counts are written beside the sets' loops).
+    #[test]
+    fn each_set_runs_the_count_the_progress_bar_expects() {
+        let dir = std::env::temp_dir().join(format!("remora-set-counts-{}", std::process::id()));
+        for set in Set::ALL {
+            let mut args = RpcBenchArgs::quick(dir.clone());
+            args.designs = vec![Design::WFlushRpc];
+            args.sets = vec![set];
+            let expected = args.options().total_runs();
+            let rs = run(&args, Arc::new(|_, _| {})).unwrap();
+            let replays = rs.replay.len();
+            assert_eq!(rs.runs().count() + replays, expected, "{}", set.name());
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// A part of the evaluation runs just its sets, as many runs as the progress bar
     /// expects, and its page says which sets ran and leaves the rest empty.
     #[test]
