@@ -294,6 +294,14 @@ mod tests {
             "nor has a load study"
         );
         assert!(page.contains("](rpc-breakdown.svg)"));
+        assert!(
+            !page.contains("| design | idle | busy | change |"),
+            "a load study that did not run has no table"
+        );
+        assert!(
+            !page.contains("Replay cost per logged request"),
+            "nor has the recovery model, which the read:write set feeds"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

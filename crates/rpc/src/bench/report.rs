@@ -45,13 +45,14 @@ fn size(b: u64) -> String {
 /// What a figure of an experiment set that did not run (`--sets`) says instead.
 const NOT_RUN: &str = "*Not run in this evaluation (`--sets`).*";
 
-/// A figure's `table` of `rows` and the link to its plot `file`; a set that did not run
-/// (no rows) gets [`NOT_RUN`] and no plot.
-fn figure(rows: &[RunResult], table: String, alt: &str, file: &str) -> String {
+/// A figure's `intro`, its `table` of `rows` and the link to its plot `file`; a set that
+/// did not run (no rows) gets [`NOT_RUN`] alone: no description of a run that did not
+/// happen, no empty table, no plot.
+fn figure(rows: &[RunResult], intro: &str, table: String, alt: &str, file: &str) -> String {
     if rows.is_empty() {
         format!("{NOT_RUN}\n\n")
     } else {
-        format!("{table}\n![{alt}]({file})\n")
+        format!("{intro}{table}\n![{alt}]({file})\n")
     }
 }
 
@@ -266,6 +267,7 @@ pub fn markdown(rs: &Results) -> String {
             "## Micro-benchmark, {load} load: throughput (Kops/s) (§5.2, Figure {fig})\n\n{}",
             figure(
                 &m,
+                "",
                 table(&m, "design", &by_size, &|r| format!(
                     "{:.1}",
                     r.throughput_ops_s / 1e3
@@ -279,6 +281,7 @@ pub fn markdown(rs: &Results) -> String {
             "## Micro-benchmark, {load} load: p99 latency (µs) (§5.2, Figure 9)\n\n{}",
             figure(
                 &m,
+                "",
                 table(&m, "design", &by_size, &|r| us(r.p99_ns as f64)),
                 &format!("p99, {load} load"),
                 &format!("rpc-p99-{load}.svg")
@@ -291,6 +294,7 @@ pub fn markdown(rs: &Results) -> String {
         "## YCSB: mean latency (µs) (§5.3, Figure 11)\n\n{}",
         figure(
             &rs.ycsb,
+            "",
             table(&rs.ycsb, "design", &|r| r.workload.clone(), &mean),
             "YCSB",
             "rpc-ycsb.svg"
@@ -301,6 +305,7 @@ pub fn markdown(rs: &Results) -> String {
         "## Object size: mean latency (µs) (§5.5, Figure 13)\n\n{}",
         figure(
             &rs.sizes,
+            "",
             table(&rs.sizes, "design", &by_size, &mean),
             "object size",
             "rpc-sizes.svg"
@@ -311,6 +316,7 @@ pub fn markdown(rs: &Results) -> String {
         "## Concurrent senders: mean latency (µs) (§5.5, Figure 17)\n\n{}",
         figure(
             &rs.senders,
+            "",
             table(&rs.senders, "senders", &|r| r.senders.to_string(), &mean),
             "senders",
             "rpc-senders.svg"
@@ -321,6 +327,7 @@ pub fn markdown(rs: &Results) -> String {
         "## Read:write ratio: mean latency (µs) (§5.5, Figure 18)\n\n{}",
         figure(
             &rs.read_write,
+            "",
             table(
                 &rs.read_write,
                 "design",
@@ -336,6 +343,7 @@ pub fn markdown(rs: &Results) -> String {
         "## Batch size: total execution time (ms) (§5.5, Figure 19)\n\n{}",
         figure(
             &rs.batch,
+            "",
             table(
                 &rs.batch,
                 "requests per RPC",
@@ -348,9 +356,16 @@ pub fn markdown(rs: &Results) -> String {
     );
     s.push_str(&load_sections(rs));
     let p = &rs.recovery_params;
-    let _ = writeln!(
-        s,
-        "## Failure recovery: total execution time (§5.4, Figure 12)\n\n\
+    // The recovery model is fed by the read:write set; without it there is nothing to say.
+    if rs.recovery.is_empty() && rs.replay.is_empty() {
+        let _ = writeln!(
+            s,
+            "## Failure recovery: total execution time (§5.4, Figure 12)\n\n{NOT_RUN}\n"
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "## Failure recovery: total execution time (§5.4, Figure 12)\n\n\
          A timeline model (`bench::recovery`) fed with each design's simulated mean read and \
          write latencies from the read:write runs above: {} RPCs, {} ms restarts, {} ms \
          re-transfer interval; the availabilities are assumptions (the paper does not list \
@@ -364,14 +379,15 @@ pub fn markdown(rs: &Results) -> String {
          Replay cost per logged request, measured by filling a redo log with {} KB Puts the \
          server had not processed, cutting its power and timing `DurableServer::recover`:\n\n{}\n\
          Every row, with absolute times, is in `rpc.json`.\n",
-        p.rpcs,
-        p.restart_ns / 1_000_000,
-        p.retransfer_ns / 1_000_000,
-        recovery_normalized(&rs.recovery),
-        recovery_baselines(&rs.recovery),
-        rs.replay.first().map_or(0, |r| r.object_bytes / 1024),
-        replay_table(rs)
-    );
+            p.rpcs,
+            p.restart_ns / 1_000_000,
+            p.retransfer_ns / 1_000_000,
+            recovery_normalized(&rs.recovery),
+            recovery_baselines(&rs.recovery),
+            rs.replay.first().map_or(0, |r| r.object_bytes / 1024),
+            replay_table(rs)
+        );
+    }
     let _ = writeln!(
         s,
         "## Substitutions and model differences\n\n{}",
@@ -453,21 +469,24 @@ fn breakdown_table(rs: &[RunResult]) -> String {
 fn load_sections(rs: &Results) -> String {
     let mut s = String::new();
     let ops = rs.load_idle.first().map_or(0, |r| r.ops);
-    let _ = writeln!(
-        s,
-        "## Network load: mean latency (µs) (§5.5, Figure 14)\n\n\
-         The micro-benchmark (64 KB objects, 50:50, light load, {ops} operations), idle and \
+    let net = format!(
+        "The micro-benchmark (64 KB objects, 50:50, light load, {ops} operations), idle and \
          with a busy link: a background sender on a node of its own sends {}-byte UD \
          datagrams to the server at {}% of the link bandwidth, pausing while the switch port \
          toward the server holds {:.1} µs or more of packets (link-level flow control; \
          packets still on the wire count). The server's RNIC drops them (no receive posted), \
          so they load the link and the port, not the server's PCIe, memory or CPU; every \
-         packet of an RPC toward the server queues behind them.\n\n{}",
+         packet of an RPC toward the server queues behind them.\n\n",
         rs.net_packet_bytes,
         rs.net_load_percent,
         rs.net_max_queue_ns as f64 / 1e3,
+    );
+    let _ = writeln!(
+        s,
+        "## Network load: mean latency (µs) (§5.5, Figure 14)\n\n{}",
         figure(
             &rs.net_load,
+            &net,
             load_table(&rs.load_idle, &rs.net_load),
             "network load",
             "rpc-net-load.svg"
@@ -483,10 +502,10 @@ fn load_sections(rs: &Results) -> String {
     );
     let _ = writeln!(
         s,
-        "## Receivers' CPU load: mean latency (µs) (§5.5, Figure 15)\n\n\
-         The same micro-benchmark, idle and with a busy server: {cpu}.\n\n{}",
+        "## Receivers' CPU load: mean latency (µs) (§5.5, Figure 15)\n\n{}",
         figure(
             &rs.server_cpu,
+            &format!("The same micro-benchmark, idle and with a busy server: {cpu}.\n\n"),
             load_table(&rs.load_idle, &rs.server_cpu),
             "server CPU load",
             "rpc-server-cpu.svg"
@@ -494,10 +513,10 @@ fn load_sections(rs: &Results) -> String {
     );
     let _ = writeln!(
         s,
-        "## Senders' CPU load: mean latency (µs) (§5.5, Figure 16)\n\n\
-         The same micro-benchmark, idle and with a busy sender: {cpu}.\n\n{}",
+        "## Senders' CPU load: mean latency (µs) (§5.5, Figure 16)\n\n{}",
         figure(
             &rs.sender_cpu,
+            &format!("The same micro-benchmark, idle and with a busy sender: {cpu}.\n\n"),
             load_table(&rs.load_idle, &rs.sender_cpu),
             "sender CPU load",
             "rpc-sender-cpu.svg"
@@ -505,8 +524,10 @@ fn load_sections(rs: &Results) -> String {
     );
     let _ = writeln!(
         s,
-        "## Software overhead: YCSB A latency breakdown (µs) (§5.6, Figure 20)\n\n\
-         The YCSB A runs of Figure 11 with every RPC's latency split in three. Receiver \
+        "## Software overhead: YCSB A latency breakdown (µs) (§5.6, Figure 20)\n\n{}",
+        figure(
+            &rs.breakdown,
+            "The YCSB A runs of Figure 11 with every RPC's latency split in three. Receiver \
          software: the time the server's CPU worked on a request the RPC waited for \
          (noticing and dispatching it, processing, the store access with its copy and \
          persist, an RFlush design's CPU persist; for a read or a baseline's RPC also the \
@@ -514,9 +535,7 @@ fn load_sections(rs: &Results) -> String {
          durability only its durability work). Sender software: the sender CPU's work \
          (none: the profile charges a sender nothing for posting and reaping). Network: \
          everything else (NICs, wire, PCIe, memory). Means per RPC; the parts add up to the \
-         mean latency.\n\n{}",
-        figure(
-            &rs.breakdown,
+         mean latency.\n\n",
             breakdown_table(&rs.breakdown),
             "breakdown",
             "rpc-breakdown.svg"
