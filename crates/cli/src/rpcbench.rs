@@ -294,6 +294,11 @@ mod tests {
             "nor has a load study"
         );
         assert!(page.contains("](rpc-breakdown.svg)"));
+        assert!(dir.join("rpc-breakdown.svg").exists());
+        assert!(
+            !dir.join("rpc-net-load.svg").exists(),
+            "a set that did not run gets no plot"
+        );
         assert!(
             !page.contains("| design | idle | busy | change |"),
             "a load study that did not run has no table"

@@ -809,6 +809,23 @@ pub fn svgs(rs: &Results) -> Result<Vec<(String, String)>, String> {
             "ms",
         )?,
     ));
+    // A set that did not run (`--sets`) has no plot: its page links none.
+    let ran = |file: &str| -> bool {
+        let rows: &[RunResult] = match file {
+            "rpc-ycsb.svg" => &rs.ycsb,
+            "rpc-sizes.svg" => &rs.sizes,
+            "rpc-senders.svg" => &rs.senders,
+            "rpc-read-write.svg" => &rs.read_write,
+            "rpc-batch.svg" => &rs.batch,
+            "rpc-net-load.svg" => &rs.net_load,
+            "rpc-server-cpu.svg" => &rs.server_cpu,
+            "rpc-sender-cpu.svg" => &rs.sender_cpu,
+            "rpc-breakdown.svg" => &rs.breakdown,
+            _ => &rs.micro,
+        };
+        !rows.is_empty()
+    };
+    out.retain(|(file, _)| ran(file));
     Ok(out)
 }
 
