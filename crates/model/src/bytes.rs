@@ -81,6 +81,14 @@ impl From<Vec<u8>> for Bytes {
     }
 }
 
+impl Bytes {
+    /// True when the bytes live in a shared heap buffer rather than in place.
+    #[inline]
+    pub fn is_shared(&self) -> bool {
+        matches!(self.0, Repr::Shared(_))
+    }
+}
+
 impl Deref for Bytes {
     type Target = [u8];
     #[inline]

@@ -158,15 +158,17 @@ impl QpState {
     }
 }
 
-/// A posted send work request. The inline payload moves out of the `SendWr` into `data`;
-/// `len` keeps the request's length.
+/// A posted send work request; `len` keeps the request's length.
 #[derive(Debug)]
 struct Wqe {
+    /// The request. Its payload is what is sent: inline from the start, or an SGE that the
+    /// RNIC replaces with the bytes it fetched when it first transmitted the request
+    /// (kept until completion for retransmission after an RNR NAK). READ and atomics keep
+    /// their SGE, where the results go.
     wr: SendWr,
     len: u64,
-    /// Payload taken at post time (inline) or fetched when first transmitted (SGE); kept
-    /// until completion for retransmission after an RNR NAK.
-    data: Option<Bytes>,
+    /// The payload in `wr.local` is ready to send (inline, fetched, or none to send).
+    fetched: bool,
     psn: Psn,
     sent: bool,
     done: Option<(WcStatus, Instant)>,
@@ -522,7 +524,7 @@ impl Rnic {
 
     /// `ibv_post_send`. Errors that a real `ibv_post_send` returns at once are returned;
     /// errors found later (bad keys, remote refusals) complete with an error status.
-    pub fn post_send(&mut self, now: Instant, qp: QpNum, mut wr: SendWr) -> Result<(), VerbsError> {
+    pub fn post_send(&mut self, now: Instant, qp: QpNum, wr: SendWr) -> Result<(), VerbsError> {
         if !self.up {
             return Err(VerbsError::NodeDown(self.id));
         }
@@ -586,13 +588,7 @@ impl Rnic {
             ));
         }
         let len = wr.local.len();
-        let data = match std::mem::replace(&mut wr.local, Payload::None) {
-            Payload::Inline(v) => Some(v),
-            other => {
-                wr.local = other;
-                None
-            }
-        };
+        let fetched = !matches!(wr.local, Payload::Sge(_));
         let id = wr.wr_id;
         let q = &mut self.qps[qp.0 as usize];
         let psn = q.next_psn;
@@ -601,7 +597,7 @@ impl Rnic {
         q.sq.push_back(Wqe {
             wr,
             len,
-            data,
+            fetched,
             psn,
             sent: false,
             done: None,

@@ -148,6 +148,20 @@ impl Packet {
         }
     }
 
+    /// True when the payload lives in a heap buffer (longer than [`crate::bytes::INLINE`]);
+    /// a packet without one owns nothing but its own bytes.
+    #[inline]
+    pub fn holds_heap(&self) -> bool {
+        match &self.body {
+            Body::Write { data, .. }
+            | Body::Send { data, .. }
+            | Body::NonPostedWrite { data, .. }
+            | Body::Datagram { data, .. }
+            | Body::ReadResp(data) => data.is_shared(),
+            _ => false,
+        }
+    }
+
     /// True for requester → responder packets.
     #[inline]
     pub fn is_request(&self) -> bool {

@@ -70,13 +70,9 @@ impl FaultPlan {
 }
 
 enum Ev {
-    /// A packet arrives; it leaves its sender at `depart`, sent by the sender's
-    /// incarnation `life` (if that incarnation lost power before `depart`, it never left).
-    Deliver {
-        pkt: Packet,
-        life: u32,
-        depart: Instant,
-    },
+    /// A packet arrives. Who sent it when is in [`World::sent`], beside the slot: an event
+    /// of at most 128 bytes is copied inline, a larger one through `memcpy`.
+    Deliver(Packet),
     NodeTimer(NodeId),
     Wake(Waker),
     Crash(NodeId),
@@ -103,7 +99,12 @@ pub struct World {
     /// not queued again (a duplicate event would run the RNIC's timers for nothing).
     timers_queued: Vec<BTreeSet<Instant>>,
     queue: BinaryHeap<Reverse<(Instant, u64, u32)>>,
+    /// Queued events by slot. A free slot (in `free_slots`) may still hold a delivered
+    /// packet without heap memory (see `process_event`); `push_with` overwrites it.
     payloads: Vec<Option<Ev>>,
+    /// Per slot of a packet: it left its sender at this instant, sent by the sender's
+    /// incarnation with this index (if that incarnation lost power before, it never left).
+    sent: Vec<(Instant, u32)>,
     free_slots: Vec<u32>,
     seq: u64,
     events_processed: u64,
@@ -127,18 +128,20 @@ impl World {
     /// Queues the event `make` builds, built straight into its slot (a packet is large:
     /// building the event elsewhere and moving it in costs a copy per packet).
     #[inline(always)]
-    fn push_with(&mut self, at: Instant, make: impl FnOnce() -> Ev) {
+    fn push_with(&mut self, at: Instant, make: impl FnOnce() -> Ev) -> u32 {
         assert!(at >= self.now, "event scheduled in the past");
         let slot = match self.free_slots.pop() {
             Some(s) => s,
             None => {
                 self.payloads.push(None);
+                self.sent.push((Instant::ZERO, 0));
                 self.payloads.len() as u32 - 1
             }
         };
         self.payloads[slot as usize] = Some(make());
         self.seq += 1;
         self.queue.push(Reverse((at, self.seq, slot)));
+        slot
     }
 
     /// Moves what a node produced onto the fabric, re-arms its timer and collects the
@@ -211,7 +214,8 @@ impl World {
             });
         }
         let life = self.deaths[s].len() as u32;
-        self.push_with(arrive, move || Ev::Deliver { pkt, life, depart });
+        let slot = self.push_with(arrive, move || Ev::Deliver(pkt));
+        self.sent[slot as usize] = (depart, life);
     }
 
     /// The first instant at or after now at which node `n`'s threads run.
@@ -321,6 +325,7 @@ impl Sim {
             timers_queued: Vec::new(),
             queue: BinaryHeap::new(),
             payloads: Vec::new(),
+            sent: Vec::new(),
             free_slots: Vec::new(),
             seq: 0,
             events_processed: 0,
@@ -589,13 +594,15 @@ impl Sim {
             // A packet is handled where it lies in its slot (no copy of it out).
             let World {
                 payloads,
+                sent,
                 nodes,
                 trace,
                 deaths,
                 ..
             } = &mut *w;
-            if let Some(Ev::Deliver { pkt, life, depart }) = &payloads[slot as usize] {
-                let dst = pkt.dst;
+            if let Some(Ev::Deliver(pkt)) = &payloads[slot as usize] {
+                let (depart, life) = sent[slot as usize];
+                let (dst, heap) = (pkt.dst, pkt.holds_heap());
                 trace.fold(&[
                     1,
                     at.as_nanos(),
@@ -607,12 +614,18 @@ impl Sim {
                 // The RNIC computes a response's departure ahead of time; if its node lost
                 // power before that instant, the packet never left.
                 let lost = deaths[pkt.src as usize]
-                    .get(*life as usize)
-                    .is_some_and(|&c| c < *depart);
+                    .get(life as usize)
+                    .is_some_and(|&c| c < depart);
                 if !lost {
                     nodes[dst as usize].handle_packet(at, pkt);
                 }
-                payloads[slot as usize] = None;
+                // A delivered packet that owns no heap memory stays in its slot until the
+                // slot is reused (overwritten then at no extra cost): clearing the slot
+                // is a copy of the whole event per packet. One that shares a payload
+                // buffer lets go of it now.
+                if heap {
+                    payloads[slot as usize] = None;
+                }
                 w.free_slots.push(slot);
                 if !lost {
                     w.service(dst);
@@ -626,7 +639,7 @@ impl Sim {
                 .expect("queued event has a payload");
             w.free_slots.push(slot);
             match ev {
-                Ev::Deliver { .. } => unreachable!("handled in its slot above"),
+                Ev::Deliver(_) => unreachable!("handled in its slot above"),
                 Ev::NodeTimer(n) => {
                     w.trace.fold(&[2, at.as_nanos(), n as u64]);
                     w.timers_queued[n as usize].remove(&at);

@@ -26,17 +26,18 @@ impl Rnic {
             let unreliable = q.attr.qp_type != QpType::Rc;
             // Fetch the payload from local memory (a DMA read over PCIe) unless inline.
             let mut fetch = Duration::ZERO;
-            if self.qps[qpn.0 as usize].sq[idx].data.is_none() {
+            if !self.qps[qpn.0 as usize].sq[idx].fetched {
                 let w = &self.qps[qpn.0 as usize].sq[idx];
-                let fetched = match w.wr.local {
-                    Payload::Sge(sge) if !op.is_non_posted() || op == Opcode::NonPostedWrite => {
+                if let Payload::Sge(sge) = w.wr.local {
+                    if !op.is_non_posted() || op == Opcode::NonPostedWrite {
                         match self.check_local(qpn, sge, Access::NONE) {
                             Ok(space) => {
                                 fetch = self.pcie + self.pcie;
                                 let hier = &mut self.hier;
-                                Some(Bytes::filled(sge.len as usize, |buf| {
+                                let bytes = Bytes::filled(sge.len as usize, |buf| {
                                     hier.read_ordered_into(space, sge.addr, buf)
-                                }))
+                                });
+                                self.qps[qpn.0 as usize].sq[idx].wr.local = Payload::Inline(bytes);
                             }
                             Err(status) => {
                                 self.complete_with_error(now, qpn, idx, status);
@@ -44,9 +45,8 @@ impl Rnic {
                             }
                         }
                     }
-                    _ => Some(Bytes::EMPTY),
-                };
-                self.qps[qpn.0 as usize].sq[idx].data = fetched;
+                }
+                self.qps[qpn.0 as usize].sq[idx].fetched = true;
             }
             let Some(flushed) = self.rflush_before_send(now, qpn, idx) else {
                 return;
@@ -59,7 +59,10 @@ impl Rnic {
             let w = &mut q.sq[idx];
             let ack_req = w.wr.signaled || last || w.psn % ACK_EVERY == ACK_EVERY - 1;
             let remote = w.wr.remote;
-            let data = w.data.clone().unwrap_or(Bytes::EMPTY);
+            let data = match &w.wr.local {
+                Payload::Inline(b) => b.clone(),
+                _ => Bytes::EMPTY,
+            };
             let body = match (op, remote) {
                 (Opcode::Write, Some(r)) => Body::Write {
                     addr: r.addr,
@@ -339,19 +342,22 @@ impl Rnic {
                 break;
             };
             let (status, at) = (*status, *at);
-            let w = q.sq.pop_front().unwrap();
+            let w = q.sq.front().expect("just seen");
+            let wc = (w.wr.signaled || status != WcStatus::Success).then(|| WorkCompletion {
+                wr_id: w.wr.wr_id,
+                status,
+                opcode: WcOpcode::of(w.wr.opcode),
+                byte_len: w.len as u32,
+                imm: None,
+                qp: qpn,
+                src: None,
+            });
+            // Dropped where it lies: moving a work request out only to drop it is a copy
+            // of its 264 bytes per WRITE.
+            q.sq.drain(..1);
             q.next_send = q.next_send.saturating_sub(1);
             let cq = q.send_cq;
-            if w.wr.signaled || status != WcStatus::Success {
-                let wc = WorkCompletion {
-                    wr_id: w.wr.wr_id,
-                    status,
-                    opcode: WcOpcode::of(w.wr.opcode),
-                    byte_len: w.len as u32,
-                    imm: None,
-                    qp: qpn,
-                    src: None,
-                };
+            if let Some(wc) = wc {
                 self.push_cqe(now, at, cq, wc);
             }
         }
