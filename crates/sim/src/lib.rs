@@ -84,6 +84,31 @@ struct Port {
     ingress_free: Instant,
 }
 
+/// An event's place in the queue: its time, then its sequence number (ties in time go in
+/// the order the events were queued), packed with its slot into one `u128` so that the
+/// heap moves plain integers (a tuple of three fields costs the heap a stalled load per
+/// move: it is stored field by field and read back in wider pieces).
+#[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct EventKey(u128);
+
+impl EventKey {
+    const SLOT_BITS: u32 = 24;
+
+    fn new(at: Instant, seq: u64, slot: u32) -> Self {
+        assert!(
+            seq < 1 << (64 - Self::SLOT_BITS) && slot < 1 << Self::SLOT_BITS,
+            "event queue beyond 2^40 events or 2^24 queued at once"
+        );
+        EventKey((at.as_nanos() as u128) << 64 | (seq << Self::SLOT_BITS | slot as u64) as u128)
+    }
+    fn at(self) -> Instant {
+        Instant::from_nanos((self.0 >> 64) as u64)
+    }
+    fn slot(self) -> u32 {
+        (self.0 as u64 & ((1 << Self::SLOT_BITS) - 1)) as u32
+    }
+}
+
 /// The simulated world: nodes, links and the event queue. Reached through [`Sim`].
 pub struct World {
     now: Instant,
@@ -98,7 +123,8 @@ pub struct World {
     /// Per node, the instants of its queued timer events: a deadline already queued is
     /// not queued again (a duplicate event would run the RNIC's timers for nothing).
     timers_queued: Vec<BTreeSet<Instant>>,
-    queue: BinaryHeap<Reverse<(Instant, u64, u32)>>,
+    /// Queued events as [`EventKey`]s, earliest first.
+    queue: BinaryHeap<Reverse<EventKey>>,
     /// Queued events by slot. A free slot (in `free_slots`) may still hold a delivered
     /// packet without heap memory (see `process_event`); `push_with` overwrites it.
     payloads: Vec<Option<Ev>>,
@@ -140,7 +166,7 @@ impl World {
         };
         self.payloads[slot as usize] = Some(make());
         self.seq += 1;
-        self.queue.push(Reverse((at, self.seq, slot)));
+        self.queue.push(Reverse(EventKey::new(at, self.seq, slot)));
         slot
     }
 
@@ -570,9 +596,10 @@ impl Sim {
     fn process_event(&self, limit: Instant) -> bool {
         {
             let mut w = self.shared.world.borrow_mut();
-            let Some(&Reverse((at, _, _))) = w.queue.peek() else {
+            let Some(&Reverse(key)) = w.queue.peek() else {
                 return false;
             };
+            let at = key.at();
             if at > limit {
                 return false;
             }
@@ -588,7 +615,7 @@ impl Sim {
                 self.shared.exec.cancel_owned_by(c.node);
                 w = self.shared.world.borrow_mut();
             }
-            let Reverse((at, _, slot)) = w.queue.pop().expect("peeked");
+            let slot = w.queue.pop().expect("peeked").0.slot();
             w.now = at;
             w.events_processed += 1;
             // A packet is handled where it lies in its slot (no copy of it out).
