@@ -1,0 +1,657 @@
+//! The durable-RPC client: calls, batches, resume after a restart (see the module above).
+
+use super::*;
+
+const WR_DATA: u64 = 1 << 60;
+const WR_FLUSH: u64 = 2 << 60;
+const WR_OP: u64 = 3 << 60;
+const WR_DOORBELL: u64 = 4 << 60;
+const WR_PROBE: u64 = 5 << 60;
+
+/// The client side of one durable-RPC connection. See the module documentation.
+pub struct DurableClient<V: Verbs> {
+    v: V,
+    opts: DurableOptions,
+    pd: PdId,
+    staging: MrInfo,
+    scratch: MrInfo,
+    recv: MrInfo,
+    nrecv: u64,
+    qp: QpNum,
+    cq: CqId,
+    info: Option<ConnInfo>,
+    plan: Option<FlushPlan>,
+    next_seq: u64,
+    /// Issued, no reply yet.
+    pending: BTreeMap<u64, Op>,
+    /// Issued, not acknowledged durable.
+    unacked: BTreeMap<u64, Op>,
+    replies: BTreeMap<u64, Reply>,
+    processed_known: u64,
+    durable_known: u64,
+    slow: bool,
+    done: BTreeSet<u64>,
+    probing: bool,
+    wr_seq: u64,
+}
+
+impl<V: Verbs> DurableClient<V> {
+    /// Registers the client's buffers and creates its queue pair (connect it to the
+    /// server's, then [`attach`](Self::attach)).
+    pub fn create(v: V, opts: &DurableOptions) -> Result<Self, RpcError> {
+        let layout = opts.log_layout(0)?;
+        let pd = v.alloc_pd()?;
+        let st_len = layout.capacity as u64 * layout.entry_bytes as u64;
+        let st = v.alloc(Space::Dram, st_len, 4096);
+        let staging = v.reg_mr(pd, Space::Dram, st, st_len, Access::ALL)?;
+        let sc = v.alloc(Space::Dram, 64, 64);
+        let scratch = v.reg_mr(pd, Space::Dram, sc, 64, Access::ALL)?;
+        let nrecv = 2 * opts.capacity as u64 + 8;
+        let rl = nrecv * opts.recv_bytes();
+        let ra = v.alloc(Space::Dram, rl, 4096);
+        let recv = v.reg_mr(pd, Space::Dram, ra, rl, Access::ALL)?;
+        let mut c = DurableClient {
+            v,
+            opts: opts.clone(),
+            pd,
+            staging,
+            scratch,
+            recv,
+            nrecv,
+            qp: QpNum(0),
+            cq: CqId(0),
+            info: None,
+            plan: None,
+            next_seq: 1,
+            pending: BTreeMap::new(),
+            unacked: BTreeMap::new(),
+            replies: BTreeMap::new(),
+            processed_known: 0,
+            durable_known: 0,
+            slow: false,
+            done: BTreeSet::new(),
+            probing: false,
+            wr_seq: 0,
+        };
+        c.reopen()?;
+        Ok(c)
+    }
+
+    /// A new queue pair (after the old one failed); connect it, then
+    /// [`attach`](Self::attach) and [`resume`](Self::resume).
+    pub fn reopen(&mut self) -> Result<QpNum, RpcError> {
+        let sq = 4 * self.opts.capacity as usize + 64;
+        self.cq = self.v.create_cq(sq + self.nrecv as usize + 1)?;
+        self.qp = self.v.create_qp(
+            self.pd,
+            self.cq,
+            self.cq,
+            QpAttr {
+                sq_depth: sq,
+                rq_depth: self.nrecv as usize,
+                ..QpAttr::default()
+            },
+        )?;
+        self.done.clear();
+        self.probing = false;
+        self.slow = false;
+        Ok(self.qp)
+    }
+
+    /// The queue pair to connect to the server's.
+    pub fn qp(&self) -> QpNum {
+        self.qp
+    }
+
+    /// Learns the server's log and posts receives. On a first connection the server
+    /// must not have processed anything yet.
+    pub fn attach(&mut self, info: ConnInfo) -> Result<(), RpcError> {
+        let plan = self.opts.plan(&info.config)?;
+        for i in 0..self.nrecv {
+            self.post_recv(i)?;
+        }
+        if self.info.is_none() {
+            self.next_seq = info.processed + 1;
+            self.processed_known = info.processed;
+            self.durable_known = info.processed;
+        }
+        self.info = Some(info);
+        self.plan = Some(plan);
+        Ok(())
+    }
+
+    fn post_recv(&self, i: u64) -> Result<(), RpcError> {
+        let b = self.opts.recv_bytes();
+        self.v.post_recv(
+            self.qp,
+            RecvWr {
+                wr_id: i,
+                sge: Sge {
+                    addr: self.recv.addr + i * b,
+                    len: b as u32,
+                    lkey: self.recv.lkey,
+                },
+            },
+        )?;
+        Ok(())
+    }
+
+    fn info(&self) -> Result<(ConnInfo, FlushPlan), RpcError> {
+        match (self.info, self.plan) {
+            (Some(i), Some(p)) => Ok((i, p)),
+            _ => Err(RpcError::Connection("not attached to a server".into())),
+        }
+    }
+
+    /// Sequence numbers issued so far (requests `1..=issued()` of this connection).
+    pub fn issued(&self) -> u64 {
+        self.next_seq - 1
+    }
+
+    /// Requests issued but not yet acknowledged durable, in sequence order.
+    pub fn unacknowledged(&self) -> Vec<u64> {
+        self.unacked.keys().copied().collect()
+    }
+
+    fn handle(&mut self, wc: WorkCompletion) -> Result<(), RpcError> {
+        if wc.status != WcStatus::Success {
+            return Err(wc_error(&wc));
+        }
+        match wc.opcode {
+            WcOpcode::Recv if wc.byte_len == 0 => {
+                // A native RFlush's notification: the immediate is the low 32 bits of the
+                // last durable sequence number (no backlog notice; replies carry it).
+                self.post_recv(wc.wr_id)?;
+                let issued = self.next_seq - 1;
+                let low = wc.imm.unwrap_or(0) as u64;
+                let mut upto = (issued & !0xffff_ffff) | low;
+                if upto > issued && upto >= 1 << 32 {
+                    upto -= 1 << 32;
+                }
+                self.durable_known = self.durable_known.max(upto.min(issued));
+            }
+            WcOpcode::Recv => {
+                let b = self.opts.recv_bytes();
+                let mut buf = vec![0u8; wc.byte_len as usize];
+                self.v
+                    .load(Space::Dram, self.recv.addr + wc.wr_id * b, &mut buf);
+                self.post_recv(wc.wr_id)?;
+                let notice = Notice::from_imm(wc.imm.unwrap_or(0));
+                self.slow = notice.slow;
+                match ServerMsg::parse(&buf)? {
+                    ServerMsg::Durable { upto } => {
+                        self.durable_known = self.durable_known.max(upto);
+                    }
+                    ServerMsg::Reply(f) => {
+                        let seq = f.reply.seq;
+                        self.processed_known = self.processed_known.max(seq);
+                        if self.pending.remove(&seq).is_some() {
+                            self.replies.insert(seq, f.reply);
+                        }
+                    }
+                }
+            }
+            _ if wc.wr_id == WR_PROBE => self.probing = false,
+            _ => {
+                self.done.insert(wc.wr_id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes completions until `cond` holds; probes an idle server so a dead one shows.
+    /// Fails after [`DurableOptions::reply_timeout`] without progress: a probe's
+    /// completion shows only that the server's RNIC is alive, not that its RPC threads
+    /// are, so it does not count as progress (a server whose threads died while its RNIC
+    /// lived kept a client waiting forever).
+    async fn pump_until(&mut self, cond: impl Fn(&Self) -> bool) -> Result<(), RpcError> {
+        let mut last_progress = self.v.now();
+        let mut probe_answered = false;
+        loop {
+            while let Some(wc) = self.v.poll_one(self.cq) {
+                let probe = wc.wr_id == WR_PROBE && wc.opcode != WcOpcode::Recv;
+                self.handle(wc)?;
+                if probe {
+                    probe_answered = true;
+                } else {
+                    last_progress = self.v.now();
+                    probe_answered = false;
+                }
+            }
+            if cond(self) {
+                return Ok(());
+            }
+            let idle = self.v.now().saturating_since(last_progress);
+            if idle >= self.opts.reply_timeout {
+                return Err(if probe_answered {
+                    RpcError::ServerStalled(idle)
+                } else {
+                    RpcError::Timeout(idle)
+                });
+            }
+            let left = Duration::from_nanos(self.opts.reply_timeout.as_nanos() - idle.as_nanos());
+            let wait = self.opts.probe_interval.min(left);
+            if remora_verbs::wait_cq_or(&self.v, self.cq, wait).await {
+                continue;
+            }
+            if !self.probing {
+                let (info, _) = self.info()?;
+                self.probing = true;
+                self.v.post_send(
+                    self.qp,
+                    SendWr::new(
+                        WR_PROBE,
+                        Opcode::Read,
+                        Payload::Sge(Sge {
+                            addr: self.scratch.addr,
+                            len: 8,
+                            lkey: self.scratch.lkey,
+                        }),
+                        Some(Remote {
+                            addr: info.layout.base,
+                            rkey: info.log_rkey,
+                        }),
+                    ),
+                )?;
+            }
+        }
+    }
+
+    fn wr_id(&mut self, kind: u64) -> u64 {
+        self.wr_seq += 1;
+        kind | self.wr_seq
+    }
+
+    fn post(&self, wr: SendWr) -> Result<(), RpcError> {
+        self.v.post_send(self.qp, wr)?;
+        Ok(())
+    }
+
+    /// Consecutive sequence numbers whose entries are adjacent in the ring.
+    fn runs(layout: &LogLayout, seqs: &[u64]) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for &s in seqs {
+            match out.last_mut() {
+                Some((_, last)) if *last + 1 == s && layout.slot(s) != 0 => *last = s,
+                _ => out.push((s, s)),
+            }
+        }
+        out
+    }
+
+    fn post_data(
+        &mut self,
+        info: &ConnInfo,
+        plan: &FlushPlan,
+        r: &Request,
+    ) -> Result<(), RpcError> {
+        let bytes = r.to_bytes();
+        let at = self.staging.addr + info.layout.slot(r.seq) * info.layout.entry_bytes as u64;
+        self.v.store(Space::Dram, at, &bytes);
+        let sge = Payload::Sge(Sge {
+            addr: at,
+            len: bytes.len() as u32,
+            lkey: self.staging.lkey,
+        });
+        let id = self.wr_id(WR_DATA);
+        let wr = match plan.carrier {
+            Family::Write => SendWr::new(
+                id,
+                Opcode::Write,
+                sge,
+                Some(Remote {
+                    addr: info.layout.data_addr(r.seq),
+                    rkey: info.log_rkey,
+                }),
+            ),
+            Family::Send => SendWr::new(id, Opcode::Send, sge, None),
+        };
+        self.post(wr.signaled(false))
+    }
+
+    /// Posts the flushes of the data of `reqs` (one per ring run); the last one is
+    /// signaled when `signal`, and its id returned.
+    async fn post_data_flush(
+        &mut self,
+        info: &ConnInfo,
+        kind: SenderFlush,
+        reqs: &[Request],
+        signal: bool,
+    ) -> Result<u64, RpcError> {
+        if let Some(d) = kind.lookup() {
+            // Emulated SFlush: the RNIC's destination lookup (§4.1.3).
+            self.v.compute(d).await;
+        }
+        if kind.covers_all() {
+            // Native SFlush: one after the batch's last SEND (see `crate::flush`).
+            let id = self.wr_id(WR_FLUSH);
+            self.post(SendWr::sflush(id).signaled(signal))?;
+            return Ok(id);
+        }
+        let seqs: Vec<u64> = reqs.iter().map(|r| r.seq).collect();
+        let runs = Self::runs(&info.layout, &seqs);
+        let mut last = 0;
+        for (i, (a, b)) in runs.iter().enumerate() {
+            let end_len = reqs.iter().find(|r| r.seq == *b).unwrap().frame_len() as u64;
+            let start = info.layout.data_addr(*a);
+            let len = info.layout.data_addr(*b) + end_len - start;
+            last = self.wr_id(WR_FLUSH);
+            let wr = kind.work_request(
+                last,
+                Remote {
+                    addr: start,
+                    rkey: info.log_rkey,
+                },
+                len,
+                self.scratch_sge(),
+            );
+            self.post(wr.signaled(signal && i + 1 == runs.len()))?;
+        }
+        Ok(last)
+    }
+
+    fn scratch_sge(&self) -> Sge {
+        Sge {
+            addr: self.scratch.addr,
+            len: 8,
+            lkey: self.scratch.lkey,
+        }
+    }
+
+    /// Posts the operators of `reqs` (8-byte atomic writes) and their flushes; returns the
+    /// id of the last, signaled, work request.
+    fn post_operators(
+        &mut self,
+        info: &ConnInfo,
+        kind: Option<SenderFlush>,
+        reqs: &[Request],
+    ) -> Result<u64, RpcError> {
+        let atomic = info.config.caps.atomic_write;
+        let n = reqs.len();
+        let mut last = 0;
+        for (i, r) in reqs.iter().enumerate() {
+            let word = Operator::of(r).to_word();
+            let remote = Some(Remote {
+                addr: info.layout.entry_addr(r.seq),
+                rkey: info.log_rkey,
+            });
+            last = self.wr_id(WR_OP);
+            let wr = if atomic {
+                SendWr::new(
+                    last,
+                    Opcode::AtomicWrite { value: word },
+                    Payload::None,
+                    remote,
+                )
+            } else {
+                // Without ATOMIC WRITE: an aligned 8-byte WRITE (never torn), fenced so it
+                // cannot pass the data's flush.
+                SendWr::new(
+                    last,
+                    Opcode::Write,
+                    Payload::inline(word.to_le_bytes()),
+                    remote,
+                )
+                .fenced(true)
+            };
+            self.post(wr.signaled(kind.is_none() && i + 1 == n))?;
+        }
+        if let Some(kind) = kind {
+            let seqs: Vec<u64> = reqs.iter().map(|r| r.seq).collect();
+            let runs = Self::runs(&info.layout, &seqs);
+            for (i, (a, b)) in runs.iter().enumerate() {
+                let start = info.layout.entry_addr(*a);
+                let len = info.layout.entry_addr(*b) + 8 - start;
+                last = self.wr_id(WR_FLUSH);
+                let wr = kind.work_request(
+                    last,
+                    Remote {
+                        addr: start,
+                        rkey: info.log_rkey,
+                    },
+                    len,
+                    self.scratch_sge(),
+                );
+                self.post(wr.signaled(i + 1 == runs.len()))?;
+            }
+        }
+        Ok(last)
+    }
+
+    fn post_doorbell(&mut self, info: &ConnInfo, seq: u64, fenced: bool) -> Result<(), RpcError> {
+        let id = self.wr_id(WR_DOORBELL);
+        let imm = u32::try_from(seq).map_err(|_| RpcError::Unsupported {
+            design: self.opts.design.name(),
+            what: format!("sequence number {seq} in a 32-bit doorbell"),
+        })?;
+        self.post(
+            SendWr::new(
+                id,
+                Opcode::WriteWithImm(imm),
+                Payload::None,
+                Some(Remote {
+                    addr: info.layout.base,
+                    rkey: info.log_rkey,
+                }),
+            )
+            .signaled(false)
+            .fenced(fenced),
+        )
+    }
+
+    async fn wait_wr(&mut self, id: u64) -> Result<(), RpcError> {
+        self.pump_until(|c| c.done.contains(&id)).await?;
+        self.done.remove(&id);
+        Ok(())
+    }
+
+    /// Places `reqs` (consecutive sequence numbers) in the log and returns once all are
+    /// durable (seed 003 §4.2, §4.3).
+    async fn send_entries(&mut self, reqs: &[Request]) -> Result<Instant, RpcError> {
+        let (info, plan) = self.info()?;
+        let last_seq = reqs.last().expect("at least one request").seq;
+        let fault = self.opts.fault;
+        if fault == Some(Fault::OperatorBeforeData) && !plan.server_acknowledges() {
+            let id = self.post_operators(&info, plan.operator_flush, reqs)?;
+            self.wait_wr(id).await?;
+        }
+        for r in reqs {
+            self.post_data(&info, &plan, r)?;
+        }
+        if fault == Some(Fault::AckOnWriteCompletion) {
+            let id = self.post_operators(&info, None, reqs)?;
+            if plan.carrier == Family::Write {
+                self.post_doorbell(&info, last_seq, false)?;
+            }
+            self.wait_wr(id).await?;
+            return Ok(self.v.now());
+        }
+        if plan.server_acknowledges() {
+            if let Some(kind) = plan.data_flush {
+                self.post_data_flush(&info, kind, reqs, false).await?;
+            }
+            if plan.carrier == Family::Write {
+                self.post_doorbell(&info, last_seq, plan.data_flush.is_some())?;
+            }
+            self.pump_until(|c| c.durable_known >= last_seq).await?;
+            return Ok(self.v.now());
+        }
+        let kind = plan
+            .data_flush
+            .expect("a sender-side plan flushes its data");
+        let id = if fault == Some(Fault::OperatorBeforeData) {
+            self.post_data_flush(&info, kind, reqs, true).await?
+        } else {
+            self.post_data_flush(&info, kind, reqs, false).await?;
+            self.post_operators(&info, plan.operator_flush, reqs)?
+        };
+        if plan.carrier == Family::Write {
+            // Wakes the server's thread once the operator is durable (fenced behind it).
+            self.post_doorbell(&info, last_seq, true)?;
+        }
+        self.wait_wr(id).await?;
+        Ok(self.v.now())
+    }
+
+    fn validate(&self, op: &Op) -> Result<(), RpcError> {
+        let bad = |what: String| {
+            Err(RpcError::Unsupported {
+                design: self.opts.design.name(),
+                what,
+            })
+        };
+        match op {
+            Op::Put { value, .. } if value.len() > self.opts.max_value as usize => bad(format!(
+                "a {}-byte value (max {})",
+                value.len(),
+                self.opts.max_value
+            )),
+            Op::Scan { count, .. } if *count > self.opts.max_scan => bad(format!(
+                "a Scan of {count} objects (max {})",
+                self.opts.max_scan
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Issues `ops`, up to [`DurableOptions::batch`] per Flush (§4.3), and returns one
+    /// completion per op once every op is durable (reads: once their results arrived).
+    pub async fn call_batch(&mut self, ops: Vec<Op>) -> Result<Vec<Completion>, RpcError> {
+        for op in &ops {
+            self.validate(op)?;
+        }
+        let (info, _) = self.info()?;
+        let batch = self.opts.batch.clamp(1, info.layout.capacity) as usize;
+        let cap = info.layout.capacity as u64;
+        let mut out = Vec::with_capacity(ops.len());
+        for chunk in ops.chunks(batch) {
+            let first = self.next_seq;
+            let last = first + chunk.len() as u64 - 1;
+            // Ring space, and the server's slow-down request (§4.2).
+            self.pump_until(|c| {
+                last <= c.processed_known + cap && (!c.slow || c.pending.is_empty())
+            })
+            .await?;
+            let reqs: Vec<Request> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, op)| Request {
+                    conn: self.opts.conn,
+                    seq: first + i as u64,
+                    op: op.clone(),
+                })
+                .collect();
+            for r in &reqs {
+                self.pending.insert(r.seq, r.op.clone());
+                self.unacked.insert(r.seq, r.op.clone());
+            }
+            self.next_seq = last + 1;
+            let at = self.send_entries(&reqs).await?;
+            for r in &reqs {
+                self.unacked.remove(&r.seq);
+            }
+            for r in reqs {
+                let c = match r.op {
+                    Op::Put { .. } => Completion {
+                        seq: r.seq,
+                        durable_at: Some(at),
+                        reply: None,
+                    },
+                    _ => {
+                        self.pump_until(|c| c.replies.contains_key(&r.seq)).await?;
+                        Completion {
+                            seq: r.seq,
+                            durable_at: None,
+                            reply: self.replies.remove(&r.seq),
+                        }
+                    }
+                };
+                out.push(c);
+            }
+        }
+        Ok(out)
+    }
+
+    /// After the server recovered and [`attach`](Self::attach) gave its new
+    /// [`ConnInfo`]: learns the results of requests recovery executed (their replies
+    /// arrive on the new connection; a Put processed before the crash whose reply was lost
+    /// has an empty reply), and re-sends the requests that were never acknowledged durable
+    /// and are not in the recovered log. Fails if the server lost a request it had
+    /// acknowledged as durable.
+    pub async fn resume(&mut self) -> Result<(), RpcError> {
+        let (info, _) = self.info()?;
+        let issued = self.next_seq - 1;
+        if let Some(&lost) = self
+            .pending
+            .keys()
+            .find(|&&s| s > info.processed && !self.unacked.contains_key(&s))
+        {
+            return Err(RpcError::LostDurable {
+                processed: info.processed,
+                seq: lost,
+            });
+        }
+        self.processed_known = self.processed_known.max(info.processed.min(issued));
+        // Processed before the crash, reply lost: a Put's reply carries nothing; a read's
+        // caller already saw its call fail.
+        let lost: Vec<u64> = self
+            .pending
+            .range(..=info.processed_before_recovery)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in lost {
+            if let Some(Op::Put { .. }) = self.pending.remove(&s) {
+                self.replies.insert(
+                    s,
+                    Reply {
+                        seq: s,
+                        value: vec![],
+                    },
+                );
+            }
+        }
+        // Recovered from the log: durable now; replies follow on the new connection.
+        let recovered: Vec<u64> = self
+            .unacked
+            .range(..=info.processed)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in recovered {
+            self.unacked.remove(&s);
+        }
+        self.durable_known = info.processed;
+        // Never durable: send again with the same sequence numbers.
+        let again: Vec<Request> = self
+            .unacked
+            .iter()
+            .map(|(s, op)| Request {
+                conn: self.opts.conn,
+                seq: *s,
+                op: op.clone(),
+            })
+            .collect();
+        let batch = self.opts.batch.clamp(1, info.layout.capacity) as usize;
+        for chunk in again.chunks(batch) {
+            let last = chunk.last().unwrap().seq;
+            let cap = info.layout.capacity as u64;
+            self.pump_until(|c| last <= c.processed_known + cap).await?;
+            self.send_entries(chunk).await?;
+            for r in chunk {
+                self.unacked.remove(&r.seq);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<V: Verbs> RpcClient for DurableClient<V> {
+    async fn call(&mut self, op: Op) -> Result<Completion, RpcError> {
+        let mut v = self.call_batch(vec![op]).await?;
+        Ok(v.pop().expect("one completion per op"))
+    }
+
+    async fn drain(&mut self) -> Result<Vec<Reply>, RpcError> {
+        self.pump_until(|c| c.pending.is_empty()).await?;
+        Ok(std::mem::take(&mut self.replies).into_values().collect())
+    }
+}
