@@ -929,3 +929,38 @@ impl remora_verbs::Verbs for NodeHandle {
         self.trace_span("cpu", "compute", start, self.now());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Packed keys sort as (time, sequence) did, and give the slot back.
+    #[test]
+    fn event_keys_order_by_time_then_sequence() {
+        let keys = [
+            (5, 9, 3),
+            (5, 10, 1),
+            (4, 200, (1 << 24) - 1),
+            (u64::MAX - 1, 1, 0),
+            (0, (1 << 40) - 1, 7),
+            (5, 9, 2),
+        ];
+        let mut packed: Vec<EventKey> = keys
+            .iter()
+            .map(|&(t, s, slot)| EventKey::new(Instant::from_nanos(t), s, slot))
+            .collect();
+        let mut plain = keys.to_vec();
+        packed.sort();
+        plain.sort();
+        for (k, &(t, _, slot)) in packed.iter().zip(&plain) {
+            assert_eq!(k.at(), Instant::from_nanos(t));
+            assert_eq!(k.slot(), slot);
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "event queue beyond")]
+    fn an_event_key_refuses_a_slot_it_cannot_hold() {
+        let _ = EventKey::new(Instant::ZERO, 1, 1 << 24);
+    }
+}
