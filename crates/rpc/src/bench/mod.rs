@@ -25,6 +25,7 @@
 //! lacks is reported as unsupported, never substituted). [`run_all`] runs every set and
 //! [`report::write_report`] writes `rpc.md`, `rpc.csv`, `rpc.json` and SVG plots.
 
+mod claims;
 pub mod durable;
 pub mod recovery;
 pub mod report;
