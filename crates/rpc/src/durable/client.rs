@@ -328,13 +328,29 @@ impl<V: Verbs> DurableClient<V> {
             self.post(SendWr::sflush(id).signaled(signal))?;
             return Ok(id);
         }
+        self.post_run_flushes(info, kind, reqs, signal, |layout, a, b| {
+            let end_len = reqs.iter().find(|r| r.seq == b).unwrap().frame_len() as u64;
+            let start = layout.data_addr(a);
+            (start, layout.data_addr(b) + end_len - start)
+        })
+    }
+
+    /// Posts one flush of `kind` per ring run of `reqs`, over the range `range` gives for
+    /// the run's first and last sequence numbers (start, length); the last flush is
+    /// signaled when `signal`, and its id returned.
+    fn post_run_flushes(
+        &mut self,
+        info: &ConnInfo,
+        kind: SenderFlush,
+        reqs: &[Request],
+        signal: bool,
+        range: impl Fn(&LogLayout, u64, u64) -> (u64, u64),
+    ) -> Result<u64, RpcError> {
         let seqs: Vec<u64> = reqs.iter().map(|r| r.seq).collect();
         let runs = Self::runs(&info.layout, &seqs);
         let mut last = 0;
-        for (i, (a, b)) in runs.iter().enumerate() {
-            let end_len = reqs.iter().find(|r| r.seq == *b).unwrap().frame_len() as u64;
-            let start = info.layout.data_addr(*a);
-            let len = info.layout.data_addr(*b) + end_len - start;
+        for (i, &(a, b)) in runs.iter().enumerate() {
+            let (start, len) = range(&info.layout, a, b);
             last = self.wr_id(WR_FLUSH);
             let wr = kind.work_request(
                 last,
@@ -397,23 +413,10 @@ impl<V: Verbs> DurableClient<V> {
             self.post(wr.signaled(kind.is_none() && i + 1 == n))?;
         }
         if let Some(kind) = kind {
-            let seqs: Vec<u64> = reqs.iter().map(|r| r.seq).collect();
-            let runs = Self::runs(&info.layout, &seqs);
-            for (i, (a, b)) in runs.iter().enumerate() {
-                let start = info.layout.entry_addr(*a);
-                let len = info.layout.entry_addr(*b) + 8 - start;
-                last = self.wr_id(WR_FLUSH);
-                let wr = kind.work_request(
-                    last,
-                    Remote {
-                        addr: start,
-                        rkey: info.log_rkey,
-                    },
-                    len,
-                    self.scratch_sge(),
-                );
-                self.post(wr.signaled(i + 1 == runs.len()))?;
-            }
+            last = self.post_run_flushes(info, kind, reqs, true, |layout, a, b| {
+                let start = layout.entry_addr(a);
+                (start, layout.entry_addr(b) + 8 - start)
+            })?;
         }
         Ok(last)
     }
