@@ -684,16 +684,15 @@ pub fn svgs(rs: &Results) -> Result<Vec<(String, String)>, String> {
             .filter(|r| r.load == load)
             .cloned()
             .collect();
-        out.push((
-            format!("rpc-micro-{load}.svg"),
+        plot(&mut out, &rs.micro, format!("rpc-micro-{load}.svg"), || {
             bars(
                 &format!("Micro-benchmark throughput, {load} load (seed 003 Figure 8)"),
                 &m,
                 &by_size,
                 &|r| r.throughput_ops_s / 1e3,
                 "Kops/s",
-            )?,
-        ));
+            )
+        })?;
     }
     for load in ["heavy", "light"] {
         let m: Vec<RunResult> = rs
@@ -702,58 +701,58 @@ pub fn svgs(rs: &Results) -> Result<Vec<(String, String)>, String> {
             .filter(|r| r.load == load && r.object_bytes >= 1024)
             .cloned()
             .collect();
-        out.push((
-            format!("rpc-p99-{load}.svg"),
+        plot(&mut out, &rs.micro, format!("rpc-p99-{load}.svg"), || {
             bars(
                 &format!("Micro-benchmark p99 latency, {load} load (seed 003 Figure 9)"),
                 &m,
                 &by_size,
                 &|r| r.p99_ns as f64 / 1e3,
                 "µs",
-            )?,
-        ));
+            )
+        })?;
     }
     let mean = |r: &RunResult| r.mean_ns / 1e3;
-    out.push((
-        "rpc-ycsb.svg".into(),
+    plot(&mut out, &rs.ycsb, "rpc-ycsb.svg".into(), || {
         bars(
             "YCSB mean latency (seed 003 Figure 11)",
             &rs.ycsb,
             &|r| r.workload.clone(),
             &mean,
             "µs",
-        )?,
-    ));
-    out.push((
-        "rpc-sizes.svg".into(),
+        )
+    })?;
+    plot(&mut out, &rs.sizes, "rpc-sizes.svg".into(), || {
         bars(
             "Mean latency by object size (seed 003 Figure 13)",
             &rs.sizes,
             &by_size,
             &mean,
             "µs",
-        )?,
-    ));
-    out.push((
-        "rpc-senders.svg".into(),
+        )
+    })?;
+    plot(&mut out, &rs.senders, "rpc-senders.svg".into(), || {
         bars(
             "Mean latency by concurrent senders (seed 003 Figure 17)",
             &rs.senders,
             &|r| r.senders.to_string(),
             &mean,
             "µs",
-        )?,
-    ));
-    out.push((
+        )
+    })?;
+    plot(
+        &mut out,
+        &rs.read_write,
         "rpc-read-write.svg".into(),
-        bars(
-            "Mean latency by read:write ratio (seed 003 Figure 18)",
-            &rs.read_write,
-            &|r| format!("{}:{}", r.read_percent, 100 - r.read_percent),
-            &mean,
-            "µs",
-        )?,
-    ));
+        || {
+            bars(
+                "Mean latency by read:write ratio (seed 003 Figure 18)",
+                &rs.read_write,
+                &|r| format!("{}:{}", r.read_percent, 100 - r.read_percent),
+                &mean,
+                "µs",
+            )
+        },
+    )?;
     for (file, title, busy) in [
         (
             "rpc-net-load.svg",
@@ -772,10 +771,9 @@ pub fn svgs(rs: &Results) -> Result<Vec<(String, String)>, String> {
         ),
     ] {
         let both: Vec<RunResult> = rs.load_idle.iter().chain(busy).cloned().collect();
-        out.push((
-            file.into(),
-            bars(title, &both, &|r| r.condition.clone(), &mean, "µs")?,
-        ));
+        plot(&mut out, busy, file.into(), || {
+            bars(title, &both, &|r| r.condition.clone(), &mean, "µs")
+        })?;
     }
     // Figure 20: one group per part, one bar per design.
     let parts: Vec<RunResult> = ["sender software", "network", "receiver software"]
@@ -792,44 +790,39 @@ pub fn svgs(rs: &Results) -> Result<Vec<(String, String)>, String> {
             })
         })
         .collect();
-    out.push((
-        "rpc-breakdown.svg".into(),
+    plot(&mut out, &rs.breakdown, "rpc-breakdown.svg".into(), || {
         bars(
             "YCSB A latency breakdown (seed 003 Figure 20)",
             &parts,
             &|r| r.condition.clone(),
             &mean,
             "µs",
-        )?,
-    ));
-    out.push((
-        "rpc-batch.svg".into(),
+        )
+    })?;
+    plot(&mut out, &rs.batch, "rpc-batch.svg".into(), || {
         bars(
             "Total execution time by batch size (seed 003 Figure 19)",
             &rs.batch,
             &|r| r.batch.to_string(),
             &|r| r.elapsed_ns as f64 / 1e6,
             "ms",
-        )?,
-    ));
-    // A set that did not run (`--sets`) has no plot: its page links none.
-    let ran = |file: &str| -> bool {
-        let rows: &[RunResult] = match file {
-            "rpc-ycsb.svg" => &rs.ycsb,
-            "rpc-sizes.svg" => &rs.sizes,
-            "rpc-senders.svg" => &rs.senders,
-            "rpc-read-write.svg" => &rs.read_write,
-            "rpc-batch.svg" => &rs.batch,
-            "rpc-net-load.svg" => &rs.net_load,
-            "rpc-server-cpu.svg" => &rs.server_cpu,
-            "rpc-sender-cpu.svg" => &rs.sender_cpu,
-            "rpc-breakdown.svg" => &rs.breakdown,
-            _ => &rs.micro,
-        };
-        !rows.is_empty()
-    };
-    out.retain(|(file, _)| ran(file));
+        )
+    })?;
     Ok(out)
+}
+
+/// Adds the plot `file` that `make` draws, unless its experiment set `set` did not run
+/// (`--sets`): such a set has no plot, and its page links none.
+fn plot(
+    out: &mut Vec<(String, String)>,
+    set: &[RunResult],
+    file: String,
+    make: impl FnOnce() -> Result<String, String>,
+) -> Result<(), String> {
+    if !set.is_empty() {
+        out.push((file, make()?));
+    }
+    Ok(())
 }
 
 /// Writes `rpc.md`, `rpc.csv`, `rpc.json` and the `rpc-*.svg` plots into `dir` (created if
