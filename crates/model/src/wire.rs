@@ -134,16 +134,25 @@ pub enum Body {
 }
 
 impl Packet {
-    /// Payload bytes on the wire (headers are added by the link model).
+    /// The bytes the packet carries, if it carries a byte payload.
     #[inline]
-    pub fn payload_len(&self) -> u64 {
+    fn data(&self) -> Option<&Bytes> {
         match &self.body {
             Body::Write { data, .. }
             | Body::Send { data, .. }
-            | Body::NonPostedWrite { data, .. } => data.len() as u64,
-            Body::Datagram { data, .. } => data.len() as u64,
-            Body::ReadResp(d) => d.len() as u64,
-            Body::Atomic { .. } | Body::AtomicResp(_) => 8,
+            | Body::NonPostedWrite { data, .. }
+            | Body::Datagram { data, .. }
+            | Body::ReadResp(data) => Some(data),
+            _ => None,
+        }
+    }
+
+    /// Payload bytes on the wire (headers are added by the link model).
+    #[inline]
+    pub fn payload_len(&self) -> u64 {
+        match (&self.body, self.data()) {
+            (_, Some(data)) => data.len() as u64,
+            (Body::Atomic { .. } | Body::AtomicResp(_), None) => 8,
             _ => 0,
         }
     }
@@ -152,14 +161,7 @@ impl Packet {
     /// a packet without one owns nothing but its own bytes.
     #[inline]
     pub fn holds_heap(&self) -> bool {
-        match &self.body {
-            Body::Write { data, .. }
-            | Body::Send { data, .. }
-            | Body::NonPostedWrite { data, .. }
-            | Body::Datagram { data, .. }
-            | Body::ReadResp(data) => data.is_shared(),
-            _ => false,
-        }
+        self.data().is_some_and(Bytes::is_shared)
     }
 
     /// True for requester → responder packets.
