@@ -369,7 +369,8 @@ enum BenchCmd {
         #[arg(long, default_value = "all", value_parser = remora_cli::rpcbench::parse_designs)]
         designs: std::vec::Vec<remora_rpc::Design>,
         /// Experiment sets: comma-separated, or all (micro, ycsb, sizes, senders,
-        /// read-write, batch, load, breakdown); the page leaves the others' tables empty.
+        /// read-write, batch, load, breakdown, pagerank); the page leaves the others' tables
+        /// empty.
         #[arg(long, default_value = "all", value_parser = remora_cli::rpcbench::parse_sets)]
         sets: std::vec::Vec<remora_rpc::bench::Set>,
         /// Worker threads (each simulation is single-threaded).

@@ -10,6 +10,10 @@
 //!   5% inserts, E 95% scans and 5% inserts, F 50% reads and 50% read-modify-writes; "the
 //!   data access patterns of these workloads (except D) all follow a zipfian distribution
 //!   (99% skewness)" ([`YcsbSpec`]).
+//! * **PageRank** (§5.3, Figure 10): "We store the graph data in a remote server's PM, and
+//!   store the intermediate results of PageRank in the main memory of the computation node
+//!   locally. The graph data are fetched via RPCs by the client node", for graphs of the
+//!   sizes of Word association-2011, Enron and Dblp-2010 ([`PageRankSpec`]).
 //!
 //! Keys come from YCSB's own generators (Gray et al.'s Zipfian algorithm as in YCSB's
 //! `ZipfianGenerator`, scrambled with FNV-1a as in `ScrambledZipfianGenerator`, and
@@ -276,13 +280,134 @@ impl YcsbSpec {
     }
 }
 
-/// Either workload family.
+/// The graphs of seed 003 §5.1 ("Macro-benchmarks"), by their sizes: "Word
+/// association-2011 [50] contains 10K nodes and 72K edges. Enron [49] contains 69K nodes
+/// and 276K edges. Dblp-2010 [48] contains 326K nodes and 1615K edges."
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Graph {
+    /// Word association-2011: 10K nodes, 72K edges.
+    WordAssociation,
+    /// Enron: 69K nodes, 276K edges.
+    Enron,
+    /// Dblp-2010: 326K nodes, 1,615K edges.
+    Dblp,
+}
+
+impl Graph {
+    /// The three, smallest first (Figure 10's order).
+    pub const ALL: [Graph; 3] = [Graph::WordAssociation, Graph::Enron, Graph::Dblp];
+
+    /// The dataset's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Graph::WordAssociation => "wordassoc-2011",
+            Graph::Enron => "enron",
+            Graph::Dblp => "dblp-2010",
+        }
+    }
+
+    /// Nodes (§5.1).
+    pub fn nodes(self) -> u64 {
+        match self {
+            Graph::WordAssociation => 10_000,
+            Graph::Enron => 69_000,
+            Graph::Dblp => 326_000,
+        }
+    }
+
+    /// Edges (§5.1).
+    pub fn edges(self) -> u64 {
+        match self {
+            Graph::WordAssociation => 72_000,
+            Graph::Enron => 276_000,
+            Graph::Dblp => 1_615_000,
+        }
+    }
+}
+
+/// Bytes of one edge in the server's copy of the graph: two 4-byte node numbers (every
+/// graph of §5.1 has fewer than 2^32 nodes). Assumption: the paper does not give its layout.
+pub const EDGE_BYTES: u64 = 8;
+
+/// PageRank iterations. Assumption (the paper does not say): a fixed count, so every
+/// design fetches the same data; the ratios between designs do not depend on it.
+pub const PAGERANK_ITERATIONS: u32 = 10;
+
+/// Client CPU time per edge of an iteration: reading the source's rank from the local
+/// rank array (a cache miss on the larger graphs) and adding its share to the
+/// destination's. Assumption: the paper gives no timing of its computation, only that it
+/// is "computation-intensive" (§5.3).
+pub const PAGERANK_EDGE_NS: u64 = 5;
+
+/// Client CPU time per node at the end of an iteration (the damping and the new rank
+/// written back). Assumption, like [`PAGERANK_EDGE_NS`].
+pub const PAGERANK_NODE_NS: u64 = 2;
+
+/// PageRank as an RPC workload (seed 003 §5.3, Figure 10): the graph's edge list lies in
+/// the server's PM as objects of `block_bytes` (the §5.1 default object size, 64 KB); each
+/// iteration the client fetches every block with a Get, in order, and computes on it
+/// before fetching the next ([`Workload::think`]: its edges' CPU time, and at the end of
+/// an iteration its nodes'), keeping the ranks in its own memory. The blocks are the
+/// store's checked objects ([`value_for`]), not a real edge list: what the model measures
+/// is the run's time, which depends on the graph's size, not on which node links to which.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize)]
+pub struct PageRankSpec {
+    /// The graph whose sizes the run takes.
+    pub graph: Graph,
+    /// Nodes (the graph's, or fewer in a scaled-down run).
+    pub nodes: u64,
+    /// Edges (the graph's, or fewer in a scaled-down run).
+    pub edges: u64,
+    /// Iterations.
+    pub iterations: u32,
+    /// Bytes of the objects the edge list is stored in.
+    pub block_bytes: u64,
+}
+
+impl PageRankSpec {
+    /// `graph` at the paper's size, in 64 KB objects.
+    pub fn paper(graph: Graph) -> Self {
+        PageRankSpec {
+            graph,
+            nodes: graph.nodes(),
+            edges: graph.edges(),
+            iterations: PAGERANK_ITERATIONS,
+            block_bytes: 64 * 1024,
+        }
+    }
+
+    /// Objects the edge list fills.
+    pub fn blocks(&self) -> u64 {
+        (self.edges * EDGE_BYTES).div_ceil(self.block_bytes).max(1)
+    }
+
+    /// Edges in block `b` (the last one may be partly filled).
+    pub fn edges_in(&self, b: u64) -> u64 {
+        let per = self.block_bytes / EDGE_BYTES;
+        self.edges.saturating_sub(b * per).min(per)
+    }
+
+    /// Client CPU time after fetching block `b`: its edges, and at the end of an
+    /// iteration (the last block) every node.
+    pub fn think(&self, b: u64) -> u64 {
+        let nodes = if b + 1 == self.blocks() {
+            self.nodes * PAGERANK_NODE_NS
+        } else {
+            0
+        };
+        self.edges_in(b) * PAGERANK_EDGE_NS + nodes
+    }
+}
+
+/// Any of the workload families.
 #[derive(Copy, Clone, Debug, PartialEq, Serialize)]
 pub enum Workload {
     /// §5.1 micro-benchmark.
     Micro(MicroSpec),
     /// §5.1 YCSB.
     Ycsb(YcsbSpec),
+    /// §5.3 PageRank.
+    PageRank(PageRankSpec),
 }
 
 impl Workload {
@@ -291,6 +416,7 @@ impl Workload {
         match self {
             Workload::Micro(m) => m.objects,
             Workload::Ycsb(y) => y.records,
+            Workload::PageRank(p) => p.blocks(),
         }
     }
 
@@ -299,6 +425,7 @@ impl Workload {
         match self {
             Workload::Micro(m) => m.operations,
             Workload::Ycsb(y) => y.operations,
+            Workload::PageRank(p) => p.blocks() * p.iterations as u64,
         }
     }
 
@@ -307,22 +434,22 @@ impl Workload {
         match self {
             Workload::Micro(m) => m.object_bytes,
             Workload::Ycsb(y) => y.value_bytes,
+            Workload::PageRank(p) => p.block_bytes,
         }
     }
 
     /// Largest scan (objects) an operation may ask for.
     pub fn max_scan(&self) -> u32 {
         match self {
-            Workload::Micro(_) => 1,
             Workload::Ycsb(y) if y.kind == YcsbKind::E => y.max_scan,
-            Workload::Ycsb(_) => 1,
+            Workload::Micro(_) | Workload::Ycsb(_) | Workload::PageRank(_) => 1,
         }
     }
 
     /// Percentage of inserts.
     fn insert_percent(&self) -> u32 {
         match self {
-            Workload::Micro(_) => 0,
+            Workload::Micro(_) | Workload::PageRank(_) => 0,
             Workload::Ycsb(y) => y.kind.mix()[2],
         }
     }
@@ -347,10 +474,21 @@ impl Workload {
                 100 - m.read_percent
             ),
             Workload::Ycsb(y) => format!("YCSB-{}", y.kind.name()),
+            Workload::PageRank(p) => format!("PageRank {}", p.graph.name()),
         }
     }
 
-    /// The operation stream of one sender: deterministic in `seed`.
+    /// Sender CPU time after an operation on `key` (PageRank's computation on the block
+    /// it fetched; nothing for the other workloads).
+    pub fn think(&self, key: u64) -> remora_model::time::Duration {
+        match self {
+            Workload::PageRank(p) => remora_model::time::Duration::from_nanos(p.think(key)),
+            Workload::Micro(_) | Workload::Ycsb(_) => remora_model::time::Duration::ZERO,
+        }
+    }
+
+    /// The operation stream of one sender: deterministic in `seed` (PageRank's is every
+    /// block in order, once per iteration).
     pub fn generator(&self, seed: u64) -> Generator {
         Generator::new(*self, seed)
     }
@@ -436,6 +574,14 @@ impl Iterator for Generator {
             return None;
         }
         self.left -= 1;
+        if let Workload::PageRank(p) = self.w {
+            // No draw: the order is the algorithm's.
+            let done = p.blocks() * p.iterations as u64 - self.left - 1;
+            return Some(OpSpec {
+                kind: OpKind::Read,
+                key: done % p.blocks(),
+            });
+        }
         let roll = self.rng.gen_range(0..100u32);
         match self.w {
             Workload::Micro(m) => {
@@ -496,6 +642,7 @@ impl Iterator for Generator {
                 };
                 Some(op)
             }
+            Workload::PageRank(_) => unreachable!("handled above"),
         }
     }
 }

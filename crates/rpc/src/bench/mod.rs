@@ -14,6 +14,7 @@
 //! | [`net_load`] | §5.5, Figure 14 | idle / busy link to the server (background sender) | mean latency |
 //! | [`server_cpu`] | §5.5, Figure 15 | idle / busy server CPU (background program) | mean latency |
 //! | [`sender_cpu`] | §5.5, Figure 16 | idle / busy sender CPU (background program) | mean latency |
+//! | [`pagerank`] | §5.3, Figure 10 | graphs of Word association-2011, Enron, Dblp-2010's sizes | total execution time |
 //! | [`breakdown`](fn@breakdown) | §5.6, Figure 20 | YCSB A latency: sender software, network, receiver software | mean per part |
 //! | [`recovery`](fn@recovery) | §5.4, Figure 12 | server availability × read:write | total execution time |
 //!
@@ -38,7 +39,8 @@ use crate::harness::{
     dmp, BaselineDeployment, Conditions, Deployment, DurableDeployment, NetLoad, SimEnv, SimSetup,
 };
 use crate::workload::{
-    check_value, fnv64, InsertCursor, MicroSpec, OpKind, OpSpec, Workload, YcsbKind, YcsbSpec,
+    check_value, fnv64, Graph, InsertCursor, MicroSpec, OpKind, OpSpec, PageRankSpec, Workload,
+    YcsbKind, YcsbSpec, EDGE_BYTES,
 };
 use remora_model::config::ServerConfig;
 use remora_model::profile::LatencyProfile;
@@ -267,6 +269,7 @@ fn read_percent(w: &Workload) -> u32 {
             let m = y.kind.mix();
             m[0] + m[3]
         }
+        Workload::PageRank(_) => 100,
     }
 }
 
@@ -448,6 +451,7 @@ pub fn run_with<D: Deployment>(
             batch: spec.batch.max(1) as usize,
             conn: i as u32 + 1,
             work_log: work_log.clone(),
+            workload: w,
         };
         senders.push(Box::pin(ctx.run(client, gen)));
     }
@@ -539,6 +543,9 @@ struct Sender<N: Verbs> {
     conn: u32,
     /// The servers' work log, when the run breaks latencies down.
     work_log: Option<WorkLog>,
+    /// The workload, for the sender's own computation between operations
+    /// ([`Workload::think`]).
+    workload: Workload,
 }
 
 impl<N: Verbs> Sender<N> {
@@ -557,9 +564,16 @@ impl<N: Verbs> Sender<N> {
                     None => break,
                 }
             }
+            let think = specs
+                .iter()
+                .fold(Duration::ZERO, |t, s| t + self.workload.think(s.key));
             if let Err(e) = self.one(&mut client, specs).await {
                 self.fail(e);
                 return;
+            }
+            if think > Duration::ZERO {
+                // The sender computes on what it fetched before it asks for more.
+                self.node.compute(think).await;
             }
         }
         if let Err(e) = client.drain().await {
@@ -728,11 +742,13 @@ pub enum Set {
     Load,
     /// §5.6 latency breakdown, Figure 20 (1 run per design).
     Breakdown,
+    /// §5.3 PageRank, Figure 10 (3 runs per design).
+    PageRank,
 }
 
 impl Set {
     /// Every set, in the order they run.
-    pub const ALL: [Set; 8] = [
+    pub const ALL: [Set; 9] = [
         Set::Micro,
         Set::Ycsb,
         Set::Sizes,
@@ -741,6 +757,7 @@ impl Set {
         Set::Batch,
         Set::Load,
         Set::Breakdown,
+        Set::PageRank,
     ];
 
     /// The name `--sets` takes.
@@ -754,6 +771,7 @@ impl Set {
             Set::Batch => "batch",
             Set::Load => "load",
             Set::Breakdown => "breakdown",
+            Set::PageRank => "pagerank",
         }
     }
 
@@ -763,7 +781,7 @@ impl Set {
             Set::Micro | Set::Ycsb => 6,
             Set::Sizes => SIZES.len(),
             Set::Senders | Set::Load => 4,
-            Set::ReadWrite => 3,
+            Set::ReadWrite | Set::PageRank => 3,
             Set::Batch => 5,
             Set::Breakdown => 1,
         }
@@ -869,7 +887,7 @@ impl BenchOptions {
         }
     }
 
-    /// Runs [`run_all`] makes (for a progress bar): 36 per design with every set, plus one
+    /// Runs [`run_all`] makes (for a progress bar): 39 per design with every set, plus one
     /// replay measurement per durable design with the read:write set.
     pub fn total_runs(&self) -> usize {
         let durable = self.designs.iter().filter(|d| d.is_durable_rpc()).count();
@@ -919,6 +937,10 @@ impl BenchOptions {
             object_bytes,
             ..MicroSpec::default()
         })
+    }
+
+    fn pagerank(&self, graph: Graph) -> Workload {
+        Workload::PageRank(pagerank_spec(self.quick, self.divisor, graph))
     }
 
     fn spec(&self, experiment: &'static str, design: Design, workload: Workload) -> RunSpec {
@@ -1047,6 +1069,33 @@ pub fn batch(o: &BenchOptions) -> Vec<RunResult> {
     o.run_specs(specs)
 }
 
+/// The PageRank run on `graph`: the paper's size with nodes and edges divided by
+/// `divisor`; in quick mode a twentieth, at most three objects, and two iterations.
+pub fn pagerank_spec(quick: bool, divisor: u64, graph: Graph) -> PageRankSpec {
+    let mut p = PageRankSpec::paper(graph);
+    if quick {
+        p.edges = (graph.edges() / 20).min(3 * p.block_bytes / EDGE_BYTES);
+        p.nodes = graph.nodes() / 20;
+        p.iterations = 2;
+    } else {
+        p.edges = (p.edges / divisor.max(1)).max(1);
+        p.nodes = (p.nodes / divisor.max(1)).max(1);
+    }
+    p
+}
+
+/// §5.3 (Figure 10): PageRank over graphs of the three datasets' sizes, one sender; the
+/// run's execution time (fetches and the sender's computation).
+pub fn pagerank(o: &BenchOptions) -> Vec<RunResult> {
+    let mut specs = Vec::new();
+    for g in Graph::ALL {
+        for &d in &o.designs {
+            specs.push(o.spec("pagerank", d, o.pagerank(g)));
+        }
+    }
+    o.run_specs(specs)
+}
+
 /// The micro-benchmark of the load studies (§5.5, Figures 14–16: "the average latency of
 /// RPCs in the micro-benchmark"): 64 KB objects, 50:50, light load. Its operations are a
 /// tenth of the micro-benchmark's (the 30K requests per sender of Figure 17, scaled), so
@@ -1163,6 +1212,8 @@ pub struct Results {
     pub sender_cpu: Vec<RunResult>,
     /// §5.6 latency breakdown, YCSB A (Figure 20).
     pub breakdown: Vec<RunResult>,
+    /// §5.3 PageRank (Figure 10).
+    pub pagerank: Vec<RunResult>,
     /// The busy link's offered load, percent of the link bandwidth.
     pub net_load_percent: u32,
     /// The busy link's packet payload, bytes.
@@ -1202,6 +1253,7 @@ impl Results {
             .chain(&self.server_cpu)
             .chain(&self.sender_cpu)
             .chain(&self.breakdown)
+            .chain(&self.pagerank)
     }
 }
 
@@ -1296,6 +1348,7 @@ pub fn run_all(o: &BenchOptions) -> Results {
         server_cpu: only(Set::Load, &server_cpu),
         sender_cpu: only(Set::Load, &sender_cpu),
         breakdown: only(Set::Breakdown, &breakdown),
+        pagerank: only(Set::PageRank, &pagerank),
         net_load_percent: o.net_load.percent,
         net_packet_bytes: o.net_load.packet_bytes,
         net_max_queue_ns: o.net_load.max_queue.as_nanos(),
