@@ -1,17 +1,7 @@
 //! The built `remora` binary: exit codes and the messages a user sees.
 
-use std::process::{Command, Output};
-
-fn remora(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_remora"))
-        .args(args)
-        .output()
-        .expect("run remora")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+mod common;
+use common::{remora, text};
 
 #[test]
 fn configs_prints_table1_as_markdown() {

@@ -1,18 +1,10 @@
 //! The seed 000 commands and the soft RNIC, through the built `remora` binary.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
-fn remora(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_remora"))
-        .args(args)
-        .output()
-        .expect("run remora")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+mod common;
+use common::{remora, text};
 
 #[test]
 fn taxonomy_prints_both_tables_cell_by_cell() {

@@ -7,9 +7,8 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+mod common;
+use common::text;
 
 /// Runs `remora args`, killing it after `limit`; returns (success, stdout, stderr).
 fn remora(args: &[&str], limit: Duration) -> (bool, String, String) {
