@@ -64,7 +64,7 @@ pub struct Conditions {
     pub sender_cpu: Option<CpuLoad>,
 }
 
-/// A background sender on another node that "contiguously send[s] small data packets"
+/// A background sender on another node that "contiguously send\[s\] small data packets"
 /// over the server's link (seed 003 §5.5, Figure 14): UD datagrams to a server queue pair
 /// that posts no receive, so the server's RNIC drops each on arrival (counted), and they
 /// load the link and the switch port toward the server, not its PCIe, memory or CPU.

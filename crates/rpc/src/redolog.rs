@@ -31,7 +31,7 @@
 //! is a free slot or an older lap. Removing an entry is advancing the watermark.
 //!
 //! An operator that commits `s` over data that does not parse is a broken invariant (the
-//! data must be durable first): [`read_entry`] reports it as [`EntryState::Torn`] and it is
+//! data must be durable first): [`judge_entry`] reports it as [`EntryState::Torn`] and it is
 //! never executed.
 
 use crate::api::{Op, RpcError};

@@ -281,8 +281,8 @@ impl YcsbSpec {
 }
 
 /// The graphs of seed 003 §5.1 ("Macro-benchmarks"), by their sizes: "Word
-/// association-2011 [50] contains 10K nodes and 72K edges. Enron [49] contains 69K nodes
-/// and 276K edges. Dblp-2010 [48] contains 326K nodes and 1615K edges."
+/// association-2011 \[50\] contains 10K nodes and 72K edges. Enron \[49\] contains 69K nodes
+/// and 276K edges. Dblp-2010 \[48\] contains 326K nodes and 1615K edges."
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum Graph {
     /// Word association-2011: 10K nodes, 72K edges.
