@@ -446,7 +446,7 @@ impl Packet {
                 Body::Write {
                     addr,
                     rkey,
-                    imm: (flags & 2 != 0).then_some(imm),
+                    imm: present(flags & 2 != 0, imm, "immediate")?,
                     ack_req: flags & 1 != 0,
                     data: c.bytes()?,
                 }
@@ -454,7 +454,7 @@ impl Packet {
             2 => {
                 let imm = c.u32()?;
                 Body::Send {
-                    imm: (flags & 2 != 0).then_some(imm),
+                    imm: present(flags & 2 != 0, imm, "immediate")?,
                     ack_req: flags & 1 != 0,
                     data: c.bytes()?,
                 }
@@ -469,7 +469,7 @@ impl Packet {
                 Body::Atomic {
                     addr,
                     rkey,
-                    compare: (flags & 1 != 0).then_some(compare),
+                    compare: present(flags & 1 != 0, compare, "compare")?,
                     operand,
                 }
             }
@@ -511,7 +511,7 @@ impl Packet {
                 }
                 Body::Datagram {
                     qkey,
-                    imm: (flags & 1 != 0).then_some(imm),
+                    imm: present(flags & 1 != 0, imm, "immediate")?,
                     data,
                 }
             }
@@ -528,6 +528,23 @@ impl Packet {
             psn,
             body,
         })
+    }
+}
+
+/// An optional field the flags say is `there`: its value, or, when absent, nothing, and
+/// then its bytes must be zero (as `emit` writes them), so every accepted packet has one
+/// encoding (the frame fuzzer found a fetch-and-add carrying a compare value).
+fn present<T: Default + PartialEq>(
+    there: bool,
+    value: T,
+    what: &'static str,
+) -> Result<Option<T>, WireError> {
+    if there {
+        Ok(Some(value))
+    } else if value == T::default() {
+        Ok(None)
+    } else {
+        Err(WireError::BadValue(what))
     }
 }
 
@@ -923,6 +940,83 @@ mod tests {
         fn arbitrary_bytes_never_panic(b in prop::collection::vec(any::<u8>(), 0..128)) {
             let _ = Packet::parse(&b);
             let _ = Packet::frame_len(&b);
+        }
+
+        /// A packet has one encoding: flipping any byte of a valid one gives bytes that
+        /// are refused or decode to another packet, never to the same one.
+        #[test]
+        fn every_byte_of_a_packet_matters(p in packets(), at in any::<prop::sample::Index>(), x in 1u8..) {
+            let mut b = p.emit();
+            let i = at.index(b.len());
+            b[i] ^= x;
+            if let Ok(q) = Packet::parse(&b) {
+                prop_assert_ne!(&q, &p);
+                prop_assert_eq!(q.emit(), b);
+            }
+        }
+    }
+
+    /// The frame fuzzer's find: fields the flags say are absent (a fetch-and-add's compare
+    /// value, a WRITE's or SEND's or datagram's immediate) were accepted with any bytes and
+    /// re-encoded as zero. They must be zero.
+    #[test]
+    fn fields_the_flags_leave_out_must_be_zero() {
+        let mk = |body| Packet {
+            src: 1,
+            dst: 2,
+            src_qp: QpNum(3),
+            dst_qp: QpNum(4),
+            psn: 5,
+            body,
+        };
+        // (packet, offset of the absent field from the body's start, what the error names)
+        let cases = [
+            (
+                mk(Body::Atomic {
+                    addr: 64,
+                    rkey: 7,
+                    compare: None,
+                    operand: 1,
+                }),
+                12,
+                "compare",
+            ),
+            (
+                mk(Body::Write {
+                    addr: 64,
+                    rkey: 7,
+                    imm: None,
+                    ack_req: true,
+                    data: Bytes::from(vec![1u8; 8]),
+                }),
+                12,
+                "immediate",
+            ),
+            (
+                mk(Body::Send {
+                    imm: None,
+                    ack_req: false,
+                    data: Bytes::from(vec![1u8; 8]),
+                }),
+                0,
+                "immediate",
+            ),
+            (
+                mk(Body::Datagram {
+                    qkey: 9,
+                    imm: None,
+                    data: Bytes::from(vec![1u8; 8]),
+                }),
+                4,
+                "immediate",
+            ),
+        ];
+        for (p, off, what) in cases {
+            let b = p.emit();
+            assert_eq!(Packet::parse(&b).unwrap(), p);
+            let mut bad = b.clone();
+            bad[WIRE_HEADER + off] = 0xff;
+            assert_eq!(Packet::parse(&bad), Err(WireError::BadValue(what)), "{p:?}");
         }
     }
 
