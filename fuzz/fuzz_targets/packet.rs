@@ -5,7 +5,7 @@
 //! made valid, so the body decoders are explored and not only the header check.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use remora_model::wire::{Frame, Packet, WIRE_HEADER};
+use remora_model::wire::{Frame, Packet, TrainTail, WIRE_HEADER};
 
 fn check(data: &[u8]) {
     let Ok(Some(len)) = Packet::frame_len(data) else {
@@ -18,13 +18,21 @@ fn check(data: &[u8]) {
         Ok(Frame::Packet(p)) => assert_eq!(p.emit(), &data[..len]),
         Ok(Frame::WriteTrain(t)) => {
             let mut bytes = 0;
+            // Encoding the train's WRITEs again, as a sender does, gives the same bytes.
+            let mut out = Vec::new();
+            let mut tail: Option<TrainTail> = None;
             for w in t.writes() {
                 bytes += w.data.len();
                 // Each WRITE also stands alone as a packet (how a rejected one is handled).
                 let p = w.to_packet(&t);
                 assert_eq!(Packet::parse(&p.emit()).as_ref(), Ok(&p));
+                match tail.as_mut() {
+                    Some(tail) => assert!(tail.push(&p, &mut out)),
+                    None => tail = Some(TrainTail::start(&p, &mut out).expect("a WRITE")),
+                }
             }
             assert!(bytes <= len);
+            assert_eq!(out, &data[..len]);
         }
         Err(_) => {}
     }
