@@ -2,7 +2,7 @@
 //! in one run between the same two processes over loopback:
 //!
 //! - raw TCP ping-pong of a 64-byte record (the floor) versus RemoteLog singleton appends
-//!   per method (p50, p99, and the ratio of p50s);
+//!   per method (p50, p99, and the ratio of p50s), with each side's CPU time per round trip;
 //! - raw TCP streaming versus pipelined 64-byte RDMA WRITEs, a FLUSH per batch and a few
 //!   batches in flight (throughput ratio, and each side's CPU per message). Both are timed
 //!   until the receiver has taken everything in: the raw stream ends with an
@@ -152,12 +152,17 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
     let msg = [0x11u8; 64 + 32];
     let mut back = [0u8; 96];
     let mut raw = Vec::with_capacity(n as usize);
+    let (cpu0, echo0) = (thread_cpu_ns(), process_cpu_ns(echo.0.id()));
     for _ in 0..n {
         let t0 = wall();
         s.write_all(&msg).map_err(|e| e.to_string())?;
         s.read_exact(&mut back).map_err(|e| e.to_string())?;
         raw.push(t0.elapsed().as_nanos() as u64);
     }
+    let raw_cpu = (
+        per_msg(thread_cpu_ns().saturating_sub(cpu0), n) / 1e3,
+        per_msg(process_cpu_ns(echo.0.id()).saturating_sub(echo0), n) / 1e3,
+    );
     let (raw_mean, raw_p50, raw_p99, raw_slow) = quantiles(raw);
     // The same ping-pong through the soft RNIC's I/O path without the model: a task of a
     // LocalSet on a current-thread tokio runtime (epoll wake-ups), to tell the runtime's
@@ -189,7 +194,7 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
         .map_err(|e| e.to_string())?;
     let (tokio_mean, tokio_p50, tokio_p99, tokio_slow) = quantiles(via_tokio);
     drop(echo);
-    let _ = writeln!(out, "Raw TCP ping-pong, 96 bytes: mean {raw_mean:.1} µs, p50 {raw_p50:.1} µs, p99 {raw_p99:.1} µs, {raw_slow} of {n} ≥ 1 ms\n");
+    let _ = writeln!(out, "Raw TCP ping-pong, 96 bytes: mean {raw_mean:.1} µs, p50 {raw_p50:.1} µs, p99 {raw_p99:.1} µs, {raw_slow} of {n} ≥ 1 ms; CPU per round trip (user + system) {:.2} µs client, {:.2} µs echo\n", raw_cpu.0, raw_cpu.1);
     let _ = writeln!(out, "The same ping-pong as a tokio task (the soft RNIC's I/O path, no model): mean {tokio_mean:.1} µs, p50 {tokio_p50:.1} µs ({:.2}x the raw p50), p99 {tokio_p99:.1} µs, {tokio_slow} of {n} ≥ 1 ms\n", tokio_p50 / raw_p50);
     // 2. RemoteLog singleton appends per method.
     let mut rows = Vec::new();
@@ -204,6 +209,7 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
     .enumerate()
     {
         let server = start_server(exe, &pool_dir.join(format!("{ci}.pm")), config)?;
+        let server_pid = server.0.id();
         let local = tokio::task::LocalSet::new();
         let addr = server.1.clone();
         let config = *config;
@@ -231,12 +237,20 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
                 };
                 let mut log = LogClient::new(client, shape, Update::Singleton);
                 let mut v = Vec::with_capacity(n as usize);
+                // Each side's CPU (user + system) over the appends: where a method's time
+                // goes besides the network (the server's share includes its responder).
+                let (cpu0, server0) = (thread_cpu_ns(), process_cpu_ns(server_pid));
                 for _ in 0..n.min(shape.capacity) {
                     let t0 = wall();
                     log.append().await.map_err(|e| e.to_string())?;
                     v.push(t0.elapsed().as_nanos() as u64);
                 }
-                rows.push((config.to_string(), method, quantiles(v)));
+                let appends = v.len() as u64;
+                let cpu = (
+                    per_msg(thread_cpu_ns().saturating_sub(cpu0), appends) / 1e3,
+                    per_msg(process_cpu_ns(server_pid).saturating_sub(server0), appends) / 1e3,
+                );
+                rows.push((config.to_string(), method, quantiles(v), cpu));
             }
             Ok::<_, String>(rows)
         };
@@ -265,8 +279,9 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
         out,
         "Model check: the `loopback` profile is the default one with its NIC round trip set to the raw ping-pong's mean, {raw_mean:.1} µs (the only measured input); the simulator runs each method with it and predicts its mean latency.\n"
     );
-    let _ = writeln!(out, "| server | method | mean µs | p50 µs | p99 µs | ≥ 1 ms | p50 / raw p50 | simulator (loopback profile) mean µs | measured / predicted |\n|---|---|---|---|---|---|---|---|---|");
-    for (config, method, (mean, p50, p99, slow)) in &rows {
+    let _ = writeln!(out, "Client and server CPU: each process's CPU time (user + system) per append, to compare with the raw ping-pong's per round trip.\n");
+    let _ = writeln!(out, "| server | method | mean µs | p50 µs | p99 µs | ≥ 1 ms | p50 / raw p50 | client CPU µs | server CPU µs | simulator (loopback profile) mean µs | measured / predicted |\n|---|---|---|---|---|---|---|---|---|---|---|");
+    for (config, method, (mean, p50, p99, slow), (client_cpu, server_cpu)) in &rows {
         let cfg: ServerConfig = config
             .parse()
             .map_err(|e: remora_model::config::ParseConfigError| e.to_string())?;
@@ -283,7 +298,7 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
             1,
         )
         .map_or(f64::NAN, |d| d.as_nanos() as f64 / 1e3);
-        let _ = writeln!(out, "| {config} | {method} | {mean:.1} | {p50:.1} | {p99:.1} | {slow} | {:.2} | {predicted:.1} | {:.2} |", p50 / raw_p50, mean / predicted);
+        let _ = writeln!(out, "| {config} | {method} | {mean:.1} | {p50:.1} | {p99:.1} | {slow} | {:.2} | {client_cpu:.2} | {server_cpu:.2} | {predicted:.1} | {:.2} |", p50 / raw_p50, mean / predicted);
     }
     let _ = writeln!(out);
     stream_report(&mut out, stream_writes, &raw_streams, &soft_stream);

@@ -344,3 +344,37 @@ fn bench_soft_streams_side_by_side() {
         "{s}"
     );
 }
+
+/// The latency half of `bench soft`, small: every one-round-trip method's row, with each
+/// side's CPU per append, beside the raw ping-pong's.
+#[test]
+fn bench_soft_reports_latency_and_cpu_per_method() {
+    let dir = std::env::temp_dir();
+    let out = remora(&[
+        "bench",
+        "soft",
+        "--n",
+        "200",
+        "--stream",
+        "1000",
+        "--pool-dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.contains("CPU per round trip"), "{s}");
+    let rows: Vec<Vec<&str>> = s
+        .lines()
+        .filter(|l| l.starts_with("| WSP") || l.starts_with("| DMP"))
+        .map(|l| l.split('|').map(str::trim).collect())
+        .collect();
+    assert_eq!(rows.len(), 9, "{s}");
+    for r in &rows {
+        // | server | method | mean | p50 | p99 | slow | ratio | client CPU | server CPU | ...
+        let client: f64 = r[8].parse().unwrap();
+        let server: f64 = r[9].parse().unwrap();
+        // Somebody worked on every append, and no side spent more than a millisecond on one.
+        assert!(client > 0.0 && client < 1000.0, "{r:?}");
+        assert!(server > 0.0 && server < 1000.0, "{r:?}");
+    }
+}
