@@ -635,7 +635,10 @@ impl remora_verbs::Verbs for RtNode {
         r
     }
     fn post_recv(&self, qp: QpNum, wr: RecvWr) -> Result<(), VerbsError> {
-        self.with(|r, now| r.post_recv(now, qp, wr))
+        // Queuing a receive gives the RNIC nothing to send or time: no driver wake-up.
+        let mut st = self.inner.st.borrow_mut();
+        let now = self.inner.now(&mut st);
+        st.rnic.post_recv(now, qp, wr)
     }
     fn poll_cq(&self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
         self.inner.st.borrow_mut().rnic.poll_cq(cq, max, out)
@@ -656,7 +659,11 @@ impl remora_verbs::Verbs for RtNode {
         }
     }
     fn load(&self, space: Space, addr: u64, buf: &mut [u8]) {
-        self.with(|r, now| r.cpu_load(now, space, addr, buf))
+        // A load only reads (it may move the hierarchy's clock, which makes the driver's
+        // next deadline later, never earlier): no driver wake-up.
+        let mut st = self.inner.st.borrow_mut();
+        let now = self.inner.now(&mut st);
+        st.rnic.cpu_load(now, space, addr, buf)
     }
     fn store(&self, space: Space, addr: u64, data: &[u8]) {
         self.with(|r, now| r.cpu_store(now, space, addr, data))
