@@ -240,13 +240,17 @@ impl RtNode {
 
     /// Runs `f` on the RNIC at the current time, then lets the driver act on it.
     pub fn with<R>(&self, f: impl FnOnce(&mut Rnic, Instant) -> R) -> R {
-        let r = {
-            let mut st = self.inner.st.borrow_mut();
-            let now = self.inner.now(&mut st);
-            f(&mut st.rnic, now)
-        };
+        let r = self.with_quiet(f);
         self.inner.kick();
         r
+    }
+
+    /// Like [`with`](Self::with), for calls that give the RNIC nothing to send and no
+    /// earlier deadline: the driver is not woken.
+    fn with_quiet<R>(&self, f: impl FnOnce(&mut Rnic, Instant) -> R) -> R {
+        let mut st = self.inner.st.borrow_mut();
+        let now = self.inner.now(&mut st);
+        f(&mut st.rnic, now)
     }
 
     /// Connects a local QP to a peer's (after the connection manager's exchange).
@@ -635,10 +639,8 @@ impl remora_verbs::Verbs for RtNode {
         r
     }
     fn post_recv(&self, qp: QpNum, wr: RecvWr) -> Result<(), VerbsError> {
-        // Queuing a receive gives the RNIC nothing to send or time: no driver wake-up.
-        let mut st = self.inner.st.borrow_mut();
-        let now = self.inner.now(&mut st);
-        st.rnic.post_recv(now, qp, wr)
+        // Queuing a receive gives the RNIC nothing to send or time.
+        self.with_quiet(|r, now| r.post_recv(now, qp, wr))
     }
     fn poll_cq(&self, cq: CqId, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
         self.inner.st.borrow_mut().rnic.poll_cq(cq, max, out)
@@ -660,10 +662,8 @@ impl remora_verbs::Verbs for RtNode {
     }
     fn load(&self, space: Space, addr: u64, buf: &mut [u8]) {
         // A load only reads (it may move the hierarchy's clock, which makes the driver's
-        // next deadline later, never earlier): no driver wake-up.
-        let mut st = self.inner.st.borrow_mut();
-        let now = self.inner.now(&mut st);
-        st.rnic.cpu_load(now, space, addr, buf)
+        // next deadline later, never earlier).
+        self.with_quiet(|r, now| r.cpu_load(now, space, addr, buf))
     }
     fn store(&self, space: Space, addr: u64, data: &[u8]) {
         self.with(|r, now| r.cpu_store(now, space, addr, data))
