@@ -152,17 +152,14 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
     let msg = [0x11u8; 64 + 32];
     let mut back = [0u8; 96];
     let mut raw = Vec::with_capacity(n as usize);
-    let (cpu0, echo0) = (thread_cpu_ns(), process_cpu_ns(echo.0.id()));
+    let cpu = CpuMark::now(echo.0.id());
     for _ in 0..n {
         let t0 = wall();
         s.write_all(&msg).map_err(|e| e.to_string())?;
         s.read_exact(&mut back).map_err(|e| e.to_string())?;
         raw.push(t0.elapsed().as_nanos() as u64);
     }
-    let raw_cpu = (
-        per_msg(thread_cpu_ns().saturating_sub(cpu0), n) / 1e3,
-        per_msg(process_cpu_ns(echo.0.id()).saturating_sub(echo0), n) / 1e3,
-    );
+    let raw_cpu = cpu.per_msg_us(n);
     let (raw_mean, raw_p50, raw_p99, raw_slow) = quantiles(raw);
     // The same ping-pong through the soft RNIC's I/O path without the model: a task of a
     // LocalSet on a current-thread tokio runtime (epoll wake-ups), to tell the runtime's
@@ -239,17 +236,13 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
                 let mut v = Vec::with_capacity(n as usize);
                 // Each side's CPU (user + system) over the appends: where a method's time
                 // goes besides the network (the server's share includes its responder).
-                let (cpu0, server0) = (thread_cpu_ns(), process_cpu_ns(server_pid));
+                let cpu = CpuMark::now(server_pid);
                 for _ in 0..n.min(shape.capacity) {
                     let t0 = wall();
                     log.append().await.map_err(|e| e.to_string())?;
                     v.push(t0.elapsed().as_nanos() as u64);
                 }
-                let appends = v.len() as u64;
-                let cpu = (
-                    per_msg(thread_cpu_ns().saturating_sub(cpu0), appends) / 1e3,
-                    per_msg(process_cpu_ns(server_pid).saturating_sub(server0), appends) / 1e3,
-                );
+                let cpu = cpu.per_msg_us(v.len() as u64);
                 rows.push((config.to_string(), method, quantiles(v), cpu));
             }
             Ok::<_, String>(rows)
@@ -344,6 +337,38 @@ impl Runs {
     }
 }
 
+/// The CPU time so far of the calling thread and of a peer process, to measure both
+/// sides' CPU over a phase.
+struct CpuMark {
+    thread: u64,
+    peer: u64,
+    pid: u32,
+}
+
+impl CpuMark {
+    fn now(pid: u32) -> Self {
+        CpuMark {
+            thread: thread_cpu_ns(),
+            peer: process_cpu_ns(pid),
+            pid,
+        }
+    }
+
+    /// CPU ns of (this thread, the peer) since the mark.
+    fn since(&self) -> (u64, u64) {
+        (
+            thread_cpu_ns().saturating_sub(self.thread),
+            process_cpu_ns(self.pid).saturating_sub(self.peer),
+        )
+    }
+
+    /// CPU µs per message of (this thread, the peer) since the mark, over `msgs` messages.
+    fn per_msg_us(&self, msgs: u64) -> (f64, f64) {
+        let (t, p) = self.since();
+        (per_msg(t, msgs) / 1e3, per_msg(p, msgs) / 1e3)
+    }
+}
+
 /// On-CPU time of the calling thread in ns (Linux `schedstat`; 0 elsewhere).
 fn thread_cpu_ns() -> u64 {
     schedstat("/proc/thread-self/schedstat")
@@ -415,7 +440,7 @@ async fn soft_stream_run(
     writes: u64,
 ) -> Result<(f64, u64, u64, u64), String> {
     let data = [0x5au8; 64];
-    let (cpu0, server0) = (thread_cpu_ns(), process_cpu_ns(server_pid));
+    let cpu = CpuMark::now(server_pid);
     let t0 = wall();
     let mut posted = 0u64;
     let mut in_flight = std::collections::VecDeque::new();
@@ -441,8 +466,7 @@ async fn soft_stream_run(
         client.wait_flush(t).await.map_err(|e| e.to_string())?;
     }
     let rate = writes as f64 / t0.elapsed().as_secs_f64();
-    let tx = thread_cpu_ns().saturating_sub(cpu0);
-    let rx = process_cpu_ns(server_pid).saturating_sub(server0);
+    let (tx, rx) = cpu.since();
     Ok((rate, tx, rx, writes))
 }
 
