@@ -364,7 +364,7 @@ fn pagerank_claims(rs: &Results) -> Vec<Claim> {
         (0..p.blocks()).map(|b| p.think(b)).sum::<u64>() as f64 * p.iterations as f64 / 1e6;
     let share = pr
         .iter()
-        .filter(|r| r.skipped.is_none() && r.workload.ends_with(Graph::Dblp.name()))
+        .filter(|r| r.skipped.is_none() && pagerank_graph(r) == Graph::Dblp.name())
         .map(|r| compute_ms / (r.elapsed_ns as f64 / 1e6) * 100.0)
         .fold(f64::NAN, f64::max);
     let reads = format!(
@@ -410,7 +410,7 @@ fn pagerank_claims(rs: &Results) -> Vec<Claim> {
     for g in Graph::ALL {
         let best = pr
             .iter()
-            .filter(|r| r.skipped.is_none() && r.workload.ends_with(g.name()))
+            .filter(|r| r.skipped.is_none() && pagerank_graph(r) == g.name())
             .min_by_key(|r| r.elapsed_ns);
         if let Some(b) = best {
             fastest.push((g.name(), b.design.clone()));

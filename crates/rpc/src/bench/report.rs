@@ -301,7 +301,7 @@ pub fn markdown(rs: &Results) -> String {
             table(
                 &rs.pagerank,
                 "design",
-                &|r| r.workload.trim_start_matches("PageRank ").to_string(),
+                &|r| pagerank_graph(r).to_string(),
                 &|r| format!("{:.2}", r.elapsed_ns as f64 / 1e6)
             ),
             "PageRank",
@@ -732,7 +732,7 @@ pub fn svgs(rs: &Results) -> Result<Vec<(String, String)>, String> {
         bars(
             "PageRank total execution time (seed 003 Figure 10)",
             &rs.pagerank,
-            &|r| r.workload.trim_start_matches("PageRank ").to_string(),
+            &|r| pagerank_graph(r).to_string(),
             &|r| r.elapsed_ns as f64 / 1e6,
             "ms",
         )
@@ -896,6 +896,11 @@ fn sizes_text(rs: &Results) -> String {
         (y.operations / d).max(1),
         (30_000 / d).max(1)
     )
+}
+
+/// The graph a PageRank run ran on (its workload is named "PageRank <graph>").
+pub(super) fn pagerank_graph(r: &RunResult) -> &str {
+    r.workload.trim_start_matches("PageRank ")
 }
 
 /// What the PageRank runs did: the graphs' sizes as run, and the assumptions.
