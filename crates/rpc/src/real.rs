@@ -782,23 +782,17 @@ pub async fn serve_durable(
         logs,
         kv: state.kv,
     });
-    let shutdown = remora_soft::server::shutdown_signal();
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            _ = &mut shutdown => return Ok(()),
-            accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
-                let state = state.clone();
-                tokio::task::spawn_local(async move {
-                    // A failed or malformed handshake only ends this connection.
-                    if let Err(e) = handle(stream, state).await {
-                        eprintln!("durable-RPC connection: {e}");
-                    }
-                });
+    remora_soft::server::accept_until_shutdown(listener, move |stream| {
+        let state = state.clone();
+        async move {
+            // A failed or malformed handshake only ends this connection.
+            if let Err(e) = handle(stream, state).await {
+                eprintln!("durable-RPC connection: {e}");
             }
         }
-    }
+    })
+    .await;
+    Ok(())
 }
 
 async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String> {

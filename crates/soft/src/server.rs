@@ -85,23 +85,42 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
     let next_id = Rc::new(Cell::new(1u32));
     let first = Rc::new(Cell::new(true));
     let costs = CpuCosts::from_profile(&opts.profile);
-    let shutdown = shutdown_signal();
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            _ = &mut shutdown => return Ok(()),
-            accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
-                let id = next_id.get();
-                next_id.set(id + 1);
-                let (node, setup, config, first) = (node.clone(), opts.setup, opts.config, first.clone());
-                tokio::task::spawn_local(async move {
-                    // A failed or malformed handshake only ends this connection.
-                    let _ = handle(stream, node, id, config, setup, costs, first).await;
-                });
+    accept_until_shutdown(listener, move |stream| {
+        let id = next_id.get();
+        next_id.set(id + 1);
+        let (node, setup, config, first) = (node.clone(), opts.setup, opts.config, first.clone());
+        async move {
+            // A failed or malformed handshake only ends this connection.
+            let _ = handle(stream, node, id, config, setup, costs, first).await;
+        }
+    })
+    .await;
+    Ok(())
+}
+
+/// Accepts connections until SIGTERM or Ctrl-C, each served by `handle` in a task of its
+/// own. The loop is a task too: a `LocalSet` polls its `block_on` future whenever any of
+/// its tasks was woken, and polling the signal handlers and the listener there cost the
+/// server about 900 instructions per request. Must run inside a `LocalSet`.
+pub async fn accept_until_shutdown<F, Fut>(listener: TcpListener, mut handle: F)
+where
+    F: FnMut(TcpStream) -> Fut + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let accept = async move {
+        let shutdown = shutdown_signal();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return,
+                accepted = listener.accept() => {
+                    let Ok((stream, _)) = accepted else { continue };
+                    tokio::task::spawn_local(handle(stream));
+                }
             }
         }
-    }
+    };
+    let _ = tokio::task::spawn_local(accept).await;
 }
 
 /// Resolves on SIGTERM or Ctrl-C (never, where no handler can be installed).
