@@ -347,6 +347,10 @@ enum BenchCmd {
         /// Only the streaming comparison (for profiling its path).
         #[arg(long)]
         stream_only: bool,
+        /// CPU placement: `split` (this process's thread on CPU 0, the echo process and the
+        /// servers on CPU 1, as two hosts), `shared` (all on CPU 0) or `free`.
+        #[arg(long, value_enum, default_value = "split")]
+        placement: remora_cli::softbench::Placement,
     },
     /// A raw TCP echo server (the other process of `bench soft`'s ping-pong).
     #[command(hide = true)]
@@ -516,13 +520,14 @@ fn run(cli: Cli) -> Result<(), String> {
                     stream,
                     pool_dir,
                     stream_only,
+                    placement,
                 },
         } => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
             let report = if stream_only {
                 remora_cli::softbench::run_stream_only(&exe, stream, &pool_dir)?
             } else {
-                remora_cli::softbench::run(&exe, n, stream, &pool_dir)?
+                remora_cli::softbench::run(&exe, n, stream, &pool_dir, placement)?
             };
             print!("{report}");
         }

@@ -93,10 +93,74 @@ pub fn echo_server(listen: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The CPU placement of the benchmark's processes, so every series runs on the same
+/// machine: on this VM a wake-up across cores and one on the same core differ by tens of
+/// µs, and where the scheduler puts each process changes from run to run (and within one).
+#[derive(Copy, Clone, Debug, clap::ValueEnum)]
+pub enum Placement {
+    /// The benchmark's thread on one CPU, every peer process on another: two hosts'
+    /// arrangement, each side with a core of its own.
+    Split,
+    /// Everything on one CPU: a round trip is the two sides' CPU work, no idle wake-up.
+    Shared,
+    /// Wherever the scheduler puts them.
+    Free,
+}
+
+impl Placement {
+    /// The CPUs (benchmark thread, peers); `None` for [`Placement::Free`] or on a machine
+    /// with fewer CPUs than the placement needs.
+    fn cpus(self) -> Option<(usize, usize)> {
+        let have = std::thread::available_parallelism().map_or(1, |n| n.get());
+        match self {
+            Placement::Split if have >= 2 => Some((0, 1)),
+            Placement::Shared => Some((0, 0)),
+            _ => None,
+        }
+    }
+}
+
+/// Pins the calling thread (or, after `fork`, the child) to `cpu`; false where the
+/// platform refuses.
+fn pin_to(cpu: usize) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it, and
+        // sched_setaffinity only reads it (pid 0 is the calling thread).
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = cpu;
+        false
+    }
+}
+
+thread_local! {
+    /// The CPU peer processes started from this thread are pinned to.
+    static PEER_CPU: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
 struct Proc(Child, String);
 impl Proc {
     fn start(exe: &Path, args: &[&str]) -> Result<Proc, String> {
-        let mut c = Command::new(exe)
+        let mut cmd = Command::new(exe);
+        if let Some(cpu) = PEER_CPU.with(|c| c.get()) {
+            use std::os::unix::process::CommandExt as _;
+            // SAFETY: between fork and exec the closure makes one system call and
+            // allocates nothing.
+            unsafe {
+                cmd.pre_exec(move || {
+                    pin_to(cpu);
+                    Ok(())
+                });
+            }
+        }
+        let mut c = cmd
             .args(args)
             .stdout(Stdio::piped())
             .spawn()
@@ -141,82 +205,102 @@ fn quantiles(mut v: Vec<u64>) -> (f64, f64, f64, usize) {
     )
 }
 
-/// Runs the benchmark; returns a Markdown report.
-pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<String, String> {
-    let mut out =
-        String::from("# Soft RNIC versus raw TCP (loopback, side by side in one run)\n\n");
-    // 1. Raw ping-pong: the floor.
-    let echo = Proc::start(exe, &["bench", "echo"])?;
-    let mut s = TcpStream::connect(&echo.1).map_err(|e| e.to_string())?;
-    s.set_nodelay(true).map_err(|e| e.to_string())?;
-    let msg = [0x11u8; 64 + 32];
-    let mut back = [0u8; 96];
-    let mut raw = Vec::with_capacity(n as usize);
-    let cpu = CpuMark::now(echo.0.id());
-    for _ in 0..n {
-        let t0 = wall();
-        s.write_all(&msg).map_err(|e| e.to_string())?;
-        s.read_exact(&mut back).map_err(|e| e.to_string())?;
-        raw.push(t0.elapsed().as_nanos() as u64);
+/// Samples each series takes in one round of the latency phase. Every series (the raw
+/// ping-pong, the same through tokio, each method) takes this many in turn, round after
+/// round: the VM's state moves the raw round trip between 12 and 40 µs for seconds at a
+/// time, and a series measured after another would see a different machine.
+const ROUND: u64 = 100;
+
+/// The servers of the latency phase: one configuration per family of one-round-trip
+/// methods (seed 000 Table 2), three methods each.
+const LATENCY_CONFIGS: [&str; 3] = [
+    "WSP+noDDIO+PM-RQWRB",
+    "DMP+noDDIO+PM-RQWRB",
+    "DMP+DDIO+DRAM-RQWRB",
+];
+
+/// One latency series gathered over the rounds: round-trip times in ns and each side's
+/// CPU time over them.
+#[derive(Default)]
+struct Series {
+    ns: Vec<u64>,
+    cpu_self: u64,
+    cpu_peer: u64,
+}
+
+impl Series {
+    /// Adds both sides' CPU since `mark` (taken before this series' samples of a round).
+    fn add_cpu(&mut self, mark: &CpuMark) {
+        let (t, p) = mark.since();
+        self.cpu_self += t;
+        self.cpu_peer += p;
     }
-    let raw_cpu = cpu.per_msg_us(n);
-    let (raw_mean, raw_p50, raw_p99, raw_slow) = quantiles(raw);
-    // The same ping-pong through the soft RNIC's I/O path without the model: a task of a
-    // LocalSet on a current-thread tokio runtime (epoll wake-ups), to tell the runtime's
-    // share of the overhead from the model's.
+
+    /// CPU µs per sample of (this thread, the peer process).
+    fn cpu_us(&self) -> (f64, f64) {
+        let k = self.ns.len() as u64;
+        (
+            per_msg(self.cpu_self, k) / 1e3,
+            per_msg(self.cpu_peer, k) / 1e3,
+        )
+    }
+}
+
+/// A RemoteLog client of one method on one server, with what keeps its node alive and its
+/// series.
+struct MethodRun {
+    config: &'static str,
+    method: String,
+    server_pid: u32,
+    log: LogClient<remora_soft::runtime::RtNode>,
+    /// Appends it may take (its log's capacity, at most `n`).
+    budget: u64,
+    series: Series,
+    _keep: Box<dyn std::any::Any>,
+}
+
+/// The latency phase, side by side: an echo process and one `remora serve` per
+/// [`LATENCY_CONFIGS`] entry run together; in every round of [`ROUND`] samples the raw
+/// ping-pong, the same through tokio, and each method's singleton appends take their turn.
+/// Returns the raw series, the tokio series and each method's (server, method, series).
+#[allow(clippy::type_complexity)]
+fn latency_side_by_side(
+    exe: &Path,
+    n: u64,
+    pool_dir: &Path,
+) -> Result<(Series, Series, Vec<(String, String, Series)>), String> {
+    let echo = Proc::start(exe, &["bench", "echo"])?;
+    let mut servers = Vec::new();
+    for (ci, config) in LATENCY_CONFIGS.iter().enumerate() {
+        let server = start_server(exe, &pool_dir.join(format!("{ci}.pm")), config)?;
+        servers.push((*config, server));
+    }
+    let targets: Vec<(&'static str, String, u32)> = servers
+        .iter()
+        .map(|(c, s)| (*c, s.1.clone(), s.0.id()))
+        .collect();
+    let (echo_addr, echo_pid) = (echo.1.clone(), echo.0.id());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let addr = echo.1.clone();
-    let via_tokio = tokio::task::LocalSet::new()
-        .block_on(&rt, async move {
-            tokio::task::spawn_local(async move {
-                use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                let mut s = tokio::net::TcpStream::connect(&addr).await?;
-                s.set_nodelay(true)?;
-                let mut back = [0u8; 96];
-                let mut v = Vec::with_capacity(n as usize);
-                for _ in 0..n {
-                    let t0 = wall();
-                    s.write_all(&msg).await?;
-                    s.read_exact(&mut back).await?;
-                    v.push(t0.elapsed().as_nanos() as u64);
-                }
-                Ok::<_, std::io::Error>(v)
-            })
+    // The clients run as tasks of the nodes' LocalSet, as an application would: their
+    // wake-ups are the LocalSet's, not a `block_on` future's (which costs the runtime a
+    // non-blocking poll of the reactor per wake-up).
+    let measure = async move {
+        let mut raw_sock = TcpStream::connect(&echo_addr).map_err(|e| e.to_string())?;
+        raw_sock.set_nodelay(true).map_err(|e| e.to_string())?;
+        // The same ping-pong through the soft RNIC's I/O path without the model (a task
+        // of a LocalSet on a current-thread runtime, epoll wake-ups): the runtime's share
+        // of the overhead, apart from the model's.
+        let mut tok_sock = tokio::net::TcpStream::connect(&echo_addr)
             .await
-        })
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
-    let (tokio_mean, tokio_p50, tokio_p99, tokio_slow) = quantiles(via_tokio);
-    drop(echo);
-    let _ = writeln!(out, "Raw TCP ping-pong, 96 bytes: mean {raw_mean:.1} µs, p50 {raw_p50:.1} µs, p99 {raw_p99:.1} µs, {raw_slow} of {n} ≥ 1 ms; CPU per round trip (user + system) {:.2} µs client, {:.2} µs echo\n", raw_cpu.0, raw_cpu.1);
-    let _ = writeln!(out, "The same ping-pong as a tokio task (the soft RNIC's I/O path, no model): mean {tokio_mean:.1} µs, p50 {tokio_p50:.1} µs ({:.2}x the raw p50), p99 {tokio_p99:.1} µs, {tokio_slow} of {n} ≥ 1 ms\n", tokio_p50 / raw_p50);
-    // 2. RemoteLog singleton appends per method.
-    let mut rows = Vec::new();
-    let pool_dir = pool_dir.join(format!("remora-softbench-{}", std::process::id()));
-    std::fs::create_dir_all(&pool_dir).map_err(|e| e.to_string())?;
-    for (ci, config) in [
-        "WSP+noDDIO+PM-RQWRB",
-        "DMP+noDDIO+PM-RQWRB",
-        "DMP+DDIO+DRAM-RQWRB",
-    ]
-    .iter()
-    .enumerate()
-    {
-        let server = start_server(exe, &pool_dir.join(format!("{ci}.pm")), config)?;
-        let server_pid = server.0.id();
-        let local = tokio::task::LocalSet::new();
-        let addr = server.1.clone();
-        let config = *config;
-        // The client runs as a task of the node's LocalSet, as an application would: its
-        // wake-ups are the LocalSet's, not a `block_on` future's (which costs the runtime a
-        // non-blocking poll of the reactor per wake-up).
-        let measure = async move {
-            let mut rows = Vec::new();
+            .map_err(|e| e.to_string())?;
+        tok_sock.set_nodelay(true).map_err(|e| e.to_string())?;
+        let mut runs = Vec::new();
+        for (config, addr, server_pid) in targets {
             for p in Primitive::ALL {
-                let (_n, _c, mut client) =
+                let (node, conn, mut client) =
                     remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
                         .await
                         .map_err(|e| e.to_string())?;
@@ -232,32 +316,120 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
                     capacity: (hello.region_len - RECORDS_OFF) / 64,
                     ..LogShape::default()
                 };
-                let mut log = LogClient::new(client, shape, Update::Singleton);
-                let mut v = Vec::with_capacity(n as usize);
-                // Each side's CPU (user + system) over the appends: where a method's time
-                // goes besides the network (the server's share includes its responder).
-                let cpu = CpuMark::now(server_pid);
-                for _ in 0..n.min(shape.capacity) {
-                    let t0 = wall();
-                    log.append().await.map_err(|e| e.to_string())?;
-                    v.push(t0.elapsed().as_nanos() as u64);
-                }
-                let cpu = cpu.per_msg_us(v.len() as u64);
-                rows.push((config.to_string(), method, quantiles(v), cpu));
+                runs.push(MethodRun {
+                    config,
+                    method,
+                    server_pid,
+                    log: LogClient::new(client, shape, Update::Singleton),
+                    budget: n.min(shape.capacity),
+                    series: Series::default(),
+                    _keep: Box::new((node, conn)),
+                });
             }
-            Ok::<_, String>(rows)
-        };
-        let r = local.block_on(&rt, async {
-            tokio::task::spawn_local(measure)
-                .await
-                .map_err(|e| e.to_string())?
-        })?;
-        rows.extend(r);
-        drop(server);
-    }
-    // 3. Streaming, raw and soft RNIC runs interleaved.
-    // The latency phases' runtime is done: its tasks and sockets go before the stream.
+        }
+        let msg = [0x11u8; 64 + 32];
+        let mut back = [0u8; 96];
+        let (mut raw, mut via_tokio) = (Series::default(), Series::default());
+        let mut done = 0;
+        while done < n {
+            let k = ROUND.min(n - done);
+            // The raw ping-pong blocks this thread; nothing of the soft RNIC is in flight.
+            let mark = CpuMark::now(echo_pid);
+            for _ in 0..k {
+                let t0 = wall();
+                raw_sock.write_all(&msg).map_err(|e| e.to_string())?;
+                raw_sock.read_exact(&mut back).map_err(|e| e.to_string())?;
+                raw.ns.push(t0.elapsed().as_nanos() as u64);
+            }
+            raw.add_cpu(&mark);
+            {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mark = CpuMark::now(echo_pid);
+                for _ in 0..k {
+                    let t0 = wall();
+                    tok_sock.write_all(&msg).await.map_err(|e| e.to_string())?;
+                    tok_sock
+                        .read_exact(&mut back)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    via_tokio.ns.push(t0.elapsed().as_nanos() as u64);
+                }
+                via_tokio.add_cpu(&mark);
+            }
+            for r in &mut runs {
+                let k = k.min(r.budget - r.series.ns.len() as u64);
+                // Each side's CPU over the appends: where a method's time goes besides the
+                // network (the server's share includes its responder).
+                let mark = CpuMark::now(r.server_pid);
+                for _ in 0..k {
+                    let t0 = wall();
+                    r.log.append().await.map_err(|e| e.to_string())?;
+                    r.series.ns.push(t0.elapsed().as_nanos() as u64);
+                }
+                r.series.add_cpu(&mark);
+            }
+            done += k;
+        }
+        let rows = runs
+            .into_iter()
+            .map(|r| (r.config.to_string(), r.method, r.series))
+            .collect();
+        Ok::<_, String>((raw, via_tokio, rows))
+    };
+    let out = tokio::task::LocalSet::new().block_on(&rt, async {
+        tokio::task::spawn_local(measure)
+            .await
+            .map_err(|e| e.to_string())?
+    });
+    // The runtime's tasks and sockets go before the servers they talk to.
     drop(rt);
+    drop(servers);
+    drop(echo);
+    out
+}
+
+/// Runs the benchmark; returns a Markdown report.
+pub fn run(
+    exe: &Path,
+    n: u64,
+    stream_writes: u64,
+    pool_dir: &Path,
+    placement: Placement,
+) -> Result<String, String> {
+    let mut out =
+        String::from("# Soft RNIC versus raw TCP (loopback, side by side in one run)\n\n");
+    let pinned = placement.cpus().filter(|&(me, _)| pin_to(me));
+    PEER_CPU.with(|c| c.set(pinned.map(|p| p.1)));
+    let _ = writeln!(
+        out,
+        "Placement: {}\n",
+        match pinned {
+            Some((a, b)) if a != b => format!(
+                "the benchmark's thread on CPU {a}, the echo process and the servers on CPU {b}"
+            ),
+            Some((a, _)) => format!("every process on CPU {a}"),
+            None => "unpinned (wherever the scheduler puts them)".to_string(),
+        }
+    );
+    let pool_dir = pool_dir.join(format!("remora-softbench-{}", std::process::id()));
+    std::fs::create_dir_all(&pool_dir).map_err(|e| e.to_string())?;
+    // 1–2. The raw ping-pong (the floor), the same through tokio, and RemoteLog singleton
+    // appends per method, interleaved round by round.
+    let latency = latency_side_by_side(exe, n, &pool_dir);
+    let (raw, via_tokio, rows) = match latency {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&pool_dir);
+            return Err(e);
+        }
+    };
+    let (raw_mean, raw_p50, raw_p99, raw_slow) = quantiles(raw.ns.clone());
+    let raw_cpu = raw.cpu_us();
+    let (tokio_mean, tokio_p50, tokio_p99, tokio_slow) = quantiles(via_tokio.ns);
+    let _ = writeln!(out, "Interleaved: {} rounds; in each, the raw ping-pong, the same through tokio and every method take {ROUND} samples in turn, so a change of the machine's state falls on all of them alike.\n", n.div_ceil(ROUND));
+    let _ = writeln!(out, "Raw TCP ping-pong, 96 bytes: mean {raw_mean:.1} µs, p50 {raw_p50:.1} µs, p99 {raw_p99:.1} µs, {raw_slow} of {} ≥ 1 ms; CPU per round trip (user + system) {:.2} µs client, {:.2} µs echo\n", raw.ns.len(), raw_cpu.0, raw_cpu.1);
+    let _ = writeln!(out, "The same ping-pong as a tokio task (the soft RNIC's I/O path, no model): mean {tokio_mean:.1} µs, p50 {tokio_p50:.1} µs ({:.2}x the raw p50), p99 {tokio_p99:.1} µs, {tokio_slow} of {n} ≥ 1 ms\n", tokio_p50 / raw_p50);
+    // 3. Streaming, raw and soft RNIC runs interleaved.
     let streams = stream_side_by_side(exe, stream_writes, &pool_dir);
     let _ = std::fs::remove_dir_all(&pool_dir);
     let (raw_streams, soft_stream) = streams?;
@@ -274,12 +446,14 @@ pub fn run(exe: &Path, n: u64, stream_writes: u64, pool_dir: &Path) -> Result<St
     );
     let _ = writeln!(out, "Client and server CPU: each process's CPU time (user + system) per append, to compare with the raw ping-pong's per round trip.\n");
     let _ = writeln!(out, "| server | method | mean µs | p50 µs | p99 µs | ≥ 1 ms | p50 / raw p50 | client CPU µs | server CPU µs | simulator (loopback profile) mean µs | measured / predicted |\n|---|---|---|---|---|---|---|---|---|---|---|");
-    for (config, method, (mean, p50, p99, slow), (client_cpu, server_cpu)) in &rows {
+    for (config, method, series) in rows {
+        let (mean, p50, p99, slow) = quantiles(series.ns.clone());
+        let (client_cpu, server_cpu) = series.cpu_us();
         let cfg: ServerConfig = config
             .parse()
             .map_err(|e: remora_model::config::ParseConfigError| e.to_string())?;
         let m = remora::Taxonomy::shipped()
-            .method(method)
+            .method(&method)
             .cloned()
             .ok_or("method")?;
         let predicted = remora::planner::predict(
@@ -360,12 +534,6 @@ impl CpuMark {
             thread_cpu_ns().saturating_sub(self.thread),
             process_cpu_ns(self.pid).saturating_sub(self.peer),
         )
-    }
-
-    /// CPU µs per message of (this thread, the peer) since the mark, over `msgs` messages.
-    fn per_msg_us(&self, msgs: u64) -> (f64, f64) {
-        let (t, p) = self.since();
-        (per_msg(t, msgs) / 1e3, per_msg(p, msgs) / 1e3)
     }
 }
 

@@ -363,6 +363,15 @@ fn bench_soft_reports_latency_and_cpu_per_method() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let s = text(&out.stdout);
     assert!(s.contains("CPU per round trip"), "{s}");
+    // Every series took its samples in rounds, and the processes sat where the default
+    // placement puts them (two CPUs: the benchmark on one, its peers on the other).
+    assert!(s.contains("Interleaved: 2 rounds"), "{s}");
+    if std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2) {
+        assert!(
+            s.contains("the echo process and the servers on CPU 1"),
+            "{s}"
+        );
+    }
     let rows: Vec<Vec<&str>> = s
         .lines()
         .filter(|l| l.starts_with("| WSP") || l.starts_with("| DMP"))
