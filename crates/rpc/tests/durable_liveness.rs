@@ -198,3 +198,42 @@ fn serve_returns_when_the_client_dies_while_a_reply_is_due() {
         );
     }
 }
+
+/// SFlush-RPC's request arrives by SEND, its operator later by RDMA, which no completion
+/// announces: the server's thread polls for it. A sender that takes longer between the two
+/// than the thread's fast polls last (here an address lookup of 30 ms, as a sender
+/// descheduled that long would) must still have its request processed and answered; the
+/// thread once stopped polling after 20,000 polls and waited for the next arrival, and a
+/// client draining its last request then waited forever (seen on the soft RNIC under
+/// load, `rpc-crashcheck`).
+#[test]
+fn a_slow_operator_is_still_found_and_its_request_answered() {
+    for config in ["DMP+noDDIO+PM-RQWRB", "MHP+DDIO+PM-RQWRB"] {
+        let mut o = opts(Design::SFlushRpc);
+        o.flush.sflush_lookup = Duration::from_millis(30);
+        o.reply_timeout = Duration::from_millis(200);
+        let pair = DurablePair::new(
+            5,
+            LatencyProfile::default_profile(),
+            config.parse().unwrap(),
+            o,
+        );
+        let mut client = pair.open().unwrap();
+        let out = Rc::new(RefCell::new(None));
+        let o2 = out.clone();
+        pair.sim.spawn_on(&pair.client, async move {
+            let put = client.call(Op::Put {
+                key: 1,
+                value: vec![9; 16],
+            });
+            let comp = put.await.expect("the Put is durable");
+            assert!(comp.durable_at.is_some());
+            // Nothing else arrives: only polling finds the operator.
+            *o2.borrow_mut() = Some(client.drain().await.map(|r| r.len()));
+        });
+        pair.sim.run();
+        let drained = out.borrow_mut().take().expect("client finished");
+        assert_eq!(drained.expect("drained"), 1, "{config}");
+        assert_eq!(pair.server_stats().processed, 1, "{config}");
+    }
+}

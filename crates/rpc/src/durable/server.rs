@@ -667,7 +667,15 @@ impl<V: Verbs> Core<V> {
     /// has several workers; their effects (store access, watermark, reply) happen in
     /// sequence order ("processed in a FIFO order"). Returns why it stopped.
     async fn process(&self, pool: WorkerPool) -> RpcError {
+        // Fast polls of an arrived entry before the thread backs off. The operator comes by
+        // RDMA, which no completion announces, so the thread keeps polling while the entry
+        // is there, however long the sender takes: a thread that stopped and waited for the
+        // next arrival hung the connection whenever the sender's operator came later than
+        // the fast polls lasted (on the real-time runtime a poll is a yield, and a sender
+        // descheduled for tens of milliseconds outlasted 20,000 of them). After the fast
+        // polls the interval doubles up to POLL_BACKOFF_MAX.
         const MAX_POLLS: u32 = 20_000;
+        const POLL_BACKOFF_MAX: Duration = Duration::from_millis(1);
         let tasks: Tasks<'_, RpcError> = Tasks::default();
         let driver = async {
             let mut polls = 0u32;
@@ -683,9 +691,17 @@ impl<V: Verbs> Core<V> {
                         next += 1;
                     }
                     // Not committed yet (or, live, an operator visible before its data).
-                    _ if self.arrived.get() >= next && polls < MAX_POLLS => {
-                        polls += 1;
-                        self.v.compute(self.opts.poll_interval).await;
+                    _ if self.arrived.get() >= next => {
+                        polls = polls.saturating_add(1);
+                        let wait = match polls.checked_sub(MAX_POLLS) {
+                            None | Some(0) => self.opts.poll_interval,
+                            Some(k) => {
+                                let base = self.opts.poll_interval.as_nanos().max(1);
+                                let ns = base.saturating_mul(1u64 << k.min(32));
+                                Duration::from_nanos(ns.min(POLL_BACKOFF_MAX.as_nanos()))
+                            }
+                        };
+                        self.v.compute(wait).await;
                     }
                     _ => {
                         polls = 0;
