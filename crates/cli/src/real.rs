@@ -77,7 +77,7 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
         .block_on(&rt, serve(opts, |s| {
             let mut o = std::io::stdout().lock();
             let _ = writeln!(o, "listening on {}", s.addr);
-            let _ = writeln!(o, "pool {}: {}; {}{}", args.pool.display(), if s.created { "created" } else { "reopened" }, if s.in_memory { "in memory (tmpfs): the mapping is the file, no msync" } else { "persistence by msync of touched pages" }, if s.dax { " (a DAX file system was detected; this build still uses msync)" } else { "" });
+            let _ = writeln!(o, "pool {}: {}; {}", args.pool.display(), if s.created { "created" } else { "reopened" }, s.durability);
             let _ = writeln!(o, "server configuration {config}");
             let domains = platform_persistence_domains();
             if domains.is_empty() {

@@ -132,6 +132,7 @@ pub fn rpc_serve_blocking(args: &RpcServeArgs) -> Result<(), String> {
                     s.kv.objects,
                     s.kv.base
                 );
+                let _ = writeln!(o, "durability: {}", s.durability);
                 let _ = o.flush();
             }),
         )

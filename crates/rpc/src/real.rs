@@ -550,8 +550,8 @@ pub struct RealStarted {
     pub addr: SocketAddr,
     /// True if the pool file was created by this start.
     pub created: bool,
-    /// True if the pool is on a DAX file system.
-    pub dax: bool,
+    /// How the pool makes writes durable (msync, in memory, or MAP_SYNC on DAX), and why.
+    pub durability: remora_soft::pool::Durability,
     /// What start-up recovery did to the first connection's log (client node 1).
     pub recovery: RecoveryReport,
     /// Where the first connection's log is.
@@ -698,7 +698,7 @@ pub async fn serve_durable(
     let PoolNode {
         node,
         created,
-        dax,
+        durability,
         pm_bytes,
         ..
     } = remora_soft::server::open_node(&o.pool, o.pool_bytes, o.config, &o.profile)?;
@@ -776,7 +776,7 @@ pub async fn serve_durable(
     started(&RealStarted {
         addr,
         created,
-        dax,
+        durability,
         recovery: logs[0].1.clone(),
         info: logs[0].0,
         logs,

@@ -13,6 +13,7 @@
 
 pub mod client;
 pub mod cm;
+pub mod dax;
 pub mod pool;
 pub mod runtime;
 pub mod server;

@@ -12,9 +12,12 @@
 //! memory file system (`tmpfs`, `ramfs`, e.g. `/dev/shm`) has no stable storage below the
 //! page cache: `msync` does nothing there but cost a system call, so it is skipped
 //! ([`SyncMode::Memory`]) and the file still holds exactly the crash image. On a DAX file
-//! system a `MAP_SYNC` mapping with `clwb`+`sfence` would do instead; the pool detects DAX
-//! and says so, but this build uses `msync` there.
+//! system the pool is mapped with `MAP_SYNC` and the lines written are made durable with
+//! `clwb` (or `clflushopt`, `clflush`) and one `sfence` instead ([`SyncMode::MapSync`],
+//! [`crate::dax`]); the pool asks the kernel for such a mapping, and its refusal is how it
+//! tells a page-cache-backed file from a DAX one.
 
+use crate::dax::{SyncMap, WriteBack, CACHE_LINE};
 use memmap2::MmapMut;
 use remora_model::mem::{PmMedia, SparseMem, PAGE_BYTES};
 use remora_model::rnic::PM_BASE;
@@ -79,19 +82,88 @@ pub enum SyncMode {
     /// The file lives in memory (`tmpfs`, `ramfs`): the mapping is the file, it survives
     /// the process, and there is nothing further to sync to.
     Memory,
+    /// A `MAP_SYNC` mapping on a DAX file system: each line written is written back with
+    /// this instruction and one `sfence` follows, before any packet that may depend on them
+    /// leaves; no system call.
+    MapSync(WriteBack),
+}
+
+/// How an open pool makes its writes durable, and why, for the server's start-up line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Durability {
+    /// The mechanism.
+    pub mode: SyncMode,
+    /// The mount table marks the file system `dax`.
+    pub dax_mount: bool,
+    /// Why a `MAP_SYNC` mapping was not used, when one was asked for (the kernel's answer).
+    pub map_sync_refused: Option<String>,
+}
+
+impl std::fmt::Display for Durability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.mode {
+            SyncMode::MapSync(w) => write!(
+                f,
+                "MAP_SYNC mapping on a DAX file system: persistence by {} + sfence of the lines written",
+                w.name()
+            ),
+            SyncMode::Memory => f.write_str("in memory (tmpfs): the mapping is the file, no msync"),
+            SyncMode::Msync => {
+                f.write_str("persistence by msync of touched pages")?;
+                match (&self.map_sync_refused, self.dax_mount) {
+                    (Some(why), true) => write!(
+                        f,
+                        " (the mount says dax, but the kernel refused MAP_SYNC: {why})"
+                    ),
+                    (Some(why), false) => {
+                        write!(f, " (not DAX: the kernel refused MAP_SYNC: {why})")
+                    }
+                    (None, _) => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+/// The pool's mapping: memmap2's for `msync` and in-memory pools, a `MAP_SYNC` one on DAX.
+#[derive(Debug)]
+enum Mapping {
+    Plain(MmapMut),
+    Sync(SyncMap),
+}
+
+impl std::ops::Deref for Mapping {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Mapping::Plain(m) => m,
+            Mapping::Sync(m) => m,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Mapping {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            Mapping::Plain(m) => m,
+            Mapping::Sync(m) => m,
+        }
+    }
 }
 
 /// An open pool: the mapping and its geometry.
 #[derive(Debug)]
 pub struct Pool {
     path: PathBuf,
-    map: MmapMut,
+    map: Mapping,
     /// Byte range of the mapping written since the last `sync`.
     dirty: Option<(usize, usize)>,
+    /// Under [`SyncMode::MapSync`]: the line-aligned ranges written since the last `sync`
+    /// (adjacent writes merged), so a sync writes back only lines that were written.
+    dirty_lines: Vec<(usize, usize)>,
     len: u64,
     created: bool,
-    dax: bool,
-    sync: SyncMode,
+    durability: Durability,
 }
 
 fn header(len: u64) -> [u8; HEADER_BYTES as usize] {
@@ -139,7 +211,12 @@ impl Pool {
         if size < HEADER_BYTES {
             return Err(PoolError::NotAPool(path.to_path_buf()));
         }
-        let map = unsafe_map(&file).map_err(io)?;
+        let mount = mount_of(path);
+        let dax_mount = mount.as_ref().is_some_and(|m| m.dax);
+        let in_memory = mount
+            .as_ref()
+            .is_some_and(|m| matches!(m.fs_type.as_str(), "tmpfs" | "ramfs"));
+        let (map, durability) = map_for_durability(&file, in_memory, dax_mount).map_err(io)?;
         let h = &map[..HEADER_BYTES as usize];
         if &h[..8] != MAGIC {
             return Err(PoolError::NotAPool(path.to_path_buf()));
@@ -178,23 +255,14 @@ impl Pool {
                 need: len,
             });
         }
-        let mount = mount_of(path);
-        let dax = mount.as_ref().is_some_and(|m| m.dax);
-        let in_memory = mount
-            .as_ref()
-            .is_some_and(|m| matches!(m.fs_type.as_str(), "tmpfs" | "ramfs"));
         Ok(Pool {
             path: path.to_path_buf(),
             map,
             dirty: None,
+            dirty_lines: Vec::new(),
             len: data_len,
             created,
-            dax,
-            sync: if in_memory {
-                SyncMode::Memory
-            } else {
-                SyncMode::Msync
-            },
+            durability,
         })
     }
 
@@ -214,13 +282,13 @@ impl Pool {
     pub fn created(&self) -> bool {
         self.created
     }
-    /// True if the file lives on a DAX-mounted file system.
-    pub fn dax(&self) -> bool {
-        self.dax
-    }
     /// How writes are made durable.
     pub fn sync_mode(&self) -> SyncMode {
-        self.sync
+        self.durability.mode
+    }
+    /// How writes are made durable, and why (for the server's start-up line).
+    pub fn durability(&self) -> &Durability {
+        &self.durability
     }
 
     fn range(&self, addr: u64, len: usize) -> std::ops::Range<usize> {
@@ -234,6 +302,46 @@ impl Pool {
             self.len
         );
         (HEADER_BYTES + off) as usize..(HEADER_BYTES + end) as usize
+    }
+}
+
+/// Maps the pool file for the durability its file system allows: in memory, a plain
+/// mapping and nothing to sync; elsewhere a `MAP_SYNC` mapping if the kernel grants one
+/// (DAX) and the CPU can write lines back, else a plain mapping synced with `msync`.
+fn map_for_durability(
+    file: &File,
+    in_memory: bool,
+    dax_mount: bool,
+) -> std::io::Result<(Mapping, Durability)> {
+    let plain = |mode, refused| {
+        Ok((
+            Mapping::Plain(unsafe_map(file)?),
+            Durability {
+                mode,
+                dax_mount,
+                map_sync_refused: refused,
+            },
+        ))
+    };
+    if in_memory {
+        return plain(SyncMode::Memory, None);
+    }
+    let Some(insn) = WriteBack::detect() else {
+        return plain(
+            SyncMode::Msync,
+            Some("no cache-line write-back instruction on this CPU".into()),
+        );
+    };
+    match SyncMap::map(file) {
+        Ok(m) => Ok((
+            Mapping::Sync(m),
+            Durability {
+                mode: SyncMode::MapSync(insn),
+                dax_mount,
+                map_sync_refused: None,
+            },
+        )),
+        Err(e) => plain(SyncMode::Msync, Some(e.to_string())),
     }
 }
 
@@ -288,24 +396,57 @@ impl PmMedia for Pool {
     fn write(&mut self, addr: u64, data: &[u8]) {
         let r = self.range(addr, data.len());
         self.map[r.clone()].copy_from_slice(data);
-        self.dirty = Some(match self.dirty {
-            Some((a, b)) => (a.min(r.start), b.max(r.end)),
-            None => (r.start, r.end),
-        });
+        match self.durability.mode {
+            SyncMode::Memory => {}
+            SyncMode::Msync => {
+                self.dirty = Some(match self.dirty {
+                    Some((a, b)) => (a.min(r.start), b.max(r.end)),
+                    None => (r.start, r.end),
+                });
+            }
+            SyncMode::MapSync(_) => {
+                let (a, b) = (
+                    r.start / CACHE_LINE * CACHE_LINE,
+                    r.end.div_ceil(CACHE_LINE) * CACHE_LINE,
+                );
+                match self.dirty_lines.last_mut() {
+                    // Streams of records are contiguous: one range, not one per write.
+                    Some(last) if a <= last.1 && b >= last.0 => {
+                        *last = (last.0.min(a), last.1.max(b));
+                    }
+                    _ => self.dirty_lines.push((a, b)),
+                }
+            }
+        }
     }
     fn sync(&mut self) {
-        // msync of the pages written since the last sync (nothing to do for a file that
-        // lives in memory).
-        if let Some((a, b)) = self.dirty.take() {
-            if self.sync == SyncMode::Memory {
-                return;
+        match self.durability.mode {
+            // Nothing below the page cache for a file that lives in memory.
+            SyncMode::Memory => {}
+            // msync of the pages written since the last sync.
+            SyncMode::Msync => {
+                if let Some((a, b)) = self.dirty.take() {
+                    let page = PAGE_BYTES as usize;
+                    let start = a / page * page;
+                    let end = (b.div_ceil(page) * page).min(self.map.len());
+                    let Mapping::Plain(m) = &self.map else {
+                        unreachable!("msync mode has a plain mapping")
+                    };
+                    m.flush_range(start, end - start)
+                        .expect("msync of the PM pool failed");
+                }
             }
-            let page = PAGE_BYTES as usize;
-            let start = a / page * page;
-            let end = (b.div_ceil(page) * page).min(self.map.len());
-            self.map
-                .flush_range(start, end - start)
-                .expect("msync of the PM pool failed");
+            // Write back the lines written since the last sync; one fence for all of them.
+            SyncMode::MapSync(insn) => {
+                let end = self.map.len();
+                if self.dirty_lines.is_empty() {
+                    return;
+                }
+                for (a, b) in self.dirty_lines.drain(..) {
+                    crate::dax::write_back(insn, &self.map[a..b.min(end)]);
+                }
+                crate::dax::fence();
+            }
         }
     }
     fn snapshot(&self) -> SparseMem {
@@ -368,6 +509,72 @@ mod tests {
         let pool = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
         assert_eq!(pool.snapshot().read_vec(PM_BASE + 64, 9), b"in memory");
         std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn the_pool_says_how_it_persists_and_why() {
+        // A file system backed by the page cache (the test directory): MAP_SYNC is asked
+        // for and refused, so msync it is, with the kernel's reason in the start-up line.
+        let dir = tmp_dir();
+        let p = dir.path().join("durability");
+        let pool = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
+        let d = pool.durability().clone();
+        match d.mode {
+            SyncMode::Msync => {
+                let why = d.map_sync_refused.as_deref().expect("a reason");
+                assert!(!why.is_empty());
+                assert!(d.to_string().contains("refused MAP_SYNC"), "{d}");
+            }
+            // The test directory is on DAX (a machine with PM) or in memory.
+            SyncMode::MapSync(w) => assert!(d.to_string().contains(w.name()), "{d}"),
+            SyncMode::Memory => assert!(d.to_string().contains("in memory"), "{d}"),
+        }
+        drop(pool);
+        let shm = Path::new("/dev/shm");
+        if mount_of(shm).is_some_and(|m| m.fs_type == "tmpfs") {
+            let p = shm.join(format!("remora-pool-durability-{}", std::process::id()));
+            let _ = std::fs::remove_file(&p);
+            let pool = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
+            assert_eq!(pool.sync_mode(), SyncMode::Memory);
+            assert_eq!(pool.durability().map_sync_refused, None, "not even asked");
+            drop(pool);
+            std::fs::remove_file(&p).unwrap();
+        }
+    }
+
+    /// The `MAP_SYNC` mode's bookkeeping on an ordinary shared mapping (no DAX here): the
+    /// lines written are tracked as merged ranges, a sync writes each back with the CPU's
+    /// instruction and empties the list, and the data reaches the file.
+    #[test]
+    fn write_back_mode_tracks_the_lines_written_and_syncs_them() {
+        let Some(insn) = WriteBack::detect() else {
+            eprintln!("skipped: no write-back instruction on this architecture");
+            return;
+        };
+        let dir = tmp_dir();
+        let p = dir.path().join("writeback");
+        let mut pool = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
+        pool.durability.mode = SyncMode::MapSync(insn);
+        let h = HEADER_BYTES as usize;
+        // Two adjacent records merge into one range; a distant one starts another; an
+        // unaligned write covers both lines it touches.
+        pool.write(PM_BASE, &[1u8; 64]);
+        pool.write(PM_BASE + 64, &[2u8; 64]);
+        pool.write(PM_BASE + 100_000, &[3u8; 8]);
+        pool.write(PM_BASE + 100_060, &[4u8; 8]);
+        assert_eq!(
+            pool.dirty_lines,
+            vec![(h, h + 128), (h + 99_968, h + 100_096)]
+        );
+        assert_eq!(pool.dirty, None, "no msync range in this mode");
+        pool.sync();
+        assert!(pool.dirty_lines.is_empty());
+        pool.sync(); // nothing written: nothing to do
+        drop(pool);
+        let bytes = std::fs::read(&p).unwrap();
+        assert_eq!(&bytes[h..h + 64], &[1u8; 64]);
+        assert_eq!(&bytes[h + 64..h + 128], &[2u8; 64]);
+        assert_eq!(&bytes[h + 100_060..h + 100_068], &[4u8; 8]);
     }
 
     #[test]

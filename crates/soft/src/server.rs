@@ -3,7 +3,7 @@
 //! receive buffers on the first connection after a start).
 
 use crate::cm::{Cm, RefuseCode, CM_FRAME};
-use crate::pool::{Pool, PoolError};
+use crate::pool::{Durability, Pool, PoolError};
 use crate::runtime::RtNode;
 use remora::{CpuCosts, Responder, ServerSetup};
 use remora_model::prng::Prng;
@@ -59,10 +59,8 @@ pub struct Started {
     pub addr: SocketAddr,
     /// True if the pool file was created by this start.
     pub created: bool,
-    /// True if the pool is on a DAX file system.
-    pub dax: bool,
-    /// True if the pool lives in memory (tmpfs, ramfs): nothing to `msync` to.
-    pub in_memory: bool,
+    /// How the pool makes writes durable (msync, in memory, or MAP_SYNC on DAX), and why.
+    pub durability: Durability,
 }
 
 /// Runs the server until SIGTERM or Ctrl-C (returns `Ok`) or a fatal error. `started` is
@@ -71,16 +69,14 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
     let PoolNode {
         node,
         created,
-        dax,
-        in_memory,
+        durability,
         ..
     } = open_node(&opts.pool, opts.pool_bytes, opts.config, &opts.profile)?;
     let (listener, addr) = bind(&opts.listen).await?;
     started(&Started {
         addr,
         created,
-        dax,
-        in_memory,
+        durability,
     });
     let next_id = Rc::new(Cell::new(1u32));
     let first = Rc::new(Cell::new(true));
@@ -149,10 +145,8 @@ pub struct PoolNode {
     pub node: RtNode,
     /// True if the pool file was created by this start.
     pub created: bool,
-    /// True if the pool is on a DAX file system.
-    pub dax: bool,
-    /// True if the pool lives in memory (tmpfs, ramfs): nothing to `msync` to.
-    pub in_memory: bool,
+    /// How the pool makes writes durable (msync, in memory, or MAP_SYNC on DAX), and why.
+    pub durability: Durability,
     /// Bytes of PM in the pool.
     pub pm_bytes: u64,
 }
@@ -167,8 +161,7 @@ pub fn open_node(
     profile: &LatencyProfile,
 ) -> Result<PoolNode, ServeError> {
     let pool = Pool::open_or_create(pool, pool_bytes)?;
-    let (created, dax, pm_bytes) = (pool.created(), pool.dax(), pool.len());
-    let in_memory = pool.sync_mode() == crate::pool::SyncMode::Memory;
+    let (created, durability, pm_bytes) = (pool.created(), pool.durability().clone(), pool.len());
     let profile = crate::runtime::real_time_profile(profile);
     let rnic = Rnic::with_media(0, config, &profile, Prng::from_seed(0x5eed), Box::new(pool));
     let node = RtNode::new(rnic);
@@ -176,8 +169,7 @@ pub fn open_node(
     Ok(PoolNode {
         node,
         created,
-        dax,
-        in_memory,
+        durability,
         pm_bytes,
     })
 }
