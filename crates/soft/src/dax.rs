@@ -83,6 +83,9 @@ pub fn fence() {
 /// Starts the write-back of every cache line that overlaps `bytes` with `insn` (weakly
 /// ordered: [`fence`] after the last one).
 pub fn write_back(insn: WriteBack, bytes: &[u8]) {
+    if bytes.is_empty() {
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     {
         let start = bytes.as_ptr() as usize / CACHE_LINE * CACHE_LINE;
