@@ -237,3 +237,44 @@ fn a_slow_operator_is_still_found_and_its_request_answered() {
         assert_eq!(pair.server_stats().processed, 1, "{config}");
     }
 }
+
+/// A sender that dies between its SEND and its operator leaves an entry that never
+/// commits: the server's thread polls it for a bounded time and then waits for the next
+/// arrival, so the simulation comes to rest instead of polling forever.
+#[test]
+fn an_operator_that_never_comes_is_polled_for_a_bounded_time() {
+    let mut o = opts(Design::SFlushRpc);
+    o.flush.sflush_lookup = Duration::from_millis(10);
+    let pair = DurablePair::new(
+        5,
+        LatencyProfile::default_profile(),
+        "DMP+noDDIO+PM-RQWRB".parse().unwrap(),
+        o,
+    );
+    let mut client = pair.open().unwrap();
+    pair.sim.spawn_on(&pair.client, async move {
+        let _ = client
+            .call(Op::Put {
+                key: 1,
+                value: vec![9; 16],
+            })
+            .await;
+    });
+    // The SEND lands within a millisecond; the client dies before its operator.
+    pair.sim.block_on(
+        Instant::from_nanos(pair.sim.now().as_nanos() + 1_000_000),
+        std::future::pending::<()>(),
+    );
+    pair.sim.crash_now(pair.client.id());
+    // Runs until the world is at rest, or 200 s of virtual time if it never comes to rest.
+    pair.sim.block_on(
+        Instant::from_nanos(200_000_000_000),
+        std::future::pending::<()>(),
+    );
+    let waited = pair.sim.now().as_nanos();
+    assert!(
+        (60_000_000_000..61_000_000_000).contains(&waited),
+        "the server polled until {waited} ns"
+    );
+    assert_eq!(pair.server_stats().processed, 0);
+}

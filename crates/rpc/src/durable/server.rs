@@ -673,12 +673,17 @@ impl<V: Verbs> Core<V> {
         // next arrival hung the connection whenever the sender's operator came later than
         // the fast polls lasted (on the real-time runtime a poll is a yield, and a sender
         // descheduled for tens of milliseconds outlasted 20,000 of them). After the fast
-        // polls the interval doubles up to POLL_BACKOFF_MAX.
+        // polls the interval doubles up to POLL_BACKOFF_MAX. After POLL_GIVE_UP of polling
+        // one entry (its sender is gone: every client's reply time-out is far shorter) the
+        // thread waits for the next arrival, so a simulation whose client died mid-request
+        // still comes to rest.
         const MAX_POLLS: u32 = 20_000;
         const POLL_BACKOFF_MAX: Duration = Duration::from_millis(1);
+        const POLL_GIVE_UP: Duration = Duration::from_millis(60_000);
         let tasks: Tasks<'_, RpcError> = Tasks::default();
         let driver = async {
             let mut polls = 0u32;
+            let mut polling_since = Instant::ZERO;
             let frames = self.plan.frame_commits();
             let mut next = self.processed.get() + 1;
             loop {
@@ -691,7 +696,13 @@ impl<V: Verbs> Core<V> {
                         next += 1;
                     }
                     // Not committed yet (or, live, an operator visible before its data).
-                    _ if self.arrived.get() >= next => {
+                    _ if self.arrived.get() >= next
+                        && (polls == 0
+                            || self.v.now().saturating_since(polling_since) < POLL_GIVE_UP) =>
+                    {
+                        if polls == 0 {
+                            polling_since = self.v.now();
+                        }
                         polls = polls.saturating_add(1);
                         let wait = match polls.checked_sub(MAX_POLLS) {
                             None | Some(0) => self.opts.poll_interval,
