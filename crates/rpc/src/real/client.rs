@@ -1,0 +1,214 @@
+//! The client side: [`RealClient`] connects a [`DurableClient`](crate::durable::DurableClient)
+//! to a soft-RNIC server, and reconnects it after the server restarted.
+
+use crate::api::{RpcError, ServerCosts};
+use crate::design::{Design, FlushForm};
+use crate::durable::{DurableClient, DurableOptions};
+use remora_model::profile::LatencyProfile;
+use remora_model::time::Duration;
+use remora_soft::client::{ConnectError, Opening};
+use remora_soft::runtime::RtNode;
+use remora_verbs::*;
+use tokio::io::AsyncReadExt;
+
+use super::hello::{DurableClaim, DurableHello, HelloError, HELLO_BYTES};
+use super::HANDSHAKE_TIMEOUT;
+
+/// Why a real client could not connect.
+#[derive(Debug, thiserror::Error)]
+pub enum RealConnectError {
+    /// The soft connection manager failed.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// The server's hello did not parse.
+    #[error("from {addr}: {err}")]
+    Hello {
+        /// Server address.
+        addr: String,
+        /// What was wrong.
+        err: HelloError,
+    },
+    /// The server runs another design than the client asked for.
+    #[error("{addr} runs {server}, not {asked}")]
+    Design {
+        /// Server address.
+        addr: String,
+        /// The server's design.
+        server: Design,
+        /// The client's.
+        asked: Design,
+    },
+    /// The server changed the connection's options across a restart.
+    #[error("{addr} came back with other connection options: {what}")]
+    Changed {
+        /// Server address.
+        addr: String,
+        /// What changed.
+        what: String,
+    },
+    /// Socket I/O during the handshake.
+    #[error("{addr}: {err}")]
+    Io {
+        /// Server address.
+        addr: String,
+        /// The error.
+        err: std::io::Error,
+    },
+    /// The handshake took too long.
+    #[error("{0}: handshake timed out")]
+    Timeout(String),
+    /// The durable-RPC client failed to set up or resume.
+    #[error(transparent)]
+    Rpc(#[from] RpcError),
+}
+
+/// A [`DurableClient`] connected to a soft-RNIC server.
+pub struct RealClient {
+    /// The durable-RPC client: call it through [`crate::RpcClient`].
+    pub client: DurableClient<RtNode>,
+    /// The local node.
+    pub node: RtNode,
+    /// What the server said on the last (re)connection.
+    pub hello: DurableHello,
+    profile: LatencyProfile,
+}
+
+/// A connection up to the server's [`DurableHello`]: the connection manager's handshake
+/// with a [`DurableClaim`] right after `Hello`, then the server's hello.
+struct Opened {
+    opening: Opening,
+    hello: DurableHello,
+}
+
+/// Connects to `addr`, claims `node`'s id (a new node, with the assigned id, when `None`)
+/// and reads the server's hello.
+async fn open(
+    addr: &str,
+    profile: &LatencyProfile,
+    node: Option<RtNode>,
+) -> Result<Opened, RealConnectError> {
+    let claim = DurableClaim {
+        node: node.as_ref().map_or(0, |n| n.node()),
+    };
+    let mut opening = remora_soft::client::open_with(addr, profile, node, &claim.emit()).await?;
+    let mut b = [0u8; HELLO_BYTES];
+    opening
+        .stream()
+        .read_exact(&mut b)
+        .await
+        .map_err(|err| RealConnectError::Io {
+            addr: addr.to_string(),
+            err,
+        })?;
+    let hello = DurableHello::parse(&b).map_err(|err| RealConnectError::Hello {
+        addr: addr.to_string(),
+        err,
+    })?;
+    Ok(Opened { opening, hello })
+}
+
+/// Client-side settings of a real connection.
+#[derive(Clone, Debug)]
+pub struct ClientSettings {
+    /// The design the client expects (`None`: whatever the server runs).
+    pub design: Option<Design>,
+    /// Requests per Flush (§4.3).
+    pub batch: u32,
+    /// Idle time after which the client probes the server.
+    pub probe_interval: Duration,
+    /// Idle time after which a wait fails.
+    pub reply_timeout: Duration,
+}
+
+impl Default for ClientSettings {
+    /// Any design, no batching, a 1 ms probe and a 10 s time-out: wall-clock values (the
+    /// simulator's defaults are microseconds).
+    fn default() -> Self {
+        ClientSettings {
+            design: None,
+            batch: 1,
+            probe_interval: Duration::from_millis(1),
+            reply_timeout: Duration::from_millis(10_000),
+        }
+    }
+}
+
+impl RealClient {
+    /// Connects to a durable-RPC server at `addr` (`host:port`; IPv4, IPv6 or a name),
+    /// adopts its connection options, and attaches. Must run inside a
+    /// `tokio::task::LocalSet`.
+    pub async fn connect(
+        addr: &str,
+        profile: &LatencyProfile,
+        settings: &ClientSettings,
+    ) -> Result<RealClient, RealConnectError> {
+        let hs = async {
+            let o = open(addr, profile, None).await?;
+            let hello = o.hello.clone();
+            if let Some(asked) = settings.design {
+                if asked != hello.opts.design {
+                    return Err(RealConnectError::Design {
+                        addr: addr.to_string(),
+                        server: hello.opts.design,
+                        asked,
+                    });
+                }
+            }
+            let mut mine = DurableOptions::new(hello.opts.design);
+            mine.batch = settings.batch;
+            mine.probe_interval = settings.probe_interval;
+            mine.reply_timeout = settings.reply_timeout;
+            let opts = hello.adopt(&mine);
+            let node = o.opening.node().clone();
+            let mut client = DurableClient::create(node.clone(), &opts)?;
+            o.opening.finish(client.qp()).await?;
+            client.attach(hello.info)?;
+            Ok(RealClient {
+                client,
+                node,
+                hello,
+                profile: profile.clone(),
+            })
+        };
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, hs)
+            .await
+            .map_err(|_| RealConnectError::Timeout(addr.to_string()))?
+    }
+
+    /// After the server restarted (its old connection failed): connects the same client,
+    /// on a new queue pair of the same node, to `addr`, and runs
+    /// [`DurableClient::resume`], which fails if the recovered server lost a request it
+    /// had acknowledged as durable. Then [`crate::RpcClient::drain`] returns the replies
+    /// of requests recovery executed.
+    pub async fn reconnect(&mut self, addr: &str) -> Result<(), RealConnectError> {
+        let hs = async {
+            let o = open(addr, &self.profile, Some(self.node.clone())).await?;
+            let hello = o.hello.clone();
+            if hello.opts != self.hello.opts || hello.kv_base != self.hello.kv_base {
+                return Err(RealConnectError::Changed {
+                    addr: addr.to_string(),
+                    what: format!("{:?} then {:?}", self.hello.opts, hello.opts),
+                });
+            }
+            let qp = self.client.reopen()?;
+            o.opening.finish(qp).await?;
+            self.client.attach(hello.info)?;
+            self.hello = hello;
+            Ok::<_, RealConnectError>(())
+        };
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, hs)
+            .await
+            .map_err(|_| RealConnectError::Timeout(addr.to_string()))??;
+        self.client.resume().await?;
+        Ok(())
+    }
+}
+
+/// Default server options for the real backend: `DurableOptions::new(design)` with the
+/// costs of `costs`.
+pub fn server_options(design: Design, form: FlushForm, costs: ServerCosts) -> DurableOptions {
+    let mut o = DurableOptions::new(design);
+    o.flush.form = form;
+    o.costs = costs;
+    o
+}

@@ -1,0 +1,491 @@
+//! The server side: [`serve_durable`], its connection slots and its handshake.
+
+use crate::api::RpcError;
+use crate::design::Design;
+use crate::durable::{ConnInfo, DurableOptions, DurableServer, Fault, RecoveryReport, StoreLock};
+use crate::kv::KvLayout;
+use remora_model::config::ServerConfig;
+use remora_model::profile::LatencyProfile;
+use remora_soft::cm::RefuseCode;
+use remora_soft::server::{PoolNode, ServeError};
+use remora_verbs::*;
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::rc::Rc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::hello::{design_code, DurableClaim, DurableHello, CLAIM_BYTES};
+use super::pinned::{log_stride, pm_bytes_needed, Pinned};
+use super::HANDSHAKE_TIMEOUT;
+
+/// How to run a durable-RPC server on the soft RNIC.
+#[derive(Clone, Debug)]
+pub struct RealServeOptions {
+    /// Address to listen on (`host:port`, IPv4 or IPv6; port 0 picks one).
+    pub listen: String,
+    /// The PM pool file (created if missing; a wrong or damaged file is refused).
+    pub pool: PathBuf,
+    /// Bytes of PM (a new pool is created this large; an existing one must be at least).
+    pub pool_bytes: u64,
+    /// The server's configuration.
+    pub config: ServerConfig,
+    /// Latency profile of the model.
+    pub profile: LatencyProfile,
+    /// The connections' options (design, Flush form, log and store shape, costs); each
+    /// connection's `conn` is its client's node id.
+    pub opts: DurableOptions,
+    /// Connections served at once, each with a redo log of its own in the pool (at least
+    /// one).
+    pub connections: u32,
+    /// An execution journal for checkers: a text file of `conn seq` lines, one appended
+    /// (a single `write`) each time a Put is executed, and loaded at start-up, so counts
+    /// survive a `kill -9` and "executed exactly once" can be judged from outside.
+    pub journal: Option<PathBuf>,
+}
+
+/// Reads an execution journal in order: one (connection, sequence number) per counted
+/// execution, in the order the server counted them (the file is only appended to, across
+/// the server's lives, and the server is single-threaded, so with the [`StoreLock`] this is
+/// the order the store saw the Puts). A missing file is empty; a line that does not parse
+/// is an error (a torn line cannot happen: each is one `write`).
+pub fn read_journal_entries(path: &std::path::Path) -> Result<Vec<(u32, u64)>, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("journal {}: {e}", path.display())),
+    };
+    let mut entries = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let mut f = line.split(' ');
+        let parsed = match (f.next(), f.next(), f.next()) {
+            (Some(c), Some(s), None) => c.parse::<u32>().ok().zip(s.parse::<u64>().ok()),
+            _ => None,
+        };
+        let Some(e) = parsed else {
+            return Err(format!(
+                "journal {} line {}: {line:?}",
+                path.display(),
+                i + 1
+            ));
+        };
+        entries.push(e);
+    }
+    Ok(entries)
+}
+
+/// Reads an execution journal into counts per (connection, sequence number) (see
+/// [`read_journal_entries`]).
+pub fn read_journal(path: &std::path::Path) -> Result<crate::kv::ExecutionLog, String> {
+    let log = crate::kv::ExecutionLog::default();
+    for e in read_journal_entries(path)? {
+        *log.borrow_mut().entry(e).or_default() += 1;
+    }
+    Ok(log)
+}
+
+/// What [`serve_durable`] reports once it listens.
+#[derive(Clone, Debug)]
+pub struct RealStarted {
+    /// The bound address.
+    pub addr: SocketAddr,
+    /// True if the pool file was created by this start.
+    pub created: bool,
+    /// How the pool makes writes durable (msync, in memory, or MAP_SYNC on DAX), and why.
+    pub durability: remora_soft::pool::Durability,
+    /// What start-up recovery did to the first connection's log (client node 1).
+    pub recovery: RecoveryReport,
+    /// Where the first connection's log is.
+    pub info: ConnInfo,
+    /// Every connection's log and what start-up recovery did to it, in node-id order.
+    pub logs: Vec<(ConnInfo, RecoveryReport)>,
+    /// The store's layout.
+    pub kv: KvLayout,
+}
+
+/// Why a durable-RPC server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RealServeError {
+    /// The pool or the socket.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    /// The options are not a durable design.
+    #[error(
+        "{0} is not a durable RPC design (SFlush-RPC, WFlush-RPC, S-RFlush-RPC, W-RFlush-RPC)"
+    )]
+    NotDurable(Design),
+    /// The pool is too small for the logs and the store.
+    #[error("the pool holds {have} bytes of PM past what is allocated; the logs and the store need {need}")]
+    PoolTooSmall {
+        /// Bytes needed.
+        need: u64,
+        /// Bytes available.
+        have: u64,
+    },
+    /// The execution journal could not be read or opened.
+    #[error("{0}")]
+    Journal(String),
+    /// The pool holds something else where a log belongs, or setup failed.
+    #[error("durable-RPC server: {0}")]
+    Rpc(#[from] RpcError),
+}
+
+/// How long a client waits for a connection slot (its own, when it reconnects) to free up
+/// before it is refused: its previous connection may still be closing.
+const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// One connection's place on the server: its log (at a fixed PM address) and its client's
+/// node id (the slot's index + 1).
+#[derive(Default)]
+struct Slot {
+    /// The server built (and recovered) at start-up, for the slot's first connection.
+    ready: Option<DurableServer<Pinned>>,
+    busy: bool,
+}
+
+struct ServerState {
+    pinned: Pinned,
+    /// Bytes between two slots' logs.
+    stride: u64,
+    kv: KvLayout,
+    journal: Option<(crate::kv::ExecutionLog, crate::kv::ExecutionHook)>,
+    opts: DurableOptions,
+    config: ServerConfig,
+    slots: RefCell<Vec<Slot>>,
+    idle: tokio::sync::Notify,
+    /// The connections share the store: their updates are serialised (see [`StoreLock`]).
+    store_lock: Rc<StoreLock>,
+}
+
+impl ServerState {
+    /// A server for slot `k` over its log and the shared store; the log is formatted if
+    /// PM holds none.
+    fn build(&self, k: usize) -> Result<DurableServer<Pinned>, RpcError> {
+        let mut opts = self.opts.clone();
+        opts.conn = slot_node(k);
+        let mut s = DurableServer::create_in(
+            self.pinned.at(k as u64 * self.stride),
+            &opts,
+            self.journal.as_ref().map(|j| j.0.clone()),
+            Some(self.kv),
+        )?;
+        if let Some((_, hook)) = &self.journal {
+            s.set_execution_hook(hook.clone());
+        }
+        // The negative control leaves the connections' store updates unserialised.
+        if opts.fault != Some(Fault::UnlockedStore) {
+            s.set_store_lock(self.store_lock.clone());
+        }
+        Ok(s)
+    }
+
+    /// Takes the slot `claim` asks for (its node id), or with 0 the first free one,
+    /// waiting up to [`BUSY_WAIT`] for it to free up.
+    async fn take(&self, claim: NodeId) -> Option<usize> {
+        let n = self.slots.borrow().len();
+        if claim as usize > n {
+            return None;
+        }
+        let free = || {
+            let slots = self.slots.borrow();
+            match claim {
+                0 => slots.iter().position(|s| !s.busy),
+                c => Some(c as usize - 1).filter(|&k| !slots[k].busy),
+            }
+        };
+        let k = tokio::time::timeout(BUSY_WAIT, async {
+            loop {
+                if let Some(k) = free() {
+                    return k;
+                }
+                // Single-threaded: nothing runs between the check and this registration.
+                self.idle.notified().await;
+            }
+        })
+        .await
+        .ok()?;
+        self.slots.borrow_mut()[k].busy = true;
+        Some(k)
+    }
+
+    fn release(&self, k: usize) {
+        self.slots.borrow_mut()[k].busy = false;
+        self.idle.notify_waiters();
+    }
+}
+
+/// The client node id of slot `k` (the server is node 0).
+fn slot_node(k: usize) -> NodeId {
+    k as NodeId + 1
+}
+
+/// Builds a durable-RPC server over the pool with a redo log for each of
+/// `o.connections` connections and one object store, recovers every log (committed but
+/// unprocessed entries are executed before anyone connects), listens, and serves up to
+/// `o.connections` clients at once until SIGTERM or Ctrl-C (returns `Ok`). `started` is
+/// called once the socket listens. Must run inside a `tokio::task::LocalSet`.
+pub async fn serve_durable(
+    o: RealServeOptions,
+    started: impl FnOnce(&RealStarted),
+) -> Result<(), RealServeError> {
+    if design_code(o.opts.design).is_none() {
+        return Err(RealServeError::NotDurable(o.opts.design));
+    }
+    // Refuse impossible plans (e.g. native SFlush) before touching the pool.
+    o.opts.plan(&o.config)?;
+    let connections = o.connections.max(1);
+    let PoolNode {
+        node,
+        created,
+        durability,
+        pm_bytes,
+        ..
+    } = remora_soft::server::open_node(&o.pool, o.pool_bytes, o.config, &o.profile)?;
+    let need = pm_bytes_needed(&o.opts, connections)?;
+    let base = node.alloc(Space::Pm, need, 4096);
+    let have = (remora_model::rnic::PM_BASE + pm_bytes).saturating_sub(base);
+    if need > have {
+        return Err(RealServeError::PoolTooSmall { need, have });
+    }
+    let stride = log_stride(&o.opts)?;
+    let journal = match &o.journal {
+        None => None,
+        Some(p) => {
+            let log = read_journal(p).map_err(RealServeError::Journal)?;
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .map_err(|e| RealServeError::Journal(format!("journal {}: {e}", p.display())))?;
+            let file = RefCell::new(file);
+            let hook: crate::kv::ExecutionHook = Rc::new(move |c, s| {
+                use std::io::Write;
+                // One write per line: a kill never leaves half a line.
+                file.borrow_mut()
+                    .write_all(format!("{c} {s}\n").as_bytes())
+                    .expect("execution journal write failed");
+            });
+            Some((log, hook))
+        }
+    };
+    let state = Rc::new(ServerState {
+        pinned: Pinned {
+            node: node.clone(),
+            base,
+            end: base + need,
+            next: Rc::new(Cell::new(base)),
+        },
+        stride,
+        // The store follows the logs (with one connection: where `DurableServer::create`
+        // puts it, after its log).
+        kv: KvLayout {
+            base: base + stride * connections as u64,
+            objects: o.opts.objects,
+            max_value: o.opts.max_value as u64,
+        },
+        journal,
+        opts: o.opts.clone(),
+        config: o.config,
+        slots: RefCell::new((0..connections).map(|_| Slot::default()).collect()),
+        idle: tokio::sync::Notify::new(),
+        store_lock: Rc::new(StoreLock::default()),
+    });
+    // Every connection's log is recovered before anyone connects: a client that never
+    // comes back still has its acknowledged requests executed.
+    let mut servers = Vec::new();
+    for k in 0..connections as usize {
+        let server = state.build(k)?;
+        // A fresh log's header and watermark are durable before anyone connects.
+        node.persist_local(server.conn_info().layout.base, 128)
+            .await;
+        servers.push(server);
+    }
+    // The Put the crash caught between its object and its watermark (one at most, under
+    // the store lock) is settled before any log re-executes a Put over its object.
+    for server in &mut servers {
+        server.settle().await?;
+    }
+    let mut logs = Vec::new();
+    for (k, mut server) in servers.into_iter().enumerate() {
+        let recovery = server.recover().await?;
+        logs.push((server.conn_info(), recovery));
+        state.slots.borrow_mut()[k].ready = Some(server);
+    }
+    let (listener, addr) = remora_soft::server::bind(&o.listen).await?;
+    started(&RealStarted {
+        addr,
+        created,
+        durability,
+        recovery: logs[0].1.clone(),
+        info: logs[0].0,
+        logs,
+        kv: state.kv,
+    });
+    remora_soft::server::accept_until_shutdown(listener, move |stream| {
+        let state = state.clone();
+        async move {
+            // A failed or malformed handshake only ends this connection.
+            if let Err(e) = handle(stream, state).await {
+                eprintln!("durable-RPC connection: {e}");
+            }
+        }
+    })
+    .await;
+    Ok(())
+}
+
+async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String> {
+    let io = |e: std::io::Error| e.to_string();
+    // The slot this handshake took, so a failure frees that one and no other.
+    let taken: Cell<Option<usize>> = Cell::new(None);
+    let failed = |e: String| {
+        if let Some(k) = taken.get() {
+            st.release(k);
+        }
+        Err(e)
+    };
+    // The handshake's socket steps have a time limit; recovering the slot's log between
+    // them has none: dropped mid-Put, it would free the store lock between the Put's
+    // object and its watermark (see `DurableServer::serve`).
+    let claimed = async {
+        if !remora_soft::server::cm_hello(&mut stream)
+            .await
+            .map_err(io)?
+        {
+            return Ok(None);
+        }
+        let mut b = [0u8; CLAIM_BYTES];
+        stream.read_exact(&mut b).await.map_err(io)?;
+        let claim = match DurableClaim::parse(&b) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = remora_soft::server::cm_refuse(&mut stream, RefuseCode::Version).await;
+                return Err(e.to_string());
+            }
+        };
+        let Some(k) = st.take(claim.node).await else {
+            remora_soft::server::cm_refuse(&mut stream, RefuseCode::Resources)
+                .await
+                .map_err(io)?;
+            return Err(match claim.node {
+                0 => format!(
+                    "refused a client: all {} connections are in use",
+                    st.slots.borrow().len()
+                ),
+                n => format!(
+                    "refused a client claiming node {n}: no such connection, or it is in use"
+                ),
+            });
+        };
+        taken.set(Some(k));
+        Ok(Some(k))
+    };
+    let k = match tokio::time::timeout(HANDSHAKE_TIMEOUT, claimed).await {
+        Ok(Ok(Some(k))) => k,
+        Ok(Ok(None)) => return Ok(()),
+        Ok(Err(e)) => return failed(e),
+        Err(_) => return failed("handshake timed out".into()),
+    };
+    let ready = st.slots.borrow_mut()[k].ready.take();
+    let server = match ready {
+        Some(s) => Ok(s),
+        // The slot's previous connection's threads have stopped; recover whatever it
+        // logged but did not process, over the same PM.
+        None => match st.build(k) {
+            Ok(mut s) => match s.settle().await {
+                Ok(_) => s.recover().await.map(|_| s),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        },
+    };
+    let server = match server {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = remora_soft::server::cm_refuse(&mut stream, RefuseCode::Resources).await;
+            return failed(format!("cannot set up the connection: {e}"));
+        }
+    };
+    let accepted = async {
+        let client = slot_node(k);
+        remora_soft::server::cm_assign(&mut stream, client, st.config)
+            .await
+            .map_err(io)?;
+        let hello = DurableHello {
+            opts: DurableOptions {
+                conn: client,
+                ..st.opts.clone()
+            },
+            info: server.conn_info(),
+            kv_base: server.kv_layout().base,
+        };
+        stream.write_all(&hello.emit()).await.map_err(io)?;
+        if !remora_soft::server::cm_accept(&mut stream, &st.pinned.node, client, server.qp())
+            .await
+            .map_err(io)?
+        {
+            return Err("client broke off the handshake".into());
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, accepted).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return failed(e),
+        Err(_) => return failed("handshake timed out".into()),
+    }
+    let qp = server.qp();
+    // The slot frees once the connection's TCP connection closed and its threads stopped,
+    // whichever comes last: a reconnecting client then recovers a log no thread of the
+    // old connection still writes, and the old connection's close cannot free a slot a
+    // new connection already holds.
+    let pending = Rc::new(Cell::new(2u8));
+    let done = {
+        let st = st.clone();
+        move |pending: &Cell<u8>| {
+            pending.set(pending.get() - 1);
+            if pending.get() == 0 {
+                st.release(k);
+            }
+        }
+    };
+    let (read, write) = stream.into_split();
+    {
+        let (pending, done) = (pending.clone(), done.clone());
+        st.pinned
+            .node
+            .clone()
+            .attach(slot_node(k), read, write, move |n| {
+                // The client went away: fail its QP, which stops this connection's
+                // threads. They are not aborted: a Put between its object and its
+                // watermark finishes both under the store lock first (`serve`), or
+                // another connection could overwrite the object and this log's recovery
+                // would run the Put again over the later one.
+                let _ = n.with(|r, now| r.destroy_qp(now, qp));
+                done(&pending);
+            });
+    }
+    let h = tokio::task::spawn_local(server.serve());
+    // A bug in the protocol code must not leave a server that accepts requests and never
+    // processes them: a panic of the connection's threads ends the process.
+    tokio::task::spawn_local(async move {
+        match h.await {
+            Ok(why) => {
+                // Its QP failed. Said only while the TCP connection is open (the client
+                // sees errors and closes, which frees the slot); after a close it is the
+                // expected end.
+                if pending.get() == 2 {
+                    eprintln!("durable-RPC connection stopped serving: {why}");
+                }
+            }
+            Err(e) if e.is_panic() => {
+                eprintln!("durable-RPC server: the connection's threads panicked; exiting");
+                std::process::exit(101);
+            }
+            // Cancelled: the runtime is shutting down.
+            Err(_) => {}
+        }
+        done(&pending);
+    });
+    Ok(())
+}
