@@ -9,8 +9,11 @@
 //!   acknowledgement once the echo process has read every byte, as the last FLUSH's
 //!   response ends the RDMA stream; the raw messages are as long as a 64-byte WRITE's
 //!   packet ([`WRITE64_WIRE_BYTES`]) and, at equal bytes, as a WRITE inside the write
-//!   train the stream travels in ([`WRITE64_TRAIN_BYTES`]); raw and soft RNIC runs
-//!   alternate, so the shared machine's load falls on both;
+//!   train the stream travels in ([`WRITE64_TRAIN_BYTES`]); between them and the soft
+//!   RNIC, the soft RNIC's own frames without its model (its encoder and decoder, each
+//!   WRITE checked and copied into memory, no queue pairs and no memory hierarchy), so
+//!   the report shows what the framing costs and what the model costs; the series
+//!   alternate, so the shared machine's load falls on all of them;
 //! - a model check: a `loopback` profile whose NIC round trip is the measured ping-pong's
 //!   mean, run on the simulator, predicted mean versus measured mean per method.
 
@@ -44,8 +47,20 @@ pub const WRITE64_TRAIN_BYTES: usize = remora_model::wire::TRAIN_ENTRY + 64;
 /// thread's CPU time in ns (u64, little-endian).
 const STREAM_LEAD: u8 = 0xFE;
 
+/// First byte of a connection streaming the soft wire's frames without the model: then
+/// the number of WRITEs (u64) and their rkey (u32), both little-endian, the frames, and
+/// once every WRITE was applied, the same acknowledgement as [`STREAM_LEAD`]'s.
+const FRAMES_LEAD: u8 = 0xFD;
+
+/// Remote key of the model-free frame stream's WRITEs (the sink refuses any other).
+const FRAMES_RKEY: u32 = 0x5eed;
+
+/// Bytes of the sink's memory region: the 1024 lines the streams cycle through.
+const FRAMES_REGION: usize = 1024 * 64;
+
 /// A raw TCP echo server (the other process of the ping-pong), until the peer closes.
-/// A connection that starts with [`STREAM_LEAD`] is a stream to sink instead.
+/// A connection that starts with [`STREAM_LEAD`] is a stream to sink instead, and one
+/// that starts with [`FRAMES_LEAD`] a stream of frames to apply ([`sink_frames`]).
 pub fn echo_server(listen: &str) -> Result<(), String> {
     let l = std::net::TcpListener::bind(listen).map_err(|e| e.to_string())?;
     println!(
@@ -58,6 +73,14 @@ pub fn echo_server(listen: &str) -> Result<(), String> {
         let _ = s.set_nodelay(true);
         std::thread::spawn(move || {
             let mut b = [0u8; 65536];
+            if s.peek(&mut b[..1]).is_ok_and(|n| n == 1) && b[0] == FRAMES_LEAD {
+                if sink_frames(&mut s).is_ok() {
+                    let mut ack = [1u8; 9];
+                    ack[1..].copy_from_slice(&thread_cpu_ns().to_le_bytes());
+                    let _ = s.write_all(&ack);
+                }
+                return;
+            }
             if s.peek(&mut b[..1]).is_ok_and(|n| n == 1) && b[0] == STREAM_LEAD {
                 // Streaming: sink the announced bytes, then acknowledge with one byte.
                 let mut head = [0u8; 9];
@@ -91,6 +114,63 @@ pub fn echo_server(listen: &str) -> Result<(), String> {
         });
     }
     Ok(())
+}
+
+/// The receiving side of the model-free frame stream: reads the soft wire's frames with
+/// the soft RNIC's own decoder ([`Frame::parse`](remora_model::wire::Frame::parse)),
+/// checks each WRITE's rkey and bounds as a responder does, and copies its data into a
+/// memory region: what any receiver of these frames must do, with no RNIC state machine
+/// and no memory-hierarchy model. Returns the region once the announced WRITEs were
+/// applied; an error for anything else (a frame that is not a write train, a wrong key, an
+/// out-of-bounds write, a closed connection).
+fn sink_frames(s: &mut impl Read) -> Result<Vec<u8>, String> {
+    use remora_model::wire::{Frame, Packet};
+    let mut head = [0u8; 13];
+    s.read_exact(&mut head).map_err(|e| e.to_string())?;
+    let mut left = u64::from_le_bytes(head[1..9].try_into().expect("8 bytes"));
+    let rkey = u32::from_le_bytes(head[9..13].try_into().expect("4 bytes"));
+    let mut region = vec![0u8; FRAMES_REGION];
+    // Frames are parsed where they lie; the unparsed tail moves to the front once per read.
+    let mut buf = vec![0u8; 1 << 17];
+    let (mut start, mut end) = (0usize, 0usize);
+    while left > 0 {
+        if end == buf.len() {
+            buf.copy_within(start..end, 0);
+            (start, end) = (0, end - start);
+            if end == buf.len() {
+                buf.resize(buf.len() * 2, 0); // a frame longer than the buffer
+            }
+        }
+        match s.read(&mut buf[end..]) {
+            Ok(0) => return Err("closed before the last WRITE".into()),
+            Ok(n) => end += n,
+            Err(e) => return Err(e.to_string()),
+        }
+        while let Some(len) = Packet::frame_len(&buf[start..end]).map_err(|e| e.to_string())? {
+            if end - start < len {
+                break;
+            }
+            let Frame::WriteTrain(train) =
+                Frame::parse(&buf[start..start + len]).map_err(|e| e.to_string())?
+            else {
+                return Err("not a write train".into());
+            };
+            if train.rkey != rkey {
+                return Err(format!("wrong rkey {:#x}", train.rkey));
+            }
+            for w in train.writes() {
+                let at = w.addr as usize;
+                let dst = at
+                    .checked_add(w.data.len())
+                    .and_then(|e| region.get_mut(at..e))
+                    .ok_or_else(|| format!("WRITE out of bounds at {:#x}", w.addr))?;
+                dst.copy_from_slice(w.data);
+                left = left.saturating_sub(1);
+            }
+            start += len;
+        }
+    }
+    Ok(region)
 }
 
 /// The CPU placement of the benchmark's processes, so every series runs on the same
@@ -598,6 +678,72 @@ fn raw_stream_run(
     Ok((rate, tx, rx, chunks * 64))
 }
 
+/// Appends to `out` the packets of WRITEs `first..first + n` of a stream (each `data` to
+/// line `i % 1024`, PSN `i`, the last asking for an acknowledgement) as the soft RNIC
+/// builds them, encoded by its write-train encoder.
+fn encode_frames(
+    first: u64,
+    n: u64,
+    rkey: u32,
+    data: &remora_model::bytes::Bytes,
+    out: &mut Vec<u8>,
+) {
+    use remora_model::wire::{Body, Packet, TrainTail};
+    let mut tail: Option<TrainTail> = None;
+    for i in first..first + n {
+        let pkt = Packet {
+            src: 1,
+            dst: 0,
+            src_qp: remora_model::verbs::QpNum(1),
+            dst_qp: remora_model::verbs::QpNum(1),
+            psn: i as u32,
+            body: Body::Write {
+                addr: (i % 1024) * 64,
+                rkey,
+                data: data.clone(),
+                imm: None,
+                ack_req: i + 1 == first + n,
+            },
+        };
+        if !tail.as_mut().is_some_and(|t| t.push(&pkt, out)) {
+            tail = TrainTail::start(&pkt, out);
+        }
+    }
+}
+
+/// One run of the model-free frame stream: the soft RNIC's packets for pipelined 64-byte
+/// WRITEs, built and encoded into write trains by the soft RNIC's own encoder
+/// ([`TrainTail`](remora_model::wire::TrainTail)), one train per [`STREAM_BATCH`] written
+/// at once as the soft RNIC's doorbell does, to [`sink_frames`]; timed until the sink
+/// acknowledges the last WRITE. What is left out of the soft RNIC is its model: queue
+/// pairs, work requests and completions, PSNs and acknowledgements, and the memory
+/// hierarchy.
+fn frames_stream_run(echo: &str, writes: u64) -> Result<(f64, u64, u64, u64), String> {
+    let data = remora_model::bytes::Bytes::copy_from(&[0x5au8; 64]);
+    let mut s = TcpStream::connect(echo).map_err(|e| e.to_string())?;
+    let mut head = vec![FRAMES_LEAD];
+    head.extend_from_slice(&writes.to_le_bytes());
+    head.extend_from_slice(&FRAMES_RKEY.to_le_bytes());
+    let mut out = Vec::with_capacity(STREAM_BATCH as usize * 96);
+    let cpu0 = thread_cpu_ns();
+    let t0 = wall();
+    s.write_all(&head).map_err(|e| e.to_string())?;
+    let mut posted = 0u64;
+    while posted < writes {
+        let batch = (writes - posted).min(STREAM_BATCH);
+        out.clear();
+        encode_frames(posted, batch, FRAMES_RKEY, &data, &mut out);
+        s.write_all(&out).map_err(|e| e.to_string())?;
+        posted += batch;
+    }
+    let mut ack = [0u8; 9];
+    s.read_exact(&mut ack).map_err(|e| e.to_string())?;
+    let rate = writes as f64 / t0.elapsed().as_secs_f64();
+    let tx = thread_cpu_ns().saturating_sub(cpu0);
+    let rx = u64::from_le_bytes(ack[1..].try_into().expect("8 bytes"));
+    Ok((rate, tx, rx, writes))
+}
+
 /// One run of streaming over the soft RNIC: pipelined unsignaled 64-byte WRITEs, a FLUSH
 /// every [`STREAM_BATCH`] with up to [`STREAM_WINDOW`] FLUSHes in flight, timed until the
 /// last FLUSH completed (every WRITE persistent). Runs in a task of the node's `LocalSet`.
@@ -638,11 +784,6 @@ async fn soft_stream_run(
     Ok((rate, tx, rx, writes))
 }
 
-/// The streaming comparison, side by side: an echo process and a `DMP+noDDIO+PM-RQWRB`
-/// soft RNIC server run together, and each round streams raw TCP at both message sizes
-/// and then the soft RNIC, so a change of the shared machine's load falls on both.
-/// Returns the raw streams ([`WRITE64_WIRE_BYTES`], [`WRITE64_TRAIN_BYTES`]) and the soft
-/// RNIC's.
 /// Starts `remora serve` for `config` on a fresh pool file at `pool`, on a loopback port.
 fn start_server(exe: &Path, pool: &Path, config: &str) -> Result<Proc, String> {
     let _ = std::fs::remove_file(pool);
@@ -660,11 +801,17 @@ fn start_server(exe: &Path, pool: &Path, config: &str) -> Result<Proc, String> {
     )
 }
 
+/// The streaming comparison, side by side: an echo process and a `DMP+noDDIO+PM-RQWRB`
+/// soft RNIC server run together, and each round streams raw TCP at both message sizes,
+/// the soft RNIC's frames without its model, and then the soft RNIC, so a change of the
+/// shared machine's load falls on all of them. Returns the raw streams
+/// ([`WRITE64_WIRE_BYTES`], [`WRITE64_TRAIN_BYTES`], the model-free frames) and the soft
+/// RNIC's.
 fn stream_side_by_side(
     exe: &Path,
     writes: u64,
     pool_dir: &Path,
-) -> Result<([Stream; 2], Stream), String> {
+) -> Result<([Stream; 3], Stream), String> {
     let echo = Proc::start(exe, &["bench", "echo"])?;
     let pool = pool_dir.join("stream.pm");
     let server = start_server(exe, &pool, "DMP+noDDIO+PM-RQWRB")?;
@@ -683,8 +830,12 @@ fn stream_side_by_side(
                 .connect(Primitive::Write, Shape::default())
                 .await
                 .map_err(|e| e.to_string())?;
-            let (mut packet, mut train, mut soft) =
-                (Runs::default(), Runs::default(), Runs::default());
+            let (mut packet, mut train, mut frames, mut soft) = (
+                Runs::default(),
+                Runs::default(),
+                Runs::default(),
+                Runs::default(),
+            );
             for _ in 0..STREAM_RUNS {
                 // The raw runs block this thread; nothing of the soft RNIC is in flight.
                 packet
@@ -693,10 +844,14 @@ fn stream_side_by_side(
                 train
                     .0
                     .push(raw_stream_run(&echo_addr, writes, WRITE64_TRAIN_BYTES)?);
+                frames.0.push(frames_stream_run(&echo_addr, writes)?);
                 soft.0
                     .push(soft_stream_run(&node, &mut client, pid, writes).await?);
             }
-            Ok::<_, String>(([packet.summary(), train.summary()], soft.summary()))
+            Ok::<_, String>((
+                [packet.summary(), train.summary(), frames.summary()],
+                soft.summary(),
+            ))
         })
         .await
         .map_err(|e| e.to_string())?
@@ -708,24 +863,28 @@ fn stream_side_by_side(
 }
 
 /// `raw`: streams of [`WRITE64_WIRE_BYTES`]- and [`WRITE64_TRAIN_BYTES`]-byte messages.
-fn stream_report(out: &mut String, writes: u64, raw: &[Stream; 2], soft: &Stream) {
-    let [packet, train] = raw;
+fn stream_report(out: &mut String, writes: u64, raw: &[Stream; 3], soft: &Stream) {
+    let [packet, train, frames] = raw;
     let _ = writeln!(
         out,
-        "Streaming {writes} 64-byte messages (median of {STREAM_RUNS} runs each): raw TCP, {WRITE64_WIRE_BYTES}-byte messages (a WRITE's packet) {:.0} k/s; raw TCP, {WRITE64_TRAIN_BYTES}-byte messages (a WRITE in a write train, equal bytes) {:.0} k/s; pipelined RDMA WRITEs + FLUSH (DMP+noDDIO+PM-RQWRB, a FLUSH every {STREAM_BATCH}, {STREAM_WINDOW} in flight) {:.0} k/s; ratio {:.2} ({:.2} at equal bytes)\n",
+        "Streaming {writes} 64-byte messages (median of {STREAM_RUNS} runs each): raw TCP, {WRITE64_WIRE_BYTES}-byte messages (a WRITE's packet) {:.0} k/s; raw TCP, {WRITE64_TRAIN_BYTES}-byte messages (a WRITE in a write train, equal bytes) {:.0} k/s; the soft RNIC's frames without its model (its encoder and decoder, each WRITE's data copied into memory) {:.0} k/s ({:.2} of raw); pipelined RDMA WRITEs + FLUSH (DMP+noDDIO+PM-RQWRB, a FLUSH every {STREAM_BATCH}, {STREAM_WINDOW} in flight) {:.0} k/s; ratio {:.2} ({:.2} at equal bytes)\n",
         packet.rate / 1e3,
         train.rate / 1e3,
+        frames.rate / 1e3,
+        frames.rate / packet.rate,
         soft.rate / 1e3,
         soft.rate / packet.rate,
         soft.rate / train.rate,
     );
     let _ = writeln!(
         out,
-        "CPU per message (ns, user + system, all runs): raw TCP ({WRITE64_WIRE_BYTES} bytes) sender {:.0}, receiver {:.0}; raw TCP ({WRITE64_TRAIN_BYTES} bytes) sender {:.0}, receiver {:.0}; soft RNIC client {:.0}, server {:.0}\n",
+        "CPU per message (ns, user + system, all runs): raw TCP ({WRITE64_WIRE_BYTES} bytes) sender {:.0}, receiver {:.0}; raw TCP ({WRITE64_TRAIN_BYTES} bytes) sender {:.0}, receiver {:.0}; frames without the model sender {:.0}, receiver {:.0}; soft RNIC client {:.0}, server {:.0}\n",
         packet.sender_cpu_ns,
         packet.receiver_cpu_ns,
         train.sender_cpu_ns,
         train.receiver_cpu_ns,
+        frames.sender_cpu_ns,
+        frames.receiver_cpu_ns,
         soft.sender_cpu_ns,
         soft.receiver_cpu_ns
     );
@@ -741,4 +900,52 @@ pub fn run_stream_only(exe: &Path, writes: u64, pool_dir: &Path) -> Result<Strin
     let mut out = String::new();
     stream_report(&mut out, writes, &raw, &soft);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The head [`frames_stream_run`] sends: lead, WRITE count, rkey.
+    fn head(writes: u64, rkey: u32) -> Vec<u8> {
+        let mut h = vec![FRAMES_LEAD];
+        h.extend_from_slice(&writes.to_le_bytes());
+        h.extend_from_slice(&rkey.to_le_bytes());
+        h
+    }
+
+    #[test]
+    fn the_frame_sink_applies_every_write_of_the_stream() {
+        // Two batches, the second crossing the region's end (line 1023, then line 0).
+        let mut stream = head(1030, FRAMES_RKEY);
+        for (first, n, byte) in [(0, 1020, 0x11u8), (1020, 10, 0x22)] {
+            let data = remora_model::bytes::Bytes::copy_from(&[byte; 64]);
+            encode_frames(first, n, FRAMES_RKEY, &data, &mut stream);
+        }
+        let region = sink_frames(&mut std::io::Cursor::new(stream)).unwrap();
+        // Lines 6..1020 hold the first batch's data; 1020..1024 and 0..6 the second's.
+        assert!(region[6 * 64..1020 * 64].iter().all(|&b| b == 0x11));
+        assert!(region[1020 * 64..].iter().all(|&b| b == 0x22));
+        assert!(region[..6 * 64].iter().all(|&b| b == 0x22));
+    }
+
+    #[test]
+    fn the_frame_sink_refuses_a_wrong_key_a_short_stream_and_a_bad_frame() {
+        let data = remora_model::bytes::Bytes::copy_from(&[7u8; 64]);
+        let mut wrong = head(4, FRAMES_RKEY);
+        encode_frames(0, 4, FRAMES_RKEY + 1, &data, &mut wrong);
+        let e = sink_frames(&mut std::io::Cursor::new(wrong)).unwrap_err();
+        assert!(e.contains("wrong rkey"), "{e}");
+
+        let mut short = head(5, FRAMES_RKEY);
+        encode_frames(0, 4, FRAMES_RKEY, &data, &mut short);
+        let e = sink_frames(&mut std::io::Cursor::new(short)).unwrap_err();
+        assert!(e.contains("closed before the last WRITE"), "{e}");
+
+        let mut bad = head(4, FRAMES_RKEY);
+        let at = bad.len();
+        encode_frames(0, 4, FRAMES_RKEY, &data, &mut bad);
+        bad[at] ^= 0xff; // the frame's magic
+        assert!(sink_frames(&mut std::io::Cursor::new(bad)).is_err());
+    }
 }

@@ -343,6 +343,11 @@ fn bench_soft_streams_side_by_side() {
         s.contains("at equal bytes") && s.contains("soft RNIC client"),
         "{s}"
     );
+    // The model-free frame stream ran beside them (its sink acknowledged every WRITE).
+    assert!(
+        s.contains("frames without its model") && s.contains("frames without the model sender"),
+        "{s}"
+    );
 }
 
 /// The latency half of `bench soft`, small: every one-round-trip method's row, with each
