@@ -228,3 +228,221 @@ fn ipv6_loopback_works_too() {
         }
     });
 }
+
+/// A peer that speaks verbs to `remora serve` directly, without the library: its own queue
+/// pair, a receive posted for the server's `Hello` (which names the region and its rkey),
+/// and a local buffer.
+struct RawPeer {
+    node: remora_soft::runtime::RtNode,
+    qp: remora_model::verbs::QpNum,
+    scq: remora_model::verbs::CqId,
+    buf: remora_model::rnic::MrInfo,
+    hello: remora::wire::Hello,
+}
+
+impl RawPeer {
+    async fn connect(addr: &str) -> RawPeer {
+        use remora_model::rnic::QpAttr;
+        use remora_model::verbs::{Access, RecvWr, Sge};
+        use remora_model::Space;
+        use remora_verbs::Verbs;
+        let opening = remora_soft::client::open(addr, &LatencyProfile::default_profile(), None)
+            .await
+            .unwrap();
+        let v = opening.node().clone();
+        let pd = v.alloc_pd().unwrap();
+        let base = v.alloc(Space::Dram, 4096, 4096);
+        let buf = v
+            .reg_mr(pd, Space::Dram, base, 4096, Access::LOCAL_WRITE)
+            .unwrap();
+        let (scq, rcq) = (v.create_cq(16).unwrap(), v.create_cq(16).unwrap());
+        let qp = v.create_qp(pd, scq, rcq, QpAttr::default()).unwrap();
+        let sge = Sge {
+            addr: base + 2048,
+            len: 256,
+            lkey: buf.lkey,
+        };
+        v.post_recv(qp, RecvWr { wr_id: 0, sge }).unwrap();
+        let node = opening.finish(qp).await.unwrap();
+        let wc = remora_verbs::next_completion(&node, rcq).await;
+        assert_eq!(wc.status, remora_model::verbs::WcStatus::Success);
+        let mut b = vec![0u8; wc.byte_len as usize];
+        node.load(Space::Dram, base + 2048, &mut b);
+        let Ok(remora::wire::Frame::Hello(hello)) = remora::wire::Frame::parse(&b) else {
+            panic!("the server's first message is its Hello: {b:?}");
+        };
+        RawPeer {
+            node,
+            qp,
+            scq,
+            buf,
+            hello,
+        }
+    }
+
+    /// Posts one signaled request (its local side: the first bytes of the buffer) and
+    /// returns its completion.
+    async fn run(
+        &self,
+        opcode: remora_model::verbs::Opcode,
+        len: u32,
+        remote: remora_model::verbs::Remote,
+    ) -> remora_model::verbs::WorkCompletion {
+        use remora_model::verbs::{Payload, SendWr, Sge};
+        use remora_verbs::Verbs;
+        let sge = Sge {
+            addr: self.buf.addr,
+            len,
+            lkey: self.buf.lkey,
+        };
+        let wr = SendWr::new(7, opcode, Payload::Sge(sge), Some(remote));
+        self.node.post_send(self.qp, wr).unwrap();
+        let done = remora_verbs::next_completion(&self.node, self.scq);
+        tokio::time::timeout(std::time::Duration::from_secs(10), done)
+            .await
+            .expect("every request completes, in error or not")
+    }
+}
+
+/// Requests a responder must refuse get the error completion an RNIC gives (wrong rkey,
+/// out of bounds, misaligned atomic: `IBV_WC_REM_ACCESS_ERR`), each on a peer of its own;
+/// the server keeps serving a client connected all along, and what it had made durable
+/// before is intact.
+#[test]
+fn bad_requests_get_error_completions_and_lose_nothing() {
+    use remora_model::verbs::{Opcode, Remote, WcStatus};
+    let dir = TestDir::new();
+    let shape = LogShape {
+        capacity: 256,
+        ..LogShape::default()
+    };
+    let addr = start_server("DMP+noDDIO+PM-RQWRB", dir.pool("bad-requests"), shape).to_string();
+    run_client(async {
+        let (_n, _c, mut client) =
+            remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
+                .await
+                .unwrap();
+        client
+            .connect(Primitive::Write, Shape::default())
+            .await
+            .unwrap();
+        let mut log = LogClient::new(client, shape, Update::Singleton);
+        for _ in 0..10 {
+            log.append().await.unwrap();
+        }
+
+        // Well-formed requests work over the wire (each connection has a region of its
+        // own): a WRITE of a record, FETCH_AND_ADD 0 returning its first eight bytes, and
+        // a READ of it.
+        let peer = RawPeer::connect(&addr).await;
+        let (base, rkey) = (peer.hello.region_addr, peer.hello.region_rkey);
+        let at = Remote {
+            addr: base + shape.slot(3),
+            rkey,
+        };
+        let rec = remora_remotelog::log::record(3, 64);
+        let local = |buf: &mut [u8]| {
+            remora_verbs::Verbs::load(&peer.node, remora_model::Space::Dram, peer.buf.addr, buf)
+        };
+        remora_verbs::Verbs::store(&peer.node, remora_model::Space::Dram, peer.buf.addr, &rec);
+        assert_eq!(
+            peer.run(Opcode::Write, 64, at).await.status,
+            WcStatus::Success
+        );
+        remora_verbs::Verbs::store(
+            &peer.node,
+            remora_model::Space::Dram,
+            peer.buf.addr,
+            &[0; 64],
+        );
+        let wc = peer.run(Opcode::FetchAdd { add: 0 }, 8, at).await;
+        assert_eq!(wc.status, WcStatus::Success);
+        let mut got = [0u8; 64];
+        local(&mut got[..8]);
+        assert_eq!(got[..8], rec[..8]);
+        assert_eq!(
+            peer.run(Opcode::Read, 64, at).await.status,
+            WcStatus::Success
+        );
+        local(&mut got);
+        assert_eq!(got[..], rec[..]);
+
+        // Each refused request on a peer of its own (an error moves an RC queue pair to
+        // the error state), aimed at that peer's own region, so only the fault named is
+        // wrong; one uses the first peer's key, valid but of another connection.
+        let other_rkey = rkey;
+        let cases: [(&str, fn(u64, u64, u32, u32) -> (Opcode, u32, Remote)); 5] = [
+            ("an rkey of no region", |base, _, rkey, _| {
+                (
+                    Opcode::Write,
+                    64,
+                    Remote {
+                        addr: base,
+                        rkey: rkey ^ 0x5a5a,
+                    },
+                )
+            }),
+            ("another connection's rkey", |base, _, _, other| {
+                (
+                    Opcode::Write,
+                    64,
+                    Remote {
+                        addr: base,
+                        rkey: other,
+                    },
+                )
+            }),
+            ("a WRITE past the region", |_, end, rkey, _| {
+                (
+                    Opcode::Write,
+                    64,
+                    Remote {
+                        addr: end - 8,
+                        rkey,
+                    },
+                )
+            }),
+            ("a READ past the region", |_, end, rkey, _| {
+                (
+                    Opcode::Read,
+                    64,
+                    Remote {
+                        addr: end - 8,
+                        rkey,
+                    },
+                )
+            }),
+            ("a misaligned atomic", |base, _, rkey, _| {
+                let cas = Opcode::CompareSwap {
+                    compare: 0,
+                    swap: u64::MAX,
+                };
+                (
+                    cas,
+                    8,
+                    Remote {
+                        addr: base + 64 + 3,
+                        rkey,
+                    },
+                )
+            }),
+        ];
+        for (what, case) in cases {
+            let peer = RawPeer::connect(&addr).await;
+            let h = &peer.hello;
+            let end = h.region_addr + h.region_len;
+            let (opcode, len, remote) = case(h.region_addr, end, h.region_rkey, other_rkey);
+            let wc = peer.run(opcode, len, remote).await;
+            assert_eq!(wc.status, WcStatus::RemAccessErr, "{what}");
+        }
+
+        // The client connected all along is still served, and nothing durable was lost.
+        for _ in 0..10 {
+            log.append().await.unwrap();
+        }
+        for i in 0..20 {
+            let r = log.client().read(shape.slot(i), 64).await.unwrap();
+            assert!(is_record(&r, i), "record {i}");
+        }
+    });
+}
