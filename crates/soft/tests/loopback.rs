@@ -371,7 +371,9 @@ fn bad_requests_get_error_completions_and_lose_nothing() {
         // the error state), aimed at that peer's own region, so only the fault named is
         // wrong; one uses the first peer's key, valid but of another connection.
         let other_rkey = rkey;
-        let cases: [(&str, fn(u64, u64, u32, u32) -> (Opcode, u32, Remote)); 5] = [
+        // (region base, region end, its rkey, the other connection's) -> the request.
+        type Case = fn(u64, u64, u32, u32) -> (Opcode, u32, Remote);
+        let cases: [(&str, Case); 5] = [
             ("an rkey of no region", |base, _, rkey, _| {
                 (
                     Opcode::Write,
