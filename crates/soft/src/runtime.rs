@@ -182,8 +182,9 @@ impl Conn {
 
 struct Inner {
     st: RefCell<State>,
-    kick: Notify,
-    /// A kick is pending (the driver has not woken for it yet): further kicks are free.
+    /// The driver's waker while it waits for a kick.
+    driver: Cell<Option<Waker>>,
+    /// A kick is pending (the driver has not looked since): further kicks are free.
     kicked: Cell<bool>,
     epoch: std::time::Instant,
 }
@@ -192,8 +193,24 @@ impl Inner {
     /// Wakes the driver (once per wake-up, however many posts ask for it).
     fn kick(&self) {
         if !self.kicked.replace(true) {
-            self.kick.notify_one();
+            if let Some(w) = self.driver.take() {
+                w.wake();
+            }
         }
+    }
+
+    /// Resolves once a kick is pending. The flag is the whole state (no stored permit, as
+    /// a `Notify` would keep for a kick the driver already handled in its last step, and
+    /// spend a turn of the driver on).
+    fn kicked(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            if self.kicked.get() {
+                Poll::Ready(())
+            } else {
+                self.driver.set(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+        })
     }
 
     fn now(&self, st: &mut State) -> Instant {
@@ -226,7 +243,7 @@ impl RtNode {
                     peers: BTreeMap::new(),
                     stats: NetStats::default(),
                 }),
-                kick: Notify::new(),
+                driver: Cell::new(None),
                 kicked: Cell::new(false),
                 epoch: wall(),
             }),
@@ -374,11 +391,20 @@ impl RtNode {
         let sleep = tokio::time::sleep(std::time::Duration::ZERO);
         tokio::pin!(sleep);
         let mut deferred = 0;
+        let mut next = None;
+        // Woken by a kick or the timer (or just started): a step is due.
+        let mut woke = true;
         loop {
-            // Kicks from here on wake the driver again.
-            self.inner.kicked.set(false);
-            let next = self.step();
-            self.wake_cq_waiters();
+            // Kicks from here on wake the driver again. A turn that only let woken tasks
+            // run (coalescing) steps again only if one of them kicked: nothing else
+            // changes the RNIC's state meanwhile, and a step reads the clock and runs the
+            // timers, several hundred instructions a turn.
+            let kicked = self.inner.kicked.replace(false);
+            if woke || kicked {
+                next = self.step();
+                self.wake_cq_waiters();
+            }
+            woke = false;
             let (unflushed, unsettled, queued) = {
                 let st = self.inner.st.borrow();
                 let queued: usize = st.peers.values().map(|c| c.out.borrow().len()).sum();
@@ -396,7 +422,8 @@ impl RtNode {
             }
             deferred = 0;
             self.inner.st.borrow_mut().unsettled = 0;
-            let kicked = self.inner.kick.notified();
+            let kicked = self.inner.kicked();
+            woke = true;
             match next {
                 Some(t) => {
                     // A later deadline keeps the timer: it fires early, the step finds
