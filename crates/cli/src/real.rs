@@ -79,6 +79,7 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
             let _ = writeln!(o, "listening on {}", s.addr);
             let _ = writeln!(o, "pool {}: {}; {}", args.pool.display(), if s.created { "created" } else { "reopened" }, s.durability);
             let _ = writeln!(o, "server configuration {config}");
+            let _ = writeln!(o, "{} connection slots of {} KiB of PM: as many clients at once; a closed connection's slot serves the next client", s.slots, s.slot_bytes / 1024);
             let domains = platform_persistence_domains();
             if domains.is_empty() {
                 let _ = writeln!(o, "platform: no persistent-memory regions under /sys/bus/nd; the configured domain is modeled");

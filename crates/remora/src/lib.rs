@@ -17,5 +17,5 @@ pub mod taxonomy;
 pub mod wire;
 
 pub use client::{Client, FlushTicket, PersistError};
-pub use responder::{CpuCosts, RecoveryReport, Responder, ServerSetup};
+pub use responder::{CpuCosts, Footprint, RecoveryReport, Responder, ServerSetup};
 pub use taxonomy::{Method, Primitive, Scenario, Shape, Step, Taxonomy, Update};

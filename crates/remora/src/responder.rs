@@ -31,6 +31,33 @@ impl Default for ServerSetup {
     }
 }
 
+/// Memory one client's [`Responder`] allocates: what a server reserves per connection.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Footprint {
+    /// Bytes of PM from a 4096-aligned start: the region, and the receive ring and its
+    /// applied watermark when the ring is in PM.
+    pub pm: u64,
+    /// Bytes of DRAM from a 4096-aligned start: the receive ring when it is in DRAM.
+    pub dram: u64,
+}
+
+impl ServerSetup {
+    /// What [`Responder::create`] allocates under `rqwrb`, in its order and alignments.
+    pub fn footprint(&self, rqwrb: RqwrbPlacement) -> Footprint {
+        let ring = self.rq_slots as u64 * self.rq_slot_bytes as u64;
+        match rqwrb {
+            RqwrbPlacement::Pm => Footprint {
+                pm: (self.region_len.next_multiple_of(4096) + ring).next_multiple_of(64) + 64,
+                dram: 0,
+            },
+            RqwrbPlacement::Dram => Footprint {
+                pm: self.region_len,
+                dram: ring,
+            },
+        }
+    }
+}
+
 /// What the responder did, for tests and reports.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct ResponderStats {
@@ -72,7 +99,8 @@ pub struct Responder<V: Verbs> {
 impl<V: Verbs> Responder<V> {
     /// Sets up the region, the receive ring (in PM or DRAM as the configuration says) and
     /// a queue pair. Allocation order is fixed, so a restarted server that calls this again
-    /// finds its PM region and PM receive ring at the same addresses.
+    /// finds its PM region and PM receive ring at the same addresses; what it allocates is
+    /// [`ServerSetup::footprint`].
     pub fn create(v: V, setup: ServerSetup, costs: CpuCosts) -> Result<Self, VerbsError> {
         let config = v.config();
         let pd = v.alloc_pd()?;

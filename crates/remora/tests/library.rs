@@ -5,7 +5,7 @@
 use remora::client::{Client, PersistError};
 use remora::harness::SimPair;
 use remora::planner;
-use remora::responder::{CpuCosts, Responder, ServerSetup};
+use remora::responder::{CpuCosts, Footprint, Responder, ServerSetup};
 use remora::taxonomy::{Primitive, Shape, Taxonomy, Update};
 use remora::wire::{Frame, FrameError, Hello};
 use remora_model::config::ServerConfig;
@@ -932,4 +932,39 @@ fn a_first_frame_that_is_not_a_hello_is_refused() {
     let (r, client) = handshake_with(Frame::Ack { seq: 1 }.emit());
     assert_eq!(r, Err(PersistError::Protocol("expected Hello")));
     assert!(client.hello().is_none());
+}
+
+// ------------------------------------------------------------------------------ footprint
+
+/// `ServerSetup::footprint` is exactly what `Responder::create` allocates, for both ring
+/// placements and sizes that are and are not multiples of the alignments (a server that
+/// reserves one footprint per connection must never see a responder allocate past it).
+#[test]
+fn a_responders_footprint_is_what_it_allocates() {
+    for config in ["DMP+noDDIO+PM-RQWRB", "DMP+DDIO+DRAM-RQWRB"] {
+        for (region_len, rq_slots, rq_slot_bytes) in [(1 << 20, 64, 256), (5000, 3, 100)] {
+            let setup = ServerSetup {
+                region_len,
+                rq_slots,
+                rq_slot_bytes,
+            };
+            let sim = Sim::new(1, profile());
+            let node = sim.add_node("server", cfg(config));
+            // A zero-length allocation reads the cursor (aligned as the responder's first).
+            let pm0 = node.alloc(Space::Pm, 0, 4096);
+            let dram0 = node.alloc(Space::Dram, 0, 4096);
+            let costs = CpuCosts::from_profile(&profile());
+            let r = Responder::create(node.clone(), setup, costs).unwrap();
+            assert_eq!(r.region().addr, pm0, "the region starts the footprint");
+            let used = Footprint {
+                pm: node.alloc(Space::Pm, 0, 1) - pm0,
+                dram: node.alloc(Space::Dram, 0, 1) - dram0,
+            };
+            assert_eq!(
+                setup.footprint(cfg(config).rqwrb),
+                used,
+                "{config} {setup:?}"
+            );
+        }
+    }
 }

@@ -8,12 +8,15 @@
 //! - [`pool`]: the PM pool file.
 //! - [`cm`]: the connection manager's frames.
 //! - [`runtime`]: [`runtime::RtNode`], a node in real time over TCP; implements `Verbs`.
+//! - [`pinned`]: [`pinned::PinnedNode`], a node whose allocations come from a reserved range
+//!   (one connection's slot of the pool).
 //! - [`server`]: `remora serve`: the pool, the RNIC, and the library's responder per client.
 //! - [`client`]: connecting a library client to a server.
 
 pub mod client;
 pub mod cm;
 pub mod dax;
+pub mod pinned;
 pub mod pool;
 pub mod runtime;
 pub mod server;

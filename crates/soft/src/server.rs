@@ -1,18 +1,20 @@
 //! `remora serve`: a server process that owns a PM pool file and runs, for each client
-//! connection, the library's responder (receive, copy, flush, acknowledge; recovery of PM
-//! receive buffers on the first connection after a start).
+//! connection, the library's responder (receive, copy, flush, acknowledge) in a slot of
+//! the pool: the lowest free one, recovered (the messages a crash or the slot's previous
+//! connection left in a PM receive ring are applied) before the client may send.
 
 use crate::cm::{Cm, RefuseCode, CM_FRAME};
+use crate::pinned::PinnedNode;
 use crate::pool::{Durability, Pool, PoolError};
 use crate::runtime::RtNode;
-use remora::{CpuCosts, Responder, ServerSetup};
+use remora::{CpuCosts, Footprint, Responder, ServerSetup};
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::rnic::Rnic;
 use remora_model::verbs::{NodeId, QpNum};
-use remora_model::ServerConfig;
+use remora_model::{ServerConfig, Space};
 use remora_verbs::Verbs;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -42,6 +44,14 @@ pub enum ServeError {
     /// The pool file could not be used.
     #[error(transparent)]
     Pool(#[from] PoolError),
+    /// The pool cannot hold one client's region and receive ring.
+    #[error("the pool holds {have} bytes of PM past its header; one client needs {need} (a larger --pool-bytes, or a smaller --region-bytes)")]
+    PoolTooSmall {
+        /// Bytes one connection needs.
+        need: u64,
+        /// Bytes the pool has for connections.
+        have: u64,
+    },
     /// The listening socket failed.
     #[error("cannot listen on {addr}: {err}")]
     Listen {
@@ -61,6 +71,10 @@ pub struct Started {
     pub created: bool,
     /// How the pool makes writes durable (msync, in memory, or MAP_SYNC on DAX), and why.
     pub durability: Durability,
+    /// Clients the pool can serve at once (one slot each).
+    pub slots: usize,
+    /// Bytes of PM per slot.
+    pub slot_bytes: u64,
 }
 
 /// Runs the server until SIGTERM or Ctrl-C (returns `Ok`) or a fatal error. `started` is
@@ -70,28 +84,112 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
         node,
         created,
         durability,
-        ..
+        pm_bytes,
     } = open_node(&opts.pool, opts.pool_bytes, opts.config, &opts.profile)?;
+    let footprint = opts.setup.footprint(opts.config.rqwrb);
+    let slots = Rc::new(Slots::new(&node, footprint, pm_bytes)?);
     let (listener, addr) = bind(&opts.listen).await?;
     started(&Started {
         addr,
         created,
         durability,
+        slots: slots.count(),
+        slot_bytes: slots.pm_stride,
     });
     let next_id = Rc::new(Cell::new(1u32));
-    let first = Rc::new(Cell::new(true));
     let costs = CpuCosts::from_profile(&opts.profile);
     accept_until_shutdown(listener, move |stream| {
         let id = next_id.get();
         next_id.set(id + 1);
-        let (node, setup, config, first) = (node.clone(), opts.setup, opts.config, first.clone());
+        let (node, setup, config, slots) = (node.clone(), opts.setup, opts.config, slots.clone());
         async move {
             // A failed or malformed handshake only ends this connection.
-            let _ = handle(stream, node, id, config, setup, costs, first).await;
+            let _ = handle(stream, node, id, config, setup, costs, slots).await;
         }
     })
     .await;
     Ok(())
+}
+
+/// The pool's connection slots, one responder's [`Footprint`] each, reserved at start-up
+/// after what the node allocated before. A connection takes the lowest free slot and
+/// gives it back when it ends, so the first connection of every life of the server has
+/// slot 0 (its region and PM receive ring at the addresses they had before a crash), and a
+/// server serves any number of clients in turn, as many at once as there are slots.
+struct Slots {
+    node: RtNode,
+    pm_base: u64,
+    pm_stride: u64,
+    dram_base: u64,
+    dram_stride: u64,
+    busy: RefCell<Vec<bool>>,
+}
+
+impl Slots {
+    fn new(node: &RtNode, footprint: Footprint, pm_bytes: u64) -> Result<Slots, ServeError> {
+        let pm_stride = footprint.pm.next_multiple_of(4096).max(4096);
+        let dram_stride = footprint.dram.next_multiple_of(4096);
+        // A zero-length allocation reads the cursor: where the slots start.
+        let pm_base = node.alloc(Space::Pm, 0, 4096);
+        let have = (remora_model::rnic::PM_BASE + pm_bytes).saturating_sub(pm_base);
+        let count = have / pm_stride;
+        if count == 0 {
+            return Err(ServeError::PoolTooSmall {
+                need: pm_stride,
+                have,
+            });
+        }
+        node.alloc(Space::Pm, count * pm_stride, 4096);
+        let dram_base = node.alloc(Space::Dram, count * dram_stride, 4096);
+        Ok(Slots {
+            node: node.clone(),
+            pm_base,
+            pm_stride,
+            dram_base,
+            dram_stride,
+            busy: RefCell::new(vec![false; count as usize]),
+        })
+    }
+
+    fn count(&self) -> usize {
+        self.busy.borrow().len()
+    }
+
+    /// The lowest free slot, now busy until the returned guard is dropped.
+    fn take(self: &Rc<Self>) -> Option<Slot> {
+        let mut busy = self.busy.borrow_mut();
+        let i = busy.iter().position(|b| !b)?;
+        busy[i] = true;
+        Some(Slot {
+            slots: self.clone(),
+            i,
+        })
+    }
+}
+
+/// A connection's slot; free again when dropped.
+struct Slot {
+    slots: Rc<Slots>,
+    i: usize,
+}
+
+impl Slot {
+    /// The server node, allocating from this slot only.
+    fn node(&self) -> PinnedNode {
+        let s = &self.slots;
+        let (i, pm, dram) = (self.i as u64, s.pm_stride, s.dram_stride);
+        PinnedNode::new(
+            s.node.clone(),
+            s.pm_base + i * pm..s.pm_base + (i + 1) * pm,
+            Some(s.dram_base + i * dram..s.dram_base + (i + 1) * dram),
+        )
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.slots.busy.borrow_mut()[self.i] = false;
+    }
 }
 
 /// Accepts connections until SIGTERM or Ctrl-C, each served by `handle` in a task of its
@@ -256,7 +354,7 @@ async fn handle(
     config: ServerConfig,
     setup: ServerSetup,
     costs: CpuCosts,
-    first: Rc<Cell<bool>>,
+    slots: Rc<Slots>,
 ) -> std::io::Result<()> {
     if !cm_hello(&mut stream).await? {
         return Ok(());
@@ -265,7 +363,16 @@ async fn handle(
     let Some(Cm::Ready { qp: client_qp }) = read_cm(&mut stream).await? else {
         return Ok(());
     };
-    let mut responder = match Responder::create(node.clone(), setup, costs) {
+    // Declared before the responder, so it is freed after the responder is gone.
+    let Some(slot) = slots.take() else {
+        eprintln!(
+            "client {id} refused: all {} connection slots of the pool are in use ({} bytes of PM each)",
+            slots.count(),
+            slots.pm_stride
+        );
+        return cm_refuse(&mut stream, RefuseCode::Resources).await;
+    };
+    let mut responder = match Responder::create(slot.node(), setup, costs) {
         Ok(r) => r,
         Err(_) => {
             stream
@@ -291,11 +398,9 @@ async fn handle(
             .await?;
         return Ok(());
     }
-    // Recover the first connection's receive ring (at the addresses it had before a crash)
-    // before the client can send anything.
-    if first.replace(false) {
-        responder.recover().await;
-    }
+    // Recover the slot's receive ring (what a crash, or the slot's previous connection,
+    // left there) before the client can send anything.
+    responder.recover().await;
     stream.write_all(&Cm::Accepted { qp }.emit()).await?;
     let (read, write) = stream.into_split();
     node.attach(id, read, write, move |n| {

@@ -26,7 +26,7 @@ impl TestDir {
 
 /// Starts a server on a thread of its own; returns its address.
 fn start_server(config: &str, pool: PathBuf, shape: LogShape) -> std::net::SocketAddr {
-    start_server_on("127.0.0.1:0", config, pool, shape)
+    start_server_on("127.0.0.1:0", config, pool, shape, 8 << 20)
 }
 
 fn start_server_on(
@@ -34,6 +34,7 @@ fn start_server_on(
     config: &str,
     pool: PathBuf,
     shape: LogShape,
+    pool_bytes: u64,
 ) -> std::net::SocketAddr {
     let listen = listen.to_string();
     let (tx, rx) = mpsc::channel();
@@ -47,7 +48,7 @@ fn start_server_on(
         let opts = ServeOptions {
             listen,
             pool,
-            pool_bytes: 8 << 20,
+            pool_bytes,
             config,
             profile: LatencyProfile::default_profile(),
             setup: ServerSetup {
@@ -55,7 +56,9 @@ fn start_server_on(
                 ..ServerSetup::default()
             },
         };
-        let _ = local.block_on(&rt, serve(opts, |s| tx.send(s.addr).unwrap()));
+        if let Err(e) = local.block_on(&rt, serve(opts, |s| tx.send(s.addr).unwrap())) {
+            eprintln!("server: {e}");
+        }
     });
     rx.recv().unwrap()
 }
@@ -211,7 +214,13 @@ fn ipv6_loopback_works_too() {
         capacity: 256,
         ..LogShape::default()
     };
-    let addr = start_server_on("[::1]:0", "WSP+noDDIO+PM-RQWRB", dir.pool("ipv6"), shape);
+    let addr = start_server_on(
+        "[::1]:0",
+        "WSP+noDDIO+PM-RQWRB",
+        dir.pool("ipv6"),
+        shape,
+        8 << 20,
+    );
     assert!(addr.is_ipv6());
     run_client(async {
         let (_n, _c, mut client) =
@@ -447,4 +456,109 @@ fn bad_requests_get_error_completions_and_lose_nothing() {
             assert!(is_record(&r, i), "record {i}");
         }
     });
+}
+
+/// A client on a thread of its own, connected until told to go (its runtime, and with it
+/// the connection, ends then).
+fn hold_client(addr: &str) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    let addr = addr.to_string();
+    let t = std::thread::spawn(move || {
+        run_client(async move {
+            let (_n, _c, mut client) =
+                remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
+                    .await
+                    .unwrap();
+            client
+                .connect(Primitive::Write, Shape::default())
+                .await
+                .unwrap();
+            client.persist(0, &[7; 64]).await.unwrap();
+            ready_tx.send(()).unwrap();
+            // Polls the stop channel without blocking the runtime the node runs on.
+            while stop_rx.try_recv().is_err() {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+    });
+    ready_rx.recv().unwrap();
+    (stop_tx, t)
+}
+
+/// One connection that reads the 64 bytes at offset 64, then makes `mark` durable there;
+/// returns what it read (run in a runtime of its own, so the connection ends with it).
+fn mark_in_turn(addr: &str, mark: u8) -> Result<Vec<u8>, remora_soft::client::ConnectError> {
+    run_client(async {
+        let (_n, _c, mut client) =
+            remora_soft::client::connect(addr, &LatencyProfile::default_profile()).await?;
+        client
+            .connect(Primitive::Write, Shape::default())
+            .await
+            .unwrap();
+        let before = client.read(64, 64).await.unwrap();
+        client.persist(64, &[mark; 64]).await.unwrap();
+        Ok(before)
+    })
+}
+
+/// A pool with room for two clients' regions serves two at once, refuses a third with a
+/// clear error (the connection manager's `Resources`), and serves any number in turn: a
+/// closed connection's slot goes to the next client, whose region holds what the last one
+/// made durable (as after a restart), instead of the server running out of PM.
+#[test]
+fn a_pool_serves_clients_in_turn_and_refuses_one_too_many_at_once() {
+    let dir = TestDir::new();
+    // Regions large enough that two and a half fill a pool of the smallest size.
+    let shape = LogShape {
+        capacity: 6400,
+        ..LogShape::default()
+    };
+    let setup = ServerSetup {
+        region_len: shape.region_len(),
+        ..ServerSetup::default()
+    };
+    let config = "DMP+noDDIO+PM-RQWRB";
+    let slot = setup
+        .footprint(config.parse::<ServerConfig>().unwrap().rqwrb)
+        .pm
+        .next_multiple_of(4096);
+    assert!(2 * slot + slot / 2 >= remora_soft::pool::MIN_POOL_BYTES);
+    let addr = start_server_on(
+        "127.0.0.1:0",
+        config,
+        dir.pool("slots"),
+        shape,
+        2 * slot + slot / 2,
+    )
+    .to_string();
+    let (stop_a, a) = hold_client(&addr);
+    let (stop_b, b) = hold_client(&addr);
+    match mark_in_turn(&addr, 1) {
+        Err(remora_soft::client::ConnectError::Refused { code, .. }) => {
+            assert_eq!(code, remora_soft::cm::RefuseCode::Resources)
+        }
+        other => panic!("a third client at once must be refused: {other:?}"),
+    }
+    stop_b.send(()).unwrap();
+    b.join().unwrap();
+    // The server frees the slot once it sees the connection close.
+    let mut first = None;
+    for _ in 0..200 {
+        match mark_in_turn(&addr, 1) {
+            Ok(before) => {
+                first = Some(before);
+                break;
+            }
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(25)),
+        }
+    }
+    assert!(first.is_some(), "the closed connection's slot serves again");
+    // Many more clients than slots, one after another: each finds its predecessor's mark.
+    for mark in 2..12u8 {
+        let before = mark_in_turn(&addr, mark).expect("a free slot");
+        assert_eq!(before, vec![mark - 1; 64], "client {mark}");
+    }
+    stop_a.send(()).unwrap();
+    a.join().unwrap();
 }

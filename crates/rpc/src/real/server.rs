@@ -17,8 +17,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::hello::{design_code, DurableClaim, DurableHello, CLAIM_BYTES};
-use super::pinned::{log_stride, pm_bytes_needed, Pinned};
+use super::pinned::{log_stride, pm_bytes_needed};
 use super::HANDSHAKE_TIMEOUT;
+use remora_soft::pinned::PinnedNode;
 
 /// How to run a durable-RPC server on the soft RNIC.
 #[derive(Clone, Debug)]
@@ -140,12 +141,12 @@ const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 #[derive(Default)]
 struct Slot {
     /// The server built (and recovered) at start-up, for the slot's first connection.
-    ready: Option<DurableServer<Pinned>>,
+    ready: Option<DurableServer<PinnedNode>>,
     busy: bool,
 }
 
 struct ServerState {
-    pinned: Pinned,
+    pinned: PinnedNode,
     /// Bytes between two slots' logs.
     stride: u64,
     kv: KvLayout,
@@ -161,7 +162,7 @@ struct ServerState {
 impl ServerState {
     /// A server for slot `k` over its log and the shared store; the log is formatted if
     /// PM holds none.
-    fn build(&self, k: usize) -> Result<DurableServer<Pinned>, RpcError> {
+    fn build(&self, k: usize) -> Result<DurableServer<PinnedNode>, RpcError> {
         let mut opts = self.opts.clone();
         opts.conn = slot_node(k);
         let mut s = DurableServer::create_in(
@@ -270,12 +271,7 @@ pub async fn serve_durable(
         }
     };
     let state = Rc::new(ServerState {
-        pinned: Pinned {
-            node: node.clone(),
-            base,
-            end: base + need,
-            next: Rc::new(Cell::new(base)),
-        },
+        pinned: PinnedNode::new(node.clone(), base..base + need, None),
         stride,
         // The store follows the logs (with one connection: where `DurableServer::create`
         // puts it, after its log).
@@ -421,7 +417,7 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
             kv_base: server.kv_layout().base,
         };
         stream.write_all(&hello.emit()).await.map_err(io)?;
-        if !remora_soft::server::cm_accept(&mut stream, &st.pinned.node, client, server.qp())
+        if !remora_soft::server::cm_accept(&mut stream, st.pinned.node(), client, server.qp())
             .await
             .map_err(io)?
         {
@@ -453,7 +449,7 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
     {
         let (pending, done) = (pending.clone(), done.clone());
         st.pinned
-            .node
+            .node()
             .clone()
             .attach(slot_node(k), read, write, move |n| {
                 // The client went away: fail its QP, which stops this connection's
