@@ -71,6 +71,23 @@ fn run_client<T>(f: impl std::future::Future<Output = T>) -> T {
     tokio::task::LocalSet::new().block_on(&rt, f)
 }
 
+/// A library client connected to `addr` with `primitive`'s methods, and its node (the
+/// connection lives while both are kept).
+async fn client_of(
+    addr: &str,
+    primitive: Primitive,
+) -> (
+    remora_soft::runtime::RtNode,
+    remora::Client<remora_soft::runtime::RtNode>,
+) {
+    let (node, _, mut client) =
+        remora_soft::client::connect(addr, &LatencyProfile::default_profile())
+            .await
+            .unwrap();
+    client.connect(primitive, Shape::default()).await.unwrap();
+    (node, client)
+}
+
 #[test]
 fn remotelog_appends_over_tcp_for_every_primitive() {
     let dir = TestDir::new();
@@ -174,26 +191,12 @@ fn bad_peers_lose_their_connection_and_the_server_keeps_serving() {
             "the server must close a connection that sends garbage"
         );
         // 3. A client that disconnects in the middle of its work.
-        let (_n, _c, mut client) =
-            remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
-                .await
-                .unwrap();
-        client
-            .connect(Primitive::Send, Shape::default())
-            .await
-            .unwrap();
+        let (_n, mut client) = client_of(&addr, Primitive::Send).await;
         client.persist(64, &[1; 64]).await.unwrap();
         drop(client);
         drop(_n);
         // 4. A well-behaved client is served, and its data is there.
-        let (_n, _c, mut client) =
-            remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
-                .await
-                .unwrap();
-        client
-            .connect(Primitive::Write, Shape::default())
-            .await
-            .unwrap();
+        let (_n, client) = client_of(&addr, Primitive::Write).await;
         let mut log = LogClient::new(client, shape, Update::Compound);
         for _ in 0..10 {
             log.append().await.unwrap();
@@ -223,14 +226,7 @@ fn ipv6_loopback_works_too() {
     );
     assert!(addr.is_ipv6());
     run_client(async {
-        let (_n, _c, mut client) =
-            remora_soft::client::connect(&addr.to_string(), &LatencyProfile::default_profile())
-                .await
-                .unwrap();
-        client
-            .connect(Primitive::Write, Shape::default())
-            .await
-            .unwrap();
+        let (_n, client) = client_of(&addr.to_string(), Primitive::Write).await;
         let mut log = LogClient::new(client, shape, Update::Singleton);
         for _ in 0..10 {
             log.append().await.unwrap();
@@ -327,14 +323,7 @@ fn bad_requests_get_error_completions_and_lose_nothing() {
     };
     let addr = start_server("DMP+noDDIO+PM-RQWRB", dir.pool("bad-requests"), shape).to_string();
     run_client(async {
-        let (_n, _c, mut client) =
-            remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
-                .await
-                .unwrap();
-        client
-            .connect(Primitive::Write, Shape::default())
-            .await
-            .unwrap();
+        let (_n, client) = client_of(&addr, Primitive::Write).await;
         let mut log = LogClient::new(client, shape, Update::Singleton);
         for _ in 0..10 {
             log.append().await.unwrap();
@@ -466,14 +455,7 @@ fn hold_client(addr: &str) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHan
     let addr = addr.to_string();
     let t = std::thread::spawn(move || {
         run_client(async move {
-            let (_n, _c, mut client) =
-                remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
-                    .await
-                    .unwrap();
-            client
-                .connect(Primitive::Write, Shape::default())
-                .await
-                .unwrap();
+            let (_n, mut client) = client_of(&addr, Primitive::Write).await;
             client.persist(0, &[7; 64]).await.unwrap();
             ready_tx.send(()).unwrap();
             // Polls the stop channel without blocking the runtime the node runs on.
