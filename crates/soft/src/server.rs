@@ -123,7 +123,13 @@ struct Slots {
     dram_base: u64,
     dram_stride: u64,
     busy: RefCell<Vec<bool>>,
+    /// Woken when a slot is given back.
+    freed: tokio::sync::Notify,
 }
+
+/// How long a connection waits for a slot before it is refused: a client that reconnects
+/// as soon as its last connection closed races the server's noticing the close.
+pub const SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Slots {
     fn new(node: &RtNode, footprint: Footprint, pm_bytes: u64) -> Result<Slots, ServeError> {
@@ -148,6 +154,7 @@ impl Slots {
             dram_base,
             dram_stride,
             busy: RefCell::new(vec![false; count as usize]),
+            freed: tokio::sync::Notify::new(),
         })
     }
 
@@ -164,6 +171,24 @@ impl Slots {
             slots: self.clone(),
             i,
         })
+    }
+
+    /// [`Slots::take`], waiting up to `wait` for a slot to be given back.
+    async fn take_within(self: &Rc<Self>, wait: std::time::Duration) -> Option<Slot> {
+        tokio::time::timeout(wait, async {
+            loop {
+                // Registered before the check, so a slot freed in between still wakes us.
+                let freed = self.freed.notified();
+                tokio::pin!(freed);
+                freed.as_mut().enable();
+                if let Some(slot) = self.take() {
+                    return slot;
+                }
+                freed.await;
+            }
+        })
+        .await
+        .ok()
     }
 }
 
@@ -189,6 +214,7 @@ impl Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         self.slots.busy.borrow_mut()[self.i] = false;
+        self.slots.freed.notify_waiters();
     }
 }
 
@@ -364,11 +390,12 @@ async fn handle(
         return Ok(());
     };
     // Declared before the responder, so it is freed after the responder is gone.
-    let Some(slot) = slots.take() else {
+    let Some(slot) = slots.take_within(SLOT_WAIT).await else {
         eprintln!(
-            "client {id} refused: all {} connection slots of the pool are in use ({} bytes of PM each)",
+            "client {id} refused: all {} connection slots of the pool ({} bytes of PM each) stayed in use for {:?}",
             slots.count(),
-            slots.pm_stride
+            slots.pm_stride,
+            SLOT_WAIT
         );
         return cm_refuse(&mut stream, RefuseCode::Resources).await;
     };
