@@ -206,6 +206,57 @@ struct Qp {
     doorbell: bool,
     /// State of the seed 003 flush primitives.
     flush: flush::QpFlush,
+    /// Destroyed: its number waits in `free_qps` for reuse.
+    freed: bool,
+}
+
+impl Qp {
+    fn new(pd: PdId, send_cq: CqId, recv_cq: CqId, attr: QpAttr) -> Qp {
+        Qp {
+            pd,
+            send_cq,
+            recv_cq,
+            attr,
+            state: QpState::Init,
+            remote: None,
+            sq: VecDeque::new(),
+            next_send: 0,
+            next_psn: 0,
+            outstanding_np: 0,
+            rnr_left: attr.rnr_retry,
+            rnr_waiting: false,
+            last_progress: Instant::ZERO,
+            ack_timer_armed: false,
+            rq: VecDeque::new(),
+            expected_psn: 0,
+            np_barrier: Instant::ZERO,
+            deferred: VecDeque::new(),
+            deferred_timer_armed: false,
+            deferred_nak: None,
+            doorbell: false,
+            flush: flush::QpFlush::default(),
+            freed: false,
+        }
+    }
+
+    /// What a destroyed QP's slot holds: no peer, no CQs, nothing queued, in the error
+    /// state, so a packet still on its way to the number is dropped.
+    fn freed() -> Qp {
+        let none = CqId(u32::MAX);
+        Qp {
+            state: QpState::Error,
+            freed: true,
+            ..Qp::new(PdId(0), none, none, QpAttr::default())
+        }
+    }
+}
+
+impl Timer {
+    fn qp(self) -> QpNum {
+        match self {
+            Timer::Deferred(q) | Timer::RnrRetry(q) | Timer::AckTimeout(q) => q,
+        }
+    }
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -254,6 +305,10 @@ pub struct Rnic {
     next_key: u32,
     cqs: Vec<Cq>,
     qps: Vec<Qp>,
+    /// Destroyed CQs and QPs, whose numbers the next `create_*` reuses (so a server that
+    /// serves connection after connection keeps a bounded table).
+    free_cqs: Vec<u32>,
+    free_qps: Vec<u32>,
     outbox: VecDeque<(Instant, Packet)>,
     doorbells: Vec<QpNum>,
     tx_free: Instant,
@@ -300,6 +355,8 @@ impl Rnic {
             next_key: 0x100,
             cqs: Vec::new(),
             qps: Vec::new(),
+            free_cqs: Vec::new(),
+            free_qps: Vec::new(),
             outbox: VecDeque::new(),
             doorbells: Vec::new(),
             tx_free: Instant::ZERO,
@@ -429,12 +486,61 @@ impl Rnic {
         if depth == 0 || depth > MAX_QUEUE_DEPTH {
             return Err(VerbsError::Invalid("completion queue depth"));
         }
-        self.cqs.push(Cq {
+        let cq = Cq {
             entries: VecDeque::new(),
             depth,
             last_at: Instant::ZERO,
-        });
+        };
+        if let Some(n) = self.free_cqs.pop() {
+            self.cqs[n as usize] = cq;
+            return Ok(CqId(n));
+        }
+        self.cqs.push(cq);
         Ok(CqId(self.cqs.len() as u32 - 1))
+    }
+
+    /// `ibv_destroy_cq`: refused while a queue pair uses the CQ (as `EBUSY`); completions
+    /// still in it or on their way to it are discarded, and its number may be reused.
+    pub fn destroy_cq(&mut self, cq: CqId) -> Result<(), VerbsError> {
+        if !self.cq_live(cq) {
+            return Err(VerbsError::NoSuch("completion queue"));
+        }
+        let in_use = self
+            .qps
+            .iter()
+            .any(|q| !q.freed && (q.send_cq == cq || q.recv_cq == cq));
+        if in_use {
+            return Err(VerbsError::Invalid(
+                "completion queue in use by a queue pair: destroy the queue pair first",
+            ));
+        }
+        let store = &mut self.cqe_store;
+        self.cqe_pending.retain(|Reverse((_, seq, c))| {
+            let keep = *c != cq.0;
+            if !keep {
+                store.remove(seq);
+            }
+            keep
+        });
+        // Depth 0 marks a destroyed CQ (`create_cq` refuses depth 0).
+        self.cqs[cq.0 as usize] = Cq::default();
+        self.free_cqs.push(cq.0);
+        Ok(())
+    }
+
+    fn cq_live(&self, cq: CqId) -> bool {
+        self.cqs.get(cq.0 as usize).is_some_and(|c| c.depth > 0)
+    }
+
+    /// Live objects: (queue pairs, completion queues, memory regions). Destroyed ones do
+    /// not count, so a server's figures stay bounded while it serves connection after
+    /// connection.
+    pub fn live_objects(&self) -> (usize, usize, usize) {
+        (
+            self.qps.len() - self.free_qps.len(),
+            self.cqs.len() - self.free_cqs.len(),
+            self.mrs.len(),
+        )
     }
 
     /// `ibv_create_qp` for a reliable connection; the QP starts in INIT.
@@ -448,38 +554,24 @@ impl Rnic {
         if pd.0 == 0 || pd.0 > self.pds {
             return Err(VerbsError::NoSuch("protection domain"));
         }
-        if send_cq.0 as usize >= self.cqs.len() || recv_cq.0 as usize >= self.cqs.len() {
+        if !self.cq_live(send_cq) || !self.cq_live(recv_cq) {
             return Err(VerbsError::NoSuch("completion queue"));
         }
         if attr.sq_depth == 0 || attr.sq_depth > MAX_QUEUE_DEPTH || attr.rq_depth > MAX_QUEUE_DEPTH
         {
             return Err(VerbsError::Invalid("queue depth"));
         }
-        self.qps.push(Qp {
-            pd,
-            send_cq,
-            recv_cq,
-            attr,
-            state: QpState::Init,
-            remote: None,
-            sq: VecDeque::new(),
-            next_send: 0,
-            next_psn: 0,
-            outstanding_np: 0,
-            rnr_left: attr.rnr_retry,
-            rnr_waiting: false,
-            last_progress: Instant::ZERO,
-            ack_timer_armed: false,
-            rq: VecDeque::new(),
-            expected_psn: 0,
-            np_barrier: Instant::ZERO,
-            deferred: VecDeque::new(),
-            deferred_timer_armed: false,
-            deferred_nak: None,
-            doorbell: false,
-            flush: flush::QpFlush::default(),
-        });
-        let qpn = QpNum(self.qps.len() as u32 - 1);
+        let qp = Qp::new(pd, send_cq, recv_cq, attr);
+        let qpn = match self.free_qps.pop() {
+            Some(n) => {
+                self.qps[n as usize] = qp;
+                QpNum(n)
+            }
+            None => {
+                self.qps.push(qp);
+                QpNum(self.qps.len() as u32 - 1)
+            }
+        };
         self.created_qp(qpn);
         Ok(qpn)
     }
@@ -495,6 +587,7 @@ impl Rnic {
         let q = self
             .qps
             .get_mut(qp.0 as usize)
+            .filter(|q| !q.freed)
             .ok_or(VerbsError::NoSuch("queue pair"))?;
         if q.attr.qp_type == QpType::Ud {
             return Err(VerbsError::Invalid(
@@ -511,13 +604,38 @@ impl Rnic {
 
     /// Moves a QP to the error state (its peer went away): outstanding requests and
     /// posted receives complete with `WrFlushErr`, so whoever waits on them wakes up.
-    pub fn destroy_qp(&mut self, now: Instant, qp: QpNum) -> Result<(), VerbsError> {
-        if qp.0 as usize >= self.qps.len() {
+    pub fn fail_qp(&mut self, now: Instant, qp: QpNum) -> Result<(), VerbsError> {
+        if !self.qp_live(qp) {
             return Err(VerbsError::NoSuch("queue pair"));
         }
         self.enter_error(now, qp);
         self.retire(now, qp);
         Ok(())
+    }
+
+    /// `ibv_destroy_qp`: fails the QP if it has not failed yet (its outstanding work
+    /// completes with `WrFlushErr` into its CQs, which keep those completions), forgets its
+    /// timers and the packets it has not sent, and frees its number for the next
+    /// `create_qp`. A packet still on its way to the number is dropped: a reused number is
+    /// connected to another peer.
+    pub fn destroy_qp(&mut self, now: Instant, qp: QpNum) -> Result<(), VerbsError> {
+        if !self.qp_live(qp) {
+            return Err(VerbsError::NoSuch("queue pair"));
+        }
+        if self.qps[qp.0 as usize].state != QpState::Error {
+            self.enter_error(now, qp);
+            self.retire(now, qp);
+        }
+        self.timers.retain(|Reverse((_, _, t))| t.qp() != qp);
+        self.outbox.retain(|(_, p)| p.src_qp != qp);
+        self.doorbells.retain(|&q| q != qp);
+        self.qps[qp.0 as usize] = Qp::freed();
+        self.free_qps.push(qp.0);
+        Ok(())
+    }
+
+    fn qp_live(&self, qp: QpNum) -> bool {
+        self.qps.get(qp.0 as usize).is_some_and(|q| !q.freed)
     }
 
     // ------------------------------------------------------------ posting
@@ -532,6 +650,7 @@ impl Rnic {
         let q = self
             .qps
             .get(qp.0 as usize)
+            .filter(|q| !q.freed)
             .ok_or(VerbsError::NoSuch("queue pair"))?;
         if q.state != QpState::Rts {
             return Err(VerbsError::QpState(qp, q.state.name()));
@@ -637,6 +756,7 @@ impl Rnic {
         let q = self
             .qps
             .get_mut(qp.0 as usize)
+            .filter(|q| !q.freed)
             .ok_or(VerbsError::NoSuch("queue pair"))?;
         if q.state == QpState::Error {
             return Err(VerbsError::QpState(qp, q.state.name()));
@@ -801,6 +921,8 @@ impl Rnic {
         self.mrs.clear();
         self.cqs.clear();
         self.qps.clear();
+        self.free_cqs.clear();
+        self.free_qps.clear();
         self.outbox.clear();
         self.timers.clear();
         self.cqe_pending.clear();

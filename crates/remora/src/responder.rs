@@ -91,6 +91,7 @@ pub struct Responder<V: Verbs> {
     applied_at: Option<u64>,
     qp: QpNum,
     rcq: CqId,
+    scq: CqId,
     seq_base: u64,
     costs: CpuCosts,
     stats: ResponderStats,
@@ -132,6 +133,7 @@ impl<V: Verbs> Responder<V> {
             applied_at,
             qp,
             rcq,
+            scq,
             seq_base: 1,
             costs,
             stats: ResponderStats::default(),
@@ -140,6 +142,18 @@ impl<V: Verbs> Responder<V> {
         // replay can never put an older update over a newer one.
         r.seq_base = r.applied_seq() + 1;
         Ok(r)
+    }
+
+    /// Frees what [`create`](Self::create) set up on the RNIC (the queue pair, both
+    /// completion queues, both memory regions), e.g. once the client's connection ended,
+    /// so a server serving client after client does not accumulate them. The memory and
+    /// what it holds stay: a later responder over the same allocation finds them.
+    pub fn close(self) -> Result<(), VerbsError> {
+        self.v.destroy_qp(self.qp)?;
+        self.v.destroy_cq(self.rcq)?;
+        self.v.destroy_cq(self.scq)?;
+        self.v.dereg_mr(&self.region)?;
+        self.v.dereg_mr(&self.ring)
     }
 
     /// The queue pair to connect to the client's.

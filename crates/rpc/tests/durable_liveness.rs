@@ -124,6 +124,8 @@ fn a_client_whose_server_threads_died_fails_within_its_reply_timeout() {
     }
 }
 
+/// `serve` returns with the reason when its queue pair fails, and as it returns frees the
+/// connection's queue pair, CQs and regions.
 #[test]
 fn serve_returns_with_the_reason_when_its_queue_pair_fails() {
     for design in DESIGNS {
@@ -133,7 +135,13 @@ fn serve_returns_with_the_reason_when_its_queue_pair_fails() {
             dmp(false),
             opts(design),
         );
+        let live = || {
+            pair.sim
+                .with_rnic(pair.server.id(), |r, _| r.live_objects())
+        };
+        let before = live();
         let (server, mut client) = connect(&pair);
+        assert_ne!(live(), before, "{design}: the connection has RNIC objects");
         let qp = server.qp();
         let why: Rc<RefCell<Option<RpcError>>> = Rc::default();
         let w = why.clone();
@@ -155,7 +163,7 @@ fn serve_returns_with_the_reason_when_its_queue_pair_fails() {
         // The connection manager tears the connection down (the soft RNIC does this when
         // the client's TCP connection closes).
         pair.sim
-            .with_rnic(pair.server.id(), |r, now| r.destroy_qp(now, qp))
+            .with_rnic(pair.server.id(), |r, now| r.fail_qp(now, qp))
             .unwrap();
         pair.sim
             .run_until(Instant::from_nanos(pair.sim.now().as_nanos() + 1_000_000));
@@ -164,6 +172,11 @@ fn serve_returns_with_the_reason_when_its_queue_pair_fails() {
             Some(RpcError::Connection(m)) => assert!(m.contains("WrFlushErr"), "{design}: {m}"),
             other => panic!("{design}: serve did not return with the QP error: {other:?}"),
         }
+        assert_eq!(
+            live(),
+            before,
+            "{design}: serve freed what the connection had"
+        );
     }
 }
 

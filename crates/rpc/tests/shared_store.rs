@@ -221,7 +221,7 @@ impl Future for Disconnect {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let polls = self.polls.get();
         if polls == self.at {
-            self.node.destroy_qp(self.qp).unwrap();
+            self.node.fail_qp(self.qp).unwrap();
             if self.how == Teardown::Abort {
                 self.serve = None;
                 return Poll::Ready(());

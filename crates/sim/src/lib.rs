@@ -722,8 +722,8 @@ impl NodeHandle {
     /// peer's connection goes away (the soft RNIC, when a client's TCP connection closes):
     /// its outstanding requests and posted receives complete with `WrFlushErr`, and the
     /// tasks waiting on them wake.
-    pub fn destroy_qp(&self, qp: QpNum) -> Result<(), VerbsError> {
-        self.with(|r, now| r.destroy_qp(now, qp))
+    pub fn fail_qp(&self, qp: QpNum) -> Result<(), VerbsError> {
+        self.with(|r, now| r.fail_qp(now, qp))
     }
 
     /// Waits until this node's threads have the CPU (at once unless a background load
@@ -870,6 +870,15 @@ impl remora_verbs::Verbs for NodeHandle {
         attr: QpAttr,
     ) -> Result<QpNum, VerbsError> {
         self.with(|r, _| r.create_qp(pd, send_cq, recv_cq, attr))
+    }
+    fn dereg_mr(&self, mr: &MrInfo) -> Result<(), VerbsError> {
+        self.with(|r, _| r.dereg_mr(mr.lkey))
+    }
+    fn destroy_qp(&self, qp: QpNum) -> Result<(), VerbsError> {
+        self.with(|r, now| r.destroy_qp(now, qp))
+    }
+    fn destroy_cq(&self, cq: CqId) -> Result<(), VerbsError> {
+        self.with(|r, _| r.destroy_cq(cq))
     }
     #[inline(always)]
     fn post_send(&self, qp: QpNum, wr: SendWr) -> Result<(), VerbsError> {

@@ -1052,3 +1052,105 @@ proptest! {
         prop_assert_eq!(p.server_bytes(Space::Dram, p.rmr.addr, 8), vec![0; 8]);
     }
 }
+
+// ================================================================ teardown
+
+/// `ibv_destroy_qp` / `ibv_destroy_cq` / `ibv_dereg_mr`: a CQ in use is refused, a
+/// destroyed object is gone for every verb, its number is reused by the next create (so a
+/// server's tables stay bounded over any number of connections), and a reused QP number
+/// connected to a new peer ignores what its old peer still sends.
+#[test]
+fn destroyed_objects_free_their_numbers_and_a_reused_qp_ignores_its_old_peer() {
+    let p = Pair::new(7, cfg("DMP+noDDIO+PM-RQWRB"));
+    let live = || p.sim.with_rnic(p.server.id(), |r, _| r.live_objects());
+    let before = live();
+    assert!(
+        matches!(p.server.destroy_cq(p.scq), Err(VerbsError::Invalid(_))),
+        "a CQ its QP still uses cannot go"
+    );
+    // The first connection works, then the server destroys its end.
+    let a = p.mr.addr + 4096;
+    p.client
+        .post_send(p.cqp, p.write(1, a, pattern(64, 1)))
+        .unwrap();
+    let wcs = collect(&p.sim, &p.client, p.ccq);
+    p.sim.run();
+    assert_eq!(statuses(&wcs.borrow()), vec![(1, WcStatus::Success)]);
+    p.server.destroy_qp(p.sqp).unwrap();
+    assert!(matches!(
+        p.server.destroy_qp(p.sqp),
+        Err(VerbsError::NoSuch("queue pair"))
+    ));
+    assert!(matches!(
+        p.server.post_send(p.sqp, p.send(2, vec![0; 8])),
+        Err(VerbsError::NoSuch("queue pair"))
+    ));
+    p.server.destroy_cq(p.scq).unwrap();
+    assert!(matches!(
+        p.server.destroy_cq(p.scq),
+        Err(VerbsError::NoSuch("completion queue"))
+    ));
+    assert_eq!(live(), (before.0 - 1, before.1 - 1, before.2));
+    // A new connection gets the same numbers on the server.
+    let scq = p.server.create_cq(64).unwrap();
+    let sqp = p
+        .server
+        .create_qp(p.spd, scq, scq, QpAttr::default())
+        .unwrap();
+    assert_eq!((sqp, scq), (p.sqp, p.scq), "numbers are reused");
+    let ccq2 = p.client.create_cq(64).unwrap();
+    let cqp2 = p
+        .client
+        .create_qp(p.cpd, ccq2, ccq2, QpAttr::default())
+        .unwrap();
+    p.sim.connect((&p.client, cqp2), (&p.server, sqp)).unwrap();
+    // The old client QP still believes it is connected: its WRITE reaches the reused
+    // number, which drops it (and the old QP gives up after its retries).
+    let b = p.mr.addr + 8192;
+    let dropped = p.sim.with_rnic(p.server.id(), |r, _| r.stats().dropped);
+    p.client
+        .post_send(p.cqp, p.write(3, b, pattern(64, 3)))
+        .unwrap();
+    let wcs2 = collect(&p.sim, &p.client, ccq2);
+    p.client
+        .post_send(cqp2, p.write(4, a, pattern(64, 4)))
+        .unwrap();
+    p.sim.run();
+    assert!(p.sim.with_rnic(p.server.id(), |r, _| r.stats().dropped) > dropped);
+    assert_eq!(
+        p.pm(b, 64),
+        vec![0; 64],
+        "the old peer's WRITE did not land"
+    );
+    assert_eq!(
+        statuses(&wcs.borrow())[1..],
+        [(3, WcStatus::RetryExcErr)],
+        "the old peer's QP gives up"
+    );
+    assert_eq!(statuses(&wcs2.borrow()), vec![(4, WcStatus::Success)]);
+    assert_eq!(p.pm(a, 64), pattern(64, 4), "the new peer's WRITE landed");
+    // Deregistered regions refuse remote access.
+    p.server.dereg_mr(&p.mr).unwrap();
+    assert!(matches!(
+        p.server.dereg_mr(&p.mr),
+        Err(VerbsError::NoSuch("memory region"))
+    ));
+    p.client
+        .post_send(cqp2, p.write(5, a, pattern(64, 5)))
+        .unwrap();
+    p.sim.run();
+    assert_eq!(statuses(&wcs2.borrow())[1..], [(5, WcStatus::RemAccessErr)]);
+    assert_eq!(p.pm(a, 64), pattern(64, 4));
+    // Connection after connection: the server's tables do not grow.
+    let steady = live();
+    for _ in 0..50 {
+        let scq = p.server.create_cq(64).unwrap();
+        let sqp = p
+            .server
+            .create_qp(p.spd, scq, scq, QpAttr::default())
+            .unwrap();
+        p.server.destroy_qp(sqp).unwrap();
+        p.server.destroy_cq(scq).unwrap();
+        assert_eq!(live(), steady);
+    }
+}

@@ -119,7 +119,7 @@ impl Opening {
         self.node.connect(qp, self.server, server_qp)?;
         let (read, write) = self.stream.into_split();
         self.node.attach(self.server, read, write, move |n| {
-            let _ = n.with(|r, now| r.destroy_qp(now, qp));
+            let _ = n.with(|r, now| r.fail_qp(now, qp));
         });
         Ok(self.node)
     }

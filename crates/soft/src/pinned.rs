@@ -111,6 +111,15 @@ impl Verbs for PinnedNode {
     ) -> Result<QpNum, VerbsError> {
         self.node.create_qp(pd, send_cq, recv_cq, attr)
     }
+    fn dereg_mr(&self, mr: &MrInfo) -> Result<(), VerbsError> {
+        self.node.dereg_mr(mr)
+    }
+    fn destroy_qp(&self, qp: QpNum) -> Result<(), VerbsError> {
+        self.node.destroy_qp(qp)
+    }
+    fn destroy_cq(&self, cq: CqId) -> Result<(), VerbsError> {
+        self.node.destroy_cq(cq)
+    }
     fn post_send(&self, qp: QpNum, wr: SendWr) -> Result<(), VerbsError> {
         self.node.post_send(qp, wr)
     }

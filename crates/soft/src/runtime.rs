@@ -653,6 +653,15 @@ impl remora_verbs::Verbs for RtNode {
     ) -> Result<QpNum, VerbsError> {
         self.with(|r, _| r.create_qp(pd, send_cq, recv_cq, attr))
     }
+    fn dereg_mr(&self, mr: &MrInfo) -> Result<(), VerbsError> {
+        self.with_quiet(|r, _| r.dereg_mr(mr.lkey))
+    }
+    fn destroy_qp(&self, qp: QpNum) -> Result<(), VerbsError> {
+        self.with(|r, now| r.destroy_qp(now, qp))
+    }
+    fn destroy_cq(&self, cq: CqId) -> Result<(), VerbsError> {
+        self.with_quiet(|r, _| r.destroy_cq(cq))
+    }
     fn post_send(&self, qp: QpNum, wr: SendWr) -> Result<(), VerbsError> {
         // Posting only queues the request (`now` dates its trace event); the driver's step
         // reads the clock before the RNIC acts on the doorbell. So no clock read per post:

@@ -75,6 +75,24 @@ pub struct Started {
     pub slots: usize,
     /// Bytes of PM per slot.
     pub slot_bytes: u64,
+    /// The RNIC's live objects, as of the last connection that ended.
+    pub objects: LiveObjects,
+}
+
+/// The server RNIC's live (queue pairs, completion queues, memory regions), updated
+/// whenever a connection ends: with every connection's objects freed as it ends, they
+/// stay bounded however many clients a server serves. Readable from any thread.
+#[derive(Clone, Debug, Default)]
+pub struct LiveObjects(std::sync::Arc<std::sync::Mutex<(usize, usize, usize)>>);
+
+impl LiveObjects {
+    /// (queue pairs, completion queues, memory regions).
+    pub fn get(&self) -> (usize, usize, usize) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    fn set(&self, v: (usize, usize, usize)) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = v;
+    }
 }
 
 /// Runs the server until SIGTERM or Ctrl-C (returns `Ok`) or a fatal error. `started` is
@@ -89,12 +107,15 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
     let footprint = opts.setup.footprint(opts.config.rqwrb);
     let slots = Rc::new(Slots::new(&node, footprint, pm_bytes)?);
     let (listener, addr) = bind(&opts.listen).await?;
+    let objects = LiveObjects::default();
+    objects.set(node.with(|r, _| r.live_objects()));
     started(&Started {
         addr,
         created,
         durability,
         slots: slots.count(),
         slot_bytes: slots.pm_stride,
+        objects: objects.clone(),
     });
     let next_id = Rc::new(Cell::new(1u32));
     let costs = CpuCosts::from_profile(&opts.profile);
@@ -102,9 +123,11 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
         let id = next_id.get();
         next_id.set(id + 1);
         let (node, setup, config, slots) = (node.clone(), opts.setup, opts.config, slots.clone());
+        let objects = objects.clone();
         async move {
             // A failed or malformed handshake only ends this connection.
-            let _ = handle(stream, node, id, config, setup, costs, slots).await;
+            let _ = handle(stream, node.clone(), id, config, setup, costs, slots).await;
+            objects.set(node.with(|r, _| r.live_objects()));
         }
     })
     .await;
@@ -415,15 +438,8 @@ async fn handle(
     };
     let qp = responder.qp();
     if node.connect(qp, id, client_qp).is_err() {
-        stream
-            .write_all(
-                &Cm::Refused {
-                    code: RefuseCode::Resources,
-                }
-                .emit(),
-            )
-            .await?;
-        return Ok(());
+        close(responder, id);
+        return cm_refuse(&mut stream, RefuseCode::Resources).await;
     }
     // Recover the slot's receive ring (what a crash, or the slot's previous connection,
     // left there) before the client can send anything.
@@ -432,9 +448,17 @@ async fn handle(
     let (read, write) = stream.into_split();
     node.attach(id, read, write, move |n| {
         // The client went away mid-operation: fail its QP so the responder stops.
-        let _ = n.with(|r, now| r.destroy_qp(now, qp));
+        let _ = n.with(|r, now| r.fail_qp(now, qp));
     });
     let _ = node.now();
     responder.serve().await;
+    close(responder, id);
     Ok(())
+}
+
+/// Frees a connection's RNIC objects (its slot's memory is freed when the slot drops).
+fn close<V: remora_verbs::Verbs>(responder: Responder<V>, id: u32) {
+    if let Err(e) = responder.close() {
+        eprintln!("client {id}: freeing its queue pair, CQs and regions failed: {e}");
+    }
 }

@@ -36,6 +36,17 @@ fn start_server_on(
     shape: LogShape,
     pool_bytes: u64,
 ) -> std::net::SocketAddr {
+    start_server_watched(listen, config, pool, shape, pool_bytes).0
+}
+
+/// [`start_server_on`], also giving the server's live RNIC objects.
+fn start_server_watched(
+    listen: &str,
+    config: &str,
+    pool: PathBuf,
+    shape: LogShape,
+    pool_bytes: u64,
+) -> (std::net::SocketAddr, remora_soft::server::LiveObjects) {
     let listen = listen.to_string();
     let (tx, rx) = mpsc::channel();
     let config: ServerConfig = config.parse().unwrap();
@@ -56,7 +67,10 @@ fn start_server_on(
                 ..ServerSetup::default()
             },
         };
-        if let Err(e) = local.block_on(&rt, serve(opts, |s| tx.send(s.addr).unwrap())) {
+        if let Err(e) = local.block_on(
+            &rt,
+            serve(opts, |s| tx.send((s.addr, s.objects.clone())).unwrap()),
+        ) {
             eprintln!("server: {e}");
         }
     });
@@ -506,14 +520,14 @@ fn a_pool_serves_clients_in_turn_and_refuses_one_too_many_at_once() {
         .pm
         .next_multiple_of(4096);
     assert!(2 * slot + slot / 2 >= remora_soft::pool::MIN_POOL_BYTES);
-    let addr = start_server_on(
+    let (addr, objects) = start_server_watched(
         "127.0.0.1:0",
         config,
         dir.pool("slots"),
         shape,
         2 * slot + slot / 2,
-    )
-    .to_string();
+    );
+    let addr = addr.to_string();
     let (stop_a, a) = hold_client(&addr);
     let (stop_b, b) = hold_client(&addr);
     match mark_in_turn(&addr, 1) {
@@ -524,6 +538,8 @@ fn a_pool_serves_clients_in_turn_and_refuses_one_too_many_at_once() {
     }
     stop_b.send(()).unwrap();
     b.join().unwrap();
+    // What the server holds with one client (a) connected: b's objects are gone.
+    let one_client = settled(&objects, |o| o.0 == 1);
     // Many more clients than slots, one after another, each connecting as soon as the last
     // closed (the server waits for the closed connection's slot): each finds its
     // predecessor's mark (the first finds whatever b left, nothing of a's).
@@ -535,6 +551,24 @@ fn a_pool_serves_clients_in_turn_and_refuses_one_too_many_at_once() {
         }
         last = Some(mark);
     }
+    // Each of them freed its queue pair, CQs and regions as it ended.
+    assert_eq!(settled(&objects, |o| o == one_client), one_client);
     stop_a.send(()).unwrap();
     a.join().unwrap();
+    assert_eq!(settled(&objects, |o| o.0 == 0), (0, 0, 0));
+}
+
+/// The server's live objects once `done` holds of them (they are updated as a connection
+/// ends, which the server notices a little after the client closed), or after 5 s.
+fn settled(
+    objects: &remora_soft::server::LiveObjects,
+    done: impl Fn((usize, usize, usize)) -> bool,
+) -> (usize, usize, usize) {
+    for _ in 0..200 {
+        if done(objects.get()) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    objects.get()
 }

@@ -50,6 +50,14 @@ pub trait Verbs {
         recv_cq: CqId,
         attr: QpAttr,
     ) -> Result<QpNum, VerbsError>;
+    /// `ibv_dereg_mr`: later accesses with the region's keys fail.
+    fn dereg_mr(&self, mr: &MrInfo) -> Result<(), VerbsError>;
+    /// `ibv_destroy_qp`: outstanding work completes with `WrFlushErr`, packets still on
+    /// their way to the QP are dropped, and its number may be reused.
+    fn destroy_qp(&self, qp: QpNum) -> Result<(), VerbsError>;
+    /// `ibv_destroy_cq`: refused while a live queue pair uses it; pending completions are
+    /// discarded.
+    fn destroy_cq(&self, cq: CqId) -> Result<(), VerbsError>;
     /// `ibv_post_send`.
     fn post_send(&self, qp: QpNum, wr: SendWr) -> Result<(), VerbsError>;
     /// `ibv_post_recv`.

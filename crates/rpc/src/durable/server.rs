@@ -45,6 +45,7 @@ pub struct DurableServer<V: Verbs + Clone + 'static> {
     kv: KvStore<V>,
     qp: QpNum,
     rcq: CqId,
+    scq: CqId,
     processed: u64,
     processed_before: u64,
     /// Entries [`settle`](Self::settle) advanced the watermark over.
@@ -149,6 +150,7 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             kv,
             qp,
             rcq,
+            scq,
             processed,
             processed_before: processed,
             settled: 0,
@@ -340,6 +342,7 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
     /// them on the next start (or reconnection). Dropping the returned future is a crash,
     /// not a teardown.
     pub async fn serve(self) -> RpcError {
+        let objects = (self.qp, self.rcq, self.scq, self.log_mr, self.scratch);
         let core = Rc::new(Core {
             v: self.v.clone(),
             opts: self.opts.clone(),
@@ -402,7 +405,23 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             })
             .await;
         }
-        why
+        // The connection is over: free its queue pair, CQs and regions, so a server
+        // serving connection after connection does not accumulate them. The PM (log,
+        // store) and what it holds stay for the next connection's recovery.
+        let (qp, rcq, scq, log_mr, scratch) = objects;
+        let v = &core.v;
+        let freed = v
+            .destroy_qp(qp)
+            .and_then(|_| v.destroy_cq(rcq))
+            .and_then(|_| v.destroy_cq(scq))
+            .and_then(|_| v.dereg_mr(&log_mr))
+            .and_then(|_| v.dereg_mr(&scratch));
+        match freed {
+            Ok(()) => why,
+            Err(e) => RpcError::Connection(format!(
+                "{why}; then freeing the connection's RNIC objects failed: {e}"
+            )),
+        }
     }
 }
 

@@ -457,7 +457,7 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
                 // watermark finishes both under the store lock first (`serve`), or
                 // another connection could overwrite the object and this log's recovery
                 // would run the Put again over the later one.
-                let _ = n.with(|r, now| r.destroy_qp(now, qp));
+                let _ = n.with(|r, now| r.fail_qp(now, qp));
                 done(&pending);
             });
     }
