@@ -46,14 +46,6 @@ impl PinnedNode {
     pub fn pm(&self) -> Range<u64> {
         self.pm.clone()
     }
-
-    /// A view of the same ranges whose PM allocation starts `offset` bytes into the PM
-    /// range, with cursors of its own.
-    pub fn at(&self, offset: u64) -> PinnedNode {
-        let v = PinnedNode::new(self.node.clone(), self.pm.clone(), self.dram.clone());
-        v.next_pm.set(self.pm.start + offset);
-        v
-    }
 }
 
 /// Bump allocation inside `range`. Running past it is a bug of whoever sized the range

@@ -57,6 +57,11 @@ pub struct DurableServer<V: Verbs + Clone + 'static> {
     work_log: Option<WorkLog>,
 }
 
+/// The DRAM a [`DurableServer`] allocates (its flush READ's scratch buffer), so a server
+/// of many connections can give each its own fixed piece instead of new memory per
+/// connection.
+pub const SERVER_DRAM_BYTES: u64 = 64;
+
 impl<V: Verbs + Clone + 'static> DurableServer<V> {
     /// Allocates (in a fixed order, so a restarted server finds them at the same
     /// addresses) the redo log and the object store in PM, formats the log if PM holds
@@ -101,8 +106,14 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
         if let Some(log) = executions {
             kv = kv.with_execution_log(log);
         }
-        let scratch_addr = v.alloc(Space::Dram, 64, 64);
-        let scratch = v.reg_mr(pd, Space::Dram, scratch_addr, 64, Access::ALL)?;
+        let scratch_addr = v.alloc(Space::Dram, SERVER_DRAM_BYTES, 64);
+        let scratch = v.reg_mr(
+            pd,
+            Space::Dram,
+            scratch_addr,
+            SERVER_DRAM_BYTES,
+            Access::ALL,
+        )?;
         let rq = opts.capacity as usize + 8;
         let rcq = v.create_cq(rq + 1)?;
         let scq = v.create_cq(4 * opts.capacity as usize + 64)?;

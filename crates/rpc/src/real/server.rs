@@ -2,7 +2,9 @@
 
 use crate::api::RpcError;
 use crate::design::Design;
-use crate::durable::{ConnInfo, DurableOptions, DurableServer, Fault, RecoveryReport, StoreLock};
+use crate::durable::{
+    ConnInfo, DurableOptions, DurableServer, Fault, RecoveryReport, StoreLock, SERVER_DRAM_BYTES,
+};
 use crate::kv::KvLayout;
 use remora_model::config::ServerConfig;
 use remora_model::profile::LatencyProfile;
@@ -149,6 +151,9 @@ struct ServerState {
     pinned: PinnedNode,
     /// Bytes between two slots' logs.
     stride: u64,
+    /// Each slot's DRAM (its server's scratch), [`SERVER_DRAM_BYTES`] apart from here: a
+    /// reconnection reuses it instead of allocating more.
+    dram_base: u64,
     kv: KvLayout,
     journal: Option<(crate::kv::ExecutionLog, crate::kv::ExecutionHook)>,
     opts: DurableOptions,
@@ -165,8 +170,17 @@ impl ServerState {
     fn build(&self, k: usize) -> Result<DurableServer<PinnedNode>, RpcError> {
         let mut opts = self.opts.clone();
         opts.conn = slot_node(k);
+        let pm = self.pinned.pm();
+        let (pm_at, dram_at) = (
+            pm.start + k as u64 * self.stride,
+            self.dram_base + k as u64 * SERVER_DRAM_BYTES,
+        );
         let mut s = DurableServer::create_in(
-            self.pinned.at(k as u64 * self.stride),
+            PinnedNode::new(
+                self.pinned.node().clone(),
+                pm_at..pm_at + self.stride,
+                Some(dram_at..dram_at + SERVER_DRAM_BYTES),
+            ),
             &opts,
             self.journal.as_ref().map(|j| j.0.clone()),
             Some(self.kv),
@@ -273,6 +287,7 @@ pub async fn serve_durable(
     let state = Rc::new(ServerState {
         pinned: PinnedNode::new(node.clone(), base..base + need, None),
         stride,
+        dram_base: node.alloc(Space::Dram, SERVER_DRAM_BYTES * connections as u64, 64),
         // The store follows the logs (with one connection: where `DurableServer::create`
         // puts it, after its log).
         kv: KvLayout {
