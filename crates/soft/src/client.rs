@@ -1,7 +1,7 @@
 //! Connecting to a `remora serve` server: the connection manager's handshake, then a
 //! library [`Client`] on a real-time node.
 
-use crate::cm::{Cm, CmError, RefuseCode, CM_FRAME};
+use crate::cm::{Cm, CmError, RefuseCode, CM_FRAME, HANDSHAKE_TIMEOUT};
 use crate::runtime::RtNode;
 use remora::Client;
 use remora_model::prng::Prng;
@@ -30,6 +30,16 @@ pub enum ConnectError {
         addr: String,
         /// What was wrong.
         err: CmError,
+    },
+    /// Nothing came back in time.
+    #[error("{addr} did not {what} within {after:?}")]
+    Timeout {
+        /// Server address.
+        addr: String,
+        /// What it did not do.
+        what: &'static str,
+        /// How long we waited.
+        after: std::time::Duration,
     },
     /// The server sent a valid frame out of turn.
     #[error("unexpected handshake step from {0}")]
@@ -127,10 +137,17 @@ impl Opening {
 
 async fn next_cm(s: &mut TcpStream, addr: &str) -> Result<Cm, ConnectError> {
     let mut b = [0u8; CM_FRAME];
-    s.read_exact(&mut b).await.map_err(|err| ConnectError::Io {
-        addr: addr.to_string(),
-        err,
-    })?;
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, s.read_exact(&mut b))
+        .await
+        .map_err(|_| ConnectError::Timeout {
+            addr: addr.to_string(),
+            what: "answer the connection manager's handshake",
+            after: HANDSHAKE_TIMEOUT,
+        })?
+        .map_err(|err| ConnectError::Io {
+            addr: addr.to_string(),
+            err,
+        })?;
     match Cm::parse(&b) {
         Ok(Cm::Refused { code }) => Err(ConnectError::Refused {
             addr: addr.to_string(),
@@ -170,7 +187,14 @@ pub async fn open_with(
         addr: addr.to_string(),
         err,
     };
-    let mut s = TcpStream::connect(addr).await.map_err(io)?;
+    let mut s = tokio::time::timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| ConnectError::Timeout {
+            addr: addr.to_string(),
+            what: "accept the connection",
+            after: HANDSHAKE_TIMEOUT,
+        })?
+        .map_err(io)?;
     s.set_nodelay(true).map_err(io)?;
     let mut first = Cm::Hello.emit().to_vec();
     first.extend_from_slice(after_hello);

@@ -16,6 +16,11 @@ use remora_model::config::ServerConfig;
 use remora_model::verbs::{NodeId, QpNum};
 
 const MAGIC: &[u8; 4] = b"RMCM";
+
+/// How long either side waits for the other's next handshake frame: a server drops a
+/// connection that stays silent this long (it would hold a socket for ever), and a client
+/// gives up on a server that never answers (e.g. another service on that port).
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Connection-manager protocol version.
 pub const CM_VERSION: u16 = 1;
 /// Bytes of every CM frame.

@@ -3,7 +3,7 @@
 //! the pool: the lowest free one, recovered (the messages a crash or the slot's previous
 //! connection left in a PM receive ring are applied) before the client may send.
 
-use crate::cm::{Cm, RefuseCode, CM_FRAME};
+use crate::cm::{Cm, RefuseCode, CM_FRAME, HANDSHAKE_TIMEOUT};
 use crate::pinned::PinnedNode;
 use crate::pool::{Durability, Pool, PoolError};
 use crate::runtime::RtNode;
@@ -405,11 +405,22 @@ async fn handle(
     costs: CpuCosts,
     slots: Rc<Slots>,
 ) -> std::io::Result<()> {
-    if !cm_hello(&mut stream).await? {
+    let handshake = async {
+        if !cm_hello(&mut stream).await? {
+            return Ok(None);
+        }
+        cm_assign(&mut stream, id, config).await?;
+        match read_cm(&mut stream).await? {
+            Some(Cm::Ready { qp }) => Ok::<_, std::io::Error>(Some(qp)),
+            _ => Ok(None),
+        }
+    };
+    // A silent peer would hold its socket (and this task) for ever.
+    let Ok(step) = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await else {
+        eprintln!("client {id}: no handshake within {HANDSHAKE_TIMEOUT:?}; connection closed");
         return Ok(());
-    }
-    cm_assign(&mut stream, id, config).await?;
-    let Some(Cm::Ready { qp: client_qp }) = read_cm(&mut stream).await? else {
+    };
+    let Some(client_qp) = step? else {
         return Ok(());
     };
     // Declared before the responder, so it is freed after the responder is gone.

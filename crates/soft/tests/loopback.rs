@@ -572,3 +572,73 @@ fn settled(
     }
     objects.get()
 }
+
+/// A peer that connects and goes silent, before or in the middle of the connection
+/// manager's handshake, is dropped after [`HANDSHAKE_TIMEOUT`] instead of holding its
+/// socket for ever, and the server serves others meanwhile.
+///
+/// [`HANDSHAKE_TIMEOUT`]: remora_soft::cm::HANDSHAKE_TIMEOUT
+#[test]
+fn a_silent_peer_is_dropped_after_the_handshake_timeout() {
+    use std::io::{Read, Write};
+    let dir = TestDir::new();
+    let addr = start_server(
+        "DMP+noDDIO+PM-RQWRB",
+        dir.pool("silent"),
+        LogShape::default(),
+    );
+    let t0 = wall();
+    let silent = std::net::TcpStream::connect(addr).unwrap();
+    let mut halfway = std::net::TcpStream::connect(addr).unwrap();
+    halfway
+        .write_all(&remora_soft::cm::Cm::Hello.emit())
+        .unwrap();
+    // Others are served meanwhile.
+    let before = mark_in_turn(&addr.to_string(), 1).expect("a client is served");
+    assert_eq!(before.len(), 64);
+    let wait = remora_soft::cm::HANDSHAKE_TIMEOUT + std::time::Duration::from_secs(5);
+    for (name, mut s, assign) in [("silent", silent, 0), ("halfway", halfway, 1)] {
+        s.set_read_timeout(Some(wait)).unwrap();
+        // The halfway peer gets its Assign first; then both see the server close.
+        let mut got = Vec::new();
+        let r = s.read_to_end(&mut got);
+        assert!(
+            r.is_ok(),
+            "{name}: the server did not close the connection: {r:?}"
+        );
+        assert_eq!(got.len(), assign * remora_soft::cm::CM_FRAME, "{name}");
+        assert!(
+            t0.elapsed() >= remora_soft::cm::HANDSHAKE_TIMEOUT,
+            "{name}: closed before the time-out"
+        );
+    }
+}
+
+/// A client gives up, with an error that says so, on a server that accepts the TCP
+/// connection and never answers (another service on that port, or a stuck server).
+#[test]
+fn a_client_gives_up_on_a_silent_server() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let hold = std::thread::spawn(move || listener.accept().map(|(s, _)| s));
+    let t0 = wall();
+    let r = run_client(async {
+        remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
+            .await
+            .map(|_| ())
+    });
+    match r {
+        Err(e @ remora_soft::client::ConnectError::Timeout { .. }) => {
+            assert!(e.to_string().contains("did not answer"), "{e}")
+        }
+        other => panic!("expected a time-out: {other:?}"),
+    }
+    assert!(t0.elapsed() >= remora_soft::cm::HANDSHAKE_TIMEOUT);
+    drop(hold.join().unwrap());
+}
+
+/// The wall clock: these tests time a real server's time-outs.
+#[allow(clippy::disallowed_methods)]
+fn wall() -> std::time::Instant {
+    std::time::Instant::now()
+}

@@ -45,8 +45,8 @@
 use crate::durable::{ConnInfo, DurableClient, DurableServer, StoreLock};
 
 /// How long a connection may take for its handshake (the server drops it then; a client
-/// gives up).
-const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// gives up): the soft RNIC connection manager's.
+use remora_soft::cm::HANDSHAKE_TIMEOUT;
 
 mod client;
 mod hello;
