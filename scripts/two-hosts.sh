@@ -4,7 +4,8 @@
 # the namespaces this script makes). Runs RemoteLog across them, then the real crash checker
 # across them: servers on one host are SIGKILLed, restarted on their pool files and recovered,
 # and the client on the other host checks over the veth that every acknowledged append survived;
-# then the same for the durable RPCs (rpc-serve, rpc-crashcheck). Cleans up namespaces,
+# then the same for the durable RPCs (rpc-serve, rpc-crashcheck); then a client host that
+# vanishes without closing its connection must not keep its slot. Cleans up namespaces,
 # processes and files on exit.
 #
 #   scripts/two-hosts.sh [path/to/remora]     (needs root for `ip netns`)
@@ -60,4 +61,31 @@ echo "== durable-RPC crash loop across two namespaces: the same, for rpc-serve a
 ip netns exec "$NS_C" "$REMORA" rpc-crashcheck --targets correct --kills "${KILLS:-3}" \
   --only "WFlush-RPC/emulated/DMP+noDDIO+PM-RQWRB" --server-prefix "ip netns exec $NS_S" \
   --server-listen 10.77.0.1:0
+echo "== a client host that vanishes: the server notices (TCP keepalive) and frees its slot"
+# A pool with one connection slot; the client on the other host holds it, then its host is
+# cut off (its end of the veth goes down: no FIN, no RST, as when a machine crashes). A
+# client on the server's host must be served within a minute.
+ip netns exec "$NS_S" "$REMORA" serve --listen 10.77.0.1:7473 --pool "$WORK/one.pm" \
+  --pool-bytes $((6 << 20)) --config DMP+noDDIO+PM-RQWRB > "$WORK/one.log" 2>&1 &
+ONE=$!
+for _ in $(seq 1 100); do grep -q "listening on" "$WORK/one.log" 2>/dev/null && break; sleep 0.05; done
+grep -q "^1 connection slots" "$WORK/one.log" || { echo "expected one slot:"; cat "$WORK/one.log"; exit 1; }
+ip netns exec "$NS_C" "$REMORA" remotelog --server 10.77.0.1:7473 --appends 65000 > /dev/null 2>&1 &
+HOLDER=$!
+sleep 1
+ip -n "$NS_C" link set "veth-c$$" down
+T0=$(date +%s)
+served=""
+for _ in $(seq 1 30); do
+  if ip netns exec "$NS_S" "$REMORA" remotelog --server 10.77.0.1:7473 --appends 5 > /dev/null 2>&1; then
+    served="after $(( $(date +%s) - T0 )) s"; break
+  fi
+  [ $(( $(date +%s) - T0 )) -ge 60 ] && break
+done
+kill -9 "$HOLDER" 2>/dev/null || true
+ip -n "$NS_C" link set "veth-c$$" up
+kill -TERM "$ONE"; wait "$ONE" || true
+[ -n "$served" ] || { echo "the vanished client's slot was never freed"; tail -3 "$WORK/one.log"; exit 1; }
+echo "served $served"
+
 echo "two-hosts: ok"

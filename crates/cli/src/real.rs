@@ -136,7 +136,7 @@ pub fn remotelog_against(
         let mut config = None;
         for update in Update::ALL {
             for primitive in Primitive::ALL {
-                let (_node, cfg, mut client) = remora_soft::client::connect(addr, profile).await.map_err(|e| e.to_string())?;
+                let (node, cfg, mut client) = remora_soft::client::connect(addr, profile).await.map_err(|e| e.to_string())?;
                 config = Some(cfg);
                 let hello = client.connect(primitive, Shape::default()).await.map_err(|e| e.to_string())?;
                 let shape = shape_for(hello.region_len);
@@ -152,6 +152,9 @@ pub fn remotelog_against(
                     h.record(t0.elapsed().as_nanos() as u64).expect("latency fits");
                 }
                 rows.push(RealRow { update, primitive, method, mean_us: h.mean() / 1e3, p50_us: h.value_at_quantile(0.5) as f64 / 1e3, p99_us: h.value_at_quantile(0.99) as f64 / 1e3 });
+                // Done with this scenario's connection: the server frees its slot now, not
+                // when this process exits.
+                node.close();
             }
         }
         Ok((config.expect("connected at least once"), rows))

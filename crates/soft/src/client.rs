@@ -196,6 +196,7 @@ pub async fn open_with(
         })?
         .map_err(io)?;
     s.set_nodelay(true).map_err(io)?;
+    crate::cm::watch_peer(&s).map_err(io)?;
     let mut first = Cm::Hello.emit().to_vec();
     first.extend_from_slice(after_hello);
     s.write_all(&first).await.map_err(io)?;

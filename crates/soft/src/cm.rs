@@ -178,6 +178,33 @@ impl Cm {
     }
 }
 
+/// A silent connection is probed after this long (TCP keepalive): how soon a connection
+/// notices that its peer's host vanished (crashed, or cut off the network) without closing
+/// it. Without this a server would keep such a client's connection slot for ever (a kill of
+/// the client process closes its connection; a crash of its host does not).
+pub const DEAD_PEER_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
+/// Time between keepalive probes.
+pub const DEAD_PEER_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+/// Unanswered probes after which the connection is given up (Linux).
+pub const DEAD_PEER_PROBES: u32 = 3;
+/// Data left unacknowledged this long ends the connection too (`TCP_USER_TIMEOUT`, Linux).
+pub const DEAD_PEER_UNACKED: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Sets up `stream` to notice a vanished peer: keepalive probes after [`DEAD_PEER_IDLE`],
+/// and a time-out for unacknowledged data.
+pub fn watch_peer(stream: &tokio::net::TcpStream) -> std::io::Result<()> {
+    let sock = socket2::SockRef::from(stream);
+    let ka = socket2::TcpKeepalive::new()
+        .with_time(DEAD_PEER_IDLE)
+        .with_interval(DEAD_PEER_INTERVAL);
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let ka = ka.with_retries(DEAD_PEER_PROBES);
+    sock.set_tcp_keepalive(&ka)?;
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    sock.set_tcp_user_timeout(Some(DEAD_PEER_UNACKED))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -186,6 +186,8 @@ struct Inner {
     driver: Cell<Option<Waker>>,
     /// A kick is pending (the driver has not looked since): further kicks are free.
     kicked: Cell<bool>,
+    /// [`RtNode::close`] was called: the driver stops once every connection is gone.
+    closed: Cell<bool>,
     epoch: std::time::Instant,
 }
 
@@ -245,9 +247,27 @@ impl RtNode {
                 }),
                 driver: Cell::new(None),
                 kicked: Cell::new(false),
+                closed: Cell::new(false),
                 epoch: wall(),
             }),
         }
+    }
+
+    /// Closes every connection of this node (each peer sees its connection end: a server
+    /// fails the QPs and frees the client's slot) and stops the driver once they are gone.
+    /// The node's tasks hold it, so without this its connections stay open until the
+    /// runtime ends; a client that goes on after a connection calls it. Data not yet
+    /// written is dropped, as when a process exits.
+    pub fn close(&self) {
+        let peers: Vec<Rc<Conn>> = self.inner.st.borrow().peers.values().cloned().collect();
+        for conn in peers {
+            // Both directions: this node's reader sees the end as well and runs the
+            // connection's close handling (its QPs fail, so waiting tasks wake).
+            let sock = socket2::SockRef::from(conn.write.as_ref());
+            let _ = sock.shutdown(std::net::Shutdown::Both);
+        }
+        self.inner.closed.set(true);
+        self.inner.kick();
     }
 
     /// Network counters.
@@ -385,7 +405,8 @@ impl RtNode {
     }
 
     /// The driver: runs the RNIC's timers, transmits what it produces, and wakes tasks.
-    /// Spawn it once per node with `tokio::task::spawn_local`; it never returns.
+    /// Spawn it once per node with `tokio::task::spawn_local`; it returns only after
+    /// [`close`](Self::close), once the connections are gone.
     pub async fn drive(self) {
         // One timer, moved only when an earlier deadline comes (not re-armed every turn).
         let sleep = tokio::time::sleep(std::time::Duration::ZERO);
@@ -395,6 +416,9 @@ impl RtNode {
         // Woken by a kick or the timer (or just started): a step is due.
         let mut woke = true;
         loop {
+            if self.inner.closed.get() && self.inner.st.borrow().peers.is_empty() {
+                return;
+            }
             // Kicks from here on wake the driver again. A turn that only let woken tasks
             // run (coalescing) steps again only if one of them kicked: nothing else
             // changes the RNIC's state meanwhile, and a step reads the clock and runs the

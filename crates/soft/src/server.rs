@@ -338,6 +338,7 @@ pub async fn bind(listen: &str) -> Result<(TcpListener, SocketAddr), ServeError>
 /// `false`.
 pub async fn cm_hello(stream: &mut TcpStream) -> std::io::Result<bool> {
     stream.set_nodelay(true)?;
+    crate::cm::watch_peer(stream)?;
     if let Some(Cm::Hello) = read_cm(stream).await? {
         return Ok(true);
     }

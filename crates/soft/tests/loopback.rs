@@ -642,3 +642,53 @@ fn a_client_gives_up_on_a_silent_server() {
 fn wall() -> std::time::Instant {
     std::time::Instant::now()
 }
+
+/// A client process that goes on after a connection closes it with `RtNode::close`: the
+/// server frees the slot at once, so one process can use more connections in turn than
+/// the server has slots (before, every connection stayed open until the process's
+/// runtime ended, and the third was refused).
+#[test]
+fn a_client_node_closed_frees_its_slot_within_one_process() {
+    let dir = TestDir::new();
+    let shape = LogShape {
+        capacity: 6400,
+        ..LogShape::default()
+    };
+    let setup = ServerSetup {
+        region_len: shape.region_len(),
+        ..ServerSetup::default()
+    };
+    let config = "DMP+noDDIO+PM-RQWRB";
+    let slot = setup
+        .footprint(config.parse::<ServerConfig>().unwrap().rqwrb)
+        .pm
+        .next_multiple_of(4096);
+    let (addr, objects) = start_server_watched(
+        "127.0.0.1:0",
+        config,
+        dir.pool("close"),
+        shape,
+        (2 * slot + slot / 2).max(remora_soft::pool::MIN_POOL_BYTES),
+    );
+    let addr = addr.to_string();
+    let marks = run_client(async {
+        let mut marks = Vec::new();
+        for mark in 1..=6u8 {
+            let (node, _c, mut client) =
+                remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
+                    .await
+                    .unwrap_or_else(|e| panic!("connection {mark}: {e}"));
+            client
+                .connect(Primitive::Write, Shape::default())
+                .await
+                .unwrap();
+            marks.push(client.read(64, 64).await.unwrap()[0]);
+            client.persist(64, &[mark; 64]).await.unwrap();
+            node.close();
+        }
+        marks
+    });
+    // Each connection had slot 0 again and found its predecessor's mark.
+    assert_eq!(marks[1..], [1, 2, 3, 4, 5]);
+    assert_eq!(settled(&objects, |o| o.0 == 0), (0, 0, 0));
+}
