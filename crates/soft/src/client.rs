@@ -135,19 +135,34 @@ impl Opening {
     }
 }
 
-async fn next_cm(s: &mut TcpStream, addr: &str) -> Result<Cm, ConnectError> {
-    let mut b = [0u8; CM_FRAME];
-    tokio::time::timeout(HANDSHAKE_TIMEOUT, s.read_exact(&mut b))
+/// `f`, or [`ConnectError::Timeout`] if the server does not `what` within
+/// [`HANDSHAKE_TIMEOUT`].
+async fn within<T>(
+    addr: &str,
+    what: &'static str,
+    f: impl std::future::Future<Output = T>,
+) -> Result<T, ConnectError> {
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, f)
         .await
         .map_err(|_| ConnectError::Timeout {
             addr: addr.to_string(),
-            what: "answer the connection manager's handshake",
+            what,
             after: HANDSHAKE_TIMEOUT,
-        })?
-        .map_err(|err| ConnectError::Io {
-            addr: addr.to_string(),
-            err,
-        })?;
+        })
+}
+
+async fn next_cm(s: &mut TcpStream, addr: &str) -> Result<Cm, ConnectError> {
+    let mut b = [0u8; CM_FRAME];
+    within(
+        addr,
+        "answer the connection manager's handshake",
+        s.read_exact(&mut b),
+    )
+    .await?
+    .map_err(|err| ConnectError::Io {
+        addr: addr.to_string(),
+        err,
+    })?;
     match Cm::parse(&b) {
         Ok(Cm::Refused { code }) => Err(ConnectError::Refused {
             addr: addr.to_string(),
@@ -187,13 +202,8 @@ pub async fn open_with(
         addr: addr.to_string(),
         err,
     };
-    let mut s = tokio::time::timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(addr))
-        .await
-        .map_err(|_| ConnectError::Timeout {
-            addr: addr.to_string(),
-            what: "accept the connection",
-            after: HANDSHAKE_TIMEOUT,
-        })?
+    let mut s = within(addr, "accept the connection", TcpStream::connect(addr))
+        .await?
         .map_err(io)?;
     s.set_nodelay(true).map_err(io)?;
     crate::cm::watch_peer(&s).map_err(io)?;

@@ -434,19 +434,8 @@ async fn handle(
         );
         return cm_refuse(&mut stream, RefuseCode::Resources).await;
     };
-    let mut responder = match Responder::create(slot.node(), setup, costs) {
-        Ok(r) => r,
-        Err(_) => {
-            stream
-                .write_all(
-                    &Cm::Refused {
-                        code: RefuseCode::Resources,
-                    }
-                    .emit(),
-                )
-                .await?;
-            return Ok(());
-        }
+    let Ok(mut responder) = Responder::create(slot.node(), setup, costs) else {
+        return cm_refuse(&mut stream, RefuseCode::Resources).await;
     };
     let qp = responder.qp();
     if node.connect(qp, id, client_qp).is_err() {

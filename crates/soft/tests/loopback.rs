@@ -485,26 +485,29 @@ fn hold_client(addr: &str) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHan
 /// One connection that reads the 64 bytes at offset 64, then makes `mark` durable there;
 /// returns what it read (run in a runtime of its own, so the connection ends with it).
 fn mark_in_turn(addr: &str, mark: u8) -> Result<Vec<u8>, remora_soft::client::ConnectError> {
-    run_client(async {
-        let (_n, _c, mut client) =
-            remora_soft::client::connect(addr, &LatencyProfile::default_profile()).await?;
-        client
-            .connect(Primitive::Write, Shape::default())
-            .await
-            .unwrap();
-        let before = client.read(64, 64).await.unwrap();
-        client.persist(64, &[mark; 64]).await.unwrap();
-        Ok(before)
-    })
+    run_client(async { Ok(connect_and_mark(addr, mark).await?.1) })
 }
 
-/// A pool with room for two clients' regions serves two at once, refuses a third with a
-/// clear error (the connection manager's `Resources`), and serves any number in turn: a
-/// closed connection's slot goes to the next client, whose region holds what the last one
-/// made durable (as after a restart), instead of the server running out of PM.
-#[test]
-fn a_pool_serves_clients_in_turn_and_refuses_one_too_many_at_once() {
-    let dir = TestDir::new();
+/// The connection of [`mark_in_turn`], in the caller's runtime: its node (the connection
+/// lives while the node's tasks run) and what it read.
+async fn connect_and_mark(
+    addr: &str,
+    mark: u8,
+) -> Result<(remora_soft::runtime::RtNode, Vec<u8>), remora_soft::client::ConnectError> {
+    let (node, _c, mut client) =
+        remora_soft::client::connect(addr, &LatencyProfile::default_profile()).await?;
+    client
+        .connect(Primitive::Write, Shape::default())
+        .await
+        .unwrap();
+    let before = client.read(64, 64).await.unwrap();
+    client.persist(64, &[mark; 64]).await.unwrap();
+    Ok((node, before))
+}
+
+/// A server whose pool holds exactly two clients' regions (`DMP+noDDIO+PM-RQWRB`), and its
+/// live RNIC objects.
+fn two_slot_server(dir: &TestDir, name: &str) -> (String, remora_soft::server::LiveObjects) {
     // Regions large enough that two and a half fill a pool of the smallest size.
     let shape = LogShape {
         capacity: 6400,
@@ -523,11 +526,21 @@ fn a_pool_serves_clients_in_turn_and_refuses_one_too_many_at_once() {
     let (addr, objects) = start_server_watched(
         "127.0.0.1:0",
         config,
-        dir.pool("slots"),
+        dir.pool(name),
         shape,
         2 * slot + slot / 2,
     );
-    let addr = addr.to_string();
+    (addr.to_string(), objects)
+}
+
+/// A pool with room for two clients' regions serves two at once, refuses a third with a
+/// clear error (the connection manager's `Resources`), and serves any number in turn: a
+/// closed connection's slot goes to the next client, whose region holds what the last one
+/// made durable (as after a restart), instead of the server running out of PM.
+#[test]
+fn a_pool_serves_clients_in_turn_and_refuses_one_too_many_at_once() {
+    let dir = TestDir::new();
+    let (addr, objects) = two_slot_server(&dir, "slots");
     let (stop_a, a) = hold_client(&addr);
     let (stop_b, b) = hold_client(&addr);
     match mark_in_turn(&addr, 1) {
@@ -650,40 +663,14 @@ fn wall() -> std::time::Instant {
 #[test]
 fn a_client_node_closed_frees_its_slot_within_one_process() {
     let dir = TestDir::new();
-    let shape = LogShape {
-        capacity: 6400,
-        ..LogShape::default()
-    };
-    let setup = ServerSetup {
-        region_len: shape.region_len(),
-        ..ServerSetup::default()
-    };
-    let config = "DMP+noDDIO+PM-RQWRB";
-    let slot = setup
-        .footprint(config.parse::<ServerConfig>().unwrap().rqwrb)
-        .pm
-        .next_multiple_of(4096);
-    let (addr, objects) = start_server_watched(
-        "127.0.0.1:0",
-        config,
-        dir.pool("close"),
-        shape,
-        (2 * slot + slot / 2).max(remora_soft::pool::MIN_POOL_BYTES),
-    );
-    let addr = addr.to_string();
+    let (addr, objects) = two_slot_server(&dir, "close");
     let marks = run_client(async {
         let mut marks = Vec::new();
         for mark in 1..=6u8 {
-            let (node, _c, mut client) =
-                remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
-                    .await
-                    .unwrap_or_else(|e| panic!("connection {mark}: {e}"));
-            client
-                .connect(Primitive::Write, Shape::default())
+            let (node, before) = connect_and_mark(&addr, mark)
                 .await
-                .unwrap();
-            marks.push(client.read(64, 64).await.unwrap()[0]);
-            client.persist(64, &[mark; 64]).await.unwrap();
+                .unwrap_or_else(|e| panic!("connection {mark}: {e}"));
+            marks.push(before[0]);
             node.close();
         }
         marks
