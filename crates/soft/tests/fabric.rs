@@ -88,6 +88,9 @@ async fn pair_with(config: &str, profile: &LatencyProfile) -> (Side, Side) {
     let addr = listener.local_addr().unwrap();
     let (a, b) = tokio::join!(listener.accept(), tokio::net::TcpStream::connect(addr));
     let (a, b) = (a.unwrap().0, b.unwrap());
+    // As the connection manager sets them: Nagle would hold a small write behind another.
+    a.set_nodelay(true).unwrap();
+    b.set_nodelay(true).unwrap();
     let (server, client) = (Side::new(0, config, profile), Side::new(1, config, profile));
     let (r, w) = a.into_split();
     server.node.attach(1, r, w, |_| {});
@@ -354,6 +357,60 @@ fn a_parked_driver_wakes_for_a_deferred_response() {
                 b
             }),
             vec![2; 64]
+        );
+    });
+}
+
+/// A client whose loop is the future the runtime's `block_on` drives (not a task of the
+/// LocalSet, as `remora remotelog --server` runs) acknowledges each answer in the same
+/// write as its next request, as a task of the LocalSet does. Its driver used to let the
+/// LocalSet's tasks run a few slices and then write the acknowledgement alone, before the
+/// main future ever ran: two writes per round trip, and a server woken twice.
+#[test]
+fn a_main_future_client_acknowledges_an_answer_with_its_next_request() {
+    const ROUNDS: u64 = 50;
+    run(async {
+        let (s, c) = pair("DMP+DDIO+DRAM-RQWRB").await;
+        let (sqp, cqp) = (s.qp(QpType::Rc), c.qp(QpType::Rc));
+        s.node.connect(sqp, 1, cqp).unwrap();
+        c.node.connect(cqp, 0, sqp).unwrap();
+        // The server answers every message with one of its own, from a LocalSet task.
+        let server = tokio::task::spawn_local(async move {
+            for i in 0..ROUNDS {
+                let buf = s.dram_sge(0, 64);
+                s.node
+                    .post_recv(sqp, RecvWr { wr_id: i, sge: buf })
+                    .unwrap();
+                let wc = next_completion(&s.node, s.rcq).await;
+                assert_eq!(wc.status, WcStatus::Success);
+                let answer = SendWr::new(i, Opcode::Send, Payload::inline(vec![i as u8; 8]), None);
+                s.node.post_send(sqp, answer.signaled(false)).unwrap();
+            }
+            s
+        });
+        let before = c.node.net_stats();
+        for i in 0..ROUNDS {
+            let buf = c.dram_sge(0, 64);
+            c.node
+                .post_recv(cqp, RecvWr { wr_id: i, sge: buf })
+                .unwrap();
+            let ask = SendWr::new(i, Opcode::Send, Payload::inline(vec![i as u8; 8]), None);
+            c.node.post_send(cqp, ask.signaled(false)).unwrap();
+            let wc = next_completion(&c.node, c.rcq).await;
+            assert_eq!(wc.status, WcStatus::Success);
+            let mut got = [0u8; 8];
+            c.node.load(Space::Dram, c.dram.addr, &mut got);
+            assert_eq!(got, [i as u8; 8]);
+        }
+        let after = c.node.net_stats();
+        let _server = server.await.unwrap();
+        // Every answer asks for an acknowledgement, and each round sends a request: both
+        // leave together, one write per round (the last acknowledgement may be on its own).
+        let (writes, sent) = (after.writes - before.writes, after.sent - before.sent);
+        assert!(sent >= 2 * ROUNDS - 1, "{sent} packets sent");
+        assert!(
+            writes <= ROUNDS + 1,
+            "{writes} writes for {ROUNDS} round trips ({sent} packets)"
         );
     });
 }
