@@ -255,6 +255,59 @@ fn uc_message_longer_than_the_receive_buffer() {
     );
 }
 
+/// A receive whose buffer fails the local check (here a bad lkey) is a local QP error on
+/// UC and UD as on RC: the receive completes with `LocProtErr`, the QP moves to the error
+/// state, the receives behind it are flushed and later messages are not placed.
+#[test]
+fn a_receive_with_a_bad_lkey_fails_an_unreliable_qp() {
+    for t in [QpType::Uc, QpType::Ud] {
+        let net = Rc::new(Net::new(6, cfg(CONFIG), t));
+        let mut bad = net.server.sge(false, 0, 64);
+        bad.lkey += 1000;
+        net.server.recv(net.sqp, 1, bad);
+        net.server.recv(net.sqp, 2, net.server.sge(false, 64, 64));
+        let to = |wr: SendWr| {
+            if t == QpType::Ud {
+                wr.to(net.to_server())
+            } else {
+                wr
+            }
+        };
+        run_client(
+            &net,
+            vec![to(send(1, vec![1; 32])), to(send(2, vec![2; 32]))],
+        );
+        net.sim.run();
+        let mut got = Vec::new();
+        while let Some(w) = net.server.h.poll_one(net.server.rcq) {
+            got.push((w.wr_id, w.status));
+        }
+        assert_eq!(
+            got,
+            vec![(1, WcStatus::LocProtErr), (2, WcStatus::WrFlushErr)],
+            "{t:?}"
+        );
+        assert_eq!(
+            net.load(&net.server, Space::Dram, net.server.dram.addr + 64, 32),
+            vec![0; 32],
+            "{t:?}: nothing placed after the error"
+        );
+        assert!(
+            net.server
+                .h
+                .post_recv(
+                    net.sqp,
+                    RecvWr {
+                        wr_id: 3,
+                        sge: net.server.sge(false, 0, 8)
+                    }
+                )
+                .is_err(),
+            "{t:?}: a QP in the error state takes no receives"
+        );
+    }
+}
+
 #[test]
 fn uc_write_with_imm_consumes_a_receive() {
     let net = Rc::new(Net::new(4, cfg(CONFIG), QpType::Uc));

@@ -153,6 +153,12 @@ impl Rnic {
     }
 
     /// Places a UC SEND or a UD datagram in the next posted receive, or drops it.
+    ///
+    /// A message longer than the buffer completes the receive with `LocLenErr` (as
+    /// ConnectX documents) and the QP goes on. A buffer that fails the local check (bad
+    /// lkey, rights, bounds) is a local QP error as on every transport: the receive
+    /// completes with the error and the QP moves to the error state, flushing the rest
+    /// (Soft-RoCE, `rxe_resp.c`, treats it so for UC and UD too; seed 002 §4 ran on it).
     fn place_message(
         &mut self,
         now: Instant,
@@ -184,16 +190,18 @@ impl Rnic {
                 self.push_cqe(now, t.visible + self.proc, cq, wc);
                 self.executed(now, pkt);
             }
-            bad => {
-                wc.status = match bad {
-                    Err(local) => local,
-                    Ok(_) => {
-                        self.stats.unreliable_too_long += 1;
-                        WcStatus::LocLenErr
-                    }
-                };
+            Ok(_) => {
+                self.stats.unreliable_too_long += 1;
+                wc.status = WcStatus::LocLenErr;
                 self.push_cqe(now, now + self.proc, cq, wc);
                 self.drop_packet(now, pkt);
+            }
+            Err(local) => {
+                wc.status = local;
+                self.push_cqe(now, now + self.proc, cq, wc);
+                self.drop_packet(now, pkt);
+                self.enter_error(now, qpn);
+                self.retire(now, qpn);
             }
         }
     }
