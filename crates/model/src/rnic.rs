@@ -92,6 +92,20 @@ impl Default for QpAttr {
     }
 }
 
+/// How many RNIC objects are live (created and not yet destroyed): a server that frees each
+/// connection's objects keeps these bounded however many connections it serves.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Objects {
+    /// Queue pairs.
+    pub qps: usize,
+    /// Completion queues.
+    pub cqs: usize,
+    /// Memory regions.
+    pub mrs: usize,
+    /// Protection domains.
+    pub pds: usize,
+}
+
 /// Something the RNIC did, for the runtime's trace recorder.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeEvent {
@@ -300,7 +314,9 @@ pub struct Rnic {
     pcie: Duration,
     rnr_delay: Duration,
     ack_timeout: Duration,
-    pds: u32,
+    /// Protection domains by number - 1: live or deallocated (numbers are reused).
+    pds: Vec<bool>,
+    free_pds: Vec<u32>,
     mrs: BTreeMap<u32, Mr>,
     next_key: u32,
     cqs: Vec<Cq>,
@@ -350,7 +366,8 @@ impl Rnic {
             pcie: Duration::from_nanos(profile.rnic.pcie_ns),
             rnr_delay: Duration::from_nanos(profile.rnic.rnr_retry_delay_ns),
             ack_timeout: Duration::from_nanos(profile.rnic.ack_timeout_ns),
-            pds: 0,
+            pds: Vec::new(),
+            free_pds: Vec::new(),
             mrs: BTreeMap::new(),
             next_key: 0x100,
             cqs: Vec::new(),
@@ -422,8 +439,38 @@ impl Rnic {
 
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&mut self) -> PdId {
-        self.pds += 1;
-        PdId(self.pds)
+        if let Some(n) = self.free_pds.pop() {
+            self.pds[n as usize - 1] = true;
+            return PdId(n);
+        }
+        self.pds.push(true);
+        PdId(self.pds.len() as u32)
+    }
+
+    /// `ibv_dealloc_pd`: refused while a memory region or queue pair belongs to it (as
+    /// `EBUSY`); its number may be reused.
+    pub fn dealloc_pd(&mut self, pd: PdId) -> Result<(), VerbsError> {
+        if !self.pd_live(pd) {
+            return Err(VerbsError::NoSuch("protection domain"));
+        }
+        let in_use = self.mrs.values().any(|m| m.pd == pd)
+            || self.qps.iter().any(|q| !q.freed && q.pd == pd);
+        if in_use {
+            return Err(VerbsError::Invalid(
+                "protection domain in use: deregister its memory regions and destroy its queue pairs first",
+            ));
+        }
+        self.pds[pd.0 as usize - 1] = false;
+        self.free_pds.push(pd.0);
+        Ok(())
+    }
+
+    fn pd_live(&self, pd: PdId) -> bool {
+        (pd.0 as usize)
+            .checked_sub(1)
+            .and_then(|i| self.pds.get(i))
+            .copied()
+            .unwrap_or(false)
     }
 
     /// `ibv_reg_mr` over memory the node owns.
@@ -438,7 +485,7 @@ impl Rnic {
         if !self.up {
             return Err(VerbsError::NodeDown(self.id));
         }
-        if pd.0 == 0 || pd.0 > self.pds {
+        if !self.pd_live(pd) {
             return Err(VerbsError::NoSuch("protection domain"));
         }
         if len == 0 {
@@ -535,12 +582,13 @@ impl Rnic {
     /// Live objects: (queue pairs, completion queues, memory regions). Destroyed ones do
     /// not count, so a server's figures stay bounded while it serves connection after
     /// connection.
-    pub fn live_objects(&self) -> (usize, usize, usize) {
-        (
-            self.qps.len() - self.free_qps.len(),
-            self.cqs.len() - self.free_cqs.len(),
-            self.mrs.len(),
-        )
+    pub fn live_objects(&self) -> Objects {
+        Objects {
+            qps: self.qps.len() - self.free_qps.len(),
+            cqs: self.cqs.len() - self.free_cqs.len(),
+            mrs: self.mrs.len(),
+            pds: self.pds.len() - self.free_pds.len(),
+        }
     }
 
     /// `ibv_create_qp` for a reliable connection; the QP starts in INIT.
@@ -551,7 +599,7 @@ impl Rnic {
         recv_cq: CqId,
         attr: QpAttr,
     ) -> Result<QpNum, VerbsError> {
-        if pd.0 == 0 || pd.0 > self.pds {
+        if !self.pd_live(pd) {
             return Err(VerbsError::NoSuch("protection domain"));
         }
         if !self.cq_live(send_cq) || !self.cq_live(recv_cq) {
@@ -927,7 +975,8 @@ impl Rnic {
         self.timers.clear();
         self.cqe_pending.clear();
         self.cqe_store.clear();
-        self.pds = 0;
+        self.pds.clear();
+        self.free_pds.clear();
         self.tx_free = now;
         self.alloc_next = [0x1000, PM_BASE];
     }

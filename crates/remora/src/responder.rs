@@ -85,13 +85,14 @@ pub struct Responder<V: Verbs> {
     v: V,
     config: ServerConfig,
     setup: ServerSetup,
+    /// Every RNIC object of the connection, freed together by [`close`](Self::close).
+    owned: Owned,
     region: MrInfo,
     ring: MrInfo,
     /// PM word holding the highest sequence number whose effects are durable (PM rings).
     applied_at: Option<u64>,
     qp: QpNum,
     rcq: CqId,
-    scq: CqId,
     seq_base: u64,
     costs: CpuCosts,
     stats: ResponderStats,
@@ -104,36 +105,40 @@ impl<V: Verbs> Responder<V> {
     /// [`ServerSetup::footprint`].
     pub fn create(v: V, setup: ServerSetup, costs: CpuCosts) -> Result<Self, VerbsError> {
         let config = v.config();
-        let pd = v.alloc_pd()?;
-        let base = v.alloc(Space::Pm, setup.region_len, 4096);
-        let region = v.reg_mr(pd, Space::Pm, base, setup.region_len, Access::ALL)?;
-        let ring_space = match config.rqwrb {
-            RqwrbPlacement::Pm => Space::Pm,
-            RqwrbPlacement::Dram => Space::Dram,
-        };
-        let ring_len = setup.rq_slots as u64 * setup.rq_slot_bytes as u64;
-        let ring_base = v.alloc(ring_space, ring_len, 4096);
-        let ring = v.reg_mr(pd, ring_space, ring_base, ring_len, Access::LOCAL_WRITE)?;
-        // Messages in a PM ring outlive a crash; recovery must replay only those whose
-        // effects may not be durable yet, or it would roll newer updates back.
-        let applied_at = (ring_space == Space::Pm).then(|| v.alloc(Space::Pm, 64, 64));
-        let rcq = v.create_cq(setup.rq_slots as usize + 1)?;
-        let scq = v.create_cq(16)?;
-        let attr = QpAttr {
-            rq_depth: setup.rq_slots as usize,
-            ..QpAttr::default()
-        };
-        let qp = v.create_qp(pd, scq, rcq, attr)?;
+        let mut owned = Owned::default();
+        let (region, ring, applied_at, rcq, qp) = made_or_freed(&v, &mut owned, |o| {
+            o.pd(&v)?;
+            let base = v.alloc(Space::Pm, setup.region_len, 4096);
+            let region = o.mr(&v, Space::Pm, base, setup.region_len, Access::ALL)?;
+            let ring_space = match config.rqwrb {
+                RqwrbPlacement::Pm => Space::Pm,
+                RqwrbPlacement::Dram => Space::Dram,
+            };
+            let ring_len = setup.rq_slots as u64 * setup.rq_slot_bytes as u64;
+            let ring_base = v.alloc(ring_space, ring_len, 4096);
+            let ring = o.mr(&v, ring_space, ring_base, ring_len, Access::LOCAL_WRITE)?;
+            // Messages in a PM ring outlive a crash; recovery must replay only those whose
+            // effects may not be durable yet, or it would roll newer updates back.
+            let applied_at = (ring_space == Space::Pm).then(|| v.alloc(Space::Pm, 64, 64));
+            let rcq = o.cq(&v, setup.rq_slots as usize + 1)?;
+            let scq = o.cq(&v, 16)?;
+            let attr = QpAttr {
+                rq_depth: setup.rq_slots as usize,
+                ..QpAttr::default()
+            };
+            let qp = o.qp(&v, scq, rcq, attr)?;
+            Ok::<_, VerbsError>((region, ring, applied_at, rcq, qp))
+        })?;
         let mut r = Responder {
             v,
             config,
             setup,
+            owned,
             region,
             ring,
             applied_at,
             qp,
             rcq,
-            scq,
             seq_base: 1,
             costs,
             stats: ResponderStats::default(),
@@ -145,15 +150,12 @@ impl<V: Verbs> Responder<V> {
     }
 
     /// Frees what [`create`](Self::create) set up on the RNIC (the queue pair, both
-    /// completion queues, both memory regions), e.g. once the client's connection ended,
-    /// so a server serving client after client does not accumulate them. The memory and
-    /// what it holds stay: a later responder over the same allocation finds them.
+    /// completion queues, both memory regions, the protection domain), e.g. once the
+    /// client's connection ended, so a server serving client after client does not
+    /// accumulate them. The memory and what it holds stay: a later responder over the same
+    /// allocation finds them.
     pub fn close(self) -> Result<(), VerbsError> {
-        self.v.destroy_qp(self.qp)?;
-        self.v.destroy_cq(self.rcq)?;
-        self.v.destroy_cq(self.scq)?;
-        self.v.dereg_mr(&self.region)?;
-        self.v.dereg_mr(&self.ring)
+        self.owned.free(&self.v)
     }
 
     /// The queue pair to connect to the client's.

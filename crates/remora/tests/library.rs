@@ -968,3 +968,31 @@ fn a_responders_footprint_is_what_it_allocates() {
         }
     }
 }
+
+/// A responder whose setup fails half-way (here its receive CQ is deeper than the RNIC
+/// allows, after its protection domain and both regions were made) leaves nothing on the
+/// RNIC, and one that closes frees everything it made.
+#[test]
+fn a_responder_that_fails_to_set_up_or_closes_leaves_nothing_behind() {
+    let sim = Sim::new(1, profile());
+    let node = sim.add_node("server", cfg("DMP+noDDIO+PM-RQWRB"));
+    let live = || sim.with_rnic(node.id(), |r, _| r.live_objects());
+    let costs = CpuCosts::from_profile(&profile());
+    let too_deep = ServerSetup {
+        region_len: 4096,
+        rq_slots: remora_model::rnic::MAX_QUEUE_DEPTH as u32,
+        rq_slot_bytes: 64,
+    };
+    let e = Responder::create(node.clone(), too_deep, costs).err();
+    assert_eq!(e, Some(VerbsError::Invalid("completion queue depth")));
+    assert_eq!(
+        live(),
+        Default::default(),
+        "nothing of the failed setup is left"
+    );
+    let r = Responder::create(node.clone(), ServerSetup::default(), costs).unwrap();
+    let one = live();
+    assert_eq!((one.qps, one.cqs, one.mrs, one.pds), (1, 2, 2, 1));
+    r.close().unwrap();
+    assert_eq!(live(), Default::default());
+}

@@ -874,6 +874,9 @@ impl remora_verbs::Verbs for NodeHandle {
     fn dereg_mr(&self, mr: &MrInfo) -> Result<(), VerbsError> {
         self.with(|r, _| r.dereg_mr(mr.lkey))
     }
+    fn dealloc_pd(&self, pd: PdId) -> Result<(), VerbsError> {
+        self.with(|r, _| r.dealloc_pd(pd))
+    }
     fn destroy_qp(&self, qp: QpNum) -> Result<(), VerbsError> {
         self.with(|r, now| r.destroy_qp(now, qp))
     }

@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
+use remora_model::rnic::Objects;
 use remora_model::time::{Duration, Instant};
 use remora_sim::{CrashAt, FaultPlan};
 use remora_verbs::*;
@@ -1090,7 +1091,14 @@ fn destroyed_objects_free_their_numbers_and_a_reused_qp_ignores_its_old_peer() {
         p.server.destroy_cq(p.scq),
         Err(VerbsError::NoSuch("completion queue"))
     ));
-    assert_eq!(live(), (before.0 - 1, before.1 - 1, before.2));
+    assert_eq!(
+        live(),
+        Objects {
+            qps: before.qps - 1,
+            cqs: before.cqs - 1,
+            ..before
+        }
+    );
     // A new connection gets the same numbers on the server.
     let scq = p.server.create_cq(64).unwrap();
     let sqp = p
@@ -1153,4 +1161,31 @@ fn destroyed_objects_free_their_numbers_and_a_reused_qp_ignores_its_old_peer() {
         p.server.destroy_cq(scq).unwrap();
         assert_eq!(live(), steady);
     }
+    // A protection domain goes only once nothing belongs to it, and its number is reused.
+    assert!(
+        matches!(p.server.dealloc_pd(p.spd), Err(VerbsError::Invalid(_))),
+        "the QP {sqp:?} and the ring's region still belong to it"
+    );
+    let pd = p.server.alloc_pd().unwrap();
+    let mr = p
+        .server
+        .reg_mr(pd, Space::Dram, p.rmr.addr, 64, Access::ALL)
+        .unwrap();
+    assert!(matches!(
+        p.server.dealloc_pd(pd),
+        Err(VerbsError::Invalid(_))
+    ));
+    p.server.dereg_mr(&mr).unwrap();
+    p.server.dealloc_pd(pd).unwrap();
+    assert!(matches!(
+        p.server.dealloc_pd(pd),
+        Err(VerbsError::NoSuch("protection domain"))
+    ));
+    assert!(matches!(
+        p.server
+            .reg_mr(pd, Space::Dram, p.rmr.addr, 64, Access::ALL),
+        Err(VerbsError::NoSuch("protection domain"))
+    ));
+    assert_eq!(live(), steady);
+    assert_eq!(p.server.alloc_pd().unwrap(), pd, "numbers are reused");
 }

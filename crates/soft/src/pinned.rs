@@ -106,6 +106,9 @@ impl Verbs for PinnedNode {
     fn dereg_mr(&self, mr: &MrInfo) -> Result<(), VerbsError> {
         self.node.dereg_mr(mr)
     }
+    fn dealloc_pd(&self, pd: PdId) -> Result<(), VerbsError> {
+        self.node.dealloc_pd(pd)
+    }
     fn destroy_qp(&self, qp: QpNum) -> Result<(), VerbsError> {
         self.node.destroy_qp(qp)
     }

@@ -10,7 +10,7 @@ use crate::runtime::RtNode;
 use remora::{CpuCosts, Footprint, Responder, ServerSetup};
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
-use remora_model::rnic::Rnic;
+use remora_model::rnic::{Objects, Rnic};
 use remora_model::verbs::{NodeId, QpNum};
 use remora_model::{ServerConfig, Space};
 use remora_verbs::Verbs;
@@ -79,18 +79,18 @@ pub struct Started {
     pub objects: LiveObjects,
 }
 
-/// The server RNIC's live (queue pairs, completion queues, memory regions), updated
-/// whenever a connection ends: with every connection's objects freed as it ends, they
-/// stay bounded however many clients a server serves. Readable from any thread.
+/// The server RNIC's live objects, updated whenever a connection ends: with every
+/// connection's objects freed as it ends, they stay bounded however many clients a server
+/// serves. Readable from any thread.
 #[derive(Clone, Debug, Default)]
-pub struct LiveObjects(std::sync::Arc<std::sync::Mutex<(usize, usize, usize)>>);
+pub struct LiveObjects(std::sync::Arc<std::sync::Mutex<Objects>>);
 
 impl LiveObjects {
-    /// (queue pairs, completion queues, memory regions).
-    pub fn get(&self) -> (usize, usize, usize) {
+    /// The counts as of the last connection's end.
+    pub fn get(&self) -> Objects {
         *self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
-    fn set(&self, v: (usize, usize, usize)) {
+    fn set(&self, v: Objects) {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = v;
     }
 }

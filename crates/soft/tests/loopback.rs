@@ -2,6 +2,7 @@
 
 use remora::{Primitive, ServerSetup, Shape, Update};
 use remora_model::profile::LatencyProfile;
+use remora_model::rnic::Objects;
 use remora_model::ServerConfig;
 use remora_remotelog::log::{is_record, LogClient, LogShape};
 use remora_soft::server::{serve, ServeOptions};
@@ -552,7 +553,8 @@ fn a_pool_serves_clients_in_turn_and_refuses_one_too_many_at_once() {
     stop_b.send(()).unwrap();
     b.join().unwrap();
     // What the server holds with one client (a) connected: b's objects are gone.
-    let one_client = settled(&objects, |o| o.0 == 1);
+    let one_client = settled(&objects, |o| o.qps == 1);
+    assert_eq!((one_client.cqs, one_client.mrs, one_client.pds), (2, 2, 1));
     // Many more clients than slots, one after another, each connecting as soon as the last
     // closed (the server waits for the closed connection's slot): each finds its
     // predecessor's mark (the first finds whatever b left, nothing of a's).
@@ -564,19 +566,16 @@ fn a_pool_serves_clients_in_turn_and_refuses_one_too_many_at_once() {
         }
         last = Some(mark);
     }
-    // Each of them freed its queue pair, CQs and regions as it ended.
+    // Each of them freed its queue pair, CQs, regions and protection domain as it ended.
     assert_eq!(settled(&objects, |o| o == one_client), one_client);
     stop_a.send(()).unwrap();
     a.join().unwrap();
-    assert_eq!(settled(&objects, |o| o.0 == 0), (0, 0, 0));
+    assert_eq!(settled(&objects, |o| o.qps == 0), Objects::default());
 }
 
 /// The server's live objects once `done` holds of them (they are updated as a connection
 /// ends, which the server notices a little after the client closed), or after 5 s.
-fn settled(
-    objects: &remora_soft::server::LiveObjects,
-    done: impl Fn((usize, usize, usize)) -> bool,
-) -> (usize, usize, usize) {
+fn settled(objects: &remora_soft::server::LiveObjects, done: impl Fn(Objects) -> bool) -> Objects {
     for _ in 0..200 {
         if done(objects.get()) {
             break;
@@ -682,5 +681,5 @@ fn a_client_node_closed_frees_its_slot_within_one_process() {
     for (i, &m) in marks.iter().enumerate() {
         assert!(m as usize <= i, "connection {} found mark {m}", i + 1);
     }
-    assert_eq!(settled(&objects, |o| o.0 == 0), (0, 0, 0));
+    assert_eq!(settled(&objects, |o| o.qps == 0), Objects::default());
 }

@@ -52,6 +52,8 @@ pub trait Verbs {
     ) -> Result<QpNum, VerbsError>;
     /// `ibv_dereg_mr`: later accesses with the region's keys fail.
     fn dereg_mr(&self, mr: &MrInfo) -> Result<(), VerbsError>;
+    /// `ibv_dealloc_pd`: refused while a memory region or queue pair belongs to it.
+    fn dealloc_pd(&self, pd: PdId) -> Result<(), VerbsError>;
     /// `ibv_destroy_qp`: outstanding work completes with `WrFlushErr`, packets still on
     /// their way to the QP are dropped, and its number may be reused.
     fn destroy_qp(&self, qp: QpNum) -> Result<(), VerbsError>;
@@ -163,4 +165,91 @@ pub async fn next_completion<V: Verbs>(v: &V, cq: CqId) -> WorkCompletion {
         }
         v.wait_cq(cq).await;
     }
+}
+
+/// The RNIC objects one connection made (protection domain, memory regions, completion
+/// queues, queue pairs), so they are freed together: when the connection ends, or at once
+/// when a later step of setting it up fails, so a server refusing or finishing a client
+/// keeps nothing of it on its RNIC.
+#[derive(Debug, Default)]
+pub struct Owned {
+    pd: Option<PdId>,
+    mrs: Vec<MrInfo>,
+    cqs: Vec<CqId>,
+    qps: Vec<QpNum>,
+}
+
+impl Owned {
+    /// `ibv_alloc_pd`, owned. A set holds one protection domain.
+    pub fn pd<V: Verbs>(&mut self, v: &V) -> Result<PdId, VerbsError> {
+        assert!(self.pd.is_none(), "one protection domain per object set");
+        let pd = v.alloc_pd()?;
+        self.pd = Some(pd);
+        Ok(pd)
+    }
+    /// `ibv_reg_mr` in the set's protection domain, owned.
+    pub fn mr<V: Verbs>(
+        &mut self,
+        v: &V,
+        space: Space,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<MrInfo, VerbsError> {
+        let pd = self.pd.expect("a protection domain first");
+        let mr = v.reg_mr(pd, space, addr, len, access)?;
+        self.mrs.push(mr);
+        Ok(mr)
+    }
+    /// `ibv_create_cq`, owned.
+    pub fn cq<V: Verbs>(&mut self, v: &V, depth: usize) -> Result<CqId, VerbsError> {
+        let cq = v.create_cq(depth)?;
+        self.cqs.push(cq);
+        Ok(cq)
+    }
+    /// `ibv_create_qp` in the set's protection domain, owned.
+    pub fn qp<V: Verbs>(
+        &mut self,
+        v: &V,
+        send_cq: CqId,
+        recv_cq: CqId,
+        attr: QpAttr,
+    ) -> Result<QpNum, VerbsError> {
+        let pd = self.pd.expect("a protection domain first");
+        let qp = v.create_qp(pd, send_cq, recv_cq, attr)?;
+        self.qps.push(qp);
+        Ok(qp)
+    }
+    /// Frees everything, dependents first (queue pairs, then completion queues, memory
+    /// regions and the protection domain). Every object is tried; the first error is
+    /// returned.
+    pub fn free<V: Verbs>(self, v: &V) -> Result<(), VerbsError> {
+        let mut first = Ok(());
+        let mut note = |r: Result<(), VerbsError>| {
+            if first.is_ok() {
+                first = r;
+            }
+        };
+        self.qps.iter().for_each(|&q| note(v.destroy_qp(q)));
+        self.cqs.iter().for_each(|&c| note(v.destroy_cq(c)));
+        self.mrs.iter().for_each(|m| note(v.dereg_mr(m)));
+        if let Some(pd) = self.pd {
+            note(v.dealloc_pd(pd));
+        }
+        first
+    }
+}
+
+/// Runs `make` (which makes objects into `owned`); if it fails, frees what it made before
+/// returning its error.
+pub fn made_or_freed<V: Verbs, T, E: From<VerbsError>>(
+    v: &V,
+    owned: &mut Owned,
+    make: impl FnOnce(&mut Owned) -> Result<T, E>,
+) -> Result<T, E> {
+    make(owned).inspect_err(|_| {
+        // The objects were just made and nothing else refers to them; a failure to free
+        // one would only hide the error that matters.
+        let _ = std::mem::take(owned).free(v);
+    })
 }

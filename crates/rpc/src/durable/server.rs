@@ -40,12 +40,14 @@ pub struct DurableServer<V: Verbs + Clone + 'static> {
     config: ServerConfig,
     plan: FlushPlan,
     layout: LogLayout,
+    /// Every RNIC object of the connection, freed together when [`serve`](Self::serve)
+    /// returns.
+    owned: Owned,
     log_mr: MrInfo,
     scratch: MrInfo,
     kv: KvStore<V>,
     qp: QpNum,
     rcq: CqId,
-    scq: CqId,
     processed: u64,
     processed_before: u64,
     /// Entries [`settle`](Self::settle) advanced the watermark over.
@@ -86,72 +88,80 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
     ) -> Result<Self, RpcError> {
         let config = v.config();
         let plan = opts.plan(&config)?;
-        let pd = v.alloc_pd()?;
-        let probe = opts.log_layout(0)?;
-        let base = v.alloc(Space::Pm, probe.bytes(), 4096);
-        let layout = opts.log_layout(base)?;
-        let log_mr = v.reg_mr(pd, Space::Pm, base, layout.bytes(), Access::ALL)?;
-        let kv_layout = kv.unwrap_or_else(|| {
-            let l = KvLayout {
-                base: 0,
-                objects: opts.objects,
-                max_value: opts.max_value as u64,
-            };
-            KvLayout {
-                base: v.alloc(Space::Pm, l.bytes(), 4096),
-                ..l
-            }
-        });
-        let mut kv = KvStore::new(v.clone(), kv_layout);
-        if let Some(log) = executions {
-            kv = kv.with_execution_log(log);
-        }
-        let scratch_addr = v.alloc(Space::Dram, SERVER_DRAM_BYTES, 64);
-        let scratch = v.reg_mr(
-            pd,
-            Space::Dram,
-            scratch_addr,
-            SERVER_DRAM_BYTES,
-            Access::ALL,
-        )?;
-        let rq = opts.capacity as usize + 8;
-        let rcq = v.create_cq(rq + 1)?;
-        let scq = v.create_cq(4 * opts.capacity as usize + 64)?;
-        let qp = v.create_qp(
-            pd,
-            scq,
-            rcq,
-            QpAttr {
-                sq_depth: 4 * opts.capacity as usize + 64,
-                rq_depth: rq,
-                ..QpAttr::default()
-            },
-        )?;
-        let want = LogHeader {
-            conn: opts.conn,
-            capacity: layout.capacity,
-            entry_bytes: layout.entry_bytes,
-        };
-        let mut hb = [0u8; HEADER_BYTES];
-        v.load(Space::Pm, base, &mut hb);
-        let processed = if hb.iter().all(|&b| b == 0) {
-            // Fresh PM: format. The header is durable before any client connects.
-            v.store(Space::Pm, base, &want.emit());
-            v.store(Space::Pm, layout.watermark_addr(), &0u64.to_le_bytes());
-            0
-        } else {
-            let h = LogHeader::parse(&hb)?;
-            if h != want {
-                return Err(RpcError::Malformed(format!(
-                    "redo log in PM is {h:?}, this connection needs {want:?}"
-                )));
-            }
-            let mut w = [0u8; 8];
-            v.load(Space::Pm, layout.watermark_addr(), &mut w);
-            u64::from_le_bytes(w)
-        };
+        let mut owned = Owned::default();
+        // Everything made on the RNIC goes into `owned`: a setup that fails half-way (a
+        // refused verb, a redo log in PM that belongs to another connection) frees it.
+        let (layout, log_mr, kv, scratch, rcq, qp, processed) =
+            made_or_freed(&v, &mut owned, |o| {
+                o.pd(&v)?;
+                let probe = opts.log_layout(0)?;
+                let base = v.alloc(Space::Pm, probe.bytes(), 4096);
+                let layout = opts.log_layout(base)?;
+                let log_mr = o.mr(&v, Space::Pm, base, layout.bytes(), Access::ALL)?;
+                let kv_layout = kv.unwrap_or_else(|| {
+                    let l = KvLayout {
+                        base: 0,
+                        objects: opts.objects,
+                        max_value: opts.max_value as u64,
+                    };
+                    KvLayout {
+                        base: v.alloc(Space::Pm, l.bytes(), 4096),
+                        ..l
+                    }
+                });
+                let mut kv = KvStore::new(v.clone(), kv_layout);
+                if let Some(log) = executions {
+                    kv = kv.with_execution_log(log);
+                }
+                let scratch_addr = v.alloc(Space::Dram, SERVER_DRAM_BYTES, 64);
+                let scratch = o.mr(
+                    &v,
+                    Space::Dram,
+                    scratch_addr,
+                    SERVER_DRAM_BYTES,
+                    Access::ALL,
+                )?;
+                let rq = opts.capacity as usize + 8;
+                let rcq = o.cq(&v, rq + 1)?;
+                let scq = o.cq(&v, 4 * opts.capacity as usize + 64)?;
+                let qp = o.qp(
+                    &v,
+                    scq,
+                    rcq,
+                    QpAttr {
+                        sq_depth: 4 * opts.capacity as usize + 64,
+                        rq_depth: rq,
+                        ..QpAttr::default()
+                    },
+                )?;
+                let want = LogHeader {
+                    conn: opts.conn,
+                    capacity: layout.capacity,
+                    entry_bytes: layout.entry_bytes,
+                };
+                let mut hb = [0u8; HEADER_BYTES];
+                v.load(Space::Pm, base, &mut hb);
+                let processed = if hb.iter().all(|&b| b == 0) {
+                    // Fresh PM: format. The header is durable before any client connects.
+                    v.store(Space::Pm, base, &want.emit());
+                    v.store(Space::Pm, layout.watermark_addr(), &0u64.to_le_bytes());
+                    0
+                } else {
+                    let h = LogHeader::parse(&hb)?;
+                    if h != want {
+                        return Err(RpcError::Malformed(format!(
+                            "redo log in PM is {h:?}, this connection needs {want:?}"
+                        )));
+                    }
+                    let mut w = [0u8; 8];
+                    v.load(Space::Pm, layout.watermark_addr(), &mut w);
+                    u64::from_le_bytes(w)
+                };
+                Ok::<_, RpcError>((layout, log_mr, kv, scratch, rcq, qp, processed))
+            })?;
         Ok(DurableServer {
             v,
+            owned,
             opts: opts.clone(),
             config,
             plan,
@@ -161,7 +171,6 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             kv,
             qp,
             rcq,
-            scq,
             processed,
             processed_before: processed,
             settled: 0,
@@ -352,8 +361,8 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
     /// but not processed stay in the redo log, where [`recover`](Self::recover) executes
     /// them on the next start (or reconnection). Dropping the returned future is a crash,
     /// not a teardown.
-    pub async fn serve(self) -> RpcError {
-        let objects = (self.qp, self.rcq, self.scq, self.log_mr, self.scratch);
+    pub async fn serve(mut self) -> RpcError {
+        let owned = std::mem::take(&mut self.owned);
         let core = Rc::new(Core {
             v: self.v.clone(),
             opts: self.opts.clone(),
@@ -416,17 +425,10 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             })
             .await;
         }
-        // The connection is over: free its queue pair, CQs and regions, so a server
-        // serving connection after connection does not accumulate them. The PM (log,
-        // store) and what it holds stay for the next connection's recovery.
-        let (qp, rcq, scq, log_mr, scratch) = objects;
-        let v = &core.v;
-        let freed = v
-            .destroy_qp(qp)
-            .and_then(|_| v.destroy_cq(rcq))
-            .and_then(|_| v.destroy_cq(scq))
-            .and_then(|_| v.dereg_mr(&log_mr))
-            .and_then(|_| v.dereg_mr(&scratch));
+        // The connection is over: free its queue pair, CQs, regions and protection domain,
+        // so a server serving connection after connection does not accumulate them. The
+        // PM (log, store) and what it holds stay for the next connection's recovery.
+        let freed = owned.free(&core.v);
         match freed {
             Ok(()) => why,
             Err(e) => RpcError::Connection(format!(
