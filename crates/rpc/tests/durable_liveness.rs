@@ -291,3 +291,39 @@ fn an_operator_that_never_comes_is_polled_for_a_bounded_time() {
     );
     assert_eq!(pair.server_stats().processed, 0);
 }
+
+/// A server whose setup fails half-way (its PM holds another connection's redo log, found
+/// after its queue pair, CQs and regions were made) refuses with the reason and leaves
+/// nothing on the RNIC (one that served and returned leaves nothing either: see
+/// `serve_returns_with_the_reason_when_its_queue_pair_fails`).
+#[test]
+fn a_refused_server_leaves_no_rnic_objects() {
+    let pair = DurablePair::new(
+        4,
+        LatencyProfile::default_profile(),
+        dmp(false),
+        opts(Design::WFlushRpc),
+    );
+    let live = || {
+        pair.sim
+            .with_rnic(pair.server.id(), |r, _| r.live_objects())
+    };
+    // A log for connection 0, made durable; then a power cycle (allocation starts over).
+    let (server, _client) = connect(&pair);
+    drop(server);
+    pair.sim.crash_now(pair.server.id());
+    pair.sim.restart(pair.server.id());
+    assert_eq!(live(), Default::default());
+    let mut other = pair.opts.clone();
+    other.conn = pair.opts.conn + 1;
+    match DurableServer::create(pair.server.clone(), &other, None) {
+        Err(RpcError::Malformed(m)) => assert!(m.contains("redo log in PM is"), "{m}"),
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(_) => panic!("a log of another connection was taken over"),
+    }
+    assert_eq!(
+        live(),
+        Default::default(),
+        "nothing of the refused setup is left"
+    );
+}
