@@ -69,6 +69,21 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| e.to_string())
 }
 
+/// Runs a client on a [`runtime`], as a task of a `LocalSet` (where the soft RNIC's nodes
+/// run their tasks): a completion then wakes it within the LocalSet's turn, while the
+/// future `block_on` drives runs only between turns, after a poll of the reactor (a
+/// system call and about a microsecond per wake-up).
+pub fn run_client<T: 'static>(
+    client: impl std::future::Future<Output = Result<T, String>> + 'static,
+) -> Result<T, String> {
+    let rt = runtime()?;
+    tokio::task::LocalSet::new().block_on(&rt, async move {
+        tokio::task::spawn_local(client)
+            .await
+            .map_err(|e| format!("the client task failed: {e}"))?
+    })
+}
+
 /// The command that runs `exe`, through `prefix` (e.g. `ip netns exec NS`) when it is not
 /// empty.
 pub fn server_command(exe: &Path, prefix: &[String]) -> Command {

@@ -129,29 +129,44 @@ pub fn remotelog_against(
     appends: u64,
     profile: &LatencyProfile,
 ) -> Result<(ServerConfig, Vec<RealRow>), String> {
-    let rt = crate::killloop::runtime()?;
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, async {
+    let (addr, profile) = (addr.to_string(), profile.clone());
+    crate::killloop::run_client(async move {
         let mut rows = Vec::new();
         let mut config = None;
         for update in Update::ALL {
             for primitive in Primitive::ALL {
-                let (node, cfg, mut client) = remora_soft::client::connect(addr, profile).await.map_err(|e| e.to_string())?;
+                let (node, cfg, mut client) = remora_soft::client::connect(&addr, &profile)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 config = Some(cfg);
-                let hello = client.connect(primitive, Shape::default()).await.map_err(|e| e.to_string())?;
+                let hello = client
+                    .connect(primitive, Shape::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let shape = shape_for(hello.region_len);
                 if appends > shape.capacity {
                     return Err(format!("{appends} appends do not fit the server's {}-record region (raise serve --region-bytes)", shape.capacity));
                 }
-                let method = client.method(update).map(|m| m.name.clone()).unwrap_or_default();
+                let method = client
+                    .method(update)
+                    .map(|m| m.name.clone())
+                    .unwrap_or_default();
                 let mut log = LogClient::new(client, shape, update);
                 let mut h = hdrhistogram::Histogram::<u64>::new(3).expect("histogram");
                 for _ in 0..appends {
                     let t0 = wall();
                     log.append().await.map_err(|e| e.to_string())?;
-                    h.record(t0.elapsed().as_nanos() as u64).expect("latency fits");
+                    h.record(t0.elapsed().as_nanos() as u64)
+                        .expect("latency fits");
                 }
-                rows.push(RealRow { update, primitive, method, mean_us: h.mean() / 1e3, p50_us: h.value_at_quantile(0.5) as f64 / 1e3, p99_us: h.value_at_quantile(0.99) as f64 / 1e3 });
+                rows.push(RealRow {
+                    update,
+                    primitive,
+                    method,
+                    mean_us: h.mean() / 1e3,
+                    p50_us: h.value_at_quantile(0.5) as f64 / 1e3,
+                    p99_us: h.value_at_quantile(0.99) as f64 / 1e3,
+                });
                 // Done with this scenario's connection: the server frees its slot now, not
                 // when this process exits.
                 node.close();

@@ -200,16 +200,15 @@ pub fn rpc_against(
     batch: u32,
     profile: &LatencyProfile,
 ) -> Result<String, String> {
-    let rt = crate::killloop::runtime()?;
-    let local = tokio::task::LocalSet::new();
     let batch = batch.max(1);
-    local.block_on(&rt, async {
+    let (addr, profile) = (addr.to_string(), profile.clone());
+    crate::killloop::run_client(async move {
         let settings = ClientSettings {
             design,
             batch,
             ..ClientSettings::default()
         };
-        let mut c = RealClient::connect(addr, profile, &settings)
+        let mut c = RealClient::connect(&addr, &profile, &settings)
             .await
             .map_err(|e| e.to_string())?;
         let h = c.hello.clone();
@@ -283,7 +282,10 @@ pub fn rpc_against(
                 String::new()
             }
         );
-        for (name, hist) in [("Put (until durable)", &puts), ("Get (until the reply)", &gets)] {
+        for (name, hist) in [
+            ("Put (until durable)", &puts),
+            ("Get (until the reply)", &gets),
+        ] {
             if hist.is_empty() {
                 continue;
             }
