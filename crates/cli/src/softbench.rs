@@ -52,6 +52,11 @@ const STREAM_LEAD: u8 = 0xFE;
 /// once every WRITE was applied, the same acknowledgement as [`STREAM_LEAD`]'s.
 const FRAMES_LEAD: u8 = 0xFD;
 
+/// First byte of a ping-pong connection the echo process serves from a tokio task (a
+/// current-thread runtime, epoll wake-ups: the soft RNIC server's I/O path) instead of a
+/// blocking thread.
+const TOKIO_LEAD: u8 = 0xFC;
+
 /// Remote key of the model-free frame stream's WRITEs (the sink refuses any other).
 const FRAMES_RKEY: u32 = 0x5eed;
 
@@ -79,6 +84,11 @@ pub fn echo_server(listen: &str) -> Result<(), String> {
                     ack[1..].copy_from_slice(&thread_cpu_ns().to_le_bytes());
                     let _ = s.write_all(&ack);
                 }
+                return;
+            }
+            if s.peek(&mut b[..1]).is_ok_and(|n| n == 1) && b[0] == TOKIO_LEAD {
+                let _ = s.read_exact(&mut b[..1]);
+                let _ = tokio_echo(s);
                 return;
             }
             if s.peek(&mut b[..1]).is_ok_and(|n| n == 1) && b[0] == STREAM_LEAD {
@@ -114,6 +124,42 @@ pub fn echo_server(listen: &str) -> Result<(), String> {
         });
     }
     Ok(())
+}
+
+/// Echoes a connection from a task of a current-thread tokio runtime, as the soft RNIC's
+/// server reads and writes its connections (`read_buf`, then a non-blocking write), until
+/// the peer closes.
+fn tokio_echo(s: TcpStream) -> std::io::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    s.set_nonblocking(true)?;
+    tokio::task::LocalSet::new().block_on(&rt, async move {
+        let s = tokio::net::TcpStream::from_std(s)?;
+        tokio::task::spawn_local(async move {
+            use tokio::io::AsyncReadExt;
+            let (mut r, w) = s.into_split();
+            let mut buf = Vec::with_capacity(1 << 16);
+            loop {
+                buf.clear();
+                if r.read_buf(&mut buf).await? == 0 {
+                    return Ok(());
+                }
+                let mut done = 0;
+                while done < buf.len() {
+                    match w.try_write(&buf[done..]) {
+                        Ok(n) => done += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            w.writable().await?
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        })
+        .await
+        .map_err(std::io::Error::other)?
+    })
 }
 
 /// The receiving side of the model-free frame stream: reads the soft wire's frames with
@@ -339,16 +385,15 @@ struct MethodRun {
     _keep: Box<dyn std::any::Any>,
 }
 
+/// The latency phase's series: raw, tokio client, tokio on both sides, and each method's
+/// (server, method, series).
+type LatencyRuns = (Series, Series, Series, Vec<(String, String, Series)>);
+
 /// The latency phase, side by side: an echo process and one `remora serve` per
 /// [`LATENCY_CONFIGS`] entry run together; in every round of [`ROUND`] samples the raw
-/// ping-pong, the same through tokio, and each method's singleton appends take their turn.
-/// Returns the raw series, the tokio series and each method's (server, method, series).
-#[allow(clippy::type_complexity)]
-fn latency_side_by_side(
-    exe: &Path,
-    n: u64,
-    pool_dir: &Path,
-) -> Result<(Series, Series, Vec<(String, String, Series)>), String> {
+/// ping-pong, the same through tokio (client only, then both sides), and each method's
+/// singleton appends take their turn.
+fn latency_side_by_side(exe: &Path, n: u64, pool_dir: &Path) -> Result<LatencyRuns, String> {
     let echo = Proc::start(exe, &["bench", "echo"])?;
     let mut servers = Vec::new();
     for (ci, config) in LATENCY_CONFIGS.iter().enumerate() {
@@ -377,6 +422,18 @@ fn latency_side_by_side(
             .await
             .map_err(|e| e.to_string())?;
         tok_sock.set_nodelay(true).map_err(|e| e.to_string())?;
+        // And with the echo on tokio too: both sides' I/O paths are the soft RNIC's.
+        let mut both_sock = tokio::net::TcpStream::connect(&echo_addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        both_sock.set_nodelay(true).map_err(|e| e.to_string())?;
+        {
+            use tokio::io::AsyncWriteExt;
+            both_sock
+                .write_all(&[TOKIO_LEAD])
+                .await
+                .map_err(|e| e.to_string())?;
+        }
         let mut runs = Vec::new();
         for (config, addr, server_pid) in targets {
             for p in Primitive::ALL {
@@ -409,7 +466,8 @@ fn latency_side_by_side(
         }
         let msg = [0x11u8; 64 + 32];
         let mut back = [0u8; 96];
-        let (mut raw, mut via_tokio) = (Series::default(), Series::default());
+        let (mut raw, mut via_tokio, mut both_tokio) =
+            (Series::default(), Series::default(), Series::default());
         let mut done = 0;
         while done < n {
             let k = ROUND.min(n - done);
@@ -435,6 +493,17 @@ fn latency_side_by_side(
                     via_tokio.ns.push(t0.elapsed().as_nanos() as u64);
                 }
                 via_tokio.add_cpu(&mark);
+                let mark = CpuMark::now(echo_pid);
+                for _ in 0..k {
+                    let t0 = wall();
+                    both_sock.write_all(&msg).await.map_err(|e| e.to_string())?;
+                    both_sock
+                        .read_exact(&mut back)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    both_tokio.ns.push(t0.elapsed().as_nanos() as u64);
+                }
+                both_tokio.add_cpu(&mark);
             }
             for r in &mut runs {
                 let k = k.min(r.budget - r.series.ns.len() as u64);
@@ -454,7 +523,7 @@ fn latency_side_by_side(
             .into_iter()
             .map(|r| (r.config.to_string(), r.method, r.series))
             .collect();
-        Ok::<_, String>((raw, via_tokio, rows))
+        Ok::<_, String>((raw, via_tokio, both_tokio, rows))
     };
     let out = tokio::task::LocalSet::new().block_on(&rt, async {
         tokio::task::spawn_local(measure)
@@ -496,7 +565,7 @@ pub fn run(
     // 1–2. The raw ping-pong (the floor), the same through tokio, and RemoteLog singleton
     // appends per method, interleaved round by round.
     let latency = latency_side_by_side(exe, n, &pool_dir);
-    let (raw, via_tokio, rows) = match latency {
+    let (raw, via_tokio, both_tokio, rows) = match latency {
         Ok(l) => l,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&pool_dir);
@@ -506,9 +575,12 @@ pub fn run(
     let (raw_mean, raw_p50, raw_p99, raw_slow) = quantiles(raw.ns.clone());
     let raw_cpu = raw.cpu_us();
     let (tokio_mean, tokio_p50, tokio_p99, tokio_slow) = quantiles(via_tokio.ns);
-    let _ = writeln!(out, "Interleaved: {} rounds; in each, the raw ping-pong, the same through tokio and every method take {ROUND} samples in turn, so a change of the machine's state falls on all of them alike.\n", n.div_ceil(ROUND));
+    let both_cpu = both_tokio.cpu_us();
+    let (both_mean, both_p50, both_p99, both_slow) = quantiles(both_tokio.ns);
+    let _ = writeln!(out, "Interleaved: {} rounds; in each, the raw ping-pong, the same through tokio (client, then both sides) and every method take {ROUND} samples in turn, so a change of the machine's state falls on all of them alike.\n", n.div_ceil(ROUND));
     let _ = writeln!(out, "Raw TCP ping-pong, 96 bytes: mean {raw_mean:.1} µs, p50 {raw_p50:.1} µs, p99 {raw_p99:.1} µs, {raw_slow} of {} ≥ 1 ms; CPU per round trip (user + system) {:.2} µs client, {:.2} µs echo\n", raw.ns.len(), raw_cpu.0, raw_cpu.1);
     let _ = writeln!(out, "The same ping-pong as a tokio task (the soft RNIC's I/O path, no model): mean {tokio_mean:.1} µs, p50 {tokio_p50:.1} µs ({:.2}x the raw p50), p99 {tokio_p99:.1} µs, {tokio_slow} of {n} ≥ 1 ms\n", tokio_p50 / raw_p50);
+    let _ = writeln!(out, "The same with the echo on tokio too (both sides' I/O paths are the soft RNIC's, no model): mean {both_mean:.1} µs, p50 {both_p50:.1} µs ({:.2}x the raw p50), p99 {both_p99:.1} µs, {both_slow} of {n} ≥ 1 ms; CPU per round trip {:.2} µs client, {:.2} µs echo\n", both_p50 / raw_p50, both_cpu.0, both_cpu.1);
     // 3. Streaming, raw and soft RNIC runs interleaved.
     let streams = stream_side_by_side(exe, stream_writes, &pool_dir);
     let _ = std::fs::remove_dir_all(&pool_dir);

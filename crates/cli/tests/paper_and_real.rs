@@ -368,6 +368,13 @@ fn bench_soft_reports_latency_and_cpu_per_method() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let s = text(&out.stdout);
     assert!(s.contains("CPU per round trip"), "{s}");
+    // The two tokio ping-pongs (client only, both sides) ran against the echo process.
+    assert!(s.contains("as a tokio task"), "{s}");
+    let both = s
+        .lines()
+        .find(|l| l.starts_with("The same with the echo on tokio too"))
+        .unwrap_or_else(|| panic!("no both-sides tokio series: {s}"));
+    assert!(both.contains(" of 200 ≥ 1 ms"), "{both}");
     // Every series took its samples in rounds, and the processes sat where the default
     // placement puts them (two CPUs: the benchmark on one, its peers on the other).
     assert!(s.contains("Interleaved: 2 rounds"), "{s}");
