@@ -88,6 +88,8 @@ struct State {
     unsettled: u32,
     /// Packets queued on connections but not yet written.
     unflushed: bool,
+    /// A coalescing round is under way ([`RtNode::start_coalescing`]).
+    coalescing: bool,
     /// The model time the driver's timer is set for.
     armed: Option<Instant>,
     stats: NetStats,
@@ -135,6 +137,13 @@ struct Conn {
     /// Wakes the writer task (the socket was full, or the connection is closing).
     writer: Notify,
     closing: Cell<bool>,
+    /// Packets ever queued (to tell whether tasks added any while the driver coalesced).
+    queued: Cell<u64>,
+    /// Whether tasks woken by this connection's traffic answered at once last time, so its
+    /// output waits for them ([`Conn::answers`]).
+    answers: Cell<bool>,
+    /// During a coalescing round, `queued` at its start if the connection had output then.
+    round_mark: Cell<Option<u64>>,
 }
 
 impl Conn {
@@ -142,6 +151,7 @@ impl Conn {
     /// train ending the output if it is the next one of the same QP and rkey (one frame
     /// per run of WRITEs, as a doorbell batch), or starts one; anything else is a packet.
     fn queue(&self, pkt: &Packet) {
+        self.queued.set(self.queued.get() + 1);
         let mut out = self.out.borrow_mut();
         let mut train = self.train.take();
         if !train.as_mut().is_some_and(|t| t.push(pkt, &mut out)) {
@@ -244,6 +254,7 @@ impl RtNode {
                     next_waiter: 0,
                     unsettled: 0,
                     unflushed: false,
+                    coalescing: false,
                     armed: None,
                     peers: BTreeMap::new(),
                     stats: NetStats::default(),
@@ -313,6 +324,9 @@ impl RtNode {
             write,
             writer: Notify::new(),
             closing: Cell::new(false),
+            queued: Cell::new(0),
+            answers: Cell::new(true),
+            round_mark: Cell::new(None),
         });
         self.inner.st.borrow_mut().peers.insert(peer, conn.clone());
         tokio::task::spawn_local(write_loop(conn));
@@ -402,6 +416,10 @@ impl RtNode {
         if unflushed && woken == 0 {
             self.flush();
         }
+        if unflushed && woken > 0 {
+            // Before the woken tasks run: what they will not add to leaves now.
+            self.start_coalescing();
+        }
         if (unflushed && woken > 0) || earlier {
             self.inner.kick();
         }
@@ -445,6 +463,9 @@ impl RtNode {
                 if unsettled > 0 && deferred < COALESCE_SLICES && queued < COALESCE_BYTES {
                     // The tasks just woken (a completion arrived) usually answer at once:
                     // let them run first, so their packets leave in the same write.
+                    if deferred == 0 {
+                        self.start_coalescing();
+                    }
                     deferred += 1;
                     let moved = kicked || unsettled < before;
                     before = unsettled;
@@ -584,13 +605,41 @@ impl RtNode {
         next
     }
 
-    /// Writes what the steps queued: one write per connection.
+    /// Starts a coalescing round: marks what each connection has queued, and writes at once
+    /// the output of connections whose tasks did not answer at once last time. Whether a
+    /// woken task answers depends on the protocol (a responder applying a SEND-carried
+    /// update sends nothing; one that acknowledges it does), so it is learned per
+    /// connection, as TCP learns when to delay its ACKs: holding an acknowledgement for a
+    /// task that will not answer puts the task's work before the requester's completion.
+    fn start_coalescing(&self) {
+        let mut st = self.inner.st.borrow_mut();
+        let st = &mut *st;
+        if std::mem::replace(&mut st.coalescing, true) {
+            return; // a round is under way (begun by the reader)
+        }
+        for conn in st.peers.values() {
+            let pending = !conn.out.borrow().is_empty();
+            conn.round_mark.set(pending.then(|| conn.queued.get()));
+            if pending && !conn.answers.get() {
+                st.stats.writes += 1;
+                conn.flush();
+            }
+        }
+    }
+
+    /// Writes what the steps queued: one write per connection. Ends a coalescing round: a
+    /// connection that had output when the round began answers at once if tasks queued
+    /// more on it during the round.
     fn flush(&self) {
         let mut st = self.inner.st.borrow_mut();
         let st = &mut *st;
         st.unflushed = false;
         st.unsettled = 0;
+        st.coalescing = false;
         for conn in st.peers.values() {
+            if let Some(mark) = conn.round_mark.take() {
+                conn.answers.set(conn.queued.get() > mark);
+            }
             if !conn.out.borrow().is_empty() {
                 st.stats.writes += 1;
             }

@@ -99,6 +99,11 @@ async fn pair_with(config: &str, profile: &LatencyProfile) -> (Side, Side) {
     (server, client)
 }
 
+#[allow(clippy::disallowed_methods)] // a real-time test: its clock is the wall clock
+fn wall() -> std::time::Instant {
+    std::time::Instant::now()
+}
+
 fn run<T>(f: impl std::future::Future<Output = T>) -> T {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -413,4 +418,85 @@ fn a_main_future_client_acknowledges_an_answer_with_its_next_request() {
             "{writes} writes for {ROUNDS} round trips ({sent} packets)"
         );
     });
+}
+
+/// A server task that never answers (it applies what a SEND carries, which takes its
+/// thread a while, and sends nothing) does not hold the requester's acknowledgement: the
+/// driver learns that this connection's woken tasks do not answer at once and writes its
+/// output before they run. Server and client run on threads of their own, so the client's
+/// completion time shows whether the acknowledgement waited for the server's work.
+#[test]
+fn an_acknowledgement_does_not_wait_for_a_task_that_never_answers() {
+    const ROUNDS: usize = 8;
+    const APPLY: std::time::Duration = std::time::Duration::from_millis(30);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (to_client, from_server) = std::sync::mpsc::channel();
+    let (to_server, from_client) = std::sync::mpsc::channel();
+    let server = std::thread::spawn(move || {
+        run(async move {
+            let (sock, _) = listener.accept().unwrap();
+            sock.set_nodelay(true).unwrap();
+            sock.set_nonblocking(true).unwrap();
+            let s = Side::new(0, "WSP+noDDIO+PM-RQWRB", &LatencyProfile::default_profile());
+            let (r, w) = tokio::net::TcpStream::from_std(sock).unwrap().into_split();
+            s.node.attach(1, r, w, |_| {});
+            let sqp = s.qp(QpType::Rc);
+            for i in 0..ROUNDS as u64 {
+                let buf = s.dram_sge(i * 64, 64);
+                s.node
+                    .post_recv(sqp, RecvWr { wr_id: i, sge: buf })
+                    .unwrap();
+            }
+            to_client.send(sqp).unwrap();
+            let cqp = from_client.recv().unwrap();
+            s.node.connect(sqp, 1, cqp).unwrap();
+            for _ in 0..ROUNDS {
+                let wc = next_completion(&s.node, s.rcq).await;
+                assert_eq!(wc.status, WcStatus::Success);
+                // Applying the update: CPU work that holds this thread.
+                std::thread::sleep(APPLY);
+            }
+            // Let the last acknowledgement leave before the connection goes.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        })
+    });
+    let waits = run(async move {
+        let sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+        sock.set_nodelay(true).unwrap();
+        let c = Side::new(1, "WSP+noDDIO+PM-RQWRB", &LatencyProfile::default_profile());
+        let (r, w) = sock.into_split();
+        c.node.attach(0, r, w, |_| {});
+        let cqp = c.qp(QpType::Rc);
+        let sqp = from_server.recv().unwrap();
+        to_server.send(cqp).unwrap();
+        c.node.connect(cqp, 0, sqp).unwrap();
+        let mut waits = Vec::new();
+        for i in 0..ROUNDS {
+            let t0 = wall();
+            let wr = SendWr::new(
+                i as u64,
+                Opcode::Send,
+                Payload::inline(vec![i as u8; 32]),
+                None,
+            );
+            c.node.post_send(cqp, wr).unwrap();
+            let wc = next_completion(&c.node, c.scq).await;
+            assert_eq!(wc.status, WcStatus::Success);
+            waits.push(t0.elapsed());
+            // The next SEND comes once the server is done applying this one.
+            tokio::time::sleep(APPLY * 2).await;
+        }
+        waits
+    });
+    server.join().unwrap();
+    // The first round teaches the server's driver; from then on a completion takes a round
+    // trip, not the server's apply (without learning every one takes at least APPLY).
+    let mut later: Vec<_> = waits[2..].to_vec();
+    later.sort();
+    let median = later[later.len() / 2];
+    assert!(
+        median < APPLY / 2,
+        "completions waited for the server's work: {waits:?}"
+    );
 }
