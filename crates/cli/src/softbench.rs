@@ -385,6 +385,24 @@ struct MethodRun {
     _keep: Box<dyn std::any::Any>,
 }
 
+/// `k` round trips of `msg` over a tokio socket, each one's time into `series`.
+async fn tokio_ping_pong(
+    sock: &mut tokio::net::TcpStream,
+    k: u64,
+    msg: &[u8],
+    back: &mut [u8],
+    series: &mut Series,
+) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for _ in 0..k {
+        let t0 = wall();
+        sock.write_all(msg).await.map_err(|e| e.to_string())?;
+        sock.read_exact(back).await.map_err(|e| e.to_string())?;
+        series.ns.push(t0.elapsed().as_nanos() as u64);
+    }
+    Ok(())
+}
+
 /// The latency phase's series: raw, tokio client, tokio on both sides, and each method's
 /// (server, method, series).
 type LatencyRuns = (Series, Series, Series, Vec<(String, String, Series)>);
@@ -480,30 +498,13 @@ fn latency_side_by_side(exe: &Path, n: u64, pool_dir: &Path) -> Result<LatencyRu
                 raw.ns.push(t0.elapsed().as_nanos() as u64);
             }
             raw.add_cpu(&mark);
-            {
-                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            for (sock, series) in [
+                (&mut tok_sock, &mut via_tokio),
+                (&mut both_sock, &mut both_tokio),
+            ] {
                 let mark = CpuMark::now(echo_pid);
-                for _ in 0..k {
-                    let t0 = wall();
-                    tok_sock.write_all(&msg).await.map_err(|e| e.to_string())?;
-                    tok_sock
-                        .read_exact(&mut back)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    via_tokio.ns.push(t0.elapsed().as_nanos() as u64);
-                }
-                via_tokio.add_cpu(&mark);
-                let mark = CpuMark::now(echo_pid);
-                for _ in 0..k {
-                    let t0 = wall();
-                    both_sock.write_all(&msg).await.map_err(|e| e.to_string())?;
-                    both_sock
-                        .read_exact(&mut back)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    both_tokio.ns.push(t0.elapsed().as_nanos() as u64);
-                }
-                both_tokio.add_cpu(&mark);
+                tokio_ping_pong(sock, k, &msg, &mut back, series).await?;
+                series.add_cpu(&mark);
             }
             for r in &mut runs {
                 let k = k.min(r.budget - r.series.ns.len() as u64);
