@@ -342,15 +342,19 @@ fn real_sigkill_loop_with_two_clients_catches_the_negative_controls() {
 
 #[test]
 fn real_sigkill_loop_catches_a_server_whose_connections_skip_the_store_lock() {
-    // Only with several clients: a connection overwrites the object of another's Put
-    // before that Put's watermark is durable, a SIGKILL lands in between, and recovery
-    // runs the Put again over the later one. Four clients on four keys make the overlap
-    // common (caught within a few dozen kills); the same loop on the correct design with
-    // the lock passes (`real_sigkill_loop_with_two_clients_...` above, and
-    // `rpc-crashcheck --targets correct --clients 4`).
+    // Only with several clients: connections write the same key's object without the
+    // lock, so the pool can end up holding another Put than the journal's last (two
+    // object writes cross), or a connection overwrites the object of another's Put before
+    // that Put's watermark is durable, a SIGKILL lands in between, and recovery runs the
+    // Put again over the later one. Which the judge finds first depends on the servers'
+    // scheduling. Four clients on four keys make the overlap common (caught within a few
+    // dozen kills); the same loop on the correct design with the lock passes
+    // (`real_sigkill_loop_with_two_clients_...` above, and `rpc-crashcheck --targets
+    // correct --clients 4`).
     let out = caught_with_clients("unlocked-store", "4");
     assert!(
-        out.contains("WFlush-RPC/unlocked-store/") && out.contains("executed 2 times"),
+        out.contains("WFlush-RPC/unlocked-store/")
+            && (out.contains("executed 2 times") || out.contains("caught: wrong object: ")),
         "{out}"
     );
 }

@@ -27,6 +27,10 @@ use tokio::io::AsyncReadExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Notify;
 
+/// Longest the driver waits for its turn while tasks do CPU work (`compute`, `memcpy`,
+/// `persist_local`) before they yield to it: short work runs straight on to the task's next
+/// verb, as a real CPU would, and long work still lets packets through.
+const CPU_SLICE: std::time::Duration = std::time::Duration::from_micros(20);
 /// Longest step the model's clock takes ahead of the wall clock without sleeping.
 const JUMP: Duration = Duration::from_micros(200);
 /// CPU work shorter than this is paid by the real CPU doing it: the task only yields.
@@ -202,6 +206,9 @@ struct Inner {
     /// [`RtNode::close`] was called: the driver stops once every connection is gone.
     closed: Cell<bool>,
     epoch: std::time::Instant,
+    /// Since when tasks have run without the driver having a turn (see
+    /// [`RtNode::cpu_yield`]); `None` once the driver had one.
+    cpu_since: Cell<Option<std::time::Instant>>,
 }
 
 impl Inner {
@@ -263,6 +270,7 @@ impl RtNode {
                 kicked: Cell::new(false),
                 closed: Cell::new(false),
                 epoch: wall(),
+                cpu_since: Cell::new(None),
             }),
         }
     }
@@ -448,6 +456,7 @@ impl RtNode {
             // run (coalescing) steps again only if one of them kicked: nothing else
             // changes the RNIC's state meanwhile, and a step reads the clock and runs the
             // timers, several hundred instructions a turn.
+            self.inner.cpu_since.set(None);
             let kicked = self.inner.kicked.replace(false);
             if woke || kicked {
                 next = self.step();
@@ -547,6 +556,9 @@ impl RtNode {
             }
         });
         st.unsettled += woken;
+        if woken > 0 && self.inner.cpu_since.get().is_none() {
+            self.inner.cpu_since.set(Some(wall()));
+        }
         woken
     }
 
@@ -624,6 +636,18 @@ impl RtNode {
                 st.stats.writes += 1;
                 conn.flush();
             }
+        }
+    }
+
+    /// Yields to the LocalSet's other tasks once tasks have run [`CPU_SLICE`] without the
+    /// driver having a turn (counted from the completion that woke them, or this call);
+    /// otherwise the task goes straight on (a yield would hand the driver a
+    /// turn, and a step, per piece of CPU work, between a message and its answer).
+    async fn cpu_yield(&self) {
+        match self.inner.cpu_since.get() {
+            None => self.inner.cpu_since.set(Some(wall())),
+            Some(t) if t.elapsed() > CPU_SLICE => yield_local().await,
+            Some(_) => {}
         }
     }
 
@@ -830,12 +854,12 @@ impl remora_verbs::Verbs for RtNode {
             st.rnic.sync_media();
         }
         self.inner.kick();
-        yield_local().await;
+        self.cpu_yield().await;
     }
 
     async fn compute(&self, d: Duration) {
         if d < SLEEP_MIN {
-            yield_local().await;
+            self.cpu_yield().await;
         } else {
             tokio::time::sleep(std::time::Duration::from_nanos(d.as_nanos())).await;
         }
@@ -845,6 +869,6 @@ impl remora_verbs::Verbs for RtNode {
         let buf = scratch.get(len as usize);
         self.load(src.0, src.1, buf);
         self.store(dst.0, dst.1, buf);
-        yield_local().await;
+        self.cpu_yield().await;
     }
 }
