@@ -682,6 +682,15 @@ impl Rnic {
         Ok(())
     }
 
+    /// The node a connected QP talks to (`None` for a UD QP, an unconnected or unknown one).
+    pub fn qp_peer(&self, qp: QpNum) -> Option<NodeId> {
+        self.qps
+            .get(qp.0 as usize)
+            .filter(|q| !q.freed)
+            .and_then(|q| q.remote)
+            .map(|(node, _)| node)
+    }
+
     fn qp_live(&self, qp: QpNum) -> bool {
         self.qps.get(qp.0 as usize).is_some_and(|q| !q.freed)
     }

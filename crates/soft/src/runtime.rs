@@ -141,13 +141,13 @@ struct Conn {
     /// Wakes the writer task (the socket was full, or the connection is closing).
     writer: Notify,
     closing: Cell<bool>,
-    /// Packets ever queued (to tell whether tasks added any while the driver coalesced).
-    queued: Cell<u64>,
-    /// Whether tasks woken by this connection's traffic answered at once last time, so its
-    /// output waits for them ([`Conn::answers`]).
+    /// A task posted a send on one of this connection's QPs (during a coalescing round).
+    posted: Cell<bool>,
+    /// Whether tasks posted on this connection during the last coalescing round in which
+    /// it had output waiting, so its output waits for them.
     answers: Cell<bool>,
-    /// During a coalescing round, `queued` at its start if the connection had output then.
-    round_mark: Cell<Option<u64>>,
+    /// The connection had output when the current coalescing round began.
+    in_round: Cell<bool>,
 }
 
 impl Conn {
@@ -155,7 +155,6 @@ impl Conn {
     /// train ending the output if it is the next one of the same QP and rkey (one frame
     /// per run of WRITEs, as a doorbell batch), or starts one; anything else is a packet.
     fn queue(&self, pkt: &Packet) {
-        self.queued.set(self.queued.get() + 1);
         let mut out = self.out.borrow_mut();
         let mut train = self.train.take();
         if !train.as_mut().is_some_and(|t| t.push(pkt, &mut out)) {
@@ -206,9 +205,9 @@ struct Inner {
     /// [`RtNode::close`] was called: the driver stops once every connection is gone.
     closed: Cell<bool>,
     epoch: std::time::Instant,
-    /// Since when tasks have run without the driver having a turn (see
-    /// [`RtNode::cpu_yield`]); `None` once the driver had one.
-    cpu_since: Cell<Option<std::time::Instant>>,
+    /// The driver's last turn, or the last wake-up of tasks for a completion, whichever
+    /// came later: since then tasks have run without the RNIC (see [`RtNode::cpu_yield`]).
+    cpu_since: Cell<std::time::Instant>,
 }
 
 impl Inner {
@@ -270,7 +269,7 @@ impl RtNode {
                 kicked: Cell::new(false),
                 closed: Cell::new(false),
                 epoch: wall(),
-                cpu_since: Cell::new(None),
+                cpu_since: Cell::new(wall()),
             }),
         }
     }
@@ -332,9 +331,9 @@ impl RtNode {
             write,
             writer: Notify::new(),
             closing: Cell::new(false),
-            queued: Cell::new(0),
+            posted: Cell::new(false),
             answers: Cell::new(true),
-            round_mark: Cell::new(None),
+            in_round: Cell::new(false),
         });
         self.inner.st.borrow_mut().peers.insert(peer, conn.clone());
         tokio::task::spawn_local(write_loop(conn));
@@ -456,7 +455,7 @@ impl RtNode {
             // run (coalescing) steps again only if one of them kicked: nothing else
             // changes the RNIC's state meanwhile, and a step reads the clock and runs the
             // timers, several hundred instructions a turn.
-            self.inner.cpu_since.set(None);
+            self.inner.cpu_since.set(wall());
             let kicked = self.inner.kicked.replace(false);
             if woke || kicked {
                 next = self.step();
@@ -556,8 +555,8 @@ impl RtNode {
             }
         });
         st.unsettled += woken;
-        if woken > 0 && self.inner.cpu_since.get().is_none() {
-            self.inner.cpu_since.set(Some(wall()));
+        if woken > 0 {
+            self.inner.cpu_since.set(wall());
         }
         woken
     }
@@ -617,8 +616,8 @@ impl RtNode {
         next
     }
 
-    /// Starts a coalescing round: marks what each connection has queued, and writes at once
-    /// the output of connections whose tasks did not answer at once last time. Whether a
+    /// Starts a coalescing round: notes which connections have output, and writes at once
+    /// the output of those whose tasks did not answer at once last time. Whether a
     /// woken task answers depends on the protocol (a responder applying a SEND-carried
     /// update sends nothing; one that acknowledges it does), so it is learned per
     /// connection, as TCP learns when to delay its ACKs: holding an acknowledgement for a
@@ -631,7 +630,8 @@ impl RtNode {
         }
         for conn in st.peers.values() {
             let pending = !conn.out.borrow().is_empty();
-            conn.round_mark.set(pending.then(|| conn.queued.get()));
+            conn.in_round.set(pending);
+            conn.posted.set(false);
             if pending && !conn.answers.get() {
                 st.stats.writes += 1;
                 conn.flush();
@@ -640,20 +640,19 @@ impl RtNode {
     }
 
     /// Yields to the LocalSet's other tasks once tasks have run [`CPU_SLICE`] without the
-    /// driver having a turn (counted from the completion that woke them, or this call);
-    /// otherwise the task goes straight on (a yield would hand the driver a
+    /// RNIC (since the driver's last turn, or the completion that woke them); otherwise
+    /// the task goes straight on (a yield would hand the driver a
     /// turn, and a step, per piece of CPU work, between a message and its answer).
     async fn cpu_yield(&self) {
-        match self.inner.cpu_since.get() {
-            None => self.inner.cpu_since.set(Some(wall())),
-            Some(t) if t.elapsed() > CPU_SLICE => yield_local().await,
-            Some(_) => {}
+        if self.inner.cpu_since.get().elapsed() > CPU_SLICE {
+            yield_local().await;
         }
     }
 
     /// Writes what the steps queued: one write per connection. Ends a coalescing round: a
-    /// connection that had output when the round began answers at once if tasks queued
-    /// more on it during the round.
+    /// connection that had output when the round began answers at once if a task posted a
+    /// send on it during the round (packets the RNIC made on its own, such as a FLUSH
+    /// response that waited for the data path, do not count).
     fn flush(&self) {
         let mut st = self.inner.st.borrow_mut();
         let st = &mut *st;
@@ -661,8 +660,8 @@ impl RtNode {
         st.unsettled = 0;
         st.coalescing = false;
         for conn in st.peers.values() {
-            if let Some(mark) = conn.round_mark.take() {
-                conn.answers.set(conn.queued.get() > mark);
+            if conn.in_round.take() {
+                conn.answers.set(conn.posted.get());
             }
             if !conn.out.borrow().is_empty() {
                 st.stats.writes += 1;
@@ -799,7 +798,11 @@ impl remora_verbs::Verbs for RtNode {
         let r = {
             let mut st = self.inner.st.borrow_mut();
             let now = st.model_now;
-            st.rnic.post_send(now, qp, wr)
+            let r = st.rnic.post_send(now, qp, wr);
+            if let Some(conn) = st.rnic.qp_peer(qp).and_then(|p| st.peers.get(&p)) {
+                conn.posted.set(true);
+            }
+            r
         };
         self.inner.kick();
         r
@@ -858,7 +861,11 @@ impl remora_verbs::Verbs for RtNode {
     }
 
     async fn compute(&self, d: Duration) {
-        if d < SLEEP_MIN {
+        if d == Duration::ZERO {
+            // An explicit yield point (e.g. an application that posted a batch and wants
+            // the RNIC to send it while it prepares the next).
+            yield_local().await;
+        } else if d < SLEEP_MIN {
             self.cpu_yield().await;
         } else {
             tokio::time::sleep(std::time::Duration::from_nanos(d.as_nanos())).await;
