@@ -33,7 +33,8 @@ use tokio::sync::Notify;
 const CPU_SLICE: std::time::Duration = std::time::Duration::from_micros(20);
 /// Longest step the model's clock takes ahead of the wall clock without sleeping.
 const JUMP: Duration = Duration::from_micros(200);
-/// CPU work shorter than this is paid by the real CPU doing it: the task only yields.
+/// CPU work shorter than this is paid by the real CPU doing it: the task does not sleep
+/// (and yields only after [`CPU_SLICE`]).
 const SLEEP_MIN: Duration = Duration::from_micros(50);
 /// Most scheduling slices the driver lets the tasks it woke run before it writes the
 /// packets queued so far (so an acknowledgement and the answer a task sends at once leave
