@@ -189,11 +189,16 @@ impl Conn {
         out.is_empty()
     }
 
-    /// Sends what is queued now, leaving any rest to the writer task.
-    fn flush(&self) {
-        if !self.out.borrow().is_empty() && !self.try_flush() {
+    /// Sends what is queued now, leaving any rest to the writer task; false if nothing was
+    /// queued (no write started).
+    fn flush(&self) -> bool {
+        if self.out.borrow().is_empty() {
+            return false;
+        }
+        if !self.try_flush() {
             self.writer.notify_one();
         }
+        true
     }
 }
 
@@ -633,9 +638,8 @@ impl RtNode {
             let pending = !conn.out.borrow().is_empty();
             conn.in_round.set(pending);
             conn.posted.set(false);
-            if pending && !conn.answers.get() {
+            if pending && !conn.answers.get() && conn.flush() {
                 st.stats.writes += 1;
-                conn.flush();
             }
         }
     }
@@ -664,10 +668,9 @@ impl RtNode {
             if conn.in_round.take() {
                 conn.answers.set(conn.posted.get());
             }
-            if !conn.out.borrow().is_empty() {
+            if conn.flush() {
                 st.stats.writes += 1;
             }
-            conn.flush();
         }
     }
 }
@@ -800,8 +803,11 @@ impl remora_verbs::Verbs for RtNode {
             let mut st = self.inner.st.borrow_mut();
             let now = st.model_now;
             let r = st.rnic.post_send(now, qp, wr);
-            if let Some(conn) = st.rnic.qp_peer(qp).and_then(|p| st.peers.get(&p)) {
-                conn.posted.set(true);
+            // Only a coalescing round reads it (a stream's posts skip the lookup).
+            if st.coalescing {
+                if let Some(conn) = st.rnic.qp_peer(qp).and_then(|p| st.peers.get(&p)) {
+                    conn.posted.set(true);
+                }
             }
             r
         };
