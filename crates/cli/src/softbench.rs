@@ -130,9 +130,7 @@ pub fn echo_server(listen: &str) -> Result<(), String> {
 /// server reads and writes its connections (`read_buf`, then a non-blocking write), until
 /// the peer closes.
 fn tokio_echo(s: TcpStream) -> std::io::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = crate::killloop::runtime().map_err(std::io::Error::other)?;
     s.set_nonblocking(true)?;
     tokio::task::LocalSet::new().block_on(&rt, async move {
         let s = tokio::net::TcpStream::from_std(s)?;
@@ -423,10 +421,7 @@ fn latency_side_by_side(exe: &Path, n: u64, pool_dir: &Path) -> Result<LatencyRu
         .map(|(c, s)| (*c, s.1.clone(), s.0.id()))
         .collect();
     let (echo_addr, echo_pid) = (echo.1.clone(), echo.0.id());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = crate::killloop::runtime()?;
     // The clients run as tasks of the nodes' LocalSet, as an application would: their
     // wake-ups are the LocalSet's, not a `block_on` future's (which costs the runtime a
     // non-blocking poll of the reactor per wake-up).
@@ -899,10 +894,7 @@ fn stream_side_by_side(
     let echo = Proc::start(exe, &["bench", "echo"])?;
     let pool = pool_dir.join("stream.pm");
     let server = start_server(exe, &pool, "DMP+noDDIO+PM-RQWRB")?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = crate::killloop::runtime()?;
     let (echo_addr, addr, pid) = (echo.1.clone(), server.1.clone(), server.0.id());
     let runs = tokio::task::LocalSet::new().block_on(&rt, async move {
         tokio::task::spawn_local(async move {
