@@ -75,6 +75,9 @@ pub struct NetStats {
     /// Socket writes the driver started (one per connection with output at a flush):
     /// how many packets share a write shows the coalescing.
     pub writes: u64,
+    /// Steps of the RNIC (by the driver, or by a reader for what it read): a round trip
+    /// takes one per read and one per batch of posts.
+    pub steps: u64,
 }
 
 struct State {
@@ -97,6 +100,8 @@ struct State {
     coalescing: bool,
     /// The model time the driver's timer is set for.
     armed: Option<Instant>,
+    /// The next deadline the last step found (whoever ran it: the driver or a reader).
+    next: Option<Instant>,
     stats: NetStats,
 }
 
@@ -208,17 +213,29 @@ struct Inner {
     driver: Cell<Option<Waker>>,
     /// A kick is pending (the driver has not looked since): further kicks are free.
     kicked: Cell<bool>,
+    /// The RNIC's state changed since the last step (a post, a verb, a closed connection):
+    /// the driver's next turn steps. A reader that stepped itself wakes the driver only to
+    /// coalesce or re-arm, and leaves this unset (a second step would find nothing new).
+    changed: Cell<bool>,
     /// [`RtNode::close`] was called: the driver stops once every connection is gone.
     closed: Cell<bool>,
     epoch: std::time::Instant,
-    /// The driver's last turn, or the last wake-up of tasks for a completion, whichever
-    /// came later: since then tasks have run without the RNIC (see [`RtNode::cpu_yield`]).
-    cpu_since: Cell<std::time::Instant>,
+    /// When the current CPU slice began: the first CPU work after the driver's last turn,
+    /// a wake-up of tasks for a completion, or a yield (see [`RtNode::cpu_yield`]). `None`
+    /// until such work starts, so a turn or wake-up costs no clock read.
+    cpu_since: Cell<Option<std::time::Instant>>,
 }
 
 impl Inner {
-    /// Wakes the driver (once per wake-up, however many posts ask for it).
+    /// Wakes the driver to act on a change of the RNIC's state (once per wake-up, however
+    /// many posts ask for it).
     fn kick(&self) {
+        self.changed.set(true);
+        self.wake_driver();
+    }
+
+    /// Wakes the driver without asking it to step (the caller stepped already).
+    fn wake_driver(&self) {
         if !self.kicked.replace(true) {
             if let Some(w) = self.driver.take() {
                 w.wake();
@@ -268,14 +285,16 @@ impl RtNode {
                     unflushed: false,
                     coalescing: false,
                     armed: None,
+                    next: None,
                     peers: BTreeMap::new(),
                     stats: NetStats::default(),
                 }),
                 driver: Cell::new(None),
                 kicked: Cell::new(false),
+                changed: Cell::new(false),
                 closed: Cell::new(false),
                 epoch: wall(),
-                cpu_since: Cell::new(wall()),
+                cpu_since: Cell::new(None),
             }),
         }
     }
@@ -434,7 +453,8 @@ impl RtNode {
             self.start_coalescing();
         }
         if (unflushed && woken > 0) || earlier {
-            self.inner.kick();
+            // Its deadline is in `State::next`: the driver re-arms without stepping again.
+            self.inner.wake_driver();
         }
     }
 
@@ -450,24 +470,24 @@ impl RtNode {
         let mut via_runtime = false;
         // Tasks unsettled at the last coalescing slice (to tell whether they moved).
         let mut before = u32::MAX;
-        let mut next = None;
-        // Woken by a kick or the timer (or just started): a step is due.
-        let mut woke = true;
+        // The timer fired (or the driver just started): a step is due.
+        let mut due = true;
         loop {
             if self.inner.closed.get() && self.inner.st.borrow().peers.is_empty() {
                 return;
             }
-            // Kicks from here on wake the driver again. A turn that only let woken tasks
-            // run (coalescing) steps again only if one of them kicked: nothing else
-            // changes the RNIC's state meanwhile, and a step reads the clock and runs the
-            // timers, several hundred instructions a turn.
-            self.inner.cpu_since.set(wall());
+            // Kicks from here on wake the driver again. A turn steps only if the timer
+            // fired or the RNIC's state changed since the last step: a turn that only let
+            // woken tasks run (coalescing), or that a reader woke after stepping itself,
+            // finds nothing new, and a step reads the clock and runs the timers, several
+            // hundred instructions a turn.
+            self.inner.cpu_since.set(None);
             let kicked = self.inner.kicked.replace(false);
-            if woke || kicked {
-                next = self.step();
+            if std::mem::take(&mut due) | self.inner.changed.replace(false) {
+                self.step();
                 self.wake_cq_waiters();
             }
-            woke = false;
+            let next = self.inner.st.borrow().next;
             let (unflushed, unsettled, queued) = {
                 let st = self.inner.st.borrow();
                 let queued: usize = st.peers.values().map(|c| c.out.borrow().len()).sum();
@@ -508,7 +528,6 @@ impl RtNode {
             before = u32::MAX;
             self.inner.st.borrow_mut().unsettled = 0;
             let kicked = self.inner.kicked();
-            woke = true;
             match next {
                 Some(t) => {
                     // A later deadline keeps the timer: it fires early, the step finds
@@ -527,7 +546,10 @@ impl RtNode {
                     tokio::select! {
                         biased;
                         _ = kicked => {}
-                        _ = sleep.as_mut() => self.inner.st.borrow_mut().armed = None,
+                        _ = sleep.as_mut() => {
+                            self.inner.st.borrow_mut().armed = None;
+                            due = true;
+                        }
                     }
                 }
                 None => {
@@ -562,7 +584,7 @@ impl RtNode {
         });
         st.unsettled += woken;
         if woken > 0 {
-            self.inner.cpu_since.set(wall());
+            self.inner.cpu_since.set(None);
         }
         woken
     }
@@ -572,6 +594,7 @@ impl RtNode {
         let mut guard = self.inner.st.borrow_mut();
         let st = &mut *guard;
         let mut now = self.inner.now(st);
+        st.stats.steps += 1;
         let mut queued = 0;
         let next = loop {
             st.rnic.handle_timeout(now);
@@ -612,6 +635,7 @@ impl RtNode {
                 other => break other,
             }
         };
+        st.next = next;
         if queued > 0 {
             // Whatever the queued packets acknowledge is on stable storage before they
             // leave (at the next flush): one sync covers every line that entered the
@@ -644,13 +668,20 @@ impl RtNode {
         }
     }
 
-    /// Yields to the LocalSet's other tasks once tasks have run [`CPU_SLICE`] without the
-    /// RNIC (since the driver's last turn, or the completion that woke them); otherwise
-    /// the task goes straight on (a yield would hand the driver a
-    /// turn, and a step, per piece of CPU work, between a message and its answer).
+    /// Yields to the LocalSet's other tasks once tasks have done CPU work for [`CPU_SLICE`]
+    /// without the RNIC (the slice starts at the first such work after the driver's last
+    /// turn, the completion that woke them, or the last yield); otherwise the task goes
+    /// straight on (a yield would hand the driver a turn, and a step, per piece of CPU
+    /// work, between a message and its answer).
     async fn cpu_yield(&self) {
-        if self.inner.cpu_since.get().elapsed() > CPU_SLICE {
-            yield_local().await;
+        match self.inner.cpu_since.get() {
+            None => self.inner.cpu_since.set(Some(wall())),
+            Some(t) if t.elapsed() > CPU_SLICE => {
+                yield_local().await;
+                // The others had their turn: a new slice begins with the next CPU work.
+                self.inner.cpu_since.set(None);
+            }
+            Some(_) => {}
         }
     }
 
