@@ -220,9 +220,9 @@ struct Inner {
     /// [`RtNode::close`] was called: the driver stops once every connection is gone.
     closed: Cell<bool>,
     epoch: std::time::Instant,
-    /// When the current CPU slice began: the first CPU work after the driver's last turn,
-    /// a wake-up of tasks for a completion, or a yield (see [`RtNode::cpu_yield`]). `None`
-    /// until such work starts, so a turn or wake-up costs no clock read.
+    /// When the current CPU slice began: the first CPU work after the driver's last turn
+    /// or a wake-up of tasks for a completion (see [`RtNode::cpu_yield`]). `None` until
+    /// such work starts, so a turn or wake-up costs no clock read.
     cpu_since: Cell<Option<std::time::Instant>>,
 }
 
@@ -670,17 +670,16 @@ impl RtNode {
 
     /// Yields to the LocalSet's other tasks once tasks have done CPU work for [`CPU_SLICE`]
     /// without the RNIC (the slice starts at the first such work after the driver's last
-    /// turn, the completion that woke them, or the last yield); otherwise the task goes
-    /// straight on (a yield would hand the driver a turn, and a step, per piece of CPU
-    /// work, between a message and its answer).
+    /// turn or the completion that woke them), and at every piece of CPU work after that
+    /// until the driver's next turn; before, the task goes straight on (a yield would hand
+    /// the driver a turn, and a step, per piece of CPU work, between a message and its
+    /// answer). Once the slice is spent, tasks doing CPU work take turns: connections
+    /// that share state interleave as on a preemptive CPU (the unlocked-store negative
+    /// control of the durable RPCs relies on it to be caught).
     async fn cpu_yield(&self) {
         match self.inner.cpu_since.get() {
             None => self.inner.cpu_since.set(Some(wall())),
-            Some(t) if t.elapsed() > CPU_SLICE => {
-                yield_local().await;
-                // The others had their turn: a new slice begins with the next CPU work.
-                self.inner.cpu_since.set(None);
-            }
+            Some(t) if t.elapsed() > CPU_SLICE => yield_local().await,
             Some(_) => {}
         }
     }
