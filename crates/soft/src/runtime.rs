@@ -220,10 +220,9 @@ struct Inner {
     /// [`RtNode::close`] was called: the driver stops once every connection is gone.
     closed: Cell<bool>,
     epoch: std::time::Instant,
-    /// When the current CPU slice began: the first CPU work after the driver's last turn
-    /// or a wake-up of tasks for a completion (see [`RtNode::cpu_yield`]). `None` until
-    /// such work starts, so a turn or wake-up costs no clock read.
-    cpu_since: Cell<Option<std::time::Instant>>,
+    /// The driver's last turn, or the last wake-up of tasks for a completion, whichever
+    /// came later: since then tasks have run without the RNIC (see [`RtNode::cpu_yield`]).
+    cpu_since: Cell<std::time::Instant>,
 }
 
 impl Inner {
@@ -294,7 +293,7 @@ impl RtNode {
                 changed: Cell::new(false),
                 closed: Cell::new(false),
                 epoch: wall(),
-                cpu_since: Cell::new(None),
+                cpu_since: Cell::new(wall()),
             }),
         }
     }
@@ -481,7 +480,7 @@ impl RtNode {
             // woken tasks run (coalescing), or that a reader woke after stepping itself,
             // finds nothing new, and a step reads the clock and runs the timers, several
             // hundred instructions a turn.
-            self.inner.cpu_since.set(None);
+            self.inner.cpu_since.set(wall());
             let kicked = self.inner.kicked.replace(false);
             if std::mem::take(&mut due) | self.inner.changed.replace(false) {
                 self.step();
@@ -584,7 +583,7 @@ impl RtNode {
         });
         st.unsettled += woken;
         if woken > 0 {
-            self.inner.cpu_since.set(None);
+            self.inner.cpu_since.set(wall());
         }
         woken
     }
@@ -668,19 +667,17 @@ impl RtNode {
         }
     }
 
-    /// Yields to the LocalSet's other tasks once tasks have done CPU work for [`CPU_SLICE`]
-    /// without the RNIC (the slice starts at the first such work after the driver's last
-    /// turn or the completion that woke them), and at every piece of CPU work after that
-    /// until the driver's next turn; before, the task goes straight on (a yield would hand
-    /// the driver a turn, and a step, per piece of CPU work, between a message and its
-    /// answer). Once the slice is spent, tasks doing CPU work take turns: connections
-    /// that share state interleave as on a preemptive CPU (the unlocked-store negative
-    /// control of the durable RPCs relies on it to be caught).
+    /// Yields to the LocalSet's other tasks once tasks have run [`CPU_SLICE`] without the
+    /// RNIC (since the driver's last turn, or the completion that woke them), and at every
+    /// piece of CPU work after that until the driver's next turn; before, the task goes
+    /// straight on (a yield would hand the driver a turn, and a step, per piece of CPU
+    /// work, between a message and its answer). Once the slice is spent, tasks doing CPU
+    /// work take turns: connections that share state interleave as on a preemptive CPU
+    /// (the unlocked-store negative control of the durable RPCs relies on it to be
+    /// caught).
     async fn cpu_yield(&self) {
-        match self.inner.cpu_since.get() {
-            None => self.inner.cpu_since.set(Some(wall())),
-            Some(t) if t.elapsed() > CPU_SLICE => yield_local().await,
-            Some(_) => {}
+        if self.inner.cpu_since.get().elapsed() > CPU_SLICE {
+            yield_local().await;
         }
     }
 
