@@ -437,11 +437,11 @@ impl RtNode {
     /// woken (a woken task may answer too: then the driver coalesces, as after any step).
     /// The driver is kicked only if it has something to do: coalescing, or an earlier timer.
     fn after_receive(&self) {
-        let next = self.step();
+        self.step();
         let woken = self.wake_cq_waiters();
         let (unflushed, earlier) = {
             let st = self.inner.st.borrow();
-            let earlier = next.is_some_and(|t| st.armed.is_none_or(|a| t < a));
+            let earlier = st.next.is_some_and(|t| st.armed.is_none_or(|a| t < a));
             (st.unflushed, earlier)
         };
         if unflushed && woken == 0 {
@@ -482,15 +482,15 @@ impl RtNode {
             // hundred instructions a turn.
             self.inner.cpu_since.set(wall());
             let kicked = self.inner.kicked.replace(false);
+            // `|`, not `||`: both flags are spent by this turn's step.
             if std::mem::take(&mut due) | self.inner.changed.replace(false) {
                 self.step();
                 self.wake_cq_waiters();
             }
-            let next = self.inner.st.borrow().next;
-            let (unflushed, unsettled, queued) = {
+            let (next, unflushed, unsettled, queued) = {
                 let st = self.inner.st.borrow();
                 let queued: usize = st.peers.values().map(|c| c.out.borrow().len()).sum();
-                (st.unflushed, st.unsettled, queued)
+                (st.next, st.unflushed, st.unsettled, queued)
             };
             if unflushed {
                 if unsettled > 0 && deferred < COALESCE_SLICES && queued < COALESCE_BYTES {
@@ -588,8 +588,9 @@ impl RtNode {
         woken
     }
 
-    /// Does everything due now or within [`JUMP`]; returns the next deadline beyond.
-    fn step(&self) -> Option<Instant> {
+    /// Does everything due now or within [`JUMP`]; leaves the next deadline beyond in
+    /// `State::next`.
+    fn step(&self) {
         let mut guard = self.inner.st.borrow_mut();
         let st = &mut *guard;
         let mut now = self.inner.now(st);
@@ -642,7 +643,6 @@ impl RtNode {
             st.rnic.sync_media();
             st.unflushed = true;
         }
-        next
     }
 
     /// Starts a coalescing round: notes which connections have output, and writes at once
