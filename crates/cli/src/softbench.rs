@@ -302,7 +302,26 @@ impl Proc {
     }
 }
 impl Drop for Proc {
+    /// Asks the peer to stop (SIGTERM: a server shuts down cleanly, as its user would stop
+    /// it, and an instrumented build writes its profile) and kills it if it has not ended
+    /// within two seconds.
     fn drop(&mut self) {
+        // SAFETY: kill(2) with a child's pid that has not been reaped yet, so it cannot be
+        // another process's.
+        let asked = unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) } == 0;
+        let deadline = wall() + std::time::Duration::from_secs(2);
+        while asked && wall() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        if asked {
+            eprintln!(
+                "peer {} did not stop within 2 s of SIGTERM; killed",
+                self.0.id()
+            );
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -533,6 +552,12 @@ fn latency_side_by_side(exe: &Path, n: u64, pool_dir: &Path) -> Result<LatencyRu
     out
 }
 
+/// How this binary was built, for the report: `scripts/pgo-build.sh` sets `REMORA_BUILD`
+/// (a profile-guided build lays the hot path out differently, which moves the figures).
+pub fn build() -> &'static str {
+    option_env!("REMORA_BUILD").unwrap_or("plain release (cargo build --release)")
+}
+
 /// Runs the benchmark; returns a Markdown report.
 pub fn run(
     exe: &Path,
@@ -545,6 +570,7 @@ pub fn run(
         String::from("# Soft RNIC versus raw TCP (loopback, side by side in one run)\n\n");
     let pinned = placement.cpus().filter(|&(me, _)| pin_to(me));
     PEER_CPU.with(|c| c.set(pinned.map(|p| p.1)));
+    let _ = writeln!(out, "Build: {}\n", build());
     let _ = writeln!(
         out,
         "Placement: {}\n",

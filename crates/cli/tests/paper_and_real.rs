@@ -368,6 +368,16 @@ fn bench_soft_reports_latency_and_cpu_per_method() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let s = text(&out.stdout);
     assert!(s.contains("CPU per round trip"), "{s}");
+    // The report names the build it measured (the library this test links was built
+    // alongside the binary, with the same REMORA_BUILD or none).
+    let build = remora_cli::softbench::build();
+    assert!(s.contains(&format!("Build: {build}\n")), "{s}");
+    // The peers stopped on SIGTERM (a peer that does not is killed and reported).
+    assert!(
+        !text(&out.stderr).contains("did not stop"),
+        "{}",
+        text(&out.stderr)
+    );
     // The two tokio ping-pongs (client only, both sides) ran against the echo process.
     assert!(s.contains("as a tokio task"), "{s}");
     let both = s
