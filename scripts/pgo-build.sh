@@ -11,7 +11,7 @@
 # stream (`bench soft --stream-only`), and the simulator's RemoteLog. The profile then
 # steers a second build. The binary says it is a PGO build in `bench soft`'s header.
 #
-# Usage: scripts/pgo-build.sh            (about 6 minutes on 2 cores)
+# Usage: scripts/pgo-build.sh            (about 4 minutes on 2 cores with a warm cargo cache, 7 from cold)
 # Needs: rustup's llvm-tools component (installed here if missing, for llvm-profdata).
 set -euo pipefail
 cd "$(dirname "$0")/.."
