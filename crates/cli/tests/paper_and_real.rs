@@ -385,6 +385,20 @@ fn bench_soft_reports_latency_and_cpu_per_method() {
         .find(|l| l.starts_with("The same with the echo on tokio too"))
         .unwrap_or_else(|| panic!("no both-sides tokio series: {s}"));
     assert!(both.contains(" of 200 ≥ 1 ms"), "{both}");
+    // The means the model check is calibrated with.
+    let mean_of = |line: &str| -> f64 {
+        line.split("mean ")
+            .nth(1)
+            .and_then(|m| m.split(' ').next())
+            .and_then(|m| m.parse().ok())
+            .unwrap_or_else(|| panic!("no mean in {line}"))
+    };
+    let raw_mean = mean_of(
+        s.lines()
+            .find(|l| l.starts_with("Raw TCP ping-pong"))
+            .unwrap(),
+    );
+    let both_mean = mean_of(both);
     // Every series took its samples in rounds, and the processes sat where the default
     // placement puts them (two CPUs: the benchmark on one, its peers on the other).
     assert!(s.contains("Interleaved: 2 rounds"), "{s}");
@@ -421,5 +435,20 @@ fn bench_soft_reports_latency_and_cpu_per_method() {
         // Somebody worked on every append, and no side spent more than a millisecond on one.
         assert!(client > 0.0 && client < 1000.0, "{r:?}");
         assert!(server > 0.0 && server < 1000.0, "{r:?}");
+        // The attribution's prediction differs from the strict one by exactly the
+        // difference of the two round trips it was calibrated with (each method is one
+        // round trip in the model), to the rounding of the printed figures.
+        let (mean, strict, via_io): (f64, f64, f64) = (
+            r[3].parse().unwrap(),
+            r[11].parse().unwrap(),
+            r[13].parse().unwrap(),
+        );
+        assert!(
+            ((via_io - strict) - (both_mean - raw_mean)).abs() <= 0.25,
+            "{r:?}: round trips {raw_mean} and {both_mean}"
+        );
+        let (ratio_strict, ratio_io): (f64, f64) = (r[12].parse().unwrap(), r[14].parse().unwrap());
+        assert!((ratio_strict - mean / strict).abs() <= 0.02, "{r:?}");
+        assert!((ratio_io - mean / via_io).abs() <= 0.02, "{r:?}");
     }
 }
