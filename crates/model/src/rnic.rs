@@ -329,13 +329,41 @@ pub struct Rnic {
     doorbells: Vec<QpNum>,
     tx_free: Instant,
     timers: BinaryHeap<Reverse<(Instant, u64, Timer)>>,
-    cqe_pending: BinaryHeap<Reverse<(Instant, u64, u32)>>,
-    cqe_store: BTreeMap<u64, WorkCompletion>,
+    /// Completions waiting for their time, each carried in its entry (no side table to
+    /// insert into and remove from per completion).
+    cqe_pending: BinaryHeap<Reverse<PendingCqe>>,
     seq: u64,
     alloc_next: [u64; 2],
     events: Option<Vec<NodeEvent>>,
     stats: RnicStats,
     ext: transport::RnicExt,
+}
+
+/// A completion the RNIC has made but not yet delivered to its CQ: delivered in order of
+/// time, then of creation (`seq`, unique).
+#[derive(Debug)]
+struct PendingCqe {
+    at: Instant,
+    seq: u64,
+    cq: u32,
+    wc: WorkCompletion,
+}
+
+impl PartialEq for PendingCqe {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for PendingCqe {}
+impl PartialOrd for PendingCqe {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for PendingCqe {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
 }
 
 /// Base of the PM physical range, so DRAM and PM addresses never collide in traces.
@@ -379,7 +407,6 @@ impl Rnic {
             tx_free: Instant::ZERO,
             timers: BinaryHeap::new(),
             cqe_pending: BinaryHeap::new(),
-            cqe_store: BTreeMap::new(),
             seq: 0,
             alloc_next: [0x1000, PM_BASE],
             events: None,
@@ -561,14 +588,7 @@ impl Rnic {
                 "completion queue in use by a queue pair: destroy the queue pair first",
             ));
         }
-        let store = &mut self.cqe_store;
-        self.cqe_pending.retain(|Reverse((_, seq, c))| {
-            let keep = *c != cq.0;
-            if !keep {
-                store.remove(seq);
-            }
-            keep
-        });
+        self.cqe_pending.retain(|Reverse(p)| p.cq != cq.0);
         // Depth 0 marks a destroyed CQ (`create_cq` refuses depth 0).
         self.cqs[cq.0 as usize] = Cq::default();
         self.free_cqs.push(cq.0);
@@ -857,7 +877,7 @@ impl Rnic {
     /// When [`handle_timeout`](Self::handle_timeout) must next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let t = self.timers.peek().map(|Reverse((t, _, _))| *t);
-        let c = self.cqe_pending.peek().map(|Reverse((t, _, _))| *t);
+        let c = self.cqe_pending.peek().map(|Reverse(p)| p.at);
         match (t, c) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -867,15 +887,12 @@ impl Rnic {
     /// Runs everything due at or before `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.hier.advance(now);
-        while let Some(&Reverse((t, seq, cq))) = self.cqe_pending.peek() {
-            if t > now {
-                break;
-            }
-            self.cqe_pending.pop();
-            let wc = self
-                .cqe_store
-                .remove(&seq)
-                .expect("pending completion stored");
+        while self
+            .cqe_pending
+            .peek()
+            .is_some_and(|Reverse(p)| p.at <= now)
+        {
+            let Reverse(PendingCqe { at: t, cq, wc, .. }) = self.cqe_pending.pop().expect("peeked");
             let c = &mut self.cqs[cq as usize];
             // A full CQ is an overrun; real RNICs move the QP to error. We keep the newest
             // bound by refusing growth and flag it loudly rather than growing silently.
@@ -884,8 +901,9 @@ impl Rnic {
                 "completion queue {cq} overrun (depth {})",
                 c.depth
             );
-            c.entries.push_back(wc.clone());
-            self.event(t, EventKind::Completed, wc.qp, wc.wr_id);
+            let (qp, wr_id) = (wc.qp, wc.wr_id);
+            c.entries.push_back(wc);
+            self.event(t, EventKind::Completed, qp, wr_id);
         }
         while let Some(&Reverse((t, _, timer))) = self.timers.peek() {
             if t > now {
@@ -983,7 +1001,6 @@ impl Rnic {
         self.outbox.clear();
         self.timers.clear();
         self.cqe_pending.clear();
-        self.cqe_store.clear();
         self.pds.clear();
         self.free_pds.clear();
         self.tx_free = now;

@@ -384,8 +384,12 @@ impl Rnic {
             return;
         }
         self.seq += 1;
-        self.cqe_store.insert(self.seq, wc);
-        self.cqe_pending.push(Reverse((at, self.seq, cq.0)));
+        self.cqe_pending.push(Reverse(PendingCqe {
+            at,
+            seq: self.seq,
+            cq: cq.0,
+            wc,
+        }));
     }
 
     /// Completes request `idx` with an error and moves the QP to ERROR: every later
