@@ -1189,3 +1189,48 @@ fn destroyed_objects_free_their_numbers_and_a_reused_qp_ignores_its_old_peer() {
     assert_eq!(live(), steady);
     assert_eq!(p.server.alloc_pd().unwrap(), pd, "numbers are reused");
 }
+
+/// `ibv_destroy_cq` discards the completions still on their way to the CQ: a receive
+/// completion that waits for its DMA to become visible when its QP and CQ are destroyed
+/// never reaches the CQ that reuses the number. The same run without the teardown shows
+/// the completion was indeed pending at that moment.
+#[test]
+fn a_destroyed_cq_takes_its_pending_completions_with_it() {
+    // Runs until the server has executed the client's SEND but not yet delivered its
+    // receive completion; then tears the CQ down (or not) and creates one again.
+    let run = |teardown: bool| -> usize {
+        let p = Pair::new(11, cfg("DMP+noDDIO+PM-RQWRB"));
+        p.server.post_recv(p.sqp, p.recv(1, 0, 64)).unwrap();
+        p.client
+            .post_send(p.cqp, p.send(10, pattern(64, 7)))
+            .unwrap();
+        let server = |f: &dyn Fn(&mut remora_model::rnic::Rnic) -> u64| {
+            p.sim.with_rnic(p.server.id(), |r, _| f(r))
+        };
+        let executed = server(&|r| r.stats().requests_executed);
+        let mut t = p.sim.now();
+        while server(&|r| r.stats().requests_executed) == executed {
+            t = t + Duration::from_nanos(1);
+            assert!(t < Instant::from_nanos(1_000_000), "the SEND never arrived");
+            p.sim.run_until(t);
+        }
+        assert_eq!(server(&|r| r.cq_len(p.scq) as u64), 0, "not delivered yet");
+        let cq = if teardown {
+            p.server.destroy_qp(p.sqp).unwrap();
+            p.server.destroy_cq(p.scq).unwrap();
+            let cq = p.server.create_cq(64).unwrap();
+            assert_eq!(cq, p.scq, "the number is reused");
+            cq
+        } else {
+            p.scq
+        };
+        p.sim.run();
+        server(&|r| r.cq_len(cq) as u64) as usize
+    };
+    assert_eq!(run(false), 1, "the completion was pending");
+    assert_eq!(
+        run(true),
+        0,
+        "a destroyed CQ's completion reached its successor"
+    );
+}
