@@ -1210,7 +1210,7 @@ fn a_destroyed_cq_takes_its_pending_completions_with_it() {
         let executed = server(&|r| r.stats().requests_executed);
         let mut t = p.sim.now();
         while server(&|r| r.stats().requests_executed) == executed {
-            t = t + Duration::from_nanos(1);
+            t += Duration::from_nanos(1);
             assert!(t < Instant::from_nanos(1_000_000), "the SEND never arrived");
             p.sim.run_until(t);
         }
