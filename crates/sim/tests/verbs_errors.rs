@@ -1204,17 +1204,15 @@ fn a_destroyed_cq_takes_its_pending_completions_with_it() {
         p.client
             .post_send(p.cqp, p.send(10, pattern(64, 7)))
             .unwrap();
-        let server = |f: &dyn Fn(&mut remora_model::rnic::Rnic) -> u64| {
-            p.sim.with_rnic(p.server.id(), |r, _| f(r))
-        };
-        let executed = server(&|r| r.stats().requests_executed);
+        let queued = |cq| p.sim.with_rnic(p.server.id(), |r, _| r.cq_len(cq));
+        let executed = p.server_stats().requests_executed;
         let mut t = p.sim.now();
-        while server(&|r| r.stats().requests_executed) == executed {
+        while p.server_stats().requests_executed == executed {
             t += Duration::from_nanos(1);
             assert!(t < Instant::from_nanos(1_000_000), "the SEND never arrived");
             p.sim.run_until(t);
         }
-        assert_eq!(server(&|r| r.cq_len(p.scq) as u64), 0, "not delivered yet");
+        assert_eq!(queued(p.scq), 0, "not delivered yet");
         let cq = if teardown {
             p.server.destroy_qp(p.sqp).unwrap();
             p.server.destroy_cq(p.scq).unwrap();
@@ -1225,7 +1223,7 @@ fn a_destroyed_cq_takes_its_pending_completions_with_it() {
             p.scq
         };
         p.sim.run();
-        server(&|r| r.cq_len(cq) as u64) as usize
+        queued(cq)
     };
     assert_eq!(run(false), 1, "the completion was pending");
     assert_eq!(
