@@ -124,6 +124,18 @@ fn remotelog_runs_unchanged_against_a_soft_rnic_server() {
     let pool = std::env::temp_dir().join(format!("remora-serve-test-{}.pm", std::process::id()));
     let _ = std::fs::remove_file(&pool);
     let server = Server::start(&pool, "MHP+DDIO+PM-RQWRB");
+    // A second server on the same pool (either protocol's) is refused, naming the first;
+    // the first goes on serving (the RemoteLog run below).
+    for cmd in [&["serve"][..], &["rpc-serve", "--design", "W-RFlush-RPC"]] {
+        let pool = pool.to_str().unwrap();
+        let config = ["--listen", "127.0.0.1:0", "--pool", pool];
+        let out = remora(&[cmd, &config, &["--config", "MHP+DDIO+PM-RQWRB"]].concat());
+        let cmd = cmd[0];
+        assert!(!out.status.success(), "{cmd} on a pool in use");
+        let err = text(&out.stderr);
+        let holder = format!("in use by another process (pid {})", server.0.id());
+        assert!(err.contains(&holder), "{cmd}: {err}");
+    }
     let out = remora(&["remotelog", "--server", &server.1, "--appends", "50"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let s = text(&out.stdout);
@@ -448,7 +460,10 @@ fn bench_soft_reports_latency_and_cpu_per_method() {
             "{r:?}: round trips {raw_mean} and {both_mean}"
         );
         let (ratio_strict, ratio_io): (f64, f64) = (r[12].parse().unwrap(), r[14].parse().unwrap());
-        assert!((ratio_strict - mean / strict).abs() <= 0.02, "{r:?}");
-        assert!((ratio_io - mean / via_io).abs() <= 0.02, "{r:?}");
+        // Each ratio to the rounding of the figures it is printed from (0.05 µs each, and
+        // 0.005 for the ratio): a loaded machine's large ratios carry larger errors.
+        let tol = |pred: f64| 0.005 + 0.05 / pred + 0.05 * mean / (pred * pred) + 1e-9;
+        assert!((ratio_strict - mean / strict).abs() <= tol(strict), "{r:?}");
+        assert!((ratio_io - mean / via_io).abs() <= tol(via_io), "{r:?}");
     }
 }

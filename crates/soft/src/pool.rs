@@ -16,12 +16,24 @@
 //! `clwb` (or `clflushopt`, `clflush`) and one `sfence` instead ([`SyncMode::MapSync`],
 //! [`crate::dax`]); the pool asks the kernel for such a mapping, and its refusal is how it
 //! tells a page-cache-backed file from a DAX one.
+//!
+//! One server at a time: an open pool holds an exclusive `flock` on its file for as long as
+//! it lives, so a second server on the same file is refused (naming the holder's pid)
+//! instead of writing over the first one's data; the kernel drops the lock when the holder
+//! dies, so a restart after `kill -9` takes it at once. A new pool is made whole under a
+//! temporary name (header written and synced, every block allocated) and only then linked
+//! to its path, so no crash or concurrent start leaves a half-made file where a pool
+//! belongs. Its blocks are allocated up front, as PMDK's pools are: a file system too
+//! small for the pool says so at start-up, not with a `SIGBUS` when a store first touches
+//! a hole in the mapping under load.
 
 use crate::dax::{SyncMap, WriteBack, CACHE_LINE};
 use memmap2::MmapMut;
 use remora_model::mem::{PmMedia, SparseMem, PAGE_BYTES};
 use remora_model::rnic::PM_BASE;
 use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"REMORAPM";
@@ -61,6 +73,27 @@ pub enum PoolError {
         path: PathBuf,
         /// What is wrong.
         why: &'static str,
+    },
+    /// Another process holds the pool (a pool serves one server at a time).
+    #[error(
+        "pool {path}: in use by another process{}; a pool serves one server at a time",
+        holder.map(|pid| format!(" (pid {pid})")).unwrap_or_default()
+    )]
+    InUse {
+        /// The pool file.
+        path: PathBuf,
+        /// The holder's pid, as `/proc/locks` names it.
+        holder: Option<u32>,
+    },
+    /// The file system cannot hold the pool's blocks.
+    #[error("pool {path}: needs {need} bytes on its file system, which has {free} free")]
+    NoSpace {
+        /// The pool file.
+        path: PathBuf,
+        /// Bytes the pool file needs.
+        need: u64,
+        /// Bytes the file system has free for this user.
+        free: u64,
     },
     /// Smaller than asked or than the header says.
     #[error("pool {path}: {have} bytes, need {need}")]
@@ -155,6 +188,8 @@ impl std::ops::DerefMut for Mapping {
 #[derive(Debug)]
 pub struct Pool {
     path: PathBuf,
+    /// Open for the pool's life: it holds the exclusive lock.
+    _file: File,
     map: Mapping,
     /// Byte range of the mapping written since the last `sync`.
     dirty: Option<(usize, usize)>,
@@ -179,7 +214,8 @@ fn header(len: u64) -> [u8; HEADER_BYTES as usize] {
 
 impl Pool {
     /// Opens the pool at `path`, creating it with a data area of `len` bytes if it does not
-    /// exist. An existing file must be a valid pool at least `len` bytes large.
+    /// exist. An existing file must be a valid pool at least `len` bytes large, and no other
+    /// process may have it open ([`PoolError::InUse`]).
     pub fn open_or_create(path: &Path, len: u64) -> Result<Pool, PoolError> {
         let io = |err| PoolError::Io {
             path: path.to_path_buf(),
@@ -192,21 +228,22 @@ impl Pool {
                 need: MIN_POOL_BYTES,
             });
         }
-        let created = !path.exists();
-        let file: File = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(created)
-            .truncate(false)
-            .open(path)
-            .map_err(io)?;
-        if created {
-            file.set_len(HEADER_BYTES + len).map_err(io)?;
-            let mut map = unsafe_map(&file).map_err(io)?;
-            map[..HEADER_BYTES as usize].copy_from_slice(&header(len));
-            map.flush_range(0, HEADER_BYTES as usize).map_err(io)?;
-            file.sync_all().map_err(io)?;
-        }
+        remove_stale_creations(path);
+        let (file, created) = loop {
+            match OpenOptions::new().read(true).write(true).open(path) {
+                Ok(file) => {
+                    lock(path, &file)?;
+                    break (file, false);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    // Someone else may publish a pool at `path` meanwhile: then open theirs.
+                    if let Some(file) = create(path, len)? {
+                        break (file, true);
+                    }
+                }
+                Err(e) => return Err(io(e)),
+            }
+        };
         let size = file.metadata().map_err(io)?.len();
         if size < HEADER_BYTES {
             return Err(PoolError::NotAPool(path.to_path_buf()));
@@ -255,8 +292,11 @@ impl Pool {
                 need: len,
             });
         }
+        // A pool created sparse (by an older build, or copied) gets its holes filled now.
+        allocate(path, &file, HEADER_BYTES + data_len)?;
         Ok(Pool {
             path: path.to_path_buf(),
+            _file: file,
             map,
             dirty: None,
             dirty_lines: Vec::new(),
@@ -345,11 +385,193 @@ fn map_for_durability(
     }
 }
 
+/// Makes a new pool at `path` under a temporary name in the same directory (created
+/// exclusively, locked, allocated, header written and synced), then links it to `path`.
+/// `None` if another process published a pool at `path` first (the caller opens that).
+fn create(path: &Path, len: u64) -> Result<Option<File>, PoolError> {
+    let io = |err| PoolError::Io {
+        path: path.to_path_buf(),
+        err,
+    };
+    static CREATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = CREATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = creation_name(path, std::process::id(), n).ok_or_else(|| {
+        io(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a file path",
+        ))
+    })?;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(io)?;
+    // Whatever happens from here, the temporary name goes; a published pool keeps its link.
+    struct Unlink<'a>(&'a Path);
+    impl Drop for Unlink<'_> {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(self.0);
+        }
+    }
+    let _unlink = Unlink(&tmp);
+    lock(path, &file)?;
+    let size = HEADER_BYTES + len;
+    let free = free_bytes(&tmp).map_err(io)?;
+    if free < size {
+        return Err(PoolError::NoSpace {
+            path: path.to_path_buf(),
+            need: size,
+            free,
+        });
+    }
+    file.set_len(size).map_err(io)?;
+    allocate(path, &file, size)?;
+    file.write_all_at(&header(len), 0).map_err(io)?;
+    file.sync_all().map_err(io)?;
+    match std::fs::hard_link(&tmp, path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(None),
+        Err(e) => return Err(io(e)),
+    }
+    // The new name is durable too (a no-op on file systems in memory).
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+    }
+    Ok(Some(file))
+}
+
+/// The temporary name a creator of the pool at `path` uses: `.<name>.creating-<pid>-<n>`
+/// beside it (`n` tells apart the creators of one process).
+fn creation_name(path: &Path, pid: u32, n: u64) -> Option<PathBuf> {
+    Some(path.with_file_name(format!("{}{pid}-{n}", creation_prefix(path)?)))
+}
+
+fn creation_prefix(path: &Path) -> Option<String> {
+    Some(format!(
+        ".{}.creating-",
+        path.file_name()?.to_string_lossy()
+    ))
+}
+
+/// Removes temporary files that creators of the pool at `path` left behind when they died
+/// mid-creation (their pid is gone); a live creator's file is left alone.
+fn remove_stale_creations(path: &Path) {
+    let Some(prefix) = creation_prefix(path) else {
+        return;
+    };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix.as_str()))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Takes the pool's exclusive lock without waiting; [`PoolError::InUse`] if another open
+/// file holds it.
+#[allow(unsafe_code)]
+fn lock(path: &Path, file: &File) -> Result<(), PoolError> {
+    loop {
+        // SAFETY: flock on a descriptor this function borrows; no memory is passed.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) => {
+                return Err(PoolError::InUse {
+                    path: path.to_path_buf(),
+                    holder: file.metadata().ok().and_then(|m| lock_holder(&m)),
+                })
+            }
+            _ => {
+                return Err(PoolError::Io {
+                    path: path.to_path_buf(),
+                    err,
+                })
+            }
+        }
+    }
+}
+
+/// The pid holding a `flock` on the file, from `/proc/locks` (whose lines read
+/// `1: FLOCK  ADVISORY  WRITE <pid> <major>:<minor>:<inode> 0 EOF`).
+fn lock_holder(meta: &std::fs::Metadata) -> Option<u32> {
+    let dev = meta.dev();
+    let id = format!(
+        "{:02x}:{:02x}:{}",
+        libc::major(dev),
+        libc::minor(dev),
+        meta.ino()
+    );
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // Waiters are listed as `1: -> FLOCK ...`: not holders.
+        (f.len() >= 6 && f[1] == "FLOCK" && f[5] == id)
+            .then(|| f[4].parse().ok())
+            .flatten()
+    })
+}
+
+/// Bytes free for this user on the file system `path` is on.
+#[allow(unsafe_code)]
+fn free_bytes(path: &Path) -> std::io::Result<u64> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: a NUL-terminated path and a buffer of the struct's size, which statvfs fills
+    // on success (checked before the read).
+    if unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it filled the struct.
+    let st = unsafe { st.assume_init() };
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
+/// Allocates every block of the pool file's first `size` bytes, so no store into the
+/// mapping can fault for want of space.
+#[allow(unsafe_code)]
+fn allocate(path: &Path, file: &File, size: u64) -> Result<(), PoolError> {
+    // SAFETY: posix_fallocate on a borrowed descriptor; it returns the error number.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) };
+    match rc {
+        0 => Ok(()),
+        libc::ENOSPC => Err(PoolError::NoSpace {
+            path: path.to_path_buf(),
+            need: size,
+            free: free_bytes(path).unwrap_or(0),
+        }),
+        e => Err(PoolError::Io {
+            path: path.to_path_buf(),
+            err: std::io::Error::from_raw_os_error(e),
+        }),
+    }
+}
+
 #[allow(unsafe_code)]
 fn unsafe_map(file: &File) -> std::io::Result<MmapMut> {
-    // SAFETY: the pool file is ours for the life of the process; if another process
-    // truncated it under us, accesses could fault, which is the documented hazard of
-    // memmap2's mapping and the reason the server holds the only handle.
+    // SAFETY: the pool file is ours for the life of the process (its exclusive lock keeps
+    // other remora processes out); if some other program truncated it under us, accesses
+    // could fault, which is the documented hazard of memmap2's mapping.
     unsafe { MmapMut::map_mut(file) }
 }
 
@@ -575,6 +797,137 @@ mod tests {
         assert_eq!(&bytes[h..h + 64], &[1u8; 64]);
         assert_eq!(&bytes[h + 64..h + 128], &[2u8; 64]);
         assert_eq!(&bytes[h + 100_060..h + 100_068], &[4u8; 8]);
+    }
+
+    /// Entries of a test directory (to see that nothing else was left in it).
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_pool_in_use_is_refused_naming_its_holder_until_it_is_closed() {
+        let dir = tmp_dir();
+        let p = dir.path().join("shared");
+        let mut first = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
+        first.write(PM_BASE + 128, b"first server's");
+        let e = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap_err();
+        match &e {
+            PoolError::InUse { holder, .. } => {
+                // /proc/locks names the process holding it: this one.
+                assert_eq!(*holder, Some(std::process::id()), "{e}");
+            }
+            _ => panic!("a second opener must be refused: {e}"),
+        }
+        assert!(e.to_string().contains("in use by another process"), "{e}");
+        drop(first);
+        let second = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
+        assert!(!second.created());
+        assert_eq!(
+            second.snapshot().read_vec(PM_BASE + 128, 14),
+            b"first server's"
+        );
+    }
+
+    #[test]
+    fn racing_creators_make_one_pool_and_the_loser_is_refused() {
+        let dir = tmp_dir();
+        for round in 0..16 {
+            let p = dir.path().join(format!("race-{round}"));
+            let start = std::sync::Barrier::new(2);
+            let results: Vec<Result<Pool, PoolError>> = std::thread::scope(|s| {
+                let opens: Vec<_> = (0..2)
+                    .map(|_| {
+                        s.spawn(|| {
+                            start.wait();
+                            Pool::open_or_create(&p, MIN_POOL_BYTES)
+                        })
+                    })
+                    .collect();
+                opens.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let created = results
+                .iter()
+                .filter(|r| r.as_ref().is_ok_and(|p| p.created()))
+                .count();
+            let in_use = results
+                .iter()
+                .filter(|r| matches!(r, Err(PoolError::InUse { .. })))
+                .count();
+            assert_eq!((created, in_use), (1, 1), "round {round}: {results:?}");
+        }
+        // Only the pools: no temporary file of a creator is left.
+        let want: Vec<String> = {
+            let mut v: Vec<String> = (0..16).map(|r| format!("race-{r}")).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(names(dir.path()), want);
+    }
+
+    #[test]
+    fn a_pool_has_all_its_blocks_and_a_sparse_one_is_filled_at_open() {
+        let dir = tmp_dir();
+        let size = HEADER_BYTES + MIN_POOL_BYTES;
+        let p = dir.path().join("new");
+        drop(Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap());
+        let allocated = |p: &Path| std::fs::metadata(p).unwrap().blocks() * 512;
+        assert!(allocated(&p) >= size, "{} of {size}", allocated(&p));
+        // A valid pool whose data area is a hole (as an older build made them): opening it
+        // allocates the hole and keeps the data.
+        let p = dir.path().join("sparse");
+        let f = File::create(&p).unwrap();
+        f.set_len(size).unwrap();
+        f.write_all_at(&header(MIN_POOL_BYTES), 0).unwrap();
+        f.write_all_at(b"kept", size - 4).unwrap();
+        drop(f);
+        assert!(allocated(&p) < size / 2, "the test file starts sparse");
+        let pool = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
+        assert!(allocated(&p) >= size);
+        assert_eq!(
+            pool.snapshot().read_vec(PM_BASE + MIN_POOL_BYTES - 4, 4),
+            b"kept"
+        );
+    }
+
+    #[test]
+    fn a_pool_its_file_system_cannot_hold_is_refused_and_leaves_nothing() {
+        let dir = tmp_dir();
+        let p = dir.path().join("huge");
+        let e = Pool::open_or_create(&p, 1 << 60).unwrap_err();
+        assert!(matches!(e, PoolError::NoSpace { .. }), "{e}");
+        assert!(e.to_string().contains("free"), "{e}");
+        assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
+    }
+
+    #[test]
+    fn files_of_creators_that_died_are_removed_and_a_live_ones_kept() {
+        let dir = tmp_dir();
+        let p = dir.path().join("pool");
+        // A pid that was alive and is gone (reaped), and one that is alive (this process).
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let me = std::process::id();
+        for (pid, n) in [(dead, 0), (me, 99)] {
+            std::fs::write(creation_name(&p, pid, n).unwrap(), b"half made").unwrap();
+        }
+        // Another pool's temporary file is not this pool's business.
+        let other = creation_name(&dir.path().join("other"), dead, 0).unwrap();
+        std::fs::write(&other, b"another pool's").unwrap();
+        drop(Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap());
+        assert_eq!(
+            names(dir.path()),
+            vec![
+                format!(".other.creating-{dead}-0"),
+                format!(".pool.creating-{me}-99"),
+                "pool".to_string()
+            ]
+        );
     }
 
     #[test]
