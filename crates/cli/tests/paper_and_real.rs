@@ -151,6 +151,28 @@ fn remotelog_runs_unchanged_against_a_soft_rnic_server() {
         "a PM receive buffer makes SEND one-sided under MHP: {s}"
     );
     drop(server);
+    // The pool records the first server's layout: a restart whose receive ring would live
+    // in DRAM (so its slots sit elsewhere in PM) is refused, naming both, and changes nothing.
+    let before = std::fs::read(&pool).unwrap();
+    let out = remora(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--pool",
+        pool.to_str().unwrap(),
+        "--config",
+        "MHP+DDIO+DRAM-RQWRB",
+    ]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "a layout change is refused");
+    assert!(
+        err.contains("laid out for") && err.contains("ring in PM") && err.contains("ring in DRAM"),
+        "{err}"
+    );
+    assert!(
+        std::fs::read(&pool).unwrap() == before,
+        "a refused server changes nothing"
+    );
     // A file that is not a pool is refused, and left alone.
     let foreign = pool.with_extension("txt");
     std::fs::write(&foreign, b"not a pool").unwrap();

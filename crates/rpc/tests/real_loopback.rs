@@ -272,8 +272,23 @@ fn bad_input_gets_a_clear_error() {
     .unwrap();
     let mut other = options(Design::WFlushRpc);
     other.capacity = 16;
-    let e = start("127.0.0.1:0", "DMP+noDDIO+PM-RQWRB", pool, other).unwrap_err();
-    assert!(e.contains("redo log in PM is"), "{e}");
+    // While `s` serves it, the pool is refused to any other server.
+    let e = start(
+        "127.0.0.1:0",
+        "DMP+noDDIO+PM-RQWRB",
+        pool.clone(),
+        other.clone(),
+    )
+    .unwrap_err();
+    assert!(e.contains("in use by another process"), "{e}");
+    // A copy carries the layout record `s` wrote: refused at start-up, naming both layouts.
+    let copy = dir.pool("other-layout-copy");
+    std::fs::copy(&pool, &copy).unwrap();
+    let e = start("127.0.0.1:0", "DMP+noDDIO+PM-RQWRB", copy, other).unwrap_err();
+    assert!(
+        e.contains("laid out for") && e.contains(", 16 entries each"),
+        "{e}"
+    );
     // A client that asks for another design than the server runs.
     run_client(async {
         let settings = ClientSettings {

@@ -2,7 +2,12 @@
 //!
 //! Layout: a 4 KiB header, then the PM data area. The header holds a magic string, a
 //! version, the data offset and length, and a CRC-32C of the header, so a wrong, damaged
-//! or truncated file is refused with a clear error and never overwritten.
+//! or truncated file is refused with a clear error and never overwritten. After them comes
+//! the layout record (its own length and CRC-32C): the first server to open the pool
+//! writes what it keeps where (its slots, logs or stores, from its options), and a server
+//! whose options would lay the data out differently is refused rather than reading one
+//! layout's bytes as another's ([`Pool::claim_layout`]). Pools made before the record
+//! existed have zeros there: no record, and the next server writes one.
 //!
 //! Durability: the model writes a line into the pool at the instant the line enters the
 //! server's persistence domain ([`remora_model::mem::PmMedia`]). A `kill -9` keeps what the
@@ -43,6 +48,11 @@ pub const POOL_VERSION: u32 = 1;
 pub const HEADER_BYTES: u64 = 4096;
 /// Smallest data area accepted.
 pub const MIN_POOL_BYTES: u64 = 1 << 20;
+/// Where the layout record starts in the header: length (u32), CRC-32C of the text (u32),
+/// the text (UTF-8).
+const LAYOUT_AT: usize = 128;
+/// Longest layout text the header holds.
+pub const LAYOUT_MAX: usize = 2048;
 
 /// Why a pool file cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +104,19 @@ pub enum PoolError {
         need: u64,
         /// Bytes the file system has free for this user.
         free: u64,
+    },
+    /// The pool was laid out by a server with other options (or another protocol's server).
+    #[error(
+        "pool {path}: laid out for \"{found}\"; this server would lay it out for \"{want}\". \
+         Its data is kept: serve it with the options it was made with, or use another pool file"
+    )]
+    Layout {
+        /// The pool file.
+        path: PathBuf,
+        /// The layout the pool records.
+        found: String,
+        /// The layout this server's options give.
+        want: String,
     },
     /// Smaller than asked or than the header says.
     #[error("pool {path}: {have} bytes, need {need}")]
@@ -329,6 +352,78 @@ impl Pool {
     /// How writes are made durable, and why (for the server's start-up line).
     pub fn durability(&self) -> &Durability {
         &self.durability
+    }
+
+    /// The layout the header records, if a server recorded one.
+    pub fn layout(&self) -> Result<Option<String>, PoolError> {
+        let damaged = |why| PoolError::Damaged {
+            path: self.path.clone(),
+            why,
+        };
+        let word = |at: usize| u32::from_le_bytes(self.map[at..at + 4].try_into().expect("4"));
+        let len = word(LAYOUT_AT) as usize;
+        if len == 0 {
+            return Ok(None);
+        }
+        if len > LAYOUT_MAX {
+            return Err(damaged("layout record length out of range"));
+        }
+        let text = &self.map[LAYOUT_AT + 8..LAYOUT_AT + 8 + len];
+        if crc32c::crc32c(text) != word(LAYOUT_AT + 4) {
+            return Err(damaged("layout record checksum mismatch"));
+        }
+        let text = std::str::from_utf8(text).map_err(|_| damaged("layout record not text"))?;
+        Ok(Some(text.to_string()))
+    }
+
+    /// Records `layout` (what the server keeps where, described from the options that
+    /// decide it) in a pool that has no record yet, or checks it against the recorded one:
+    /// a server whose options would lay the data out differently gets
+    /// [`PoolError::Layout`] and the pool is left as it was. The record is durable before
+    /// this returns; its length is written last, so a crash midway leaves no record.
+    pub fn claim_layout(&mut self, layout: &str) -> Result<(), PoolError> {
+        assert!(
+            !layout.is_empty() && layout.len() <= LAYOUT_MAX,
+            "layout text of {} bytes",
+            layout.len()
+        );
+        match self.layout()? {
+            Some(found) if found == layout => return Ok(()),
+            Some(found) => {
+                return Err(PoolError::Layout {
+                    path: self.path.clone(),
+                    found,
+                    want: layout.to_string(),
+                })
+            }
+            None => {}
+        }
+        let text = layout.as_bytes();
+        self.map[LAYOUT_AT + 8..LAYOUT_AT + 8 + text.len()].copy_from_slice(text);
+        self.map[LAYOUT_AT + 4..LAYOUT_AT + 8].copy_from_slice(&crc32c::crc32c(text).to_le_bytes());
+        self.sync_header()?;
+        self.map[LAYOUT_AT..LAYOUT_AT + 4].copy_from_slice(&(text.len() as u32).to_le_bytes());
+        self.sync_header()
+    }
+
+    /// Makes the header's bytes durable, as [`PmMedia::sync`] does the data's.
+    fn sync_header(&mut self) -> Result<(), PoolError> {
+        let header = ..HEADER_BYTES as usize;
+        match (&self.map, self.durability.mode) {
+            (_, SyncMode::Memory) => Ok(()),
+            (Mapping::Plain(m), SyncMode::Msync) => {
+                m.flush_range(0, header.end).map_err(|err| PoolError::Io {
+                    path: self.path.clone(),
+                    err,
+                })
+            }
+            (_, SyncMode::MapSync(insn)) => {
+                crate::dax::write_back(insn, &self.map[header]);
+                crate::dax::fence();
+                Ok(())
+            }
+            (Mapping::Sync(_), SyncMode::Msync) => unreachable!("msync mode has a plain mapping"),
+        }
     }
 
     fn range(&self, addr: u64, len: usize) -> std::ops::Range<usize> {
@@ -927,6 +1022,52 @@ mod tests {
                 format!(".pool.creating-{me}-99"),
                 "pool".to_string()
             ]
+        );
+    }
+
+    #[test]
+    fn the_first_server_records_its_layout_and_another_layout_is_refused() {
+        let dir = tmp_dir();
+        let p = dir.path().join("layout");
+        {
+            let mut pool = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
+            assert_eq!(pool.layout().unwrap(), None, "a new pool has no record");
+            pool.claim_layout("slots of 8192 bytes").unwrap();
+            pool.write(PM_BASE + 8192, b"slot one");
+            // The same server again: fine, and idempotent.
+            pool.claim_layout("slots of 8192 bytes").unwrap();
+        }
+        let before = std::fs::read(&p).unwrap();
+        {
+            let mut pool = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
+            assert_eq!(
+                pool.layout().unwrap().as_deref(),
+                Some("slots of 8192 bytes")
+            );
+            let e = pool.claim_layout("slots of 4096 bytes").unwrap_err();
+            assert!(
+                matches!(&e, PoolError::Layout { found, want, .. }
+                    if found == "slots of 8192 bytes" && want == "slots of 4096 bytes"),
+                "{e}"
+            );
+            assert!(
+                e.to_string().contains("with the options it was made with"),
+                "{e}"
+            );
+        }
+        assert!(
+            std::fs::read(&p).unwrap() == before,
+            "a refused server changes nothing"
+        );
+        // A damaged record is refused as such, not taken for another layout or for none.
+        let mut bytes = before;
+        bytes[LAYOUT_AT + 8] ^= 1;
+        std::fs::write(&p, &bytes).unwrap();
+        let mut pool = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
+        let e = pool.claim_layout("slots of 8192 bytes").unwrap_err();
+        assert!(
+            e.to_string().contains("layout record checksum mismatch"),
+            "{e}"
         );
     }
 

@@ -12,7 +12,7 @@ use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::rnic::{Objects, Rnic};
 use remora_model::verbs::{NodeId, QpNum};
-use remora_model::{ServerConfig, Space};
+use remora_model::{RqwrbPlacement, ServerConfig, Space};
 use remora_verbs::Verbs;
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
@@ -103,7 +103,13 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
         created,
         durability,
         pm_bytes,
-    } = open_node(&opts.pool, opts.pool_bytes, opts.config, &opts.profile)?;
+    } = open_node(
+        &opts.pool,
+        opts.pool_bytes,
+        opts.config,
+        &opts.profile,
+        &layout(&opts),
+    )?;
     let footprint = opts.setup.footprint(opts.config.rqwrb);
     let slots = Rc::new(Slots::new(&node, footprint, pm_bytes)?);
     let (listener, addr) = bind(&opts.listen).await?;
@@ -298,7 +304,26 @@ pub struct PoolNode {
     pub pm_bytes: u64,
 }
 
-/// Opens (or creates) the pool file and starts a server node (node id 0) whose PM is the
+/// What `serve` keeps where in the pool, from the options that decide it: the pool's
+/// layout record ([`Pool::claim_layout`]), so a restart with options that would place the
+/// slots elsewhere is refused instead of reading one slot's bytes as another's.
+pub fn layout(opts: &ServeOptions) -> String {
+    let s = &opts.setup;
+    let ring = match opts.config.rqwrb {
+        RqwrbPlacement::Pm => "in PM, with its watermark",
+        RqwrbPlacement::Dram => "in DRAM",
+    };
+    format!(
+        "serve: a slot per connection of a {}-byte region and a {} x {}-byte receive ring {ring} ({} bytes of PM)",
+        s.region_len,
+        s.rq_slots,
+        s.rq_slot_bytes,
+        s.footprint(opts.config.rqwrb).pm.next_multiple_of(4096).max(4096),
+    )
+}
+
+/// Opens (or creates) the pool file, records or checks its `layout` (what the server keeps
+/// where; see [`Pool::claim_layout`]) and starts a server node (node id 0) whose PM is the
 /// pool: what `serve` does before it listens, for servers of other protocols. Must run
 /// inside a `tokio::task::LocalSet`.
 pub fn open_node(
@@ -306,8 +331,10 @@ pub fn open_node(
     pool_bytes: u64,
     config: ServerConfig,
     profile: &LatencyProfile,
+    layout: &str,
 ) -> Result<PoolNode, ServeError> {
-    let pool = Pool::open_or_create(pool, pool_bytes)?;
+    let mut pool = Pool::open_or_create(pool, pool_bytes)?;
+    pool.claim_layout(layout)?;
     let (created, durability, pm_bytes) = (pool.created(), pool.durability().clone(), pool.len());
     let profile = crate::runtime::real_time_profile(profile);
     let rnic = Rnic::with_media(0, config, &profile, Prng::from_seed(0x5eed), Box::new(pool));

@@ -235,6 +235,20 @@ fn slot_node(k: usize) -> NodeId {
     k as NodeId + 1
 }
 
+/// What `rpc-serve` keeps where in the pool, from the options that decide it: the pool's
+/// layout record, so a restart with options that would place the logs or the store
+/// elsewhere (or with another design) is refused before recovery reads anything.
+fn layout(opts: &DurableOptions, connections: u32) -> Result<String, RealServeError> {
+    Ok(format!(
+        "rpc-serve {}: a redo log per connection for {connections} connections, {} entries each, {} bytes apart, then a store of {} objects of up to {} bytes",
+        opts.design,
+        opts.capacity,
+        log_stride(opts)?,
+        opts.objects,
+        opts.max_value,
+    ))
+}
+
 /// Builds a durable-RPC server over the pool with a redo log for each of
 /// `o.connections` connections and one object store, recovers every log (committed but
 /// unprocessed entries are executed before anyone connects), listens, and serves up to
@@ -256,7 +270,13 @@ pub async fn serve_durable(
         durability,
         pm_bytes,
         ..
-    } = remora_soft::server::open_node(&o.pool, o.pool_bytes, o.config, &o.profile)?;
+    } = remora_soft::server::open_node(
+        &o.pool,
+        o.pool_bytes,
+        o.config,
+        &o.profile,
+        &layout(&o.opts, connections)?,
+    )?;
     let need = pm_bytes_needed(&o.opts, connections)?;
     let base = node.alloc(Space::Pm, need, 4096);
     let have = (remora_model::rnic::PM_BASE + pm_bytes).saturating_sub(base);
