@@ -154,17 +154,7 @@ fn remotelog_runs_unchanged_against_a_soft_rnic_server() {
     // The pool records the first server's layout: a restart whose receive ring would live
     // in DRAM (so its slots sit elsewhere in PM) is refused, naming both, and changes nothing.
     let before = std::fs::read(&pool).unwrap();
-    let out = remora(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--pool",
-        pool.to_str().unwrap(),
-        "--config",
-        "MHP+DDIO+DRAM-RQWRB",
-    ]);
-    let err = text(&out.stderr);
-    assert!(!out.status.success(), "a layout change is refused");
+    let err = serve_refused(&pool, "MHP+DDIO+DRAM-RQWRB");
     assert!(
         err.contains("laid out for") && err.contains("ring in PM") && err.contains("ring in DRAM"),
         "{err}"
@@ -176,24 +166,30 @@ fn remotelog_runs_unchanged_against_a_soft_rnic_server() {
     // A file that is not a pool is refused, and left alone.
     let foreign = pool.with_extension("txt");
     std::fs::write(&foreign, b"not a pool").unwrap();
+    let err = serve_refused(&foreign, "DMP+noDDIO+PM-RQWRB");
+    assert!(err.contains("not a remora PM pool"), "{err}");
+    assert_eq!(std::fs::read(&foreign).unwrap(), b"not a pool");
+    let _ = std::fs::remove_file(&foreign);
+    let _ = std::fs::remove_file(&pool);
+}
+
+/// Runs `serve` on `pool` with `config`, which must refuse to start; returns its stderr.
+fn serve_refused(pool: &std::path::Path, config: &str) -> String {
+    let pool = pool.to_str().unwrap();
     let out = remora(&[
         "serve",
         "--listen",
         "127.0.0.1:0",
         "--pool",
-        foreign.to_str().unwrap(),
+        pool,
         "--config",
-        "DMP+noDDIO+PM-RQWRB",
+        config,
     ]);
-    assert!(!out.status.success());
     assert!(
-        text(&out.stderr).contains("not a remora PM pool"),
-        "{}",
-        text(&out.stderr)
+        !out.status.success(),
+        "serve on {pool} with {config} started"
     );
-    assert_eq!(std::fs::read(&foreign).unwrap(), b"not a pool");
-    let _ = std::fs::remove_file(&foreign);
-    let _ = std::fs::remove_file(&pool);
+    text(&out.stderr)
 }
 
 #[test]
