@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 use remora::Update;
 use remora_cli::{bench, configs, demo, killloop, paper, profiles, real, rpcreal};
 use remora_model::ServerConfig;
+use remora_soft::pool::PoolBytes;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -69,9 +70,10 @@ enum Cmd {
         /// The PM pool file (created if missing; a wrong or damaged file is refused).
         #[arg(long)]
         pool: PathBuf,
-        /// Bytes of PM in the pool.
-        #[arg(long, default_value_t = 64 << 20)]
-        pool_bytes: u64,
+        /// Bytes of PM in a new pool [default: 67108864]. An existing pool keeps its size;
+        /// given, this flag also refuses one smaller than asked.
+        #[arg(long)]
+        pool_bytes: Option<u64>,
         /// Server configuration (see `remora configs`).
         #[arg(long, value_name = "NAME", value_parser = parse_config, conflicts_with = "config_file")]
         config: Option<ServerConfig>,
@@ -185,9 +187,10 @@ enum Cmd {
         /// The PM pool file (created if missing; a wrong or damaged file is refused).
         #[arg(long)]
         pool: PathBuf,
-        /// Bytes of PM in the pool.
-        #[arg(long, default_value_t = 16 << 20)]
-        pool_bytes: u64,
+        /// Bytes of PM in a new pool [default: 16777216]. An existing pool keeps its size;
+        /// given, this flag also refuses one smaller than asked.
+        #[arg(long)]
+        pool_bytes: Option<u64>,
         /// Server configuration (see `remora configs`).
         #[arg(long, value_name = "NAME", value_parser = parse_config)]
         config: ServerConfig,
@@ -634,7 +637,7 @@ fn run(cli: Cli) -> Result<(), String> {
             let args = real::ServeArgs {
                 listen,
                 pool,
-                pool_bytes,
+                pool_bytes: pool_bytes_arg(pool_bytes, 64 << 20),
                 config,
                 profile: profiles::load(&profile)?,
                 region_bytes,
@@ -779,7 +782,7 @@ fn run(cli: Cli) -> Result<(), String> {
             let args = rpcreal::RpcServeArgs {
                 listen,
                 pool,
-                pool_bytes,
+                pool_bytes: pool_bytes_arg(pool_bytes, 16 << 20),
                 config,
                 profile: profiles::load(&profile)?,
                 opts: rpcreal::serve_options(
@@ -864,5 +867,15 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// What a server's `--pool-bytes` asks of its pool: given, a new pool that large or an
+/// existing one at least that large; not given, a new pool of `default` bytes or an
+/// existing one of any size.
+fn pool_bytes_arg(given: Option<u64>, default: u64) -> PoolBytes {
+    match given {
+        Some(n) => PoolBytes::AtLeast(n),
+        None => PoolBytes::New(default),
     }
 }

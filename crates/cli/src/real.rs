@@ -11,6 +11,7 @@ use remora_model::ServerConfig;
 use remora_remotelog::check::{log_violation, negative_controls, LogViolation, Target};
 use remora_remotelog::log::{read_records, recover, LogClient, LogShape, RECORDS_OFF};
 use remora_sim::crashcheck;
+use remora_soft::pool::PoolBytes;
 use remora_soft::server::{serve, ServeOptions};
 use remora_verbs::FlushMethod;
 use std::fmt::Write as _;
@@ -24,8 +25,8 @@ pub struct ServeArgs {
     pub listen: String,
     /// Pool file.
     pub pool: PathBuf,
-    /// Pool size in bytes.
-    pub pool_bytes: u64,
+    /// What PM the pool must have.
+    pub pool_bytes: PoolBytes,
     /// Server configuration.
     pub config: ServerConfig,
     /// Latency profile.

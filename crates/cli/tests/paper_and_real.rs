@@ -86,6 +86,11 @@ struct Server(std::process::Child, String);
 
 impl Server {
     fn start(pool: &std::path::Path, config: &str) -> Server {
+        Server::start_with(pool, config, &[])
+    }
+
+    /// [`Server::start`] with more flags.
+    fn start_with(pool: &std::path::Path, config: &str, flags: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_remora"))
             .args([
                 "serve",
@@ -96,6 +101,7 @@ impl Server {
                 "--config",
                 config,
             ])
+            .args(flags)
             .stdout(Stdio::piped())
             .spawn()
             .expect("start server");
@@ -154,7 +160,7 @@ fn remotelog_runs_unchanged_against_a_soft_rnic_server() {
     // The pool records the first server's layout: a restart whose receive ring would live
     // in DRAM (so its slots sit elsewhere in PM) is refused, naming both, and changes nothing.
     let before = std::fs::read(&pool).unwrap();
-    let err = serve_refused(&pool, "MHP+DDIO+DRAM-RQWRB");
+    let err = serve_refused(&pool, &["--config", "MHP+DDIO+DRAM-RQWRB"]);
     assert!(
         err.contains("laid out for") && err.contains("ring in PM") && err.contains("ring in DRAM"),
         "{err}"
@@ -166,30 +172,49 @@ fn remotelog_runs_unchanged_against_a_soft_rnic_server() {
     // A file that is not a pool is refused, and left alone.
     let foreign = pool.with_extension("txt");
     std::fs::write(&foreign, b"not a pool").unwrap();
-    let err = serve_refused(&foreign, "DMP+noDDIO+PM-RQWRB");
+    let err = serve_refused(&foreign, &["--config", "DMP+noDDIO+PM-RQWRB"]);
     assert!(err.contains("not a remora PM pool"), "{err}");
     assert_eq!(std::fs::read(&foreign).unwrap(), b"not a pool");
     let _ = std::fs::remove_file(&foreign);
     let _ = std::fs::remove_file(&pool);
 }
 
-/// Runs `serve` on `pool` with `config`, which must refuse to start; returns its stderr.
-fn serve_refused(pool: &std::path::Path, config: &str) -> String {
+/// Runs `serve` on `pool` with `flags`, which must refuse to start; returns its stderr.
+fn serve_refused(pool: &std::path::Path, flags: &[&str]) -> String {
     let pool = pool.to_str().unwrap();
-    let out = remora(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--pool",
-        pool,
-        "--config",
-        config,
-    ]);
+    let out = remora(&[&["serve", "--listen", "127.0.0.1:0", "--pool", pool], flags].concat());
     assert!(
         !out.status.success(),
-        "serve on {pool} with {config} started"
+        "serve on {pool} with {flags:?} started"
     );
     text(&out.stderr)
+}
+
+#[test]
+fn a_pool_keeps_its_size_and_a_larger_one_asked_for_is_refused() {
+    let pool = std::env::temp_dir().join(format!("remora-size-test-{}.pm", std::process::id()));
+    let _ = std::fs::remove_file(&pool);
+    let small = (8u64 << 20).to_string();
+    drop(Server::start_with(
+        &pool,
+        "DMP+noDDIO+PM-RQWRB",
+        &["--pool-bytes", &small],
+    ));
+    // Given no size, the server serves the pool it finds (the default would be larger).
+    let server = Server::start(&pool, "DMP+noDDIO+PM-RQWRB");
+    let out = remora(&["remotelog", "--server", &server.1, "--appends", "20"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    drop(server);
+    assert_eq!(std::fs::metadata(&pool).unwrap().len(), 4096 + (8 << 20));
+    // Asked for more explicitly, it refuses: a pool does not grow.
+    let big = (16u64 << 20).to_string();
+    let flags = ["--config", "DMP+noDDIO+PM-RQWRB", "--pool-bytes", &big];
+    let err = serve_refused(&pool, &flags);
+    assert!(
+        err.contains(&format!("holds {small} bytes of PM, {big} asked for")),
+        "{err}"
+    );
+    let _ = std::fs::remove_file(&pool);
 }
 
 #[test]

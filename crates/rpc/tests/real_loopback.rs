@@ -73,7 +73,7 @@ fn start_n(
         let o = RealServeOptions {
             listen,
             pool,
-            pool_bytes: 2 << 20,
+            pool_bytes: remora_soft::pool::PoolBytes::AtLeast(2 << 20),
             config,
             profile: LatencyProfile::default_profile(),
             opts,

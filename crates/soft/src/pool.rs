@@ -118,15 +118,41 @@ pub enum PoolError {
         /// The layout this server's options give.
         want: String,
     },
-    /// Smaller than asked or than the header says.
-    #[error("pool {path}: {have} bytes, need {need}")]
-    TooSmall {
+    /// A data area below [`MIN_POOL_BYTES`] was asked for.
+    #[error("pool {path}: {asked} bytes asked for; a pool holds at least {min} bytes of PM")]
+    BelowMinimum {
         /// The pool file.
         path: PathBuf,
-        /// Bytes present.
+        /// Bytes asked for.
+        asked: u64,
+        /// [`MIN_POOL_BYTES`].
+        min: u64,
+    },
+    /// The file is shorter than its header says: cut short by a copy or a full disk.
+    #[error(
+        "pool {path}: truncated: its header says {data_len} bytes of PM, the file holds {have}; \
+         it is left as it is"
+    )]
+    Truncated {
+        /// The pool file.
+        path: PathBuf,
+        /// Data bytes present after the header.
         have: u64,
-        /// Bytes needed.
-        need: u64,
+        /// Data bytes the header records.
+        data_len: u64,
+    },
+    /// An existing pool is smaller than the server asks for.
+    #[error(
+        "pool {path}: holds {have} bytes of PM, {asked} asked for; a pool does not grow: \
+         ask for {have} or fewer, or use another pool file"
+    )]
+    SmallerThanAsked {
+        /// The pool file.
+        path: PathBuf,
+        /// Data bytes the pool has.
+        have: u64,
+        /// Data bytes asked for.
+        asked: u64,
     },
 }
 
@@ -235,20 +261,48 @@ fn header(len: u64) -> [u8; HEADER_BYTES as usize] {
     h
 }
 
+/// How much PM a server asks of its pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolBytes {
+    /// A new pool gets this many bytes; an existing one keeps its size, whatever it is
+    /// (the server was given no size: it serves the pool it finds).
+    New(u64),
+    /// A new pool gets this many bytes; an existing one must hold at least as many
+    /// ([`PoolError::SmallerThanAsked`]), as a size given explicitly asks.
+    AtLeast(u64),
+}
+
+impl PoolBytes {
+    /// The size a new pool is created with.
+    pub fn new_len(self) -> u64 {
+        match self {
+            PoolBytes::New(n) | PoolBytes::AtLeast(n) => n,
+        }
+    }
+}
+
 impl Pool {
     /// Opens the pool at `path`, creating it with a data area of `len` bytes if it does not
     /// exist. An existing file must be a valid pool at least `len` bytes large, and no other
     /// process may have it open ([`PoolError::InUse`]).
     pub fn open_or_create(path: &Path, len: u64) -> Result<Pool, PoolError> {
+        Pool::open(path, PoolBytes::AtLeast(len))
+    }
+
+    /// Opens the pool at `path`, creating it as `bytes` says if it does not exist; an
+    /// existing file must be a valid pool (of a size `bytes` accepts), and no other process
+    /// may have it open ([`PoolError::InUse`]).
+    pub fn open(path: &Path, bytes: PoolBytes) -> Result<Pool, PoolError> {
         let io = |err| PoolError::Io {
             path: path.to_path_buf(),
             err,
         };
+        let len = bytes.new_len();
         if len < MIN_POOL_BYTES {
-            return Err(PoolError::TooSmall {
+            return Err(PoolError::BelowMinimum {
                 path: path.to_path_buf(),
-                have: len,
-                need: MIN_POOL_BYTES,
+                asked: len,
+                min: MIN_POOL_BYTES,
             });
         }
         remove_stale_creations(path);
@@ -302,17 +356,17 @@ impl Pool {
         }
         let data_len = u64::from_le_bytes(h[24..32].try_into().expect("8 bytes"));
         if size < HEADER_BYTES + data_len {
-            return Err(PoolError::TooSmall {
+            return Err(PoolError::Truncated {
                 path: path.to_path_buf(),
                 have: size.saturating_sub(HEADER_BYTES),
-                need: data_len,
+                data_len,
             });
         }
-        if data_len < len {
-            return Err(PoolError::TooSmall {
+        if matches!(bytes, PoolBytes::AtLeast(_)) && data_len < len {
+            return Err(PoolError::SmallerThanAsked {
                 path: path.to_path_buf(),
                 have: data_len,
-                need: len,
+                asked: len,
             });
         }
         // A pool created sparse (by an older build, or copied) gets its holes filled now.
@@ -1098,13 +1152,30 @@ mod tests {
         let p = tmp("small");
         drop(Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap());
         let e = Pool::open_or_create(&p, 4 * MIN_POOL_BYTES).unwrap_err();
-        assert!(matches!(e, PoolError::TooSmall { .. }), "{e}");
+        assert!(
+            matches!(e, PoolError::SmallerThanAsked { have, asked, .. }
+                if have == MIN_POOL_BYTES && asked == 4 * MIN_POOL_BYTES),
+            "{e}"
+        );
+        assert!(e.to_string().contains("a pool does not grow"), "{e}");
+        // Given no size, a server serves the pool it finds, whatever its size.
+        let pool = Pool::open(&p, PoolBytes::New(4 * MIN_POOL_BYTES)).unwrap();
+        assert_eq!(pool.len(), MIN_POOL_BYTES);
+        drop(pool);
         let f = OpenOptions::new().write(true).open(&p).unwrap();
         f.set_len(HEADER_BYTES + 100).unwrap();
-        assert!(matches!(
-            Pool::open_or_create(&p, MIN_POOL_BYTES),
-            Err(PoolError::TooSmall { .. })
-        ));
+        let e = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap_err();
+        assert!(
+            matches!(e, PoolError::Truncated { have: 100, data_len, .. } if data_len == MIN_POOL_BYTES),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().len(),
+            HEADER_BYTES + 100,
+            "a truncated pool is left as it is"
+        );
+        let e = Pool::open_or_create(&tmp("tiny"), MIN_POOL_BYTES - 1).unwrap_err();
+        assert!(matches!(e, PoolError::BelowMinimum { .. }), "{e}");
 
         let p = tmp("version");
         drop(Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap());

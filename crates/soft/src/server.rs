@@ -5,7 +5,7 @@
 
 use crate::cm::{Cm, RefuseCode, CM_FRAME, HANDSHAKE_TIMEOUT};
 use crate::pinned::PinnedNode;
-use crate::pool::{Durability, Pool, PoolError};
+use crate::pool::{Durability, Pool, PoolBytes, PoolError};
 use crate::runtime::RtNode;
 use remora::{CpuCosts, Footprint, Responder, ServerSetup};
 use remora_model::prng::Prng;
@@ -28,8 +28,8 @@ pub struct ServeOptions {
     pub listen: String,
     /// The PM pool file.
     pub pool: PathBuf,
-    /// Bytes of PM (a new pool is created this large; an existing one must be at least).
-    pub pool_bytes: u64,
+    /// Bytes of PM: what a new pool gets, and what an existing one must hold.
+    pub pool_bytes: PoolBytes,
     /// The server's configuration.
     pub config: ServerConfig,
     /// Latency profile of the model.
@@ -328,12 +328,12 @@ pub fn layout(opts: &ServeOptions) -> String {
 /// inside a `tokio::task::LocalSet`.
 pub fn open_node(
     pool: &Path,
-    pool_bytes: u64,
+    pool_bytes: PoolBytes,
     config: ServerConfig,
     profile: &LatencyProfile,
     layout: &str,
 ) -> Result<PoolNode, ServeError> {
-    let mut pool = Pool::open_or_create(pool, pool_bytes)?;
+    let mut pool = Pool::open(pool, pool_bytes)?;
     pool.claim_layout(layout)?;
     let (created, durability, pm_bytes) = (pool.created(), pool.durability().clone(), pool.len());
     let profile = crate::runtime::real_time_profile(profile);

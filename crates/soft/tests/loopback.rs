@@ -60,7 +60,7 @@ fn start_server_watched(
         let opts = ServeOptions {
             listen,
             pool,
-            pool_bytes,
+            pool_bytes: remora_soft::pool::PoolBytes::AtLeast(pool_bytes),
             config,
             profile: LatencyProfile::default_profile(),
             setup: ServerSetup {

@@ -30,8 +30,8 @@ pub struct RealServeOptions {
     pub listen: String,
     /// The PM pool file (created if missing; a wrong or damaged file is refused).
     pub pool: PathBuf,
-    /// Bytes of PM (a new pool is created this large; an existing one must be at least).
-    pub pool_bytes: u64,
+    /// Bytes of PM: what a new pool gets, and what an existing one must hold.
+    pub pool_bytes: remora_soft::pool::PoolBytes,
     /// The server's configuration.
     pub config: ServerConfig,
     /// Latency profile of the model.
