@@ -246,19 +246,120 @@ pub struct Pool {
     /// (adjacent writes merged), so a sync writes back only lines that were written.
     dirty_lines: Vec<(usize, usize)>,
     len: u64,
+    /// The header as read at open (and as [`Pool::claim_layout`] changed it).
+    header: Header,
     created: bool,
     durability: Durability,
 }
 
-fn header(len: u64) -> [u8; HEADER_BYTES as usize] {
-    let mut h = [0u8; HEADER_BYTES as usize];
-    h[..8].copy_from_slice(MAGIC);
-    h[8..12].copy_from_slice(&POOL_VERSION.to_le_bytes());
-    h[16..24].copy_from_slice(&HEADER_BYTES.to_le_bytes());
-    h[24..32].copy_from_slice(&len.to_le_bytes());
-    let crc = crc32c::crc32c(&h[..64]);
-    h[64..68].copy_from_slice(&crc.to_le_bytes());
-    h
+/// The pool file's header, its first [`HEADER_BYTES`]: bytes 0..8 the magic, 8..12 the
+/// format version, 16..24 the data offset, 24..32 the data length, 64..68 a CRC-32C of
+/// bytes 0..64; from [`LAYOUT_AT`] the layout record: its text's length (u32), a CRC-32C
+/// of the length and the text (u32), the text (UTF-8, at most [`LAYOUT_MAX`] bytes);
+/// length and checksum both zero mean no record. Everything else is zero. Parsed and emitted here only, as the wire frames are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// Bytes of the data area.
+    pub data_len: u64,
+    /// The layout record, if a server wrote one ([`Pool::claim_layout`]).
+    pub layout: Option<String>,
+}
+
+/// Why bytes are not a usable pool header.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    /// Too short, or the magic is wrong: not a pool at all.
+    #[error("not a remora PM pool")]
+    NotAPool,
+    /// A format version this build does not read.
+    #[error("format version {0}")]
+    Version(u32),
+    /// A checksum or a field is wrong.
+    #[error("damaged header ({0})")]
+    Damaged(&'static str),
+}
+
+impl Header {
+    /// Reads a header from the first [`HEADER_BYTES`] of `b`.
+    pub fn parse(b: &[u8]) -> Result<Header, HeaderError> {
+        let h = b
+            .get(..HEADER_BYTES as usize)
+            .ok_or(HeaderError::NotAPool)?;
+        let u32_at = |at: usize| u32::from_le_bytes(h[at..at + 4].try_into().expect("4"));
+        let u64_at = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().expect("8"));
+        if &h[..8] != MAGIC {
+            return Err(HeaderError::NotAPool);
+        }
+        if u32_at(8) != POOL_VERSION {
+            return Err(HeaderError::Version(u32_at(8)));
+        }
+        if crc32c::crc32c(&h[..64]) != u32_at(64) {
+            return Err(HeaderError::Damaged("header checksum mismatch"));
+        }
+        if u64_at(16) != HEADER_BYTES {
+            return Err(HeaderError::Damaged("unknown data offset"));
+        }
+        let (len, crc) = (u32_at(LAYOUT_AT) as usize, u32_at(LAYOUT_AT + 4));
+        let layout = if (len, crc) == (0, 0) {
+            None
+        } else if len > LAYOUT_MAX {
+            return Err(HeaderError::Damaged("layout record length out of range"));
+        } else {
+            let text = &h[LAYOUT_AT + 8..LAYOUT_AT + 8 + len];
+            if layout_crc(text) != crc {
+                return Err(HeaderError::Damaged("layout record checksum mismatch"));
+            }
+            let text = std::str::from_utf8(text)
+                .map_err(|_| HeaderError::Damaged("layout record not text"))?;
+            Some(text.to_string())
+        };
+        Ok(Header {
+            data_len: u64_at(24),
+            layout,
+        })
+    }
+
+    /// The header's bytes. Panics on a layout text longer than [`LAYOUT_MAX`] or empty
+    /// (a caller's bug: the servers' texts are a few hundred bytes).
+    pub fn emit(&self) -> [u8; HEADER_BYTES as usize] {
+        let mut h = [0u8; HEADER_BYTES as usize];
+        h[..8].copy_from_slice(MAGIC);
+        h[8..12].copy_from_slice(&POOL_VERSION.to_le_bytes());
+        h[16..24].copy_from_slice(&HEADER_BYTES.to_le_bytes());
+        h[24..32].copy_from_slice(&self.data_len.to_le_bytes());
+        let crc = crc32c::crc32c(&h[..64]);
+        h[64..68].copy_from_slice(&crc.to_le_bytes());
+        if let Some(text) = &self.layout {
+            let text = text.as_bytes();
+            assert!(
+                !text.is_empty() && text.len() <= LAYOUT_MAX,
+                "layout text of {} bytes",
+                text.len()
+            );
+            h[LAYOUT_AT..LAYOUT_AT + 4].copy_from_slice(&(text.len() as u32).to_le_bytes());
+            h[LAYOUT_AT + 4..LAYOUT_AT + 8].copy_from_slice(&layout_crc(text).to_le_bytes());
+            h[LAYOUT_AT + 8..LAYOUT_AT + 8 + text.len()].copy_from_slice(text);
+        }
+        h
+    }
+}
+
+/// The layout record's checksum: over its length and its text, so a flipped bit in the
+/// length (even one that makes it zero) is caught, as one in the text is.
+fn layout_crc(text: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(&(text.len() as u32).to_le_bytes());
+    crc32c::crc32c_append(crc, text)
+}
+
+impl HeaderError {
+    fn at(self, path: &Path) -> PoolError {
+        let path = path.to_path_buf();
+        match self {
+            HeaderError::NotAPool => PoolError::NotAPool(path),
+            HeaderError::Version(found) => PoolError::Version { path, found },
+            HeaderError::Damaged(why) => PoolError::Damaged { path, why },
+        }
+    }
 }
 
 /// How much PM a server asks of its pool.
@@ -331,30 +432,8 @@ impl Pool {
             .as_ref()
             .is_some_and(|m| matches!(m.fs_type.as_str(), "tmpfs" | "ramfs"));
         let (map, durability) = map_for_durability(&file, in_memory, dax_mount).map_err(io)?;
-        let h = &map[..HEADER_BYTES as usize];
-        if &h[..8] != MAGIC {
-            return Err(PoolError::NotAPool(path.to_path_buf()));
-        }
-        let version = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
-        if version != POOL_VERSION {
-            return Err(PoolError::Version {
-                path: path.to_path_buf(),
-                found: version,
-            });
-        }
-        if crc32c::crc32c(&h[..64]).to_le_bytes() != h[64..68] {
-            return Err(PoolError::Damaged {
-                path: path.to_path_buf(),
-                why: "header checksum mismatch",
-            });
-        }
-        if u64::from_le_bytes(h[16..24].try_into().expect("8 bytes")) != HEADER_BYTES {
-            return Err(PoolError::Damaged {
-                path: path.to_path_buf(),
-                why: "unknown data offset",
-            });
-        }
-        let data_len = u64::from_le_bytes(h[24..32].try_into().expect("8 bytes"));
+        let header = Header::parse(&map[..]).map_err(|e| e.at(path))?;
+        let data_len = header.data_len;
         if size < HEADER_BYTES + data_len {
             return Err(PoolError::Truncated {
                 path: path.to_path_buf(),
@@ -378,6 +457,7 @@ impl Pool {
             dirty: None,
             dirty_lines: Vec::new(),
             len: data_len,
+            header,
             created,
             durability,
         })
@@ -409,55 +489,41 @@ impl Pool {
     }
 
     /// The layout the header records, if a server recorded one.
-    pub fn layout(&self) -> Result<Option<String>, PoolError> {
-        let damaged = |why| PoolError::Damaged {
-            path: self.path.clone(),
-            why,
-        };
-        let word = |at: usize| u32::from_le_bytes(self.map[at..at + 4].try_into().expect("4"));
-        let len = word(LAYOUT_AT) as usize;
-        if len == 0 {
-            return Ok(None);
-        }
-        if len > LAYOUT_MAX {
-            return Err(damaged("layout record length out of range"));
-        }
-        let text = &self.map[LAYOUT_AT + 8..LAYOUT_AT + 8 + len];
-        if crc32c::crc32c(text) != word(LAYOUT_AT + 4) {
-            return Err(damaged("layout record checksum mismatch"));
-        }
-        let text = std::str::from_utf8(text).map_err(|_| damaged("layout record not text"))?;
-        Ok(Some(text.to_string()))
+    pub fn layout(&self) -> Option<&str> {
+        self.header.layout.as_deref()
     }
 
     /// Records `layout` (what the server keeps where, described from the options that
     /// decide it) in a pool that has no record yet, or checks it against the recorded one:
     /// a server whose options would lay the data out differently gets
     /// [`PoolError::Layout`] and the pool is left as it was. The record is durable before
-    /// this returns; its length is written last, so a crash midway leaves no record.
+    /// this returns: the text first, then its length and checksum in one aligned 8-byte
+    /// word, so a crash midway leaves no record (the word still zero) rather than a part.
     pub fn claim_layout(&mut self, layout: &str) -> Result<(), PoolError> {
-        assert!(
-            !layout.is_empty() && layout.len() <= LAYOUT_MAX,
-            "layout text of {} bytes",
-            layout.len()
-        );
-        match self.layout()? {
+        match &self.header.layout {
             Some(found) if found == layout => return Ok(()),
             Some(found) => {
                 return Err(PoolError::Layout {
                     path: self.path.clone(),
-                    found,
+                    found: found.clone(),
                     want: layout.to_string(),
                 })
             }
             None => {}
         }
-        let text = layout.as_bytes();
-        self.map[LAYOUT_AT + 8..LAYOUT_AT + 8 + text.len()].copy_from_slice(text);
-        self.map[LAYOUT_AT + 4..LAYOUT_AT + 8].copy_from_slice(&crc32c::crc32c(text).to_le_bytes());
+        let header = Header {
+            data_len: self.header.data_len,
+            layout: Some(layout.to_string()),
+        };
+        let bytes = header.emit();
+        let text = LAYOUT_AT + 8..LAYOUT_AT + 8 + layout.len();
+        self.map[text.clone()].copy_from_slice(&bytes[text]);
         self.sync_header()?;
-        self.map[LAYOUT_AT..LAYOUT_AT + 4].copy_from_slice(&(text.len() as u32).to_le_bytes());
-        self.sync_header()
+        let word = LAYOUT_AT..LAYOUT_AT + 8;
+        self.map[word.clone()].copy_from_slice(&bytes[word]);
+        self.sync_header()?;
+        self.header = header;
+        Ok(())
     }
 
     /// Makes the header's bytes durable, as [`PmMedia::sync`] does the data's.
@@ -576,7 +642,15 @@ fn create(path: &Path, len: u64) -> Result<Option<File>, PoolError> {
     }
     file.set_len(size).map_err(io)?;
     allocate(path, &file, size)?;
-    file.write_all_at(&header(len), 0).map_err(io)?;
+    file.write_all_at(
+        &Header {
+            data_len: len,
+            layout: None,
+        }
+        .emit(),
+        0,
+    )
+    .map_err(io)?;
     file.sync_all().map_err(io)?;
     match std::fs::hard_link(&tmp, path) {
         Ok(()) => {}
@@ -1031,7 +1105,11 @@ mod tests {
         let p = dir.path().join("sparse");
         let f = File::create(&p).unwrap();
         f.set_len(size).unwrap();
-        f.write_all_at(&header(MIN_POOL_BYTES), 0).unwrap();
+        let header = Header {
+            data_len: MIN_POOL_BYTES,
+            layout: None,
+        };
+        f.write_all_at(&header.emit(), 0).unwrap();
         f.write_all_at(b"kept", size - 4).unwrap();
         drop(f);
         assert!(allocated(&p) < size / 2, "the test file starts sparse");
@@ -1085,7 +1163,7 @@ mod tests {
         let p = dir.path().join("layout");
         {
             let mut pool = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
-            assert_eq!(pool.layout().unwrap(), None, "a new pool has no record");
+            assert_eq!(pool.layout(), None, "a new pool has no record");
             pool.claim_layout("slots of 8192 bytes").unwrap();
             pool.write(PM_BASE + 8192, b"slot one");
             // The same server again: fine, and idempotent.
@@ -1094,10 +1172,7 @@ mod tests {
         let before = std::fs::read(&p).unwrap();
         {
             let mut pool = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
-            assert_eq!(
-                pool.layout().unwrap().as_deref(),
-                Some("slots of 8192 bytes")
-            );
+            assert_eq!(pool.layout(), Some("slots of 8192 bytes"));
             let e = pool.claim_layout("slots of 4096 bytes").unwrap_err();
             assert!(
                 matches!(&e, PoolError::Layout { found, want, .. }
@@ -1117,8 +1192,7 @@ mod tests {
         let mut bytes = before;
         bytes[LAYOUT_AT + 8] ^= 1;
         std::fs::write(&p, &bytes).unwrap();
-        let mut pool = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
-        let e = pool.claim_layout("slots of 8192 bytes").unwrap_err();
+        let e = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap_err();
         assert!(
             e.to_string().contains("layout record checksum mismatch"),
             "{e}"
@@ -1190,5 +1264,62 @@ mod tests {
             Pool::open_or_create(&p, 1000).is_err(),
             "a pool below the minimum size"
         );
+    }
+
+    #[test]
+    fn a_layout_record_cut_short_or_with_its_length_zeroed_is_caught_or_absent() {
+        let header = Header {
+            data_len: MIN_POOL_BYTES,
+            layout: Some("x".into()),
+        };
+        // A one-byte text: one flipped bit makes its length zero; the checksum still says
+        // there is a record.
+        let mut b = header.emit();
+        b[LAYOUT_AT] ^= 1;
+        assert_eq!(
+            Header::parse(&b),
+            Err(HeaderError::Damaged("layout record checksum mismatch"))
+        );
+        // A crash after the text, before the word: no record (the text is ignored).
+        let mut b = Header {
+            layout: None,
+            ..header.clone()
+        }
+        .emit();
+        b[LAYOUT_AT + 8] = b'x';
+        assert_eq!(Header::parse(&b).unwrap().layout, None);
+    }
+
+    proptest::proptest! {
+        /// Any bytes: a header or an error, never a panic.
+        #[test]
+        fn any_bytes_parse_or_are_refused(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..5000)) {
+            let _ = Header::parse(&b);
+        }
+
+        /// A header reads back as it was written, and a flipped bit in what it checks
+        /// (the fixed fields, their checksum, the layout record) is refused; a flip in the
+        /// unused rest changes nothing.
+        #[test]
+        fn a_header_round_trips_and_a_flipped_bit_is_caught(
+            data_len in MIN_POOL_BYTES..(1u64 << 40),
+            layout in proptest::option::of("[ -~]{1,300}"),
+            at in 0usize..HEADER_BYTES as usize,
+            bit in 0u8..8,
+        ) {
+            let header = Header { data_len, layout };
+            let mut b = header.emit();
+            proptest::prop_assert_eq!(Header::parse(&b), Ok(header.clone()));
+            b[at] ^= 1 << bit;
+            let text_len = header.layout.as_ref().map_or(0, |t| t.len());
+            let checked = at < 68 || (LAYOUT_AT..LAYOUT_AT + 8 + text_len).contains(&at);
+            match Header::parse(&b) {
+                Ok(h) => {
+                    proptest::prop_assert!(!checked, "flip at {} accepted", at);
+                    proptest::prop_assert_eq!(h, header);
+                }
+                Err(_) => proptest::prop_assert!(checked, "flip at {} refused", at),
+            }
+        }
     }
 }
