@@ -48,8 +48,7 @@ pub const POOL_VERSION: u32 = 1;
 pub const HEADER_BYTES: u64 = 4096;
 /// Smallest data area accepted.
 pub const MIN_POOL_BYTES: u64 = 1 << 20;
-/// Where the layout record starts in the header: length (u32), CRC-32C of the text (u32),
-/// the text (UTF-8).
+/// Where the layout record starts in the header (see [`Header`]).
 const LAYOUT_AT: usize = 128;
 /// Longest layout text the header holds.
 pub const LAYOUT_MAX: usize = 2048;
@@ -245,8 +244,8 @@ pub struct Pool {
     /// Under [`SyncMode::MapSync`]: the line-aligned ranges written since the last `sync`
     /// (adjacent writes merged), so a sync writes back only lines that were written.
     dirty_lines: Vec<(usize, usize)>,
-    len: u64,
-    /// The header as read at open (and as [`Pool::claim_layout`] changed it).
+    /// The header as read at open (and as [`Pool::claim_layout`] changed it); its
+    /// `data_len` is the pool's length.
     header: Header,
     created: bool,
     durability: Durability,
@@ -256,7 +255,8 @@ pub struct Pool {
 /// format version, 16..24 the data offset, 24..32 the data length, 64..68 a CRC-32C of
 /// bytes 0..64; from [`LAYOUT_AT`] the layout record: its text's length (u32), a CRC-32C
 /// of the length and the text (u32), the text (UTF-8, at most [`LAYOUT_MAX`] bytes);
-/// length and checksum both zero mean no record. Everything else is zero. Parsed and emitted here only, as the wire frames are.
+/// length and checksum both zero mean no record. Everything else is zero. Parsed and
+/// emitted here only, as the wire frames are.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Header {
     /// Bytes of the data area.
@@ -456,7 +456,6 @@ impl Pool {
             map,
             dirty: None,
             dirty_lines: Vec::new(),
-            len: data_len,
             header,
             created,
             durability,
@@ -465,11 +464,11 @@ impl Pool {
 
     /// Bytes of PM.
     pub fn len(&self) -> u64 {
-        self.len
+        self.header.data_len
     }
     /// True for an empty data area (never: pools have a minimum size).
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
     /// The file.
     pub fn path(&self) -> &Path {
@@ -528,21 +527,40 @@ impl Pool {
 
     /// Makes the header's bytes durable, as [`PmMedia::sync`] does the data's.
     fn sync_header(&mut self) -> Result<(), PoolError> {
-        let header = ..HEADER_BYTES as usize;
+        self.write_back(0..HEADER_BYTES as usize)
+            .map_err(|err| PoolError::Io {
+                path: self.path.clone(),
+                err,
+            })?;
+        self.fence();
+        Ok(())
+    }
+
+    /// Sends the mapping's bytes `r` towards stable storage as the pool's mode does: an
+    /// `msync` of the pages they are on, or a write-back of their lines (ordered by a later
+    /// [`fence`](Self::fence)); nothing in memory.
+    fn write_back(&self, r: std::ops::Range<usize>) -> std::io::Result<()> {
         match (&self.map, self.durability.mode) {
             (_, SyncMode::Memory) => Ok(()),
             (Mapping::Plain(m), SyncMode::Msync) => {
-                m.flush_range(0, header.end).map_err(|err| PoolError::Io {
-                    path: self.path.clone(),
-                    err,
-                })
+                let page = PAGE_BYTES as usize;
+                let start = r.start / page * page;
+                let end = (r.end.div_ceil(page) * page).min(self.map.len());
+                m.flush_range(start, end - start)
             }
             (_, SyncMode::MapSync(insn)) => {
-                crate::dax::write_back(insn, &self.map[header]);
-                crate::dax::fence();
+                crate::dax::write_back(insn, &self.map[r.start..r.end.min(self.map.len())]);
                 Ok(())
             }
             (Mapping::Sync(_), SyncMode::Msync) => unreachable!("msync mode has a plain mapping"),
+        }
+    }
+
+    /// Orders the line write-backs issued so far (`MAP_SYNC` only; `msync` has returned
+    /// when its pages are on storage).
+    fn fence(&self) {
+        if let SyncMode::MapSync(_) = self.durability.mode {
+            crate::dax::fence();
         }
     }
 
@@ -552,9 +570,9 @@ impl Pool {
             .expect("PM address below the PM base");
         let end = off + len as u64;
         assert!(
-            end <= self.len,
+            end <= self.len(),
             "PM access {off:#x}+{len} beyond the {}-byte pool",
-            self.len
+            self.len()
         );
         (HEADER_BYTES + off) as usize..(HEADER_BYTES + end) as usize
     }
@@ -871,32 +889,28 @@ impl PmMedia for Pool {
             // msync of the pages written since the last sync.
             SyncMode::Msync => {
                 if let Some((a, b)) = self.dirty.take() {
-                    let page = PAGE_BYTES as usize;
-                    let start = a / page * page;
-                    let end = (b.div_ceil(page) * page).min(self.map.len());
-                    let Mapping::Plain(m) = &self.map else {
-                        unreachable!("msync mode has a plain mapping")
-                    };
-                    m.flush_range(start, end - start)
-                        .expect("msync of the PM pool failed");
+                    self.write_back(a..b).expect("msync of the PM pool failed");
                 }
             }
             // Write back the lines written since the last sync; one fence for all of them.
-            SyncMode::MapSync(insn) => {
-                let end = self.map.len();
+            SyncMode::MapSync(_) => {
                 if self.dirty_lines.is_empty() {
                     return;
                 }
-                for (a, b) in self.dirty_lines.drain(..) {
-                    crate::dax::write_back(insn, &self.map[a..b.min(end)]);
+                // Taken out and put back so the loop can borrow `self`; the capacity stays.
+                let mut lines = std::mem::take(&mut self.dirty_lines);
+                for &(a, b) in &lines {
+                    self.write_back(a..b).expect("line write-back cannot fail");
                 }
-                crate::dax::fence();
+                lines.clear();
+                self.dirty_lines = lines;
+                self.fence();
             }
         }
     }
     fn snapshot(&self) -> SparseMem {
         let mut m = SparseMem::new();
-        let data = &self.map[HEADER_BYTES as usize..(HEADER_BYTES + self.len) as usize];
+        let data = &self.map[HEADER_BYTES as usize..(HEADER_BYTES + self.len()) as usize];
         for (i, chunk) in data.chunks(PAGE_BYTES as usize).enumerate() {
             if chunk.iter().any(|&b| b != 0) {
                 m.write(PM_BASE + (i as u64) * PAGE_BYTES, chunk);

@@ -162,7 +162,7 @@ pub const SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Slots {
     fn new(node: &RtNode, footprint: Footprint, pm_bytes: u64) -> Result<Slots, ServeError> {
-        let pm_stride = footprint.pm.next_multiple_of(4096).max(4096);
+        let pm_stride = pm_stride(&footprint);
         let dram_stride = footprint.dram.next_multiple_of(4096);
         // A zero-length allocation reads the cursor: where the slots start.
         let pm_base = node.alloc(Space::Pm, 0, 4096);
@@ -318,8 +318,13 @@ pub fn layout(opts: &ServeOptions) -> String {
         s.region_len,
         s.rq_slots,
         s.rq_slot_bytes,
-        s.footprint(opts.config.rqwrb).pm.next_multiple_of(4096).max(4096),
+        pm_stride(&s.footprint(opts.config.rqwrb)),
     )
+}
+
+/// Bytes of PM a connection's slot takes: its footprint's PM, in whole pages.
+fn pm_stride(footprint: &Footprint) -> u64 {
+    footprint.pm.next_multiple_of(4096).max(4096)
 }
 
 /// Opens (or creates) the pool file, records or checks its `layout` (what the server keeps
