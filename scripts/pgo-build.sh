@@ -2,7 +2,7 @@
 # Builds `remora` with profile-guided optimisation (PGO) into target/pgo/release/remora.
 #
 # Why: the soft RNIC's cost per round trip is spread over a wide code path (model, runtime,
-# library, tokio) and is bound by instruction fetch, not by any one function
+# library, executor) and is bound by instruction fetch, not by any one function
 # (docs/results/soft-rnic.md). PGO lets the compiler lay the hot path out contiguously and
 # move cold code away, which a plain release build cannot know to do.
 #

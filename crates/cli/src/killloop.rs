@@ -60,25 +60,19 @@ impl KillArgs {
     }
 }
 
-/// A single-threaded tokio runtime: the soft RNIC's nodes and the clients run on one
-/// thread, inside a `LocalSet`.
-pub fn runtime() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())
+/// The soft RNIC's single-threaded executor: the nodes and the clients run on one thread,
+/// and what one `block_on` spawns runs on in the next.
+pub fn runtime() -> Result<remora_exec::Runtime, String> {
+    remora_exec::Runtime::new().map_err(|e| format!("cannot create the executor: {e}"))
 }
 
-/// Runs a client on a [`runtime`], as a task of a `LocalSet` (where the soft RNIC's nodes
-/// run their tasks): a completion then wakes it within the LocalSet's turn, while the
-/// future `block_on` drives runs only between turns, after a poll of the reactor (a
-/// system call and about a microsecond per wake-up).
+/// Runs a client on a [`runtime`], as a task (a panic in it becomes an error).
 pub fn run_client<T: 'static>(
     client: impl std::future::Future<Output = Result<T, String>> + 'static,
 ) -> Result<T, String> {
     let rt = runtime()?;
-    tokio::task::LocalSet::new().block_on(&rt, async move {
-        tokio::task::spawn_local(client)
+    rt.block_on(async move {
+        remora_exec::spawn_local(client)
             .await
             .map_err(|e| format!("the client task failed: {e}"))?
     })

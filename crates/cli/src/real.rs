@@ -61,7 +61,6 @@ pub fn platform_persistence_domains() -> Vec<(String, String)> {
 /// Runs a server until SIGTERM or Ctrl-C. Its first output line is `listening on ADDR`.
 pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
     let rt = crate::killloop::runtime()?;
-    let local = tokio::task::LocalSet::new();
     let opts = ServeOptions {
         listen: args.listen.clone(),
         pool: args.pool.clone(),
@@ -74,8 +73,8 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
         },
     };
     let config = args.config;
-    local
-        .block_on(&rt, serve(opts, |s| {
+    rt
+        .block_on(serve(opts, |s| {
             let mut o = std::io::stdout().lock();
             let _ = writeln!(o, "listening on {}", s.addr);
             let _ = writeln!(o, "pool {}: {}; {}", args.pool.display(), if s.created { "created" } else { "reopened" }, s.durability);
@@ -299,11 +298,11 @@ pub fn real_crash(
         example: None,
     };
     let mut acked: Vec<u64> = Vec::new();
-    let rt = runtime()?;
     for life in 0..=args.kills {
         let mut server = start_server(exe, &pool, &target.config, region, pool_bytes, args)?;
-        let local = tokio::task::LocalSet::new();
-        let (verdict, next_acked, killed) = local.block_on(&rt, async {
+        // A fresh executor per life: the last life's client tasks end with it.
+        let rt = runtime()?;
+        let (verdict, next_acked, killed) = rt.block_on(async {
             let (_node, _cfg, mut client) =
                 remora_soft::client::connect(&server.addr, &args.profile)
                     .await

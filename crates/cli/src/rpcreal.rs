@@ -106,12 +106,10 @@ pub fn serve_options(
 /// `listening on ADDR`, its second what start-up recovery did (`recovery: ...`).
 pub fn rpc_serve_blocking(args: &RpcServeArgs) -> Result<(), String> {
     let rt = crate::killloop::runtime()?;
-    let local = tokio::task::LocalSet::new();
     let o = args.clone();
     let (design, form, config) = (args.opts.design, args.opts.flush.form, args.config);
-    local
+    rt
         .block_on(
-            &rt,
             serve_durable(o, |s| {
                 let mut o = std::io::stdout().lock();
                 let _ = writeln!(o, "listening on {}", s.addr);
@@ -642,7 +640,7 @@ async fn timed<T, E: std::fmt::Display>(
     what: &str,
     f: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, String> {
-    match tokio::time::timeout(CALL_TIMEOUT, f).await {
+    match remora_exec::time::timeout(CALL_TIMEOUT, f).await {
         Ok(r) => r.map_err(|e| format!("{what}: {e}")),
         Err(_) => Err(format!("{what} hung for {CALL_TIMEOUT:?}")),
     }
@@ -781,7 +779,7 @@ async fn issue(c: &mut RealClient, h: &mut History) -> Option<Found> {
         let op = loop_op(h.conn, h.next);
         h.next += 1;
         let seq = c.client.issued() + 1;
-        let r = tokio::time::timeout(CALL_TIMEOUT, c.client.call(op.clone())).await;
+        let r = remora_exec::time::timeout(CALL_TIMEOUT, c.client.call(op.clone())).await;
         if c.client.issued() >= seq {
             h.ops.insert(seq, op.clone());
         }
@@ -848,14 +846,13 @@ pub fn rpc_real_crash(
         }
     };
     let rt = crate::killloop::runtime()?;
-    let local = tokio::task::LocalSet::new();
     let mut hs: Vec<History> = (0..clients).map(|_| History::default()).collect();
     let mut conns: Vec<Option<RealClient>> = (0..clients).map(|_| None).collect();
     for life in 0..=k.kills {
         let (mut server, recovery) = start_server(exe, &pool, target, args)?;
         let (reexecuted, torn) = parse_recovery(&recovery);
         report.reexecuted += reexecuted;
-        let verdict = local.block_on(&rt, async {
+        let verdict = rt.block_on(async {
             if let Some(t) = torn {
                 return Ok((
                     Some((
@@ -884,7 +881,9 @@ pub fn rpc_real_crash(
                         slot.insert(c)
                     }
                     Some(c) => {
-                        match tokio::time::timeout(CALL_TIMEOUT, c.reconnect(&server.addr)).await {
+                        match remora_exec::time::timeout(CALL_TIMEOUT, c.reconnect(&server.addr))
+                            .await
+                        {
                             Ok(Ok(())) => {}
                             // The recovered server lacks a Put it acknowledged: a verdict.
                             Ok(Err(RealConnectError::Rpc(e @ RpcError::LostDurable { .. }))) => {

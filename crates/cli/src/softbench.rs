@@ -52,10 +52,10 @@ const STREAM_LEAD: u8 = 0xFE;
 /// once every WRITE was applied, the same acknowledgement as [`STREAM_LEAD`]'s.
 const FRAMES_LEAD: u8 = 0xFD;
 
-/// First byte of a ping-pong connection the echo process serves from a tokio task (a
-/// current-thread runtime, epoll wake-ups: the soft RNIC server's I/O path) instead of a
-/// blocking thread.
-const TOKIO_LEAD: u8 = 0xFC;
+/// First byte of a ping-pong connection the echo process serves from a task of the soft
+/// RNIC's executor (`remora-exec`, epoll wake-ups: the soft RNIC server's I/O path)
+/// instead of a blocking thread.
+const EXEC_LEAD: u8 = 0xFC;
 
 /// Remote key of the model-free frame stream's WRITEs (the sink refuses any other).
 const FRAMES_RKEY: u32 = 0x5eed;
@@ -86,9 +86,9 @@ pub fn echo_server(listen: &str) -> Result<(), String> {
                 }
                 return;
             }
-            if s.peek(&mut b[..1]).is_ok_and(|n| n == 1) && b[0] == TOKIO_LEAD {
+            if s.peek(&mut b[..1]).is_ok_and(|n| n == 1) && b[0] == EXEC_LEAD {
                 let _ = s.read_exact(&mut b[..1]);
-                let _ = tokio_echo(s);
+                let _ = exec_echo(s);
                 return;
             }
             if s.peek(&mut b[..1]).is_ok_and(|n| n == 1) && b[0] == STREAM_LEAD {
@@ -126,16 +126,14 @@ pub fn echo_server(listen: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Echoes a connection from a task of a current-thread tokio runtime, as the soft RNIC's
+/// Echoes a connection from a task of the soft RNIC's executor, as the soft RNIC's
 /// server reads and writes its connections (`read_buf`, then a non-blocking write), until
 /// the peer closes.
-fn tokio_echo(s: TcpStream) -> std::io::Result<()> {
+fn exec_echo(s: TcpStream) -> std::io::Result<()> {
     let rt = crate::killloop::runtime().map_err(std::io::Error::other)?;
-    s.set_nonblocking(true)?;
-    tokio::task::LocalSet::new().block_on(&rt, async move {
-        let s = tokio::net::TcpStream::from_std(s)?;
-        tokio::task::spawn_local(async move {
-            use tokio::io::AsyncReadExt;
+    rt.block_on(async move {
+        let s = remora_exec::net::TcpStream::from_std(s)?;
+        remora_exec::spawn_local(async move {
             let (mut r, w) = s.into_split();
             let mut buf = Vec::with_capacity(1 << 16);
             loop {
@@ -349,7 +347,7 @@ fn quantiles(mut v: Vec<u64>) -> (f64, f64, f64, usize) {
 }
 
 /// Samples each series takes in one round of the latency phase. Every series (the raw
-/// ping-pong, the same through tokio, each method) takes this many in turn, round after
+/// ping-pong, the same through the executor, each method) takes this many in turn, round after
 /// round: the VM's state moves the raw round trip between 12 and 40 µs for seconds at a
 /// time, and a series measured after another would see a different machine.
 const ROUND: u64 = 100;
@@ -402,15 +400,15 @@ struct MethodRun {
     _keep: Box<dyn std::any::Any>,
 }
 
-/// `k` round trips of `msg` over a tokio socket, each one's time into `series`.
-async fn tokio_ping_pong(
-    sock: &mut tokio::net::TcpStream,
+/// `k` round trips of `msg` over a socket of the soft RNIC's executor, each one's time
+/// into `series`.
+async fn exec_ping_pong(
+    sock: &mut remora_exec::net::TcpStream,
     k: u64,
     msg: &[u8],
     back: &mut [u8],
     series: &mut Series,
 ) -> Result<(), String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     for _ in 0..k {
         let t0 = wall();
         sock.write_all(msg).await.map_err(|e| e.to_string())?;
@@ -420,13 +418,13 @@ async fn tokio_ping_pong(
     Ok(())
 }
 
-/// The latency phase's series: raw, tokio client, tokio on both sides, and each method's
+/// The latency phase's series: raw, executor client, executor on both sides, and each method's
 /// (server, method, series).
 type LatencyRuns = (Series, Series, Series, Vec<(String, String, Series)>);
 
 /// The latency phase, side by side: an echo process and one `remora serve` per
 /// [`LATENCY_CONFIGS`] entry run together; in every round of [`ROUND`] samples the raw
-/// ping-pong, the same through tokio (client only, then both sides), and each method's
+/// ping-pong, the same through the executor (client only, then both sides), and each method's
 /// singleton appends take their turn.
 fn latency_side_by_side(exe: &Path, n: u64, pool_dir: &Path) -> Result<LatencyRuns, String> {
     let echo = Proc::start(exe, &["bench", "echo"])?;
@@ -441,31 +439,26 @@ fn latency_side_by_side(exe: &Path, n: u64, pool_dir: &Path) -> Result<LatencyRu
         .collect();
     let (echo_addr, echo_pid) = (echo.1.clone(), echo.0.id());
     let rt = crate::killloop::runtime()?;
-    // The clients run as tasks of the nodes' LocalSet, as an application would: their
-    // wake-ups are the LocalSet's, not a `block_on` future's (which costs the runtime a
-    // non-blocking poll of the reactor per wake-up).
+    // The clients run as tasks of the nodes' executor, as an application would.
     let measure = async move {
         let mut raw_sock = TcpStream::connect(&echo_addr).map_err(|e| e.to_string())?;
         raw_sock.set_nodelay(true).map_err(|e| e.to_string())?;
         // The same ping-pong through the soft RNIC's I/O path without the model (a task
-        // of a LocalSet on a current-thread runtime, epoll wake-ups): the runtime's share
-        // of the overhead, apart from the model's.
-        let mut tok_sock = tokio::net::TcpStream::connect(&echo_addr)
+        // of its executor, epoll wake-ups): the executor's share of the overhead, apart
+        // from the model's.
+        let mut tok_sock = remora_exec::net::TcpStream::connect(echo_addr.as_str())
             .await
             .map_err(|e| e.to_string())?;
         tok_sock.set_nodelay(true).map_err(|e| e.to_string())?;
-        // And with the echo on tokio too: both sides' I/O paths are the soft RNIC's.
-        let mut both_sock = tokio::net::TcpStream::connect(&echo_addr)
+        // And with the echo on the executor too: both sides' I/O paths are the soft RNIC's.
+        let mut both_sock = remora_exec::net::TcpStream::connect(echo_addr.as_str())
             .await
             .map_err(|e| e.to_string())?;
         both_sock.set_nodelay(true).map_err(|e| e.to_string())?;
-        {
-            use tokio::io::AsyncWriteExt;
-            both_sock
-                .write_all(&[TOKIO_LEAD])
-                .await
-                .map_err(|e| e.to_string())?;
-        }
+        both_sock
+            .write_all(&[EXEC_LEAD])
+            .await
+            .map_err(|e| e.to_string())?;
         let mut runs = Vec::new();
         for (config, addr, server_pid) in targets {
             for p in Primitive::ALL {
@@ -498,7 +491,7 @@ fn latency_side_by_side(exe: &Path, n: u64, pool_dir: &Path) -> Result<LatencyRu
         }
         let msg = [0x11u8; 64 + 32];
         let mut back = [0u8; 96];
-        let (mut raw, mut via_tokio, mut both_tokio) =
+        let (mut raw, mut via_exec, mut both_exec) =
             (Series::default(), Series::default(), Series::default());
         let mut done = 0;
         while done < n {
@@ -513,11 +506,11 @@ fn latency_side_by_side(exe: &Path, n: u64, pool_dir: &Path) -> Result<LatencyRu
             }
             raw.add_cpu(&mark);
             for (sock, series) in [
-                (&mut tok_sock, &mut via_tokio),
-                (&mut both_sock, &mut both_tokio),
+                (&mut tok_sock, &mut via_exec),
+                (&mut both_sock, &mut both_exec),
             ] {
                 let mark = CpuMark::now(echo_pid);
-                tokio_ping_pong(sock, k, &msg, &mut back, series).await?;
+                exec_ping_pong(sock, k, &msg, &mut back, series).await?;
                 series.add_cpu(&mark);
             }
             for r in &mut runs {
@@ -538,10 +531,10 @@ fn latency_side_by_side(exe: &Path, n: u64, pool_dir: &Path) -> Result<LatencyRu
             .into_iter()
             .map(|r| (r.config.to_string(), r.method, r.series))
             .collect();
-        Ok::<_, String>((raw, via_tokio, both_tokio, rows))
+        Ok::<_, String>((raw, via_exec, both_exec, rows))
     };
-    let out = tokio::task::LocalSet::new().block_on(&rt, async {
-        tokio::task::spawn_local(measure)
+    let out = rt.block_on(async {
+        remora_exec::spawn_local(measure)
             .await
             .map_err(|e| e.to_string())?
     });
@@ -584,10 +577,10 @@ pub fn run(
     );
     let pool_dir = pool_dir.join(format!("remora-softbench-{}", std::process::id()));
     std::fs::create_dir_all(&pool_dir).map_err(|e| e.to_string())?;
-    // 1–2. The raw ping-pong (the floor), the same through tokio, and RemoteLog singleton
+    // 1–2. The raw ping-pong (the floor), the same through the executor, and RemoteLog singleton
     // appends per method, interleaved round by round.
     let latency = latency_side_by_side(exe, n, &pool_dir);
-    let (raw, via_tokio, both_tokio, rows) = match latency {
+    let (raw, via_exec, both_exec, rows) = match latency {
         Ok(l) => l,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&pool_dir);
@@ -596,13 +589,13 @@ pub fn run(
     };
     let (raw_mean, raw_p50, raw_p99, raw_slow) = quantiles(raw.ns.clone());
     let raw_cpu = raw.cpu_us();
-    let (tokio_mean, tokio_p50, tokio_p99, tokio_slow) = quantiles(via_tokio.ns);
-    let both_cpu = both_tokio.cpu_us();
-    let (both_mean, both_p50, both_p99, both_slow) = quantiles(both_tokio.ns);
-    let _ = writeln!(out, "Interleaved: {} rounds; in each, the raw ping-pong, the same through tokio (client, then both sides) and every method take {ROUND} samples in turn, so a change of the machine's state falls on all of them alike.\n", n.div_ceil(ROUND));
+    let (exec_mean, exec_p50, exec_p99, exec_slow) = quantiles(via_exec.ns);
+    let both_cpu = both_exec.cpu_us();
+    let (both_mean, both_p50, both_p99, both_slow) = quantiles(both_exec.ns);
+    let _ = writeln!(out, "Interleaved: {} rounds; in each, the raw ping-pong, the same through the soft RNIC's executor (client, then both sides) and every method take {ROUND} samples in turn, so a change of the machine's state falls on all of them alike.\n", n.div_ceil(ROUND));
     let _ = writeln!(out, "Raw TCP ping-pong, 96 bytes: mean {raw_mean:.1} µs, p50 {raw_p50:.1} µs, p99 {raw_p99:.1} µs, {raw_slow} of {} ≥ 1 ms; CPU per round trip (user + system) {:.2} µs client, {:.2} µs echo\n", raw.ns.len(), raw_cpu.0, raw_cpu.1);
-    let _ = writeln!(out, "The same ping-pong as a tokio task (the soft RNIC's I/O path, no model): mean {tokio_mean:.1} µs, p50 {tokio_p50:.1} µs ({:.2}x the raw p50), p99 {tokio_p99:.1} µs, {tokio_slow} of {n} ≥ 1 ms\n", tokio_p50 / raw_p50);
-    let _ = writeln!(out, "The same with the echo on tokio too (both sides' I/O paths are the soft RNIC's, no model): mean {both_mean:.1} µs, p50 {both_p50:.1} µs ({:.2}x the raw p50), p99 {both_p99:.1} µs, {both_slow} of {n} ≥ 1 ms; CPU per round trip {:.2} µs client, {:.2} µs echo\n", both_p50 / raw_p50, both_cpu.0, both_cpu.1);
+    let _ = writeln!(out, "The same ping-pong as a task of the soft RNIC's executor (remora-exec: its I/O path, no model): mean {exec_mean:.1} µs, p50 {exec_p50:.1} µs ({:.2}x the raw p50), p99 {exec_p99:.1} µs, {exec_slow} of {n} ≥ 1 ms\n", exec_p50 / raw_p50);
+    let _ = writeln!(out, "The same with the echo on the executor too (both sides' I/O paths are the soft RNIC's, no model): mean {both_mean:.1} µs, p50 {both_p50:.1} µs ({:.2}x the raw p50), p99 {both_p99:.1} µs, {both_slow} of {n} ≥ 1 ms; CPU per round trip {:.2} µs client, {:.2} µs echo\n", both_p50 / raw_p50, both_cpu.0, both_cpu.1);
     // 3. Streaming, raw and soft RNIC runs interleaved.
     let streams = stream_side_by_side(exe, stream_writes, &pool_dir);
     let _ = std::fs::remove_dir_all(&pool_dir);
@@ -615,14 +608,14 @@ pub fn run(
     // miss the floor's own mean by the ping-pong's tail, before any of remora's cost.
     profile.network.nic_rtt_ns = (raw_mean * 1e3) as u64;
     // Attribution of the model's miss: the same profile with the round trip of the I/O
-    // path the soft RNIC's packets actually take (tokio on both sides). What this
+    // path the soft RNIC's packets actually take (the executor on both sides). What this
     // prediction still misses is the soft RNIC's own CPU per packet and per message, which
     // a model of a hardware RNIC does not have; the rest of the strict miss is the I/O path.
     let mut via_io = profile.clone();
     via_io.network.nic_rtt_ns = (both_mean * 1e3) as u64;
     let _ = writeln!(
         out,
-        "Model check: the `loopback` profile is the default one with its NIC round trip set to the raw ping-pong's mean, {raw_mean:.1} µs (the only measured input); the simulator runs each method with it and predicts its mean latency. Attribution (last two columns): the same profile with the round trip of the soft RNIC's own I/O path, the both-sides tokio ping-pong's mean {both_mean:.1} µs; what that still misses is the soft RNIC's CPU per packet and message, which a model of hardware does not have.\n"
+        "Model check: the `loopback` profile is the default one with its NIC round trip set to the raw ping-pong's mean, {raw_mean:.1} µs (the only measured input); the simulator runs each method with it and predicts its mean latency. Attribution (last two columns): the same profile with the round trip of the soft RNIC's own I/O path, the both-sides executor ping-pong's mean {both_mean:.1} µs; what that still misses is the soft RNIC's CPU per packet and message, which a model of hardware does not have.\n"
     );
     let _ = writeln!(out, "Client and server CPU: each process's CPU time (user + system) per append, to compare with the raw ping-pong's per round trip. The added microseconds (p50 − raw p50) are what the stack costs per round trip over the floor; the ratio also moves with the floor itself.\n");
     let _ = writeln!(out, "| server | method | mean µs | p50 µs | p99 µs | ≥ 1 ms | p50 / raw p50 | p50 − raw p50 µs | client CPU µs | server CPU µs | simulator (loopback profile) mean µs | measured / predicted | simulator, I/O-path round trip, mean µs | measured / that |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
@@ -853,7 +846,7 @@ fn frames_stream_run(echo: &str, writes: u64) -> Result<(f64, u64, u64, u64), St
 
 /// One run of streaming over the soft RNIC: pipelined unsignaled 64-byte WRITEs, a FLUSH
 /// every [`STREAM_BATCH`] with up to [`STREAM_WINDOW`] FLUSHes in flight, timed until the
-/// last FLUSH completed (every WRITE persistent). Runs in a task of the node's `LocalSet`.
+/// last FLUSH completed (every WRITE persistent). Runs in a task of the node's executor.
 async fn soft_stream_run(
     node: &remora_soft::runtime::RtNode,
     client: &mut remora::Client<remora_soft::runtime::RtNode>,
@@ -924,8 +917,8 @@ fn stream_side_by_side(
     let server = start_server(exe, &pool, "DMP+noDDIO+PM-RQWRB")?;
     let rt = crate::killloop::runtime()?;
     let (echo_addr, addr, pid) = (echo.1.clone(), server.1.clone(), server.0.id());
-    let runs = tokio::task::LocalSet::new().block_on(&rt, async move {
-        tokio::task::spawn_local(async move {
+    let runs = rt.block_on(async move {
+        remora_exec::spawn_local(async move {
             let (node, _c, mut client) =
                 remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
                     .await

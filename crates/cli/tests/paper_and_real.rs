@@ -312,10 +312,6 @@ fn streamed_writes_survive_a_sigkill_once_their_flush_completed() {
         let _ = std::fs::remove_file(&pool);
         let mut server = Server::start(&pool, "DMP+noDDIO+PM-RQWRB");
         let addr = server.1.clone();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
         let record = |i: u64| -> [u8; 64] {
             let mut r = [0u8; 64];
             for (j, b) in r.iter_mut().enumerate() {
@@ -324,7 +320,7 @@ fn streamed_writes_survive_a_sigkill_once_their_flush_completed() {
             r[..8].copy_from_slice(&i.to_le_bytes());
             r
         };
-        let region = tokio::task::LocalSet::new().block_on(&rt, async {
+        let region = remora_exec::block_on(async {
             let (node, _c, mut client) = remora_soft::client::connect(
                 &addr,
                 &remora_model::profile::LatencyProfile::default_profile(),
@@ -433,12 +429,12 @@ fn bench_soft_reports_latency_and_cpu_per_method() {
         "{}",
         text(&out.stderr)
     );
-    // The two tokio ping-pongs (client only, both sides) ran against the echo process.
-    assert!(s.contains("as a tokio task"), "{s}");
+    // The two executor ping-pongs (client only, both sides) ran against the echo process.
+    assert!(s.contains("as a task of the soft RNIC's executor"), "{s}");
     let both = s
         .lines()
-        .find(|l| l.starts_with("The same with the echo on tokio too"))
-        .unwrap_or_else(|| panic!("no both-sides tokio series: {s}"));
+        .find(|l| l.starts_with("The same with the echo on the executor too"))
+        .unwrap_or_else(|| panic!("no both-sides executor series: {s}"));
     assert!(both.contains(" of 200 ≥ 1 ms"), "{both}");
     // The means the model check is calibrated with.
     let mean_of = |line: &str| -> f64 {

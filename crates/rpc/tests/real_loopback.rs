@@ -65,11 +65,6 @@ fn start_n(
     let config: ServerConfig = config.parse().unwrap();
     let listen = listen.to_string();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let local = tokio::task::LocalSet::new();
         let o = RealServeOptions {
             listen,
             pool,
@@ -81,10 +76,7 @@ fn start_n(
             journal: None,
         };
         let tx2 = tx.clone();
-        let r = local.block_on(
-            &rt,
-            serve_durable(o, move |s| tx2.send(Ok(s.clone())).unwrap()),
-        );
+        let r = remora_exec::block_on(serve_durable(o, move |s| tx2.send(Ok(s.clone())).unwrap()));
         if let Err(e) = r {
             let _ = tx.send(Err(e.to_string()));
         }
@@ -96,15 +88,10 @@ fn start_n(
 /// Runs a client to its end, failing after 60 s (a server whose threads stopped still
 /// answers the client's RDMA probes, so the client alone would wait).
 fn run_client<T>(f: impl std::future::Future<Output = T>) -> T {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    tokio::task::LocalSet::new()
-        .block_on(&rt, async {
-            tokio::time::timeout(std::time::Duration::from_secs(60), f).await
-        })
-        .expect("client finished within 60 s")
+    remora_exec::block_on(async {
+        remora_exec::time::timeout(std::time::Duration::from_secs(60), f).await
+    })
+    .expect("client finished within 60 s")
 }
 
 fn value(i: u64) -> Vec<u8> {

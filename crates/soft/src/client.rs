@@ -4,13 +4,12 @@
 use crate::cm::{Cm, CmError, RefuseCode, CM_FRAME, HANDSHAKE_TIMEOUT};
 use crate::runtime::RtNode;
 use remora::Client;
+use remora_exec::net::TcpStream;
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::rnic::Rnic;
 use remora_model::verbs::{NodeId, QpNum};
 use remora_model::ServerConfig;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// Why a connection could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +68,7 @@ pub enum ConnectError {
 
 /// Connects to `addr` (`host:port`; IPv4, IPv6 or a name). Returns the local node, the
 /// server's configuration, and a library client whose QP is connected; call
-/// [`Client::connect`] next. Must run inside a `tokio::task::LocalSet`.
+/// [`Client::connect`] next. Must run inside `remora_exec::block_on`.
 pub async fn connect(
     addr: &str,
     profile: &LatencyProfile,
@@ -142,7 +141,7 @@ async fn within<T>(
     what: &'static str,
     f: impl std::future::Future<Output = T>,
 ) -> Result<T, ConnectError> {
-    tokio::time::timeout(HANDSHAKE_TIMEOUT, f)
+    remora_exec::time::timeout(HANDSHAKE_TIMEOUT, f)
         .await
         .map_err(|_| ConnectError::Timeout {
             addr: addr.to_string(),
@@ -180,7 +179,7 @@ async fn next_cm(s: &mut TcpStream, addr: &str) -> Result<Cm, ConnectError> {
 /// server's `Assign`. With `node`, reuses that local node (a client reconnecting after
 /// its server restarted keeps its memory and queues); the server must then assign the
 /// same node id. Without, creates and starts a node with the assigned id. Must run inside
-/// a `tokio::task::LocalSet`.
+/// `remora_exec::block_on`.
 pub async fn open(
     addr: &str,
     profile: &LatencyProfile,
@@ -240,7 +239,7 @@ pub async fn open_with(
                 Prng::from_seed(client as u64),
             );
             let n = RtNode::new(rnic);
-            tokio::task::spawn_local(n.clone().drive());
+            remora_exec::spawn_local(n.clone().drive());
             n
         }
     };

@@ -192,7 +192,7 @@ pub const DEAD_PEER_UNACKED: std::time::Duration = std::time::Duration::from_sec
 
 /// Sets up `stream` to notice a vanished peer: keepalive probes after [`DEAD_PEER_IDLE`],
 /// and a time-out for unacknowledged data.
-pub fn watch_peer(stream: &tokio::net::TcpStream) -> std::io::Result<()> {
+pub fn watch_peer(stream: &remora_exec::net::TcpStream) -> std::io::Result<()> {
     let sock = socket2::SockRef::from(stream);
     let ka = socket2::TcpKeepalive::new()
         .with_time(DEAD_PEER_IDLE)

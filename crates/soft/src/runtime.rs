@@ -1,5 +1,5 @@
 //! The real-time runtime: one node's [`Rnic`] driven by the wall clock and real sockets,
-//! on a single-threaded tokio runtime (`LocalSet`). [`RtNode`] implements
+//! on the single-threaded executor of `remora-exec`. [`RtNode`] implements
 //! [`remora_verbs::Verbs`], so the library and RemoteLog run on it unchanged.
 //!
 //! Time: the model's clock never runs behind the wall clock. When the model schedules
@@ -11,6 +11,8 @@
 //! before the data it acknowledges is in the file, and a `kill -9` loses exactly what the
 //! model says a power failure at that instant loses. Longer waits (ACK time-outs) sleep.
 
+use remora_exec::net::{OwnedReadHalf, OwnedWriteHalf};
+use remora_exec::sync::Notify;
 use remora_model::hierarchy::Space;
 use remora_model::rnic::{MrInfo, QpAttr, Rnic};
 use remora_model::time::{Duration, Instant};
@@ -23,9 +25,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
-use tokio::io::AsyncReadExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::Notify;
 
 /// Longest the driver waits for its turn while tasks do CPU work (`compute`, `memcpy`,
 /// `persist_local`) before they yield to it: short work runs straight on to the task's next
@@ -316,7 +315,7 @@ impl RtNode {
         for conn in peers {
             // Both directions: this node's reader sees the end as well and runs the
             // connection's close handling (its QPs fail, so waiting tasks wake).
-            let sock = socket2::SockRef::from(conn.write.as_ref());
+            let sock = socket2::SockRef::from(&conn.write);
             let _ = sock.shutdown(std::net::Shutdown::Both);
         }
         self.inner.closed.set(true);
@@ -368,9 +367,9 @@ impl RtNode {
             in_round: Cell::new(false),
         });
         self.inner.st.borrow_mut().peers.insert(peer, conn.clone());
-        tokio::task::spawn_local(write_loop(conn));
+        remora_exec::spawn_local(write_loop(conn));
         let node = self.clone();
-        tokio::task::spawn_local(async move {
+        remora_exec::spawn_local(async move {
             let _ = node.read_loop(peer, read).await;
             if let Some(conn) = node.inner.st.borrow_mut().peers.remove(&peer) {
                 conn.closing.set(true);
@@ -470,12 +469,11 @@ impl RtNode {
     }
 
     /// The driver: runs the RNIC's timers, transmits what it produces, and wakes tasks.
-    /// Spawn it once per node with `tokio::task::spawn_local`; it returns only after
+    /// Spawn it once per node with `remora_exec::spawn_local`; it returns only after
     /// [`close`](Self::close), once the connections are gone.
     pub async fn drive(self) {
         // One timer, moved only when an earlier deadline comes (not re-armed every turn).
-        let sleep = tokio::time::sleep(std::time::Duration::ZERO);
-        tokio::pin!(sleep);
+        let mut sleep = std::pin::pin!(remora_exec::time::sleep(std::time::Duration::ZERO));
         let mut deferred = 0;
         // This coalescing round already let the runtime run once (see below).
         let mut via_runtime = false;
@@ -516,20 +514,18 @@ impl RtNode {
                     let moved = kicked || unsettled < before;
                     before = unsettled;
                     if deferred == 1 || moved {
-                        yield_local().await;
+                        remora_exec::yield_local().await;
                         continue;
                     }
                     // A slice passed and no woken task posted or went back to waiting:
-                    // it is not among the LocalSet's tasks (the future a runtime's
-                    // `block_on` or `run_until` drives, as a client's main loop often
-                    // is, runs only between the LocalSet's ticks) or it waits for
-                    // something else. Once per round, let the runtime run (one reactor
-                    // poll): the client's acknowledgement of an answer then leaves with
-                    // its next request instead of in a write of its own, which also
-                    // spares the server a wake-up per round trip.
+                    // it waits for something else (a timer, a socket). Once per round,
+                    // let the executor look at its sockets and timers (one non-blocking
+                    // poll): what the task waits for may be there, and its answer then
+                    // leaves with the acknowledgement instead of in a write of its own,
+                    // which also spares the peer a wake-up.
                     if !via_runtime {
                         via_runtime = true;
-                        tokio::task::yield_now().await;
+                        remora_exec::yield_now().await;
                         continue;
                     }
                 }
@@ -550,18 +546,15 @@ impl RtNode {
                             t.saturating_since(self.inner.now(&mut st))
                         };
                         sleep.as_mut().reset(
-                            tokio::time::Instant::now()
+                            remora_exec::time::now()
                                 + std::time::Duration::from_nanos(wait.as_nanos()),
                         );
                         self.inner.st.borrow_mut().armed = Some(t);
                     }
-                    tokio::select! {
-                        biased;
-                        _ = kicked => {}
-                        _ = sleep.as_mut() => {
-                            self.inner.st.borrow_mut().armed = None;
-                            due = true;
-                        }
+                    let woke = remora_exec::first(kicked, sleep.as_mut()).await;
+                    if let remora_exec::Either::Right(()) = woke {
+                        self.inner.st.borrow_mut().armed = None;
+                        due = true;
                     }
                 }
                 None => {
@@ -681,7 +674,7 @@ impl RtNode {
         }
     }
 
-    /// Yields to the LocalSet's other tasks once tasks have run [`CPU_SLICE`] without the
+    /// Yields to the executor's other tasks once tasks have run [`CPU_SLICE`] without the
     /// RNIC (since the driver's last turn, or the completion that woke them), and at every
     /// piece of CPU work after that until the driver's next turn; before, the task goes
     /// straight on (a yield would hand the driver a turn, and a step, per piece of CPU
@@ -691,7 +684,7 @@ impl RtNode {
     /// caught).
     async fn cpu_yield(&self) {
         if self.inner.cpu_since.get().elapsed() > CPU_SLICE {
-            yield_local().await;
+            remora_exec::yield_local().await;
         }
     }
 
@@ -731,22 +724,6 @@ async fn write_loop(conn: Rc<Conn>) {
             return;
         }
     }
-}
-
-/// Lets the other ready tasks of the LocalSet run, then continues: the task goes to the
-/// back of the LocalSet's queue. Unlike `tokio::task::yield_now`, it does not wait for the
-/// runtime to poll the reactor first (a system call per yield, several per message).
-fn yield_local() -> impl Future<Output = ()> {
-    let mut yielded = false;
-    std::future::poll_fn(move |cx| {
-        if yielded {
-            Poll::Ready(())
-        } else {
-            yielded = true;
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    })
 }
 
 /// Waits until a CQ holds a completion; the driver wakes it after the step that put one
@@ -897,7 +874,8 @@ impl remora_verbs::Verbs for RtNode {
         };
         // A long fence (a slow data path) takes its time on the wall clock too.
         if done > now + JUMP {
-            tokio::time::sleep(std::time::Duration::from_nanos((done - now).as_nanos())).await;
+            remora_exec::time::sleep(std::time::Duration::from_nanos((done - now).as_nanos()))
+                .await;
         }
         {
             let mut st = self.inner.st.borrow_mut();
@@ -915,11 +893,11 @@ impl remora_verbs::Verbs for RtNode {
         if d == Duration::ZERO {
             // An explicit yield point (e.g. an application that posted a batch and wants
             // the RNIC to send it while it prepares the next).
-            yield_local().await;
+            remora_exec::yield_local().await;
         } else if d < SLEEP_MIN {
             self.cpu_yield().await;
         } else {
-            tokio::time::sleep(std::time::Duration::from_nanos(d.as_nanos())).await;
+            remora_exec::time::sleep(std::time::Duration::from_nanos(d.as_nanos())).await;
         }
     }
     async fn memcpy(&self, dst: (Space, u64), src: (Space, u64), len: u64) {

@@ -8,6 +8,8 @@ use crate::pinned::PinnedNode;
 use crate::pool::{Durability, Pool, PoolBytes, PoolError};
 use crate::runtime::RtNode;
 use remora::{CpuCosts, Footprint, Responder, ServerSetup};
+use remora_exec::net::{TcpListener, TcpStream};
+use remora_exec::Either;
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::rnic::{Objects, Rnic};
@@ -18,8 +20,6 @@ use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 /// How to run a server.
 #[derive(Clone, Debug)]
@@ -96,7 +96,7 @@ impl LiveObjects {
 }
 
 /// Runs the server until SIGTERM or Ctrl-C (returns `Ok`) or a fatal error. `started` is
-/// called once the socket listens. Must run inside a `tokio::task::LocalSet`.
+/// called once the socket listens. Must run inside `remora_exec::block_on`.
 pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result<(), ServeError> {
     let PoolNode {
         node,
@@ -153,7 +153,7 @@ struct Slots {
     dram_stride: u64,
     busy: RefCell<Vec<bool>>,
     /// Woken when a slot is given back.
-    freed: tokio::sync::Notify,
+    freed: remora_exec::sync::Notify,
 }
 
 /// How long a connection waits for a slot before it is refused: a client that reconnects
@@ -183,7 +183,7 @@ impl Slots {
             dram_base,
             dram_stride,
             busy: RefCell::new(vec![false; count as usize]),
-            freed: tokio::sync::Notify::new(),
+            freed: remora_exec::sync::Notify::new(),
         })
     }
 
@@ -204,12 +204,10 @@ impl Slots {
 
     /// [`Slots::take`], waiting up to `wait` for a slot to be given back.
     async fn take_within(self: &Rc<Self>, wait: std::time::Duration) -> Option<Slot> {
-        tokio::time::timeout(wait, async {
+        remora_exec::time::timeout(wait, async {
             loop {
-                // Registered before the check, so a slot freed in between still wakes us.
+                // Begun before the check, so a slot freed in between still wakes us.
                 let freed = self.freed.notified();
-                tokio::pin!(freed);
-                freed.as_mut().enable();
                 if let Some(slot) = self.take() {
                     return slot;
                 }
@@ -248,48 +246,27 @@ impl Drop for Slot {
 }
 
 /// Accepts connections until SIGTERM or Ctrl-C, each served by `handle` in a task of its
-/// own. The loop is a task too: a `LocalSet` polls its `block_on` future whenever any of
-/// its tasks was woken, and polling the signal handlers and the listener there cost the
-/// server about 900 instructions per request. Must run inside a `LocalSet`.
+/// own. Must run inside `remora_exec::block_on`.
 pub async fn accept_until_shutdown<F, Fut>(listener: TcpListener, mut handle: F)
 where
     F: FnMut(TcpStream) -> Fut + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
 {
-    let accept = async move {
-        let shutdown = shutdown_signal();
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                _ = &mut shutdown => return,
-                accepted = listener.accept() => {
-                    let Ok((stream, _)) = accepted else { continue };
-                    tokio::task::spawn_local(handle(stream));
-                }
+    let mut shutdown = std::pin::pin!(shutdown_signal());
+    loop {
+        match remora_exec::first(shutdown.as_mut(), listener.accept()).await {
+            Either::Left(()) => return,
+            Either::Right(Ok((stream, _))) => {
+                remora_exec::spawn_local(handle(stream));
             }
+            Either::Right(Err(_)) => continue,
         }
-    };
-    let _ = tokio::task::spawn_local(accept).await;
+    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C (never, where no handler can be installed).
 pub async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return std::future::pending().await,
-            };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
+    remora_exec::signal::shutdown().await
 }
 
 /// A server node over a pool file, started by [`open_node`].
@@ -330,7 +307,7 @@ fn pm_stride(footprint: &Footprint) -> u64 {
 /// Opens (or creates) the pool file, records or checks its `layout` (what the server keeps
 /// where; see [`Pool::claim_layout`]) and starts a server node (node id 0) whose PM is the
 /// pool: what `serve` does before it listens, for servers of other protocols. Must run
-/// inside a `tokio::task::LocalSet`.
+/// inside `remora_exec::block_on`.
 pub fn open_node(
     pool: &Path,
     pool_bytes: PoolBytes,
@@ -344,7 +321,7 @@ pub fn open_node(
     let profile = crate::runtime::real_time_profile(profile);
     let rnic = Rnic::with_media(0, config, &profile, Prng::from_seed(0x5eed), Box::new(pool));
     let node = RtNode::new(rnic);
-    tokio::task::spawn_local(node.clone().drive());
+    remora_exec::spawn_local(node.clone().drive());
     Ok(PoolNode {
         node,
         created,
@@ -449,7 +426,7 @@ async fn handle(
         }
     };
     // A silent peer would hold its socket (and this task) for ever.
-    let Ok(step) = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await else {
+    let Ok(step) = remora_exec::time::timeout(HANDSHAKE_TIMEOUT, handshake).await else {
         eprintln!("client {id}: no handshake within {HANDSHAKE_TIMEOUT:?}; connection closed");
         return Ok(());
     };

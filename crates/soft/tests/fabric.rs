@@ -27,7 +27,7 @@ impl Side {
             Prng::from_seed(id as u64),
         );
         let node = RtNode::new(rnic);
-        tokio::task::spawn_local(node.clone().drive());
+        remora_exec::spawn_local(node.clone().drive());
         let pd = node.alloc_pd().unwrap();
         let a = node.alloc(Space::Pm, 1 << 16, 4096);
         let pm = node.reg_mr(pd, Space::Pm, a, 1 << 16, Access::ALL).unwrap();
@@ -108,9 +108,15 @@ async fn pair(config: &str) -> (Side, Side) {
 
 /// [`pair`] with another latency profile.
 async fn pair_with(config: &str, profile: &LatencyProfile) -> (Side, Side) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = remora_exec::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap();
     let addr = listener.local_addr().unwrap();
-    let (a, b) = tokio::join!(listener.accept(), tokio::net::TcpStream::connect(addr));
+    let (a, b) = remora_exec::join(
+        listener.accept(),
+        remora_exec::net::TcpStream::connect(addr),
+    )
+    .await;
     let (a, b) = (a.unwrap().0, b.unwrap());
     // As the connection manager sets them: Nagle would hold a small write behind another.
     a.set_nodelay(true).unwrap();
@@ -129,11 +135,7 @@ fn wall() -> std::time::Instant {
 }
 
 fn run<T>(f: impl std::future::Future<Output = T>) -> T {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    tokio::task::LocalSet::new().block_on(&rt, f)
+    remora_exec::block_on(f)
 }
 
 #[test]
@@ -260,7 +262,7 @@ fn uc_and_ud_over_tcp() {
         let got = next_completion(&s.node, s.rcq).await;
         assert_eq!((got.opcode, got.imm), (WcOpcode::RecvRdmaWithImm, Some(3)));
         while s.node.with(|r, _| r.stats().unreliable_no_recv) == 0 {
-            tokio::task::yield_now().await;
+            remora_exec::yield_now().await;
         }
         // UD: a datagram, and an RFlush notification back to its sender.
         let (sud, cud) = (s.qp(QpType::Ud), c.qp(QpType::Ud));
@@ -346,7 +348,7 @@ fn a_parked_driver_wakes_for_a_deferred_response() {
             WcStatus::Success
         );
         for _ in 0..16 {
-            tokio::task::yield_now().await;
+            remora_exec::yield_now().await;
         }
         // The thread is busy (as a server recovering at start-up) past every deadline of
         // that WRITE; then a local call kicks the driver, which finds the kick and its
@@ -354,7 +356,7 @@ fn a_parked_driver_wakes_for_a_deferred_response() {
         std::thread::sleep(std::time::Duration::from_millis(20));
         s.node.with(|_, _| ());
         for _ in 0..16 {
-            tokio::task::yield_now().await;
+            remora_exec::yield_now().await;
         }
         // A WRITE and a READ behind it: the READ's response leaves only once the WRITE is
         // visible, a deadline the server's driver must wake for.
@@ -362,7 +364,7 @@ fn a_parked_driver_wakes_for_a_deferred_response() {
         let read = SendWr::new(3, Opcode::Read, Payload::Sge(c.dram_sge(0, 64)), Some(r));
         c.node.post_send(cqp, read).unwrap();
         // Well inside the 2 s ACK time-out: the response takes about a millisecond.
-        let done = tokio::time::timeout(std::time::Duration::from_millis(500), async {
+        let done = remora_exec::time::timeout(std::time::Duration::from_millis(500), async {
             loop {
                 let wc = next_completion(&c.node, c.scq).await;
                 if wc.wr_id == 3 {
@@ -384,20 +386,20 @@ fn a_parked_driver_wakes_for_a_deferred_response() {
     });
 }
 
-/// A client whose loop is the future the runtime's `block_on` drives (not a task of the
-/// LocalSet, as `remora remotelog --server` runs) acknowledges each answer in the same
-/// write as its next request, as a task of the LocalSet does. Its driver used to let the
-/// LocalSet's tasks run a few slices and then write the acknowledgement alone, before the
-/// main future ever ran: two writes per round trip, and a server woken twice.
+/// A client whose loop is the future `block_on` drives (not a spawned task) acknowledges
+/// each answer in the same write as its next request, as a spawned task does. (Under the
+/// runtime used before `remora-exec`, the driver let the spawned tasks run a few slices and
+/// then wrote the acknowledgement alone, before the main future ever ran: two writes per
+/// round trip, and a server woken twice.)
 #[test]
 fn a_main_future_client_acknowledges_an_answer_with_its_next_request() {
     const ROUNDS: u64 = 50;
     run(async {
         let (s, c) = pair("DMP+DDIO+DRAM-RQWRB").await;
         let (sqp, cqp) = connected(&s, &c, QpType::Rc);
-        // The server answers every message with one of its own, from a LocalSet task.
+        // The server answers every message with one of its own, from a spawned task.
         let server_before = s.node.net_stats();
-        let server = tokio::task::spawn_local(receive(s, sqp, ROUNDS, true));
+        let server = remora_exec::spawn_local(receive(s, sqp, ROUNDS, true));
         let before = c.node.net_stats();
         for i in 0..ROUNDS {
             let buf = c.dram_sge(0, 64);
@@ -443,9 +445,9 @@ fn a_message_that_wakes_a_quiet_task_costs_one_step() {
         let (s, c) = pair("WSP+noDDIO+PM-RQWRB").await;
         let (sqp, cqp) = connected(&s, &c, QpType::Rc);
         let before = s.node.net_stats();
-        let server = tokio::task::spawn_local(receive(s, sqp, ROUNDS, false));
+        let server = remora_exec::spawn_local(receive(s, sqp, ROUNDS, false));
         // Let the server post its first receive before the first message comes.
-        tokio::task::yield_now().await;
+        remora_exec::yield_now().await;
         for i in 0..ROUNDS {
             let msg = SendWr::new(i, Opcode::Send, Payload::inline(vec![i as u8; 8]), None);
             c.node.post_send(cqp, msg).unwrap();
@@ -480,7 +482,9 @@ fn an_acknowledgement_does_not_wait_for_a_task_that_never_answers() {
             sock.set_nodelay(true).unwrap();
             sock.set_nonblocking(true).unwrap();
             let s = Side::new(0, "WSP+noDDIO+PM-RQWRB", &LatencyProfile::default_profile());
-            let (r, w) = tokio::net::TcpStream::from_std(sock).unwrap().into_split();
+            let (r, w) = remora_exec::net::TcpStream::from_std(sock)
+                .unwrap()
+                .into_split();
             s.node.attach(1, r, w, |_| {});
             let sqp = s.qp(QpType::Rc);
             for i in 0..ROUNDS as u64 {
@@ -499,11 +503,11 @@ fn an_acknowledgement_does_not_wait_for_a_task_that_never_answers() {
                 std::thread::sleep(APPLY);
             }
             // Let the last acknowledgement leave before the connection goes.
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            remora_exec::time::sleep(std::time::Duration::from_millis(50)).await;
         })
     });
     let waits = run(async move {
-        let sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let sock = remora_exec::net::TcpStream::connect(addr).await.unwrap();
         sock.set_nodelay(true).unwrap();
         let c = Side::new(1, "WSP+noDDIO+PM-RQWRB", &LatencyProfile::default_profile());
         let (r, w) = sock.into_split();
@@ -526,7 +530,7 @@ fn an_acknowledgement_does_not_wait_for_a_task_that_never_answers() {
             assert_eq!(wc.status, WcStatus::Success);
             waits.push(t0.elapsed());
             // The next SEND comes once the server is done applying this one.
-            tokio::time::sleep(APPLY * 2).await;
+            remora_exec::time::sleep(APPLY * 2).await;
         }
         waits
     });

@@ -52,11 +52,6 @@ fn start_server_watched(
     let (tx, rx) = mpsc::channel();
     let config: ServerConfig = config.parse().unwrap();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let local = tokio::task::LocalSet::new();
         let opts = ServeOptions {
             listen,
             pool,
@@ -68,10 +63,9 @@ fn start_server_watched(
                 ..ServerSetup::default()
             },
         };
-        if let Err(e) = local.block_on(
-            &rt,
-            serve(opts, |s| tx.send((s.addr, s.objects.clone())).unwrap()),
-        ) {
+        if let Err(e) = remora_exec::block_on(serve(opts, |s| {
+            tx.send((s.addr, s.objects.clone())).unwrap()
+        })) {
             eprintln!("server: {e}");
         }
     });
@@ -79,11 +73,7 @@ fn start_server_watched(
 }
 
 fn run_client<T>(f: impl std::future::Future<Output = T>) -> T {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    tokio::task::LocalSet::new().block_on(&rt, f)
+    remora_exec::block_on(f)
 }
 
 /// A library client connected to `addr` with `primitive`'s methods, and its node (the
@@ -147,7 +137,7 @@ fn remotelog_appends_over_tcp_for_every_primitive() {
                         if rs.iter().enumerate().all(|(i, r)| is_record(r, i as u64)) {
                             break;
                         }
-                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                        remora_exec::time::sleep(std::time::Duration::from_millis(10)).await;
                     }
                     (rs, hello)
                 });
@@ -166,7 +156,6 @@ fn remotelog_appends_over_tcp_for_every_primitive() {
 #[test]
 fn bad_peers_lose_their_connection_and_the_server_keeps_serving() {
     let dir = TestDir::new();
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let shape = LogShape {
         capacity: 256,
         ..LogShape::default()
@@ -174,7 +163,7 @@ fn bad_peers_lose_their_connection_and_the_server_keeps_serving() {
     let addr = start_server("DMP+noDDIO+PM-RQWRB", dir.pool("bad-peers"), shape).to_string();
     run_client(async {
         // 1. Not the connection manager's protocol at all: refused.
-        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let mut s = remora_exec::net::TcpStream::connect(&addr).await.unwrap();
         s.write_all(&[0xEE; 24]).await.unwrap();
         let mut b = [0u8; 24];
         s.read_exact(&mut b).await.unwrap();
@@ -183,7 +172,7 @@ fn bad_peers_lose_their_connection_and_the_server_keeps_serving() {
             Ok(remora_soft::cm::Cm::Refused { .. })
         ));
         // 2. A good handshake, then garbage instead of packets: the connection is closed.
-        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let mut s = remora_exec::net::TcpStream::connect(&addr).await.unwrap();
         s.write_all(&remora_soft::cm::Cm::Hello.emit())
             .await
             .unwrap();
@@ -200,7 +189,8 @@ fn bad_peers_lose_their_connection_and_the_server_keeps_serving() {
         s.write_all(&[0x42; 100]).await.unwrap();
         let mut rest = Vec::new();
         let closed =
-            tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut rest)).await;
+            remora_exec::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut rest))
+                .await;
         assert!(
             closed.is_ok(),
             "the server must close a connection that sends garbage"
@@ -318,7 +308,7 @@ impl RawPeer {
         let wr = SendWr::new(7, opcode, Payload::Sge(sge), Some(remote));
         self.node.post_send(self.qp, wr).unwrap();
         let done = remora_verbs::next_completion(&self.node, self.scq);
-        tokio::time::timeout(std::time::Duration::from_secs(10), done)
+        remora_exec::time::timeout(std::time::Duration::from_secs(10), done)
             .await
             .expect("every request completes, in error or not")
     }
@@ -475,7 +465,7 @@ fn hold_client(addr: &str) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHan
             ready_tx.send(()).unwrap();
             // Polls the stop channel without blocking the runtime the node runs on.
             while stop_rx.try_recv().is_err() {
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                remora_exec::time::sleep(std::time::Duration::from_millis(5)).await;
             }
         })
     });

@@ -9,7 +9,6 @@ use remora_model::time::Duration;
 use remora_soft::client::{ConnectError, Opening};
 use remora_soft::runtime::RtNode;
 use remora_verbs::*;
-use tokio::io::AsyncReadExt;
 
 use super::hello::{DurableClaim, DurableHello, HelloError, HELLO_BYTES};
 use super::HANDSHAKE_TIMEOUT;
@@ -136,7 +135,7 @@ impl Default for ClientSettings {
 impl RealClient {
     /// Connects to a durable-RPC server at `addr` (`host:port`; IPv4, IPv6 or a name),
     /// adopts its connection options, and attaches. Must run inside a
-    /// `tokio::task::LocalSet`.
+    /// `remora_exec::block_on`.
     pub async fn connect(
         addr: &str,
         profile: &LatencyProfile,
@@ -170,7 +169,7 @@ impl RealClient {
                 profile: profile.clone(),
             })
         };
-        tokio::time::timeout(HANDSHAKE_TIMEOUT, hs)
+        remora_exec::time::timeout(HANDSHAKE_TIMEOUT, hs)
             .await
             .map_err(|_| RealConnectError::Timeout(addr.to_string()))?
     }
@@ -196,7 +195,7 @@ impl RealClient {
             self.hello = hello;
             Ok::<_, RealConnectError>(())
         };
-        tokio::time::timeout(HANDSHAKE_TIMEOUT, hs)
+        remora_exec::time::timeout(HANDSHAKE_TIMEOUT, hs)
             .await
             .map_err(|_| RealConnectError::Timeout(addr.to_string()))??;
         self.client.resume().await?;

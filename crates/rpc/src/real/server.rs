@@ -6,6 +6,7 @@ use crate::durable::{
     ConnInfo, DurableOptions, DurableServer, Fault, RecoveryReport, StoreLock, SERVER_DRAM_BYTES,
 };
 use crate::kv::KvLayout;
+use remora_exec::net::TcpStream;
 use remora_model::config::ServerConfig;
 use remora_model::profile::LatencyProfile;
 use remora_soft::cm::RefuseCode;
@@ -15,8 +16,6 @@ use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::rc::Rc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use super::hello::{design_code, DurableClaim, DurableHello, CLAIM_BYTES};
 use super::pinned::{log_stride, pm_bytes_needed};
@@ -159,7 +158,7 @@ struct ServerState {
     opts: DurableOptions,
     config: ServerConfig,
     slots: RefCell<Vec<Slot>>,
-    idle: tokio::sync::Notify,
+    idle: remora_exec::sync::Notify,
     /// The connections share the store: their updates are serialised (see [`StoreLock`]).
     store_lock: Rc<StoreLock>,
 }
@@ -209,7 +208,7 @@ impl ServerState {
                 c => Some(c as usize - 1).filter(|&k| !slots[k].busy),
             }
         };
-        let k = tokio::time::timeout(BUSY_WAIT, async {
+        let k = remora_exec::time::timeout(BUSY_WAIT, async {
             loop {
                 if let Some(k) = free() {
                     return k;
@@ -253,7 +252,7 @@ fn layout(opts: &DurableOptions, connections: u32) -> Result<String, RealServeEr
 /// `o.connections` connections and one object store, recovers every log (committed but
 /// unprocessed entries are executed before anyone connects), listens, and serves up to
 /// `o.connections` clients at once until SIGTERM or Ctrl-C (returns `Ok`). `started` is
-/// called once the socket listens. Must run inside a `tokio::task::LocalSet`.
+/// called once the socket listens. Must run inside `remora_exec::block_on`.
 pub async fn serve_durable(
     o: RealServeOptions,
     started: impl FnOnce(&RealStarted),
@@ -319,7 +318,7 @@ pub async fn serve_durable(
         opts: o.opts.clone(),
         config: o.config,
         slots: RefCell::new((0..connections).map(|_| Slot::default()).collect()),
-        idle: tokio::sync::Notify::new(),
+        idle: remora_exec::sync::Notify::new(),
         store_lock: Rc::new(StoreLock::default()),
     });
     // Every connection's log is recovered before anyone connects: a client that never
@@ -412,7 +411,7 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
         taken.set(Some(k));
         Ok(Some(k))
     };
-    let k = match tokio::time::timeout(HANDSHAKE_TIMEOUT, claimed).await {
+    let k = match remora_exec::time::timeout(HANDSHAKE_TIMEOUT, claimed).await {
         Ok(Ok(Some(k))) => k,
         Ok(Ok(None)) => return Ok(()),
         Ok(Err(e)) => return failed(e),
@@ -460,7 +459,7 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
         }
         Ok(())
     };
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, accepted).await {
+    match remora_exec::time::timeout(HANDSHAKE_TIMEOUT, accepted).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return failed(e),
         Err(_) => return failed("handshake timed out".into()),
@@ -496,10 +495,10 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
                 done(&pending);
             });
     }
-    let h = tokio::task::spawn_local(server.serve());
+    let h = remora_exec::spawn_local(server.serve());
     // A bug in the protocol code must not leave a server that accepts requests and never
     // processes them: a panic of the connection's threads ends the process.
-    tokio::task::spawn_local(async move {
+    remora_exec::spawn_local(async move {
         match h.await {
             Ok(why) => {
                 // Its QP failed. Said only while the TCP connection is open (the client
@@ -509,12 +508,10 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
                     eprintln!("durable-RPC connection stopped serving: {why}");
                 }
             }
-            Err(e) if e.is_panic() => {
-                eprintln!("durable-RPC server: the connection's threads panicked; exiting");
+            Err(e) => {
+                eprintln!("durable-RPC server: the connection's threads panicked ({e}); exiting");
                 std::process::exit(101);
             }
-            // Cancelled: the runtime is shutting down.
-            Err(_) => {}
         }
         done(&pending);
     });

@@ -1,0 +1,182 @@
+//! The reactor: one `mio::Poll` (epoll), a slot per registered source with its readiness
+//! and the wakers of the task reading and the task writing.
+
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use mio::{Interest, Token};
+
+/// The token of the poller's own waker (wake-ups from other threads).
+const WAKER: Token = Token(usize::MAX);
+
+/// Readiness of one source, and who waits for it.
+#[derive(Default)]
+pub(crate) struct IoState {
+    readable: Cell<bool>,
+    writable: Cell<bool>,
+    reader: RefCell<Option<Waker>>,
+    writer: RefCell<Option<Waker>>,
+}
+
+/// Which way a task waits.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Dir {
+    Read,
+    Write,
+}
+
+impl IoState {
+    fn flag(&self, dir: Dir) -> &Cell<bool> {
+        match dir {
+            Dir::Read => &self.readable,
+            Dir::Write => &self.writable,
+        }
+    }
+
+    fn waiter(&self, dir: Dir) -> &RefCell<Option<Waker>> {
+        match dir {
+            Dir::Read => &self.reader,
+            Dir::Write => &self.writer,
+        }
+    }
+
+    /// Runs `op` while the source is ready for `dir`; on `WouldBlock` the readiness is
+    /// spent and the task waits for the next event (the poller is edge-triggered: an
+    /// event comes only after an operation found the source empty or full).
+    pub(crate) fn poll_io<R>(
+        &self,
+        dir: Dir,
+        cx: &mut Context<'_>,
+        mut op: impl FnMut() -> io::Result<R>,
+    ) -> Poll<io::Result<R>> {
+        loop {
+            if !self.flag(dir).get() {
+                let mut w = self.waiter(dir).borrow_mut();
+                match &mut *w {
+                    Some(old) => old.clone_from(cx.waker()),
+                    None => *w = Some(cx.waker().clone()),
+                }
+                return Poll::Pending;
+            }
+            match op() {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.flag(dir).set(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+
+    /// Waits until the source is (reported) ready for `dir`.
+    pub(crate) fn poll_ready(&self, dir: Dir, cx: &mut Context<'_>) -> Poll<()> {
+        if self.flag(dir).get() {
+            return Poll::Ready(());
+        }
+        *self.waiter(dir).borrow_mut() = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// Marks the source not ready for `dir` (an operation outside `poll_io` found it so).
+    pub(crate) fn clear(&self, dir: Dir) {
+        self.flag(dir).set(false);
+    }
+}
+
+/// The poller and the sources registered with it.
+pub(crate) struct Reactor {
+    poll: RefCell<mio::Poll>,
+    events: RefCell<mio::Events>,
+    sources: RefCell<Vec<Option<Rc<IoState>>>>,
+    free: RefCell<Vec<usize>>,
+}
+
+impl Reactor {
+    pub(crate) fn new() -> io::Result<Reactor> {
+        Ok(Reactor {
+            poll: RefCell::new(mio::Poll::new()?),
+            events: RefCell::new(mio::Events::with_capacity(256)),
+            sources: RefCell::new(Vec::new()),
+            free: RefCell::new(Vec::new()),
+        })
+    }
+
+    pub(crate) fn waker(&self) -> io::Result<mio::Waker> {
+        mio::Waker::new(self.poll.borrow().registry(), WAKER)
+    }
+
+    /// Registers a source for reading and writing; returns its token and state. Both
+    /// directions start ready: the first operation finds out.
+    pub(crate) fn register(
+        &self,
+        source: &mut impl mio::event::Source,
+    ) -> io::Result<(Token, Rc<IoState>)> {
+        let state = Rc::new(IoState::default());
+        state.readable.set(true);
+        state.writable.set(true);
+        let i = self.free.borrow_mut().pop().unwrap_or_else(|| {
+            let mut s = self.sources.borrow_mut();
+            s.push(None);
+            s.len() - 1
+        });
+        let token = Token(i);
+        if let Err(e) = self.poll.borrow().registry().register(
+            source,
+            token,
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            self.free.borrow_mut().push(i);
+            return Err(e);
+        }
+        self.sources.borrow_mut()[i] = Some(state.clone());
+        Ok((token, state))
+    }
+
+    pub(crate) fn deregister(&self, token: Token, source: &mut impl mio::event::Source) {
+        let _ = self.poll.borrow().registry().deregister(source);
+        if let Some(s) = self.sources.borrow_mut().get_mut(token.0) {
+            *s = None;
+            self.free.borrow_mut().push(token.0);
+        }
+    }
+
+    /// Waits for events up to `timeout` (`None`: until one comes) and wakes the tasks
+    /// waiting for them.
+    pub(crate) fn poll(&self, timeout: Option<Duration>) {
+        let mut events = self.events.borrow_mut();
+        if let Err(e) = self.poll.borrow_mut().poll(&mut events, timeout) {
+            // EINTR (a signal): the caller comes back round.
+            if e.kind() != io::ErrorKind::Interrupted {
+                panic!("remora-exec: epoll_wait failed: {e}");
+            }
+            return;
+        }
+        // Waking only queues the task: nothing here is re-entered.
+        {
+            let sources = self.sources.borrow();
+            for ev in events.iter() {
+                if ev.token() == WAKER {
+                    continue;
+                }
+                let Some(Some(s)) = sources.get(ev.token().0) else {
+                    continue;
+                };
+                // An error or a hang-up lets both sides find out by operating.
+                let broken = ev.is_error();
+                if ev.is_readable() || ev.is_read_closed() || broken {
+                    s.readable.set(true);
+                    if let Some(w) = s.reader.borrow_mut().take() {
+                        w.wake();
+                    }
+                }
+                if ev.is_writable() || ev.is_write_closed() || broken {
+                    s.writable.set(true);
+                    if let Some(w) = s.writer.borrow_mut().take() {
+                        w.wake();
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! Timers: [`sleep`], [`sleep_until`], [`Sleep::reset`] and [`timeout`], on the wall clock.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BinaryHeap;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::{Rc, Weak};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+pub use std::time::Instant;
+
+/// The wall clock (this crate is a runtime: it is where time comes from).
+#[allow(clippy::disallowed_methods)]
+pub fn now() -> Instant {
+    Instant::now()
+}
+
+/// A sleeping task's deadline and waker, shared with the heap.
+struct Entry {
+    deadline: Cell<Instant>,
+    waker: RefCell<Option<Waker>>,
+}
+
+/// A heap item: the deadline it was pushed with (a reset pushes another; a stale item is
+/// skipped when it comes up).
+struct Item {
+    at: Instant,
+    seq: u64,
+    entry: Weak<Entry>,
+}
+
+impl PartialEq for Item {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Item {}
+impl PartialOrd for Item {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Item {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        // Reversed: the earliest deadline is the heap's top.
+        (o.at, o.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// The executor's timers.
+#[derive(Default)]
+pub(crate) struct Timers {
+    heap: RefCell<BinaryHeap<Item>>,
+    seq: Cell<u64>,
+    /// Items whose timer was dropped or moved before they came up: a time-out per call
+    /// leaves one each, so they are swept out once they are half the heap.
+    stale: Cell<usize>,
+}
+
+impl Timers {
+    fn push(&self, entry: &Rc<Entry>) {
+        let seq = self.seq.get();
+        self.seq.set(seq + 1);
+        let stale = self.stale.get();
+        if stale > 64 && 2 * stale > self.heap.borrow().len() {
+            self.heap
+                .borrow_mut()
+                .retain(|i| i.entry.upgrade().is_some_and(|e| e.deadline.get() == i.at));
+            self.stale.set(0);
+        }
+        self.heap.borrow_mut().push(Item {
+            at: entry.deadline.get(),
+            seq,
+            entry: Rc::downgrade(entry),
+        });
+    }
+
+    /// How long the poller may wait: until the earliest deadline (`None`: no timer).
+    pub(crate) fn next_wait(&self) -> Option<Duration> {
+        let mut heap = self.heap.borrow_mut();
+        // Drop items of timers gone or moved, so they do not cut a wait short.
+        while let Some(top) = heap.peek() {
+            match top.entry.upgrade() {
+                Some(e) if e.deadline.get() == top.at && e.waker.borrow().is_some() => {
+                    // mio rounds a wait up to the next millisecond (epoll's unit, and
+                    // tokio's timer granularity): it never ends before the deadline.
+                    return Some(top.at.saturating_duration_since(now()));
+                }
+                _ => {
+                    heap.pop();
+                }
+            }
+        }
+        None
+    }
+
+    /// Wakes the tasks whose deadline has passed.
+    pub(crate) fn fire(&self) {
+        let mut heap = self.heap.borrow_mut();
+        if heap.is_empty() {
+            return;
+        }
+        let t = now();
+        while let Some(top) = heap.peek() {
+            if top.at > t {
+                break;
+            }
+            let item = heap.pop().expect("peeked");
+            if let Some(e) = item.entry.upgrade() {
+                if e.deadline.get() <= t {
+                    if let Some(w) = e.waker.borrow_mut().take() {
+                        w.wake();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Resolves at a deadline. Can be moved to another deadline with [`reset`](Self::reset).
+pub struct Sleep {
+    entry: Rc<Entry>,
+    /// The deadline the heap holds an item for (none before the first wait).
+    pushed: Cell<Option<Instant>>,
+}
+
+/// Sleeps for `d`.
+pub fn sleep(d: Duration) -> Sleep {
+    sleep_until(now() + d)
+}
+
+/// Sleeps until `deadline`.
+pub fn sleep_until(deadline: Instant) -> Sleep {
+    Sleep {
+        entry: Rc::new(Entry {
+            deadline: Cell::new(deadline),
+            waker: RefCell::new(None),
+        }),
+        pushed: Cell::new(None),
+    }
+}
+
+impl Sleep {
+    /// Moves the deadline (earlier or later).
+    pub fn reset(self: Pin<&mut Self>, deadline: Instant) {
+        self.entry.deadline.set(deadline);
+        // A task waiting on it keeps waiting, for the new deadline.
+        if self.entry.waker.borrow().is_some() && self.pushed.get() != Some(deadline) {
+            self.push(deadline);
+        }
+    }
+
+    /// The current deadline.
+    pub fn deadline(&self) -> Instant {
+        self.entry.deadline.get()
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let deadline = self.entry.deadline.get();
+        // In the heap for this deadline and not fired (firing takes the waker): not due,
+        // and no clock read needed (a driver polls its timer at every wake-up).
+        if self.pushed.get() == Some(deadline) {
+            if let Some(w) = &mut *self.entry.waker.borrow_mut() {
+                w.clone_from(cx.waker());
+                return Poll::Pending;
+            }
+        }
+        if now() >= deadline {
+            self.entry.waker.borrow_mut().take();
+            return Poll::Ready(());
+        }
+        {
+            let mut w = self.entry.waker.borrow_mut();
+            match &mut *w {
+                Some(old) => old.clone_from(cx.waker()),
+                None => *w = Some(cx.waker().clone()),
+            }
+        }
+        if self.pushed.get() != Some(deadline) {
+            self.push(deadline);
+        }
+        Poll::Pending
+    }
+}
+
+impl Sleep {
+    /// Puts an item for `deadline` in the heap (an earlier item of this timer is stale).
+    fn push(&self, deadline: Instant) {
+        let moved = self.pushed.replace(Some(deadline)).is_some();
+        crate::with_core(|c| {
+            if moved {
+                c.timers.stale.set(c.timers.stale.get() + 1);
+            }
+            c.timers.push(&self.entry)
+        });
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        // Its item in the heap (if not fired) is stale now.
+        if self.pushed.get().is_some() && self.entry.waker.borrow().is_some() {
+            let _ = crate::CURRENT.try_with(|c| {
+                if let Ok(Some(core)) = c.try_borrow().as_deref() {
+                    core.timers.stale.set(core.timers.stale.get() + 1);
+                }
+            });
+        }
+    }
+}
+
+/// The future did not finish in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Elapsed;
+
+impl std::fmt::Display for Elapsed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("deadline has elapsed")
+    }
+}
+
+impl std::error::Error for Elapsed {}
+
+/// Runs `future` for at most `d`.
+pub async fn timeout<F: Future>(d: Duration, future: F) -> Result<F::Output, Elapsed> {
+    let mut future = std::pin::pin!(future);
+    let mut sleep = std::pin::pin!(sleep(d));
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(v) = future.as_mut().poll(cx) {
+            return Poll::Ready(Ok(v));
+        }
+        sleep.as_mut().poll(cx).map(|_| Err(Elapsed))
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sleeps_end_in_deadline_order_and_not_before() {
+        let start = now();
+        let order = crate::block_on(async {
+            let order = Rc::new(RefCell::new(Vec::new()));
+            let mut hs = Vec::new();
+            for (i, ms) in [30u64, 10, 20].into_iter().enumerate() {
+                let o = order.clone();
+                hs.push(crate::spawn_local(async move {
+                    sleep(Duration::from_millis(ms)).await;
+                    o.borrow_mut().push(i);
+                }));
+            }
+            for h in hs {
+                h.await.unwrap();
+            }
+            order.take()
+        });
+        assert_eq!(order, vec![1, 2, 0]);
+        assert!(start.elapsed() >= Duration::from_millis(30));
+    }
+
+    #[test]
+    fn a_reset_moves_the_deadline_both_ways() {
+        crate::block_on(async {
+            let s = sleep(Duration::from_secs(3600));
+            let mut s = std::pin::pin!(s);
+            // Poll once so the far deadline is in the heap, then pull it in.
+            assert!(timeout(Duration::from_millis(5), s.as_mut()).await.is_err());
+            let t = now();
+            s.as_mut().reset(t + Duration::from_millis(10));
+            s.as_mut().await;
+            assert!(now() >= t + Duration::from_millis(10));
+        });
+    }
+
+    #[test]
+    fn time_outs_that_did_not_fire_do_not_pile_up() {
+        crate::block_on(async {
+            for _ in 0..10_000 {
+                let r = timeout(Duration::from_secs(3600), crate::yield_local()).await;
+                assert!(r.is_ok());
+            }
+            let left = crate::with_core(|c| c.timers.heap.borrow().len());
+            assert!(left <= 200, "{left} items left in the timer heap");
+        });
+    }
+
+    #[test]
+    fn timeout_gives_the_output_or_elapsed() {
+        crate::block_on(async {
+            assert_eq!(timeout(Duration::from_secs(1), async { 5 }).await, Ok(5));
+            let never = std::future::pending::<()>();
+            assert_eq!(timeout(Duration::from_millis(5), never).await, Err(Elapsed));
+        });
+    }
+}
