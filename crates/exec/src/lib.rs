@@ -38,16 +38,25 @@ use std::task::{Context, Poll, Wake, Waker};
 /// that input is not left waiting.
 pub const EVENT_INTERVAL: u32 = 61;
 
-/// A task's identity: its slot, and the shared flag that keeps it queued at most once.
+/// A task's identity (its slot, and the task's number, which tells it from a later task in
+/// the same slot), and the flag that keeps it queued at most once.
 struct Header {
-    slot: usize,
+    id: TaskId,
     queued: AtomicBool,
     shared: Arc<Shared>,
 }
 
+/// A queued wake-up: a slot and the number of the task it is for. A plain value, so
+/// queueing and running a task touch no reference count.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct TaskId {
+    slot: usize,
+    number: u64,
+}
+
 /// What a waker on another thread reaches: a locked queue and the poller's waker.
 struct Shared {
-    remote: Mutex<Vec<Arc<Header>>>,
+    remote: Mutex<Vec<TaskId>>,
     pending: AtomicBool,
     waker: mio::Waker,
 }
@@ -63,7 +72,7 @@ impl Wake for Header {
         }
         let local = CURRENT.with(|c| match &*c.borrow() {
             Some(core) if Arc::ptr_eq(&core.shared, &self.shared) => {
-                core.ready.borrow_mut().push_back(self.clone());
+                core.ready.borrow_mut().push_back(self.id);
                 true
             }
             _ => false,
@@ -73,7 +82,7 @@ impl Wake for Header {
                 .remote
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .push(self.clone());
+                .push(self.id);
             self.shared.pending.store(true, Ordering::Release);
             let _ = self.shared.waker.wake();
         }
@@ -82,11 +91,11 @@ impl Wake for Header {
 
 type LocalFuture = Pin<Box<dyn Future<Output = ()>>>;
 
-/// A task's slot: its header (to tell a stale wake-up from a new task in the same slot)
-/// and its future, taken out while it is polled.
+/// A task's slot: its header, and its future with the waker it is polled with (made once),
+/// taken out while it is polled.
 struct Slot {
     header: Arc<Header>,
-    future: Option<LocalFuture>,
+    task: Option<(LocalFuture, Waker)>,
 }
 
 /// The executor of one thread.
@@ -94,7 +103,9 @@ struct Core {
     shared: Arc<Shared>,
     slots: RefCell<Vec<Option<Slot>>>,
     free: RefCell<Vec<usize>>,
-    ready: RefCell<VecDeque<Arc<Header>>>,
+    ready: RefCell<VecDeque<TaskId>>,
+    /// Numbers tasks (and `block_on` calls) apart.
+    numbers: Cell<u64>,
     /// Wakers of tasks that yielded to the reactor ([`yield_now`]): woken after its next poll.
     deferred: RefCell<Vec<Waker>>,
     reactor: reactor::Reactor,
@@ -136,6 +147,7 @@ impl Core {
             slots: RefCell::new(Vec::new()),
             free: RefCell::new(Vec::new()),
             ready: RefCell::new(VecDeque::new()),
+            numbers: Cell::new(0),
             deferred: RefCell::new(Vec::new()),
             reactor,
             timers: time::Timers::default(),
@@ -144,8 +156,10 @@ impl Core {
     }
 
     fn header(&self, slot: usize) -> Arc<Header> {
+        let number = self.numbers.get();
+        self.numbers.set(number + 1);
         Arc::new(Header {
-            slot,
+            id: TaskId { slot, number },
             queued: AtomicBool::new(true),
             shared: self.shared.clone(),
         })
@@ -158,39 +172,44 @@ impl Core {
             slots.len() - 1
         });
         let header = self.header(slot);
+        let id = header.id;
+        let waker = Waker::from(header.clone());
         self.slots.borrow_mut()[slot] = Some(Slot {
-            header: header.clone(),
-            future: Some(future),
+            header,
+            task: Some((future, waker)),
         });
         self.live.set(self.live.get() + 1);
-        self.ready.borrow_mut().push_back(header);
+        self.ready.borrow_mut().push_back(id);
     }
 
     /// Polls the task a wake-up names, if it is still the task in that slot.
-    fn run(&self, header: &Arc<Header>) {
-        let future = {
+    fn run(&self, id: TaskId) {
+        let task = {
             let mut slots = self.slots.borrow_mut();
-            match slots.get_mut(header.slot) {
-                Some(Some(s)) if Arc::ptr_eq(&s.header, header) => s.future.take(),
+            match slots.get_mut(id.slot) {
+                Some(Some(s)) if s.header.id == id => {
+                    s.header.queued.store(false, Ordering::Release);
+                    s.task.take()
+                }
                 _ => None,
             }
         };
-        // Taken out (a task polled while it polls itself cannot happen: wakes only queue).
-        let Some(mut future) = future else { return };
-        header.queued.store(false, Ordering::Release);
-        let waker = Waker::from(header.clone());
+        // Taken out while polled (a wake-up during the poll only queues it again).
+        let Some((mut future, waker)) = task else {
+            return;
+        };
         let done = future
             .as_mut()
             .poll(&mut Context::from_waker(&waker))
             .is_ready();
         if done {
-            self.slots.borrow_mut()[header.slot] = None;
-            self.free.borrow_mut().push(header.slot);
+            self.slots.borrow_mut()[id.slot] = None;
+            self.free.borrow_mut().push(id.slot);
             self.live.set(self.live.get() - 1);
             // Dropped here, with no borrow held: its drop may touch the executor.
-            drop(future);
-        } else if let Some(Some(s)) = self.slots.borrow_mut().get_mut(header.slot) {
-            s.future = Some(future);
+            drop((future, waker));
+        } else if let Some(Some(s)) = self.slots.borrow_mut().get_mut(id.slot) {
+            s.task = Some((future, waker));
         }
     }
 
@@ -255,7 +274,7 @@ impl Runtime {
         let mut future = std::pin::pin!(future);
         let root = core.header(ROOT);
         let root_waker = Waker::from(root.clone());
-        core.ready.borrow_mut().push_back(root.clone());
+        core.ready.borrow_mut().push_back(root.id);
         let mut since_park = 0;
         loop {
             // One pass over what is ready now; what these polls wake waits for the next.
@@ -266,16 +285,16 @@ impl Runtime {
                 };
                 if h.slot == ROOT {
                     // A root of an earlier call, woken late: nothing to run.
-                    if !Arc::ptr_eq(&h, &root) {
+                    if h != root.id {
                         continue;
                     }
-                    h.queued.store(false, Ordering::Release);
+                    root.queued.store(false, Ordering::Release);
                     let mut cx = Context::from_waker(&root_waker);
                     if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
                         return v;
                     }
                 } else {
-                    core.run(&h);
+                    core.run(h);
                 }
                 since_park += 1;
             }
