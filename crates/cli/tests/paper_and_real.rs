@@ -506,3 +506,81 @@ fn bench_soft_reports_latency_and_cpu_per_method() {
         assert!((ratio_io - mean / via_io).abs() <= tol(via_io), "{r:?}");
     }
 }
+
+/// CPU time (user + system, in clock ticks) a process has used so far.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which is in parentheses): utime is the 12th, stime
+    // the 13th.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// A server that runs out of file descriptors says so once, waits between attempts instead
+/// of spinning on the listener, keeps its process, and serves again once descriptors are
+/// free.
+#[test]
+fn a_server_out_of_descriptors_backs_off_and_serves_again() {
+    use std::os::unix::process::CommandExt;
+    let pool = std::env::temp_dir().join(format!("remora-emfile-{}.pm", std::process::id()));
+    let _ = std::fs::remove_file(&pool);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_remora"));
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--pool"])
+        .arg(&pool)
+        .args(["--config", "DMP+noDDIO+PM-RQWRB"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: between fork and exec the child only calls setrlimit(2), which is
+    // async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            let l = libc::rlimit {
+                rlim_cur: 32,
+                rlim_max: 32,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &l) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("start server");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_string();
+    let server = Server(child, addr);
+    // More idle connections than the server has descriptors: the kernel completes them
+    // (the listen backlog), the server accepts until it runs out.
+    let idle: Vec<std::net::TcpStream> = (0..40)
+        .map(|_| std::net::TcpStream::connect(&server.1).unwrap())
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let pid = server.0.id();
+    let before = cpu_ticks(pid);
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let used = cpu_ticks(pid) - before;
+    // Clock ticks are 1/100 s: a spinning accept loop would use about 100 in this second.
+    assert!(
+        used < 50,
+        "{used} ticks of CPU in one second out of descriptors"
+    );
+    drop(idle);
+    let out = remora(&["remotelog", "--server", &server.1, "--appends", "20"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut server = server;
+    let _ = server.0.kill();
+    let _ = server.0.wait();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut server.0.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("accept failed"), "{err}");
+    assert!(err.contains("accepting connections again"), "{err}");
+    assert_eq!(err.matches("accept failed").count(), 1, "said once: {err}");
+    let _ = std::fs::remove_file(&pool);
+}

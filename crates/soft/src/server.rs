@@ -245,6 +245,9 @@ impl Drop for Slot {
     }
 }
 
+/// How long the accept loop waits after a failed `accept` before it tries again.
+const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Accepts connections until SIGTERM or Ctrl-C, each served by `handle` in a task of its
 /// own. Must run inside `remora_exec::block_on`.
 pub async fn accept_until_shutdown<F, Fut>(listener: TcpListener, mut handle: F)
@@ -253,13 +256,28 @@ where
     Fut: std::future::Future<Output = ()> + 'static,
 {
     let mut shutdown = std::pin::pin!(shutdown_signal());
+    // Failed accepts since the last one that worked (said once per run of failures: a
+    // stderr nobody reads must not fill up and block the server).
+    let mut failing = 0u64;
     loop {
         match remora_exec::first(shutdown.as_mut(), listener.accept()).await {
             Either::Left(()) => return,
             Either::Right(Ok((stream, _))) => {
+                if failing > 0 {
+                    eprintln!("accepting connections again after {failing} failed attempts");
+                    failing = 0;
+                }
                 remora_exec::spawn_local(handle(stream));
             }
-            Either::Right(Err(_)) => continue,
+            Either::Right(Err(e)) => {
+                // Out of file descriptors or memory: the listener stays ready, so retrying
+                // at once would spin (and starve the connections being served).
+                if failing == 0 {
+                    eprintln!("accept failed: {e}; retrying every {ACCEPT_BACKOFF:?}");
+                }
+                failing += 1;
+                remora_exec::time::sleep(ACCEPT_BACKOFF).await;
+            }
         }
     }
 }
