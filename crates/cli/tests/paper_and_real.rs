@@ -91,20 +91,23 @@ impl Server {
 
     /// [`Server::start`] with more flags.
     fn start_with(pool: &std::path::Path, config: &str, flags: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_remora"))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--pool",
-                pool.to_str().unwrap(),
-                "--config",
-                config,
-            ])
-            .args(flags)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start server");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_remora"));
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--pool",
+            pool.to_str().unwrap(),
+            "--config",
+            config,
+        ])
+        .args(flags);
+        Server::spawn(cmd)
+    }
+
+    /// Starts a `serve` command (its stdout is taken here) and waits for it to listen.
+    fn spawn(mut cmd: Command) -> Server {
+        let mut child = cmd.stdout(Stdio::piped()).spawn().expect("start server");
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
@@ -529,7 +532,6 @@ fn a_server_out_of_descriptors_backs_off_and_serves_again() {
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--pool"])
         .arg(&pool)
         .args(["--config", "DMP+noDDIO+PM-RQWRB"])
-        .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     // SAFETY: between fork and exec the child only calls setrlimit(2), which is
     // async-signal-safe.
@@ -545,17 +547,7 @@ fn a_server_out_of_descriptors_backs_off_and_serves_again() {
             Ok(())
         });
     }
-    let mut child = cmd.spawn().expect("start server");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .to_string();
-    let server = Server(child, addr);
+    let server = Server::spawn(cmd);
     // More idle connections than the server has descriptors: the kernel completes them
     // (the listen backlog), the server accepts until it runs out.
     let idle: Vec<std::net::TcpStream> = (0..40)
