@@ -14,6 +14,8 @@
 //! [`spawn_local`] with a [`JoinHandle`], [`yield_now`], [`time`], [`net`], [`sync`] and
 //! [`signal`]. Everything runs on the thread that called [`block_on`]; a waker may be
 //! used from another thread (it then goes through a locked queue and the poller's waker).
+//! A socket or a timer belongs to the executor it was made on: awaited on another
+//! [`Runtime`], it would never be woken.
 
 #![warn(missing_docs)]
 
@@ -37,6 +39,10 @@ use std::task::{Context, Poll, Wake, Waker};
 /// busy (tokio's default too): enough to let a burst of wake-ups finish first, few enough
 /// that input is not left waiting.
 pub const EVENT_INTERVAL: u32 = 61;
+
+/// Socket operations a task may make in one poll before it must yield (tokio's budget):
+/// a reader whose socket never runs dry lets the other tasks in at this rate.
+pub const BUDGET: u32 = 128;
 
 /// A task's identity (its slot, and the task's number, which tells it from a later task in
 /// the same slot), and the flag that keeps it queued at most once.
@@ -70,13 +76,16 @@ impl Wake for Header {
         if self.queued.swap(true, Ordering::AcqRel) {
             return;
         }
-        let local = CURRENT.with(|c| match &*c.borrow() {
-            Some(core) if Arc::ptr_eq(&core.shared, &self.shared) => {
-                core.ready.borrow_mut().push_back(self.id);
-                true
-            }
-            _ => false,
-        });
+        // `try_with`: a waker may be used while this thread's locals are torn down.
+        let local = CURRENT
+            .try_with(|c| match c.try_borrow().as_deref() {
+                Ok(Some(core)) if Arc::ptr_eq(&core.shared, &self.shared) => {
+                    core.ready.borrow_mut().push_back(self.id);
+                    true
+                }
+                _ => false,
+            })
+            .unwrap_or(false);
         if !local {
             self.shared
                 .remote
@@ -112,6 +121,8 @@ struct Core {
     timers: time::Timers,
     /// Tasks alive (the root future not counted).
     live: Cell<usize>,
+    /// What is left of the polled task's [`BUDGET`].
+    budget: Cell<u32>,
 }
 
 thread_local! {
@@ -152,6 +163,7 @@ impl Core {
             reactor,
             timers: time::Timers::default(),
             live: Cell::new(0),
+            budget: Cell::new(BUDGET),
         }))
     }
 
@@ -198,6 +210,7 @@ impl Core {
         let Some((mut future, waker)) = task else {
             return;
         };
+        self.budget.set(BUDGET);
         let done = future
             .as_mut()
             .poll(&mut Context::from_waker(&waker))
@@ -289,6 +302,7 @@ impl Runtime {
                         continue;
                     }
                     root.queued.store(false, Ordering::Release);
+                    core.budget.set(BUDGET);
                     let mut cx = Context::from_waker(&root_waker);
                     if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
                         return v;
@@ -339,6 +353,21 @@ impl Drop for Enter {
     fn drop(&mut self) {
         CURRENT.with(|c| c.borrow_mut().take());
     }
+}
+
+/// Takes one unit of the polled task's [`BUDGET`]; false once it is spent (the caller
+/// yields). Outside an executor there is no budget to spend.
+pub(crate) fn spend_budget() -> bool {
+    CURRENT
+        .try_with(|c| match c.try_borrow().as_deref() {
+            Ok(Some(core)) => {
+                let left = core.budget.get();
+                core.budget.set(left.saturating_sub(1));
+                left > 0
+            }
+            _ => true,
+        })
+        .unwrap_or(true)
 }
 
 /// Spawns a task on this thread's executor.

@@ -17,6 +17,10 @@ const WAKER: Token = Token(usize::MAX);
 pub(crate) struct IoState {
     readable: Cell<bool>,
     writable: Cell<bool>,
+    /// The peer closed its side or the connection failed: reads stay ready (they return
+    /// 0 or the error), since no further edge will come for it. A short read before the
+    /// end must not spend the readiness the end is waiting in.
+    read_closed: Cell<bool>,
     reader: RefCell<Option<Waker>>,
     writer: RefCell<Option<Waker>>,
 }
@@ -52,6 +56,12 @@ impl IoState {
         cx: &mut Context<'_>,
         mut op: impl FnMut() -> io::Result<R>,
     ) -> Poll<io::Result<R>> {
+        // A source that stays ready would keep its task polling it for ever: after
+        // `BUDGET` operations the task goes to the back of the queue (as tokio's budget).
+        if !crate::spend_budget() {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
         loop {
             if !self.flag(dir).get() {
                 let mut w = self.waiter(dir).borrow_mut();
@@ -78,8 +88,12 @@ impl IoState {
         Poll::Pending
     }
 
-    /// Marks the source not ready for `dir` (an operation outside `poll_io` found it so).
+    /// Marks the source not ready for `dir` (an operation outside `poll_io` found it so),
+    /// unless the peer's end is already reported (reads then stay ready).
     pub(crate) fn clear(&self, dir: Dir) {
+        if dir == Dir::Read && self.read_closed.get() {
+            return;
+        }
         self.flag(dir).set(false);
     }
 }
@@ -164,6 +178,9 @@ impl Reactor {
                 };
                 // An error or a hang-up lets both sides find out by operating.
                 let broken = ev.is_error();
+                if ev.is_read_closed() || broken {
+                    s.read_closed.set(true);
+                }
                 if ev.is_readable() || ev.is_read_closed() || broken {
                     s.readable.set(true);
                     if let Some(w) = s.reader.borrow_mut().take() {

@@ -4,8 +4,9 @@ use std::io::{self, Read, Write};
 
 use crate::net::Registered as Source;
 
-/// Waits for any of a set of signals (from its creation on). While it exists, those
-/// signals no longer end the process by default.
+/// Waits for any of a set of signals (from its creation on). Once one is made, those
+/// signals no longer end the process by default, even after it is dropped (the handler
+/// stays installed; as with tokio, the process then has to end by itself).
 pub struct Signals {
     read: Source<mio::net::UnixStream>,
     ids: Vec<signal_hook_registry::SigId>,
@@ -15,6 +16,8 @@ impl Signals {
     /// Starts catching `signals` (e.g. `libc::SIGINT`, `libc::SIGTERM`).
     pub fn new(signals: &[libc::c_int]) -> io::Result<Signals> {
         let (read, write) = mio::net::UnixStream::pair()?;
+        // Registered first, so a failure here leaves no handler behind.
+        let read = Source::new(read)?;
         let write = std::sync::Arc::new(write);
         let mut ids = Vec::new();
         for &sig in signals {
@@ -36,10 +39,7 @@ impl Signals {
                 }
             }
         }
-        Ok(Signals {
-            read: Source::new(read)?,
-            ids,
-        })
+        Ok(Signals { read, ids })
     }
 
     /// Waits for one of the signals.

@@ -125,9 +125,13 @@ pub struct Sleep {
     pushed: Cell<Option<Instant>>,
 }
 
-/// Sleeps for `d`.
+/// Sleeps for `d` (a duration past the clock's range sleeps for about a century).
 pub fn sleep(d: Duration) -> Sleep {
-    sleep_until(now() + d)
+    let t = now();
+    sleep_until(
+        t.checked_add(d)
+            .unwrap_or_else(|| t + Duration::from_secs(100 * 365 * 86_400)),
+    )
 }
 
 /// Sleeps until `deadline`.
@@ -225,10 +229,18 @@ impl std::fmt::Display for Elapsed {
 
 impl std::error::Error for Elapsed {}
 
-/// Runs `future` for at most `d`.
-pub async fn timeout<F: Future>(d: Duration, future: F) -> Result<F::Output, Elapsed> {
+/// Runs `future` for at most `d`, counted from this call (not from the first poll).
+pub fn timeout<F: Future>(
+    d: Duration,
+    future: F,
+) -> impl Future<Output = Result<F::Output, Elapsed>> {
+    let sleep = sleep(d);
+    timeout_with(sleep, future)
+}
+
+async fn timeout_with<F: Future>(sleep: Sleep, future: F) -> Result<F::Output, Elapsed> {
     let mut future = std::pin::pin!(future);
-    let mut sleep = std::pin::pin!(sleep(d));
+    let mut sleep = std::pin::pin!(sleep);
     std::future::poll_fn(|cx| {
         if let Poll::Ready(v) = future.as_mut().poll(cx) {
             return Poll::Ready(Ok(v));
