@@ -438,7 +438,6 @@ fn latency_side_by_side(exe: &Path, n: u64, pool_dir: &Path) -> Result<LatencyRu
         .map(|(c, s)| (*c, s.1.clone(), s.0.id()))
         .collect();
     let (echo_addr, echo_pid) = (echo.1.clone(), echo.0.id());
-    let rt = crate::killloop::runtime()?;
     // The clients run as tasks of the nodes' executor, as an application would.
     let measure = async move {
         let mut raw_sock = TcpStream::connect(&echo_addr).map_err(|e| e.to_string())?;
@@ -446,10 +445,10 @@ fn latency_side_by_side(exe: &Path, n: u64, pool_dir: &Path) -> Result<LatencyRu
         // The same ping-pong through the soft RNIC's I/O path without the model (a task
         // of its executor, epoll wake-ups): the executor's share of the overhead, apart
         // from the model's.
-        let mut tok_sock = remora_exec::net::TcpStream::connect(echo_addr.as_str())
+        let mut exec_sock = remora_exec::net::TcpStream::connect(echo_addr.as_str())
             .await
             .map_err(|e| e.to_string())?;
-        tok_sock.set_nodelay(true).map_err(|e| e.to_string())?;
+        exec_sock.set_nodelay(true).map_err(|e| e.to_string())?;
         // And with the echo on the executor too: both sides' I/O paths are the soft RNIC's.
         let mut both_sock = remora_exec::net::TcpStream::connect(echo_addr.as_str())
             .await
@@ -506,7 +505,7 @@ fn latency_side_by_side(exe: &Path, n: u64, pool_dir: &Path) -> Result<LatencyRu
             }
             raw.add_cpu(&mark);
             for (sock, series) in [
-                (&mut tok_sock, &mut via_exec),
+                (&mut exec_sock, &mut via_exec),
                 (&mut both_sock, &mut both_exec),
             ] {
                 let mark = CpuMark::now(echo_pid);
@@ -533,13 +532,8 @@ fn latency_side_by_side(exe: &Path, n: u64, pool_dir: &Path) -> Result<LatencyRu
             .collect();
         Ok::<_, String>((raw, via_exec, both_exec, rows))
     };
-    let out = rt.block_on(async {
-        remora_exec::spawn_local(measure)
-            .await
-            .map_err(|e| e.to_string())?
-    });
-    // The runtime's tasks and sockets go before the servers they talk to.
-    drop(rt);
+    // The runtime's tasks and sockets end with it, before the servers they talk to.
+    let out = crate::killloop::run_client(measure);
     drop(servers);
     drop(echo);
     out
@@ -915,43 +909,38 @@ fn stream_side_by_side(
     let echo = Proc::start(exe, &["bench", "echo"])?;
     let pool = pool_dir.join("stream.pm");
     let server = start_server(exe, &pool, "DMP+noDDIO+PM-RQWRB")?;
-    let rt = crate::killloop::runtime()?;
     let (echo_addr, addr, pid) = (echo.1.clone(), server.1.clone(), server.0.id());
-    let runs = rt.block_on(async move {
-        remora_exec::spawn_local(async move {
-            let (node, _c, mut client) =
-                remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
-                    .await
-                    .map_err(|e| e.to_string())?;
-            client
-                .connect(Primitive::Write, Shape::default())
+    let runs = crate::killloop::run_client(async move {
+        let (node, _c, mut client) =
+            remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
                 .await
                 .map_err(|e| e.to_string())?;
-            let (mut packet, mut train, mut frames, mut soft) = (
-                Runs::default(),
-                Runs::default(),
-                Runs::default(),
-                Runs::default(),
-            );
-            for _ in 0..STREAM_RUNS {
-                // The raw runs block this thread; nothing of the soft RNIC is in flight.
-                packet
-                    .0
-                    .push(raw_stream_run(&echo_addr, writes, WRITE64_WIRE_BYTES)?);
-                train
-                    .0
-                    .push(raw_stream_run(&echo_addr, writes, WRITE64_TRAIN_BYTES)?);
-                frames.0.push(frames_stream_run(&echo_addr, writes)?);
-                soft.0
-                    .push(soft_stream_run(&node, &mut client, pid, writes).await?);
-            }
-            Ok::<_, String>((
-                [packet.summary(), train.summary(), frames.summary()],
-                soft.summary(),
-            ))
-        })
-        .await
-        .map_err(|e| e.to_string())?
+        client
+            .connect(Primitive::Write, Shape::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let (mut packet, mut train, mut frames, mut soft) = (
+            Runs::default(),
+            Runs::default(),
+            Runs::default(),
+            Runs::default(),
+        );
+        for _ in 0..STREAM_RUNS {
+            // The raw runs block this thread; nothing of the soft RNIC is in flight.
+            packet
+                .0
+                .push(raw_stream_run(&echo_addr, writes, WRITE64_WIRE_BYTES)?);
+            train
+                .0
+                .push(raw_stream_run(&echo_addr, writes, WRITE64_TRAIN_BYTES)?);
+            frames.0.push(frames_stream_run(&echo_addr, writes)?);
+            soft.0
+                .push(soft_stream_run(&node, &mut client, pid, writes).await?);
+        }
+        Ok::<_, String>((
+            [packet.summary(), train.summary(), frames.summary()],
+            soft.summary(),
+        ))
     })?;
     drop(server);
     drop(echo);

@@ -255,7 +255,7 @@ where
     F: FnMut(TcpStream) -> Fut + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
 {
-    let mut shutdown = std::pin::pin!(shutdown_signal());
+    let mut shutdown = std::pin::pin!(remora_exec::signal::shutdown());
     // Failed accepts since the last one that worked (said once per run of failures: a
     // stderr nobody reads must not fill up and block the server).
     let mut failing = 0u64;
@@ -280,11 +280,6 @@ where
             }
         }
     }
-}
-
-/// Resolves on SIGTERM or Ctrl-C (never, where no handler can be installed).
-pub async fn shutdown_signal() {
-    remora_exec::signal::shutdown().await
 }
 
 /// A server node over a pool file, started by [`open_node`].
