@@ -55,9 +55,11 @@ pub fn real_time_profile(p: &remora_model::LatencyProfile) -> remora_model::Late
     p
 }
 
-#[allow(clippy::disallowed_methods)] // a real-time runtime: its clock is the wall clock
-fn wall() -> std::time::Instant {
-    std::time::Instant::now()
+/// A reading of the wall clock (the executor's: the model's clock follows it).
+type Wall = remora_exec::time::Instant;
+
+fn wall() -> Wall {
+    remora_exec::time::now()
 }
 
 /// Counters of what the network delivered.
@@ -218,10 +220,10 @@ struct Inner {
     changed: Cell<bool>,
     /// [`RtNode::close`] was called: the driver stops once every connection is gone.
     closed: Cell<bool>,
-    epoch: std::time::Instant,
+    epoch: Wall,
     /// The driver's last turn, or the last wake-up of tasks for a completion, whichever
     /// came later: since then tasks have run without the RNIC (see [`RtNode::cpu_yield`]).
-    cpu_since: Cell<std::time::Instant>,
+    cpu_since: Cell<Wall>,
 }
 
 impl Inner {
@@ -262,9 +264,8 @@ impl Inner {
 
     /// Brings the model's clock up to `wall`, a reading the caller took: a wake-up reads
     /// the clock once (about 30 ns each in this VM) and its step and wake-ups share it.
-    fn now_at(&self, st: &mut State, wall: std::time::Instant) -> Instant {
-        let real =
-            Instant::from_nanos(wall.saturating_duration_since(self.epoch).as_nanos() as u64);
+    fn now_at(&self, st: &mut State, wall: Wall) -> Instant {
+        let real = Instant::from_nanos(wall.nanos_since(self.epoch));
         st.model_now = st.model_now.max(real);
         st.model_now
     }
@@ -571,7 +572,7 @@ impl RtNode {
 
     /// Wakes the tasks whose CQ now holds a completion (their CPU slice starts at `wall`,
     /// the step's clock reading); returns how many.
-    fn wake_cq_waiters(&self, wall: std::time::Instant) -> u32 {
+    fn wake_cq_waiters(&self, wall: Wall) -> u32 {
         let mut st = self.inner.st.borrow_mut();
         let st = &mut *st;
         if st.cq_waiters.is_empty() {
@@ -597,7 +598,7 @@ impl RtNode {
 
     /// Does everything due at `wall` (the caller's clock reading) or within [`JUMP`];
     /// leaves the next deadline beyond in `State::next`.
-    fn step(&self, wall: std::time::Instant) {
+    fn step(&self, wall: Wall) {
         let mut guard = self.inner.st.borrow_mut();
         let st = &mut *guard;
         let mut now = self.inner.now_at(st, wall);
@@ -683,7 +684,7 @@ impl RtNode {
     /// (the unlocked-store negative control of the durable RPCs relies on it to be
     /// caught).
     async fn cpu_yield(&self) {
-        if self.inner.cpu_since.get().elapsed() > CPU_SLICE {
+        if wall().nanos_since(self.inner.cpu_since.get()) > CPU_SLICE.as_nanos() as u64 {
             remora_exec::yield_local().await;
         }
     }
