@@ -32,26 +32,22 @@
 //! small for the pool says so at start-up, not with a `SIGBUS` when a store first touches
 //! a hole in the mapping under load.
 
+mod file;
+mod header;
+
+pub use header::{Header, HeaderError, HEADER_BYTES, LAYOUT_MAX, POOL_VERSION};
+
 use crate::dax::{SyncMap, WriteBack, CACHE_LINE};
+use file::{allocate, create, lock, mount_of, remove_stale_creations, unsafe_map};
+use header::LAYOUT_AT;
 use memmap2::MmapMut;
 use remora_model::mem::{PmMedia, SparseMem, PAGE_BYTES};
 use remora_model::rnic::PM_BASE;
 use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-const MAGIC: &[u8; 8] = b"REMORAPM";
-/// Pool format version.
-pub const POOL_VERSION: u32 = 1;
-/// Bytes of the header (and offset of the data area).
-pub const HEADER_BYTES: u64 = 4096;
 /// Smallest data area accepted.
 pub const MIN_POOL_BYTES: u64 = 1 << 20;
-/// Where the layout record starts in the header (see [`Header`]).
-const LAYOUT_AT: usize = 128;
-/// Longest layout text the header holds.
-pub const LAYOUT_MAX: usize = 2048;
 
 /// Why a pool file cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -249,117 +245,6 @@ pub struct Pool {
     header: Header,
     created: bool,
     durability: Durability,
-}
-
-/// The pool file's header, its first [`HEADER_BYTES`]: bytes 0..8 the magic, 8..12 the
-/// format version, 16..24 the data offset, 24..32 the data length, 64..68 a CRC-32C of
-/// bytes 0..64; from [`LAYOUT_AT`] the layout record: its text's length (u32), a CRC-32C
-/// of the length and the text (u32), the text (UTF-8, at most [`LAYOUT_MAX`] bytes);
-/// length and checksum both zero mean no record. Everything else is zero. Parsed and
-/// emitted here only, as the wire frames are.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Header {
-    /// Bytes of the data area.
-    pub data_len: u64,
-    /// The layout record, if a server wrote one ([`Pool::claim_layout`]).
-    pub layout: Option<String>,
-}
-
-/// Why bytes are not a usable pool header.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum HeaderError {
-    /// Too short, or the magic is wrong: not a pool at all.
-    #[error("not a remora PM pool")]
-    NotAPool,
-    /// A format version this build does not read.
-    #[error("format version {0}")]
-    Version(u32),
-    /// A checksum or a field is wrong.
-    #[error("damaged header ({0})")]
-    Damaged(&'static str),
-}
-
-impl Header {
-    /// Reads a header from the first [`HEADER_BYTES`] of `b`.
-    pub fn parse(b: &[u8]) -> Result<Header, HeaderError> {
-        let h = b
-            .get(..HEADER_BYTES as usize)
-            .ok_or(HeaderError::NotAPool)?;
-        let u32_at = |at: usize| u32::from_le_bytes(h[at..at + 4].try_into().expect("4"));
-        let u64_at = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().expect("8"));
-        if &h[..8] != MAGIC {
-            return Err(HeaderError::NotAPool);
-        }
-        if u32_at(8) != POOL_VERSION {
-            return Err(HeaderError::Version(u32_at(8)));
-        }
-        if crc32c::crc32c(&h[..64]) != u32_at(64) {
-            return Err(HeaderError::Damaged("header checksum mismatch"));
-        }
-        if u64_at(16) != HEADER_BYTES {
-            return Err(HeaderError::Damaged("unknown data offset"));
-        }
-        let (len, crc) = (u32_at(LAYOUT_AT) as usize, u32_at(LAYOUT_AT + 4));
-        let layout = if (len, crc) == (0, 0) {
-            None
-        } else if len > LAYOUT_MAX {
-            return Err(HeaderError::Damaged("layout record length out of range"));
-        } else {
-            let text = &h[LAYOUT_AT + 8..LAYOUT_AT + 8 + len];
-            if layout_crc(text) != crc {
-                return Err(HeaderError::Damaged("layout record checksum mismatch"));
-            }
-            let text = std::str::from_utf8(text)
-                .map_err(|_| HeaderError::Damaged("layout record not text"))?;
-            Some(text.to_string())
-        };
-        Ok(Header {
-            data_len: u64_at(24),
-            layout,
-        })
-    }
-
-    /// The header's bytes. Panics on a layout text longer than [`LAYOUT_MAX`] or empty
-    /// (a caller's bug: the servers' texts are a few hundred bytes).
-    pub fn emit(&self) -> [u8; HEADER_BYTES as usize] {
-        let mut h = [0u8; HEADER_BYTES as usize];
-        h[..8].copy_from_slice(MAGIC);
-        h[8..12].copy_from_slice(&POOL_VERSION.to_le_bytes());
-        h[16..24].copy_from_slice(&HEADER_BYTES.to_le_bytes());
-        h[24..32].copy_from_slice(&self.data_len.to_le_bytes());
-        let crc = crc32c::crc32c(&h[..64]);
-        h[64..68].copy_from_slice(&crc.to_le_bytes());
-        if let Some(text) = &self.layout {
-            let text = text.as_bytes();
-            assert!(
-                !text.is_empty() && text.len() <= LAYOUT_MAX,
-                "layout text of {} bytes",
-                text.len()
-            );
-            h[LAYOUT_AT..LAYOUT_AT + 4].copy_from_slice(&(text.len() as u32).to_le_bytes());
-            h[LAYOUT_AT + 4..LAYOUT_AT + 8].copy_from_slice(&layout_crc(text).to_le_bytes());
-            h[LAYOUT_AT + 8..LAYOUT_AT + 8 + text.len()].copy_from_slice(text);
-        }
-        h
-    }
-}
-
-/// The layout record's checksum: over its length and its text, so a flipped bit in the
-/// length (even one that makes it zero) is caught, as one in the text is.
-fn layout_crc(text: &[u8]) -> u32 {
-    let crc = crc32c::crc32c(&(text.len() as u32).to_le_bytes());
-    crc32c::crc32c_append(crc, text)
-}
-
-impl HeaderError {
-    fn at(self, path: &Path) -> PoolError {
-        let path = path.to_path_buf();
-        match self {
-            HeaderError::NotAPool => PoolError::NotAPool(path),
-            HeaderError::Version(found) => PoolError::Version { path, found },
-            HeaderError::Damaged(why) => PoolError::Damaged { path, why },
-        }
-    }
 }
 
 /// How much PM a server asks of its pool.
@@ -618,239 +503,6 @@ fn map_for_durability(
     }
 }
 
-/// Makes a new pool at `path` under a temporary name in the same directory (created
-/// exclusively, locked, allocated, header written and synced), then links it to `path`.
-/// `None` if another process published a pool at `path` first (the caller opens that).
-fn create(path: &Path, len: u64) -> Result<Option<File>, PoolError> {
-    let io = |err| PoolError::Io {
-        path: path.to_path_buf(),
-        err,
-    };
-    static CREATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = CREATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = creation_name(path, std::process::id(), n).ok_or_else(|| {
-        io(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a file path",
-        ))
-    })?;
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .map_err(io)?;
-    // Whatever happens from here, the temporary name goes; a published pool keeps its link.
-    struct Unlink<'a>(&'a Path);
-    impl Drop for Unlink<'_> {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(self.0);
-        }
-    }
-    let _unlink = Unlink(&tmp);
-    lock(path, &file)?;
-    let size = HEADER_BYTES + len;
-    let free = free_bytes(&tmp).map_err(io)?;
-    if free < size {
-        return Err(PoolError::NoSpace {
-            path: path.to_path_buf(),
-            need: size,
-            free,
-        });
-    }
-    file.set_len(size).map_err(io)?;
-    allocate(path, &file, size)?;
-    file.write_all_at(
-        &Header {
-            data_len: len,
-            layout: None,
-        }
-        .emit(),
-        0,
-    )
-    .map_err(io)?;
-    file.sync_all().map_err(io)?;
-    match std::fs::hard_link(&tmp, path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(None),
-        Err(e) => return Err(io(e)),
-    }
-    // The new name is durable too (a no-op on file systems in memory).
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
-    }
-    Ok(Some(file))
-}
-
-/// The temporary name a creator of the pool at `path` uses: `.<name>.creating-<pid>-<n>`
-/// beside it (`n` tells apart the creators of one process).
-fn creation_name(path: &Path, pid: u32, n: u64) -> Option<PathBuf> {
-    Some(path.with_file_name(format!("{}{pid}-{n}", creation_prefix(path)?)))
-}
-
-fn creation_prefix(path: &Path) -> Option<String> {
-    Some(format!(
-        ".{}.creating-",
-        path.file_name()?.to_string_lossy()
-    ))
-}
-
-/// Removes temporary files that creators of the pool at `path` left behind when they died
-/// mid-creation (their pid is gone); a live creator's file is left alone.
-fn remove_stale_creations(path: &Path) {
-    let Some(prefix) = creation_prefix(path) else {
-        return;
-    };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(prefix.as_str()))
-            .and_then(|rest| rest.split_once('-'))
-            .and_then(|(pid, _)| pid.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
-}
-
-/// Takes the pool's exclusive lock without waiting; [`PoolError::InUse`] if another open
-/// file holds it.
-#[allow(unsafe_code)]
-fn lock(path: &Path, file: &File) -> Result<(), PoolError> {
-    loop {
-        // SAFETY: flock on a descriptor this function borrows; no memory is passed.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            return Ok(());
-        }
-        let err = std::io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::EWOULDBLOCK) => {
-                return Err(PoolError::InUse {
-                    path: path.to_path_buf(),
-                    holder: file.metadata().ok().and_then(|m| lock_holder(&m)),
-                })
-            }
-            _ => {
-                return Err(PoolError::Io {
-                    path: path.to_path_buf(),
-                    err,
-                })
-            }
-        }
-    }
-}
-
-/// The pid holding a `flock` on the file, from `/proc/locks` (whose lines read
-/// `1: FLOCK  ADVISORY  WRITE <pid> <major>:<minor>:<inode> 0 EOF`).
-fn lock_holder(meta: &std::fs::Metadata) -> Option<u32> {
-    let dev = meta.dev();
-    let id = format!(
-        "{:02x}:{:02x}:{}",
-        libc::major(dev),
-        libc::minor(dev),
-        meta.ino()
-    );
-    let locks = std::fs::read_to_string("/proc/locks").ok()?;
-    locks.lines().find_map(|line| {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        // Waiters are listed as `1: -> FLOCK ...`: not holders.
-        (f.len() >= 6 && f[1] == "FLOCK" && f[5] == id)
-            .then(|| f[4].parse().ok())
-            .flatten()
-    })
-}
-
-/// Bytes free for this user on the file system `path` is on.
-#[allow(unsafe_code)]
-fn free_bytes(path: &Path) -> std::io::Result<u64> {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: a NUL-terminated path and a buffer of the struct's size, which statvfs fills
-    // on success (checked before the read).
-    if unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: statvfs returned 0, so it filled the struct.
-    let st = unsafe { st.assume_init() };
-    Ok(st.f_bavail.saturating_mul(st.f_frsize))
-}
-
-/// Allocates every block of the pool file's first `size` bytes, so no store into the
-/// mapping can fault for want of space.
-#[allow(unsafe_code)]
-fn allocate(path: &Path, file: &File, size: u64) -> Result<(), PoolError> {
-    // SAFETY: posix_fallocate on a borrowed descriptor; it returns the error number.
-    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) };
-    match rc {
-        0 => Ok(()),
-        libc::ENOSPC => Err(PoolError::NoSpace {
-            path: path.to_path_buf(),
-            need: size,
-            free: free_bytes(path).unwrap_or(0),
-        }),
-        e => Err(PoolError::Io {
-            path: path.to_path_buf(),
-            err: std::io::Error::from_raw_os_error(e),
-        }),
-    }
-}
-
-#[allow(unsafe_code)]
-fn unsafe_map(file: &File) -> std::io::Result<MmapMut> {
-    // SAFETY: the pool file is ours for the life of the process (its exclusive lock keeps
-    // other remora processes out); if some other program truncated it under us, accesses
-    // could fault, which is the documented hazard of memmap2's mapping.
-    unsafe { MmapMut::map_mut(file) }
-}
-
-/// The file system a path lives on.
-struct Mount {
-    fs_type: String,
-    dax: bool,
-}
-
-/// The mount `path` lives on (the longest mount point above it, from
-/// /proc/self/mountinfo): its file system type and whether it is mounted with `dax`.
-fn mount_of(path: &Path) -> Option<Mount> {
-    let abs = std::fs::canonicalize(path).ok()?;
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mut best: Option<(usize, Mount)> = None;
-    for line in info.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 6 {
-            continue;
-        }
-        let (mount, opts) = (f[4], f[5]);
-        // After the optional fields, " - " then the file system type and its options.
-        let after = f.iter().position(|x| *x == "-").map(|i| &f[i + 1..]);
-        let fs_type = after.and_then(|a| a.first()).copied().unwrap_or("");
-        let super_opts = after.and_then(|a| a.get(2)).copied().unwrap_or("");
-        if abs.starts_with(mount) && best.as_ref().is_none_or(|(l, _)| mount.len() > *l) {
-            best = Some((
-                mount.len(),
-                Mount {
-                    fs_type: fs_type.to_string(),
-                    dax: opts.contains("dax") || super_opts.contains("dax"),
-                },
-            ));
-        }
-    }
-    best.map(|(_, m)| m)
-}
-
 impl PmMedia for Pool {
     fn read(&self, addr: u64, buf: &mut [u8]) {
         let r = self.range(addr, buf.len());
@@ -922,7 +574,9 @@ impl PmMedia for Pool {
 
 #[cfg(test)]
 mod tests {
+    use super::file::creation_name;
     use super::*;
+    use std::os::unix::fs::{FileExt, MetadataExt};
 
     /// A test's own directory, removed with its files when the test ends.
     fn tmp_dir() -> tempfile::TempDir {
