@@ -354,6 +354,10 @@ enum BenchCmd {
         /// servers on CPU 1, as two hosts), `shared` (all on CPU 0) or `free`.
         #[arg(long, value_enum, default_value = "split")]
         placement: remora_cli::softbench::Placement,
+        /// Also write the output into this results page (docs/results/soft-rnic.md), in the
+        /// placement's section between its two markers; the rest of the page is kept.
+        #[arg(long, conflicts_with = "stream_only")]
+        results: Option<PathBuf>,
     },
     /// A raw TCP echo server (the other process of `bench soft`'s ping-pong).
     #[command(hide = true)]
@@ -524,15 +528,29 @@ fn run(cli: Cli) -> Result<(), String> {
                     pool_dir,
                     stream_only,
                     placement,
+                    results,
                 },
         } => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            // A page that cannot take the output is said before a run of minutes, not after.
+            if let Some(page) = &results {
+                remora_cli::softbench::check_results(page, placement)?;
+            }
             let report = if stream_only {
                 remora_cli::softbench::run_stream_only(&exe, stream, &pool_dir)?
             } else {
                 remora_cli::softbench::run(&exe, n, stream, &pool_dir, placement)?
             };
             print!("{report}");
+            if let Some(page) = results {
+                let command = format!(
+                    "remora bench soft --n {n} --stream {stream} --placement {} --pool-dir {}",
+                    placement.name(),
+                    pool_dir.display()
+                );
+                remora_cli::softbench::write_results(&page, placement, &command, &report)?;
+                eprintln!("wrote {}", page.display());
+            }
         }
         Cmd::Bench {
             what: BenchCmd::Echo { listen },
