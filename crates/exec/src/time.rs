@@ -1,5 +1,9 @@
 //! Timers: [`sleep`], [`sleep_until`], [`Sleep::reset`] and [`timeout`], on the wall clock.
 
+// This module is the executor's clock: it reads the wall clock, which the workspace's
+// clippy configuration keeps out of everything that is not a runtime.
+#![allow(clippy::disallowed_methods)]
+
 use std::cell::{Cell, RefCell};
 use std::collections::BinaryHeap;
 use std::future::Future;
@@ -33,16 +37,24 @@ impl Instant {
         now().saturating_duration_since(self)
     }
 
-    /// `self + d`, or `None` past the clock's range (about 584 years of nanoseconds).
+    /// `self + d`, or `None` past the clock's range (u64 nanoseconds: about 584 years
+    /// after boot, where `std::time::Instant` reaches billions of years).
     pub fn checked_add(self, d: Duration) -> Option<Instant> {
         let d = u64::try_from(d.as_nanos()).ok()?;
         self.0.checked_add(d).map(Instant)
+    }
+
+    /// `self + d`, or the clock's last instant past its range: a deadline that far away
+    /// never comes, which is what a caller with an unbounded wait means.
+    pub fn saturating_add(self, d: Duration) -> Instant {
+        self.checked_add(d).unwrap_or(Instant(u64::MAX))
     }
 }
 
 impl std::ops::Add<Duration> for Instant {
     type Output = Instant;
-    /// Panics past the clock's range, as `std::time::Instant` does.
+    /// Panics past the clock's range (see [`Instant::checked_add`]; callers whose
+    /// duration may be unbounded use [`Instant::saturating_add`]).
     fn add(self, d: Duration) -> Instant {
         self.checked_add(d)
             .expect("overflow when adding duration to instant")
@@ -323,6 +335,11 @@ mod tests {
             Instant(u64::MAX - 1).checked_add(Duration::from_nanos(2)),
             None
         );
+        assert_eq!(
+            a.saturating_add(Duration::from_nanos(u64::MAX)),
+            Instant(u64::MAX)
+        );
+        assert_eq!(a.saturating_add(Duration::from_nanos(3)).nanos_since(a), 3);
     }
 
     #[test]

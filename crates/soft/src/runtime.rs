@@ -58,6 +58,7 @@ pub fn real_time_profile(p: &remora_model::LatencyProfile) -> remora_model::Late
 /// A reading of the wall clock (the executor's: the model's clock follows it).
 type Wall = remora_exec::time::Instant;
 
+#[allow(clippy::disallowed_methods)] // a real-time runtime: its clock is the wall clock
 fn wall() -> Wall {
     remora_exec::time::now()
 }
@@ -546,9 +547,10 @@ impl RtNode {
                             let mut st = self.inner.st.borrow_mut();
                             t.saturating_since(self.inner.now(&mut st))
                         };
+                        // Saturating: a deadline at the model's `NEVER` (a profile whose
+                        // ACK time-out means "never") is a wait that never ends, not a panic.
                         sleep.as_mut().reset(
-                            remora_exec::time::now()
-                                + std::time::Duration::from_nanos(wait.as_nanos()),
+                            wall().saturating_add(std::time::Duration::from_nanos(wait.as_nanos())),
                         );
                         self.inner.st.borrow_mut().armed = Some(t);
                     }

@@ -673,3 +673,36 @@ fn a_client_node_closed_frees_its_slot_within_one_process() {
     }
     assert_eq!(settled(&objects, |o| o.qps == 0), Objects::default());
 }
+
+#[test]
+fn a_client_whose_ack_timeout_means_never_still_runs() {
+    // A profile may set the ACK time-out to u64::MAX nanoseconds ("never"): the model's
+    // timer then lies at its `NEVER`, and the driver's wall-clock deadline for it must
+    // saturate, not overflow the executor's clock.
+    let dir = TestDir::new();
+    let shape = LogShape {
+        capacity: 64,
+        ..LogShape::default()
+    };
+    let addr = start_server("DMP+noDDIO+PM-RQWRB", dir.pool("never"), shape).to_string();
+    let mut profile = LatencyProfile::default_profile();
+    profile.rnic.ack_timeout_ns = u64::MAX;
+    // Bounded: a driver that died of the overflow leaves the appends waiting for ever.
+    let appended = run_client(remora_exec::time::timeout(
+        std::time::Duration::from_secs(60),
+        async {
+            let (_node, _, mut client) =
+                remora_soft::client::connect(&addr, &profile).await.unwrap();
+            client
+                .connect(Primitive::Write, Shape::default())
+                .await
+                .unwrap();
+            let mut log = LogClient::new(client, shape, Update::Singleton);
+            for _ in 0..20 {
+                log.append().await.unwrap();
+            }
+            20
+        },
+    ));
+    assert_eq!(appended, Ok(20), "the client's appends did not finish");
+}

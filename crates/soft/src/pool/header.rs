@@ -16,7 +16,7 @@ pub const LAYOUT_MAX: usize = 2048;
 
 /// The pool file's header, its first [`HEADER_BYTES`]: bytes 0..8 the magic, 8..12 the
 /// format version, 16..24 the data offset, 24..32 the data length, 64..68 a CRC-32C of
-/// bytes 0..64; from [`LAYOUT_AT`] the layout record: its text's length (u32), a CRC-32C
+/// bytes 0..64; from byte 128 (`LAYOUT_AT`) the layout record: its text's length (u32), a CRC-32C
 /// of the length and the text (u32), the text (UTF-8, at most [`LAYOUT_MAX`] bytes);
 /// length and checksum both zero mean no record. Everything else is zero. Parsed and
 /// emitted here only, as the wire frames are.
@@ -24,7 +24,7 @@ pub const LAYOUT_MAX: usize = 2048;
 pub struct Header {
     /// Bytes of the data area.
     pub data_len: u64,
-    /// The layout record, if a server wrote one ([`Pool::claim_layout`]).
+    /// The layout record, if a server wrote one ([`Pool::claim_layout`](super::Pool::claim_layout)).
     pub layout: Option<String>,
 }
 
