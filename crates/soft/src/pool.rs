@@ -803,10 +803,16 @@ mod tests {
     fn files_of_creators_that_died_are_removed_and_a_live_ones_kept() {
         let dir = tmp_dir();
         let p = dir.path().join("pool");
-        // A pid that was alive and is gone (reaped), and one that is alive (this process).
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let dead = child.id();
-        child.wait().unwrap();
+        // A pid no process has (above the kernel's largest), and one that is alive (this
+        // process). Not a child spawned and reaped: while it is between fork and exec it
+        // holds this test binary's descriptors, the pool locks of tests running beside
+        // this one among them, and a test that closes and reopens its pool then finds it
+        // still locked.
+        let pid_max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(1 << 22);
+        let dead = pid_max + 1;
         let me = std::process::id();
         for (pid, n) in [(dead, 0), (me, 99)] {
             std::fs::write(creation_name(&p, pid, n).unwrap(), b"half made").unwrap();
