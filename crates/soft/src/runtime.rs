@@ -543,14 +543,16 @@ impl RtNode {
                     // A later deadline keeps the timer: it fires early, the step finds
                     // nothing due and re-arms (ACK time-outs move on every round trip).
                     if self.inner.st.borrow().armed.is_none_or(|a| t < a) {
+                        // One clock reading for the wait and the deadline it sets.
+                        let w = wall();
                         let wait = {
                             let mut st = self.inner.st.borrow_mut();
-                            t.saturating_since(self.inner.now(&mut st))
+                            t.saturating_since(self.inner.now_at(&mut st, w))
                         };
                         // Saturating: a deadline at the model's `NEVER` (a profile whose
                         // ACK time-out means "never") is a wait that never ends, not a panic.
                         sleep.as_mut().reset(
-                            wall().saturating_add(std::time::Duration::from_nanos(wait.as_nanos())),
+                            w.saturating_add(std::time::Duration::from_nanos(wait.as_nanos())),
                         );
                         self.inner.st.borrow_mut().armed = Some(t);
                     }

@@ -85,10 +85,19 @@ async fn client_of(
     remora_soft::runtime::RtNode,
     remora::Client<remora_soft::runtime::RtNode>,
 ) {
-    let (node, _, mut client) =
-        remora_soft::client::connect(addr, &LatencyProfile::default_profile())
-            .await
-            .unwrap();
+    client_with(addr, primitive, &LatencyProfile::default_profile()).await
+}
+
+/// [`client_of`] with the client's node on `profile`.
+async fn client_with(
+    addr: &str,
+    primitive: Primitive,
+    profile: &LatencyProfile,
+) -> (
+    remora_soft::runtime::RtNode,
+    remora::Client<remora_soft::runtime::RtNode>,
+) {
+    let (node, _, mut client) = remora_soft::client::connect(addr, profile).await.unwrap();
     client.connect(primitive, Shape::default()).await.unwrap();
     (node, client)
 }
@@ -691,12 +700,7 @@ fn a_client_whose_ack_timeout_means_never_still_runs() {
     let appended = run_client(remora_exec::time::timeout(
         std::time::Duration::from_secs(60),
         async {
-            let (_node, _, mut client) =
-                remora_soft::client::connect(&addr, &profile).await.unwrap();
-            client
-                .connect(Primitive::Write, Shape::default())
-                .await
-                .unwrap();
+            let (_node, client) = client_with(&addr, Primitive::Write, &profile).await;
             let mut log = LogClient::new(client, shape, Update::Singleton);
             for _ in 0..20 {
                 log.append().await.unwrap();
