@@ -879,7 +879,13 @@ fn run(cli: Cli) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    // Refused here, before anything is served, rather than by the first node made.
+    if let Err(e) = remora_soft::runtime::cpu_slice() {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");

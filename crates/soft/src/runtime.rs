@@ -30,6 +30,12 @@ use std::task::{Context, Poll, Waker};
 /// `persist_local`) before they yield to it: short work runs straight on to the task's next
 /// verb, as a real CPU would, and long work still lets packets through.
 const CPU_SLICE: std::time::Duration = std::time::Duration::from_micros(20);
+/// Environment variable that sets the CPU slice in microseconds instead of [`CPU_SLICE`].
+/// It is for instruction counts under valgrind, where everything runs tens of times
+/// slower: with the slice as shipped, tasks yield at every piece of CPU work there (they
+/// never do natively) and the counts measure valgrind, not the code
+/// (`scripts/callgrind-append.sh` widens it to 20 ms).
+pub const CPU_SLICE_ENV: &str = "REMORA_CPU_SLICE_US";
 /// Longest step the model's clock takes ahead of the wall clock without sleeping.
 const JUMP: Duration = Duration::from_micros(200);
 /// CPU work shorter than this is paid by the real CPU doing it: the task does not sleep
@@ -225,6 +231,28 @@ struct Inner {
     /// The driver's last turn, or the last wake-up of tasks for a completion, whichever
     /// came later: since then tasks have run without the RNIC (see [`RtNode::cpu_yield`]).
     cpu_since: Cell<Wall>,
+    /// [`CPU_SLICE`] in ns, or what [`CPU_SLICE_ENV`] says.
+    cpu_slice_ns: u64,
+}
+
+/// The CPU slice: [`CPU_SLICE`] unless [`CPU_SLICE_ENV`] holds a number of µs. A value
+/// that is not a number is an error, not ignored: a measurement run with the slice
+/// silently at its default would count the wrong thing. Programs call it at start-up to
+/// refuse a bad value before they serve anyone; a node made with one panics.
+pub fn cpu_slice() -> Result<std::time::Duration, String> {
+    parse_cpu_slice(std::env::var(CPU_SLICE_ENV).ok().as_deref())
+}
+
+/// [`cpu_slice`] for the variable's value (`None`: not set).
+fn parse_cpu_slice(v: Option<&str>) -> Result<std::time::Duration, String> {
+    match v {
+        None => Ok(CPU_SLICE),
+        Some(v) => v
+            .trim()
+            .parse::<u64>()
+            .map(std::time::Duration::from_micros)
+            .map_err(|_| format!("{CPU_SLICE_ENV}={v:?} is not a number of microseconds")),
+    }
 }
 
 impl Inner {
@@ -303,6 +331,11 @@ impl RtNode {
                 closed: Cell::new(false),
                 epoch: wall(),
                 cpu_since: Cell::new(wall()),
+                cpu_slice_ns: cpu_slice()
+                    .unwrap_or_else(|e| panic!("{e}"))
+                    .as_nanos()
+                    .try_into()
+                    .unwrap_or(u64::MAX),
             }),
         }
     }
@@ -688,7 +721,7 @@ impl RtNode {
     /// (the unlocked-store negative control of the durable RPCs relies on it to be
     /// caught).
     async fn cpu_yield(&self) {
-        if wall().nanos_since(self.inner.cpu_since.get()) > CPU_SLICE.as_nanos() as u64 {
+        if wall().nanos_since(self.inner.cpu_since.get()) > self.inner.cpu_slice_ns {
             remora_exec::yield_local().await;
         }
     }
@@ -911,5 +944,26 @@ impl remora_verbs::Verbs for RtNode {
         self.load(src.0, src.1, buf);
         self.store(dst.0, dst.1, buf);
         self.cpu_yield().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_slice_is_the_shipped_one_unless_the_environment_gives_microseconds() {
+        assert_eq!(parse_cpu_slice(None), Ok(CPU_SLICE));
+        assert_eq!(
+            parse_cpu_slice(Some(" 20000\n")),
+            Ok(std::time::Duration::from_millis(20))
+        );
+        for bad in ["", "20ms", "-1", "1e3"] {
+            let e = parse_cpu_slice(Some(bad)).unwrap_err();
+            assert!(
+                e.contains(CPU_SLICE_ENV) && e.contains("microseconds"),
+                "{bad:?}: {e}"
+            );
+        }
     }
 }
