@@ -1,4 +1,4 @@
-//! Shared rig for `ordering.rs` and `verbs_errors.rs`: one server node and one client node
+//! Shared rig for the `ordering` and `verbs_errors` tests: one server node and one client node
 //! joined by a reliable connection, with registered memory on both sides, work-request
 //! builders, and observers that watch the server's memory and the client's completions on
 //! virtual time.
