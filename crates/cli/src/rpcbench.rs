@@ -254,9 +254,12 @@ mod tests {
     /// (the progress bar's length; the counts are written beside the sets' loops).
     #[test]
     fn each_set_runs_the_count_the_progress_bar_expects() {
-        let dir = std::env::temp_dir().join(format!("remora-set-counts-{}", std::process::id()));
+        let dir = tempfile::Builder::new()
+            .prefix("remora-set-counts-")
+            .tempdir()
+            .unwrap();
         for set in Set::ALL {
-            let mut args = RpcBenchArgs::quick(dir.clone());
+            let mut args = RpcBenchArgs::quick(dir.path().to_path_buf());
             args.designs = vec![Design::WFlushRpc];
             args.sets = vec![set];
             let expected = args.options().total_runs();
@@ -264,15 +267,18 @@ mod tests {
             let replays = rs.replay.len();
             assert_eq!(rs.runs().count() + replays, expected, "{}", set.name());
         }
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A part of the evaluation runs just its sets, as many runs as the progress bar
     /// expects, and its page says which sets ran and leaves the rest empty.
     #[test]
     fn a_part_of_the_evaluation_runs_only_its_sets() {
-        let dir = std::env::temp_dir().join(format!("remora-sets-{}", std::process::id()));
-        let mut args = RpcBenchArgs::quick(dir.clone());
+        let scratch = tempfile::Builder::new()
+            .prefix("remora-sets-")
+            .tempdir()
+            .unwrap();
+        let dir = scratch.path();
+        let mut args = RpcBenchArgs::quick(dir.to_path_buf());
         args.designs = vec![Design::DaRpc, Design::WFlushRpc];
         args.sets = vec![Set::Micro, Set::Breakdown];
         let expected = args.options().total_runs();
@@ -307,6 +313,5 @@ mod tests {
             !page.contains("Replay cost per logged request"),
             "nor has the recovery model, which the read:write set feeds"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1141,9 +1141,11 @@ mod tests {
 
     #[test]
     fn results_go_into_the_page_under_its_title() {
-        let dir = std::env::temp_dir().join(format!("remora-results-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("page.md");
+        let dir = tempfile::Builder::new()
+            .prefix("remora-results-test-")
+            .tempdir()
+            .unwrap();
+        let path = dir.path().join("page.md");
         let page = "# The page's title\n\nBy hand.\n\n\
             <!-- bench soft --placement shared: generated, rewritten by --results -->\n\
             <!-- end of bench soft --placement shared -->\n\nMore by hand.\n";
@@ -1159,8 +1161,7 @@ mod tests {
             )
         );
         // Nothing left beside it.
-        let left = std::fs::read_dir(&dir).unwrap().count();
-        std::fs::remove_dir_all(&dir).unwrap();
+        let left = std::fs::read_dir(dir.path()).unwrap().count();
         assert_eq!(left, 1);
     }
 

@@ -52,8 +52,8 @@ fn profile_prints_toml_and_refuses_unknown_names() {
 
 #[test]
 fn demo_runs_and_writes_a_perfetto_trace() {
-    let path =
-        std::env::temp_dir().join(format!("remora-cli-test-{}.trace.json", std::process::id()));
+    let dir = common::scratch("cli-test");
+    let path = dir.path().join("demo.trace.json");
     let p = path.to_str().unwrap();
     let out = remora(&["demo", "--appends", "50", "--seed", "3", "--trace", p]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -68,7 +68,6 @@ fn demo_runs_and_writes_a_perfetto_trace() {
     );
     let json = std::fs::read_to_string(&path).unwrap();
     assert!(json.contains("traceEvents"));
-    let _ = std::fs::remove_file(&path);
 }
 
 #[test]

@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 mod common;
-use common::{remora, text};
+use common::{remora, scratch, text};
 
 #[test]
 fn taxonomy_prints_both_tables_cell_by_cell() {
@@ -54,7 +54,8 @@ fn plan_explains_its_choice_and_refuses_bad_input() {
 
 #[test]
 fn remotelog_quick_run_writes_its_outputs() {
-    let dir = std::env::temp_dir().join(format!("remora-rl-test-{}", std::process::id()));
+    let scratch = scratch("rl-test");
+    let dir = scratch.path();
     let page = dir.join("results.md");
     let out = remora(&[
         "remotelog",
@@ -78,7 +79,6 @@ fn remotelog_quick_run_writes_its_outputs() {
     assert_eq!(csv.lines().count(), 73, "a header and 72 scenarios");
     let page = std::fs::read_to_string(&page).unwrap();
     assert!(page.contains("The paper's claims beside the model's"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A server on a pool file, killed when dropped.
@@ -130,8 +130,8 @@ impl Drop for Server {
 
 #[test]
 fn remotelog_runs_unchanged_against_a_soft_rnic_server() {
-    let pool = std::env::temp_dir().join(format!("remora-serve-test-{}.pm", std::process::id()));
-    let _ = std::fs::remove_file(&pool);
+    let dir = scratch("serve-test");
+    let pool = dir.path().join("pool.pm");
     let server = Server::start(&pool, "MHP+DDIO+PM-RQWRB");
     // A second server on the same pool (either protocol's) is refused, naming the first;
     // the first goes on serving (the RemoteLog run below).
@@ -178,8 +178,6 @@ fn remotelog_runs_unchanged_against_a_soft_rnic_server() {
     let err = serve_refused(&foreign, &["--config", "DMP+noDDIO+PM-RQWRB"]);
     assert!(err.contains("not a remora PM pool"), "{err}");
     assert_eq!(std::fs::read(&foreign).unwrap(), b"not a pool");
-    let _ = std::fs::remove_file(&foreign);
-    let _ = std::fs::remove_file(&pool);
 }
 
 /// Runs `serve` on `pool` with `flags`, which must refuse to start; returns its stderr.
@@ -195,8 +193,8 @@ fn serve_refused(pool: &std::path::Path, flags: &[&str]) -> String {
 
 #[test]
 fn a_pool_keeps_its_size_and_a_larger_one_asked_for_is_refused() {
-    let pool = std::env::temp_dir().join(format!("remora-size-test-{}.pm", std::process::id()));
-    let _ = std::fs::remove_file(&pool);
+    let dir = scratch("size-test");
+    let pool = dir.path().join("pool.pm");
     let small = (8u64 << 20).to_string();
     drop(Server::start_with(
         &pool,
@@ -217,7 +215,6 @@ fn a_pool_keeps_its_size_and_a_larger_one_asked_for_is_refused() {
         err.contains(&format!("holds {small} bytes of PM, {big} asked for")),
         "{err}"
     );
-    let _ = std::fs::remove_file(&pool);
 }
 
 #[test]
@@ -311,11 +308,8 @@ fn streamed_writes_survive_a_sigkill_once_their_flush_completed() {
     use remora_verbs::Verbs;
     const BATCH: u64 = 200;
     for (run, kill_after) in [(0u64, 0u64), (1, 3), (2, 6)] {
-        let pool = std::env::temp_dir().join(format!(
-            "remora-stream-kill-{}-{run}.pm",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_file(&pool);
+        let dir = scratch(&format!("stream-kill-{run}"));
+        let pool = dir.path().join("pool.pm");
         let mut server = Server::start(&pool, "DMP+noDDIO+PM-RQWRB");
         let addr = server.1.clone();
         let record = |i: u64| -> [u8; 64] {
@@ -374,13 +368,12 @@ fn streamed_writes_survive_a_sigkill_once_their_flush_completed() {
         }
         drop(p);
         drop(server);
-        let _ = std::fs::remove_file(&pool);
     }
 }
 
 #[test]
 fn bench_soft_streams_side_by_side() {
-    let dir = std::env::temp_dir();
+    let dir = scratch("bench-soft-stream");
     let out = remora(&[
         "bench",
         "soft",
@@ -388,7 +381,7 @@ fn bench_soft_streams_side_by_side() {
         "--stream",
         "3000",
         "--pool-dir",
-        dir.to_str().unwrap(),
+        dir.path().to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let s = text(&out.stdout);
@@ -411,7 +404,7 @@ fn bench_soft_streams_side_by_side() {
 /// side's CPU per append, beside the raw ping-pong's.
 #[test]
 fn bench_soft_reports_latency_and_cpu_per_method() {
-    let dir = std::env::temp_dir();
+    let dir = scratch("bench-soft-latency");
     let out = remora(&[
         "bench",
         "soft",
@@ -420,7 +413,7 @@ fn bench_soft_reports_latency_and_cpu_per_method() {
         "--stream",
         "1000",
         "--pool-dir",
-        dir.to_str().unwrap(),
+        dir.path().to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let s = text(&out.stdout);
@@ -529,8 +522,8 @@ fn cpu_ticks(pid: u32) -> u64 {
 #[test]
 fn a_server_out_of_descriptors_backs_off_and_serves_again() {
     use std::os::unix::process::CommandExt;
-    let pool = std::env::temp_dir().join(format!("remora-emfile-{}.pm", std::process::id()));
-    let _ = std::fs::remove_file(&pool);
+    let dir = scratch("emfile");
+    let pool = dir.path().join("pool.pm");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_remora"));
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--pool"])
         .arg(&pool)
@@ -577,5 +570,4 @@ fn a_server_out_of_descriptors_backs_off_and_serves_again() {
     assert!(err.contains("accept failed"), "{err}");
     assert!(err.contains("accepting connections again"), "{err}");
     assert_eq!(err.matches("accept failed").count(), 1, "said once: {err}");
-    let _ = std::fs::remove_file(&pool);
 }

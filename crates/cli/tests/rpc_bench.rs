@@ -6,7 +6,11 @@ use std::process::Command;
 
 #[test]
 fn quick_mode_writes_outputs_and_the_results_page() {
-    let dir = std::env::temp_dir().join(format!("remora-rpc-bench-{}", std::process::id()));
+    let scratch = tempfile::Builder::new()
+        .prefix("remora-rpc-bench-")
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path();
     let out = dir.join("out");
     let page = dir.join("results").join("rpc.md");
     let run = Command::new(env!("CARGO_BIN_EXE_remora"))
@@ -60,7 +64,6 @@ fn quick_mode_writes_outputs_and_the_results_page() {
     let csv = std::fs::read_to_string(page.with_file_name("rpc.csv")).unwrap();
     let failed: Vec<&str> = csv.lines().filter(|l| l.contains("failed:")).collect();
     assert!(failed.is_empty(), "{failed:?}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

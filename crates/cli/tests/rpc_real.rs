@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 mod common;
-use common::text;
+use common::{scratch, text};
 
 /// Runs `remora args`, killing it after `limit`; returns (success, stdout, stderr).
 fn remora(args: &[&str], limit: Duration) -> (bool, String, String) {
@@ -104,8 +104,8 @@ impl Drop for Server {
 
 #[test]
 fn rpc_runs_against_rpc_serve_and_bad_input_is_refused() {
-    let pool = std::env::temp_dir().join(format!("remora-rpc-serve-{}.pm", std::process::id()));
-    let _ = std::fs::remove_file(&pool);
+    let dir = scratch("rpc-serve");
+    let pool = dir.path().join("pool.pm");
     let server = Server::start(&pool, "DMP+DDIO+PM-RQWRB", "W-RFlush-RPC");
     let limit = Duration::from_secs(60);
     let (ok, out, err) = remora(&["rpc", "--server", &server.1, "--ops", "40"], limit);
@@ -208,8 +208,6 @@ fn rpc_runs_against_rpc_serve_and_bad_input_is_refused() {
     );
     assert!(!ok && err.contains("not a remora PM pool"), "{err}");
     assert_eq!(std::fs::read(&foreign).unwrap(), b"not a pool");
-    let _ = std::fs::remove_file(&foreign);
-    let _ = std::fs::remove_file(&pool);
 }
 
 #[test]
@@ -369,8 +367,8 @@ fn real_sigkill_loop_catches_a_server_whose_connections_skip_the_store_lock() {
 
 #[test]
 fn rpc_serve_serves_two_clients_at_once_each_on_its_own_log() {
-    let pool = std::env::temp_dir().join(format!("remora-rpc-two-{}.pm", std::process::id()));
-    let _ = std::fs::remove_file(&pool);
+    let dir = scratch("rpc-two");
+    let pool = dir.path().join("pool.pm");
     // Processing time keeps both clients busy long enough to overlap.
     let flags = ["--connections", "2", "--processing-us", "5000"];
     let (server, recovery) = Server::start_with(&pool, "DMP+noDDIO+PM-RQWRB", "WFlush-RPC", &flags);
@@ -400,5 +398,4 @@ fn rpc_serve_serves_two_clients_at_once_each_on_its_own_log() {
         "{out}\n{err}"
     );
     drop(server);
-    let _ = std::fs::remove_file(&pool);
 }

@@ -21,12 +21,15 @@ fn quick_mode_runs_every_set_and_writes_the_report() {
         assert!(r.p99_ns as f64 >= r.p50_ns as f64, "{r:?}");
     }
     assert!(!rs.recovery.is_empty());
-    let dir = std::env::temp_dir().join(format!("remora-rpc-report-{}", std::process::id()));
-    let files = bench::write_report(&rs, &dir).unwrap();
+    let scratch = tempfile::Builder::new()
+        .prefix("remora-rpc-report-")
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path();
+    let files = bench::write_report(&rs, dir).unwrap();
     assert!(files.iter().any(|f| f.ends_with("rpc.md")));
     let md = std::fs::read_to_string(dir.join("rpc.md")).unwrap();
     // HERD and FaSST run over real UC/UD: no transport substitution is reported.
     assert!(!md.contains("run over RC"), "{md}");
     eprintln!("{md}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -86,8 +86,12 @@ fn a_pagerank_run_is_its_fetches_plus_its_computation() {
             .collect();
         assert!(t.windows(2).all(|w| w[0] < w[1]), "{d}: {t:?}");
     }
-    let dir = std::env::temp_dir().join(format!("remora-pagerank-{}", std::process::id()));
-    bench::write_report(&rs, &dir).unwrap();
+    let scratch = tempfile::Builder::new()
+        .prefix("remora-pagerank-")
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path();
+    bench::write_report(&rs, dir).unwrap();
     let page = std::fs::read_to_string(dir.join("rpc.md")).unwrap();
     assert!(page.contains("## PageRank: total execution time (ms) (§5.3, Figure 10)"));
     assert!(page.contains("| design | wordassoc-2011 | enron | dblp-2010 |"));
@@ -109,5 +113,4 @@ fn a_pagerank_run_is_its_fetches_plus_its_computation() {
     // S-RFlush-RPC and SFlush-RPC did not run.
     assert!(!measured("SFlush-RPC vs DaRPC"));
     assert!(claims.iter().any(|l| l.contains("fastest design")));
-    std::fs::remove_dir_all(&dir).unwrap();
 }

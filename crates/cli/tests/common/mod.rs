@@ -16,3 +16,12 @@ pub fn remora(args: &[&str]) -> Output {
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
+
+/// A fresh directory `<tmp>/remora-<name>-XXXXXX`, removed with everything in it when
+/// dropped, however the test ends (a failed assertion included): tests leave nothing behind.
+pub fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("remora-{name}-"))
+        .tempdir()
+        .expect("create a scratch directory")
+}
