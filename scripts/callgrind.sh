@@ -10,12 +10,16 @@
 # once with 1,000 and once with 3,000 appends per scenario; per append = (total at 3,000 -
 # total at 1,000) / (6 scenarios x 2,000), so start-up and connection set-up cancel out.
 # `stream`: `remora bench soft --stream-only` at 10,000 and 30,000 WRITEs per run (3 runs
-# each), every process under callgrind; per WRITE = the difference / 60,000.
+# each), every process under callgrind; per WRITE = the difference / 60,000. The client's
+# figure includes the benchmark's raw and model-free streams, which run in its process.
 #
 # Under valgrind everything runs tens of times slower, so the soft RNIC's 20 µs CPU slice
 # would expire where it never does natively; REMORA_CPU_SLICE_US widens it to 20 ms.
-# Uses target/release/remora (built here with `cargo build --release`). Env: OUT (where
-# the callgrind files go; default a temporary directory, removed at the end unless KEEP=1).
+# Under valgrind the runtime's other wall-clock constants (its clock jumps, sleeps and
+# output coalescing) can still take other branches than natively; the slice is the one
+# that measurably moved the counts. Uses target/release/remora (built here). Env: OUT
+# (where the callgrind files go; default a temporary directory, removed at the end unless
+# KEEP=1 or the run failed).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -36,74 +40,96 @@ cargo build --release -q -p remora-cli
 exe=$PWD/target/release/remora
 out=${OUT:-$(mktemp -d /tmp/remora-callgrind.XXXXXX)}
 mkdir -p "$out"
-if [ -z "${OUT:-}" ] && [ "${KEEP:-0}" != 1 ]; then
-    trap 'rm -rf "$out"' EXIT
-fi
-export REMORA_CPU_SLICE_US=${REMORA_CPU_SLICE_US:-20000}
+# The files stay where OUT says, or with KEEP=1, or when the run failed (they hold the logs
+# that say why); otherwise the temporary directory goes.
+finish() {
+    local status=$?
+    if [ "$status" -ne 0 ] || [ -n "${OUT:-}" ] || [ "${KEEP:-0}" = 1 ]; then
+        echo "callgrind files and logs: $out" >&2
+    else
+        rm -rf "$out"
+    fi
+}
+trap finish EXIT
+# An empty value reaches the binary, which refuses it.
+export REMORA_CPU_SLICE_US=${REMORA_CPU_SLICE_US-20000}
 cg=(valgrind --tool=callgrind --quiet)
 
-# The total instruction count of one callgrind output file.
-total() {
-    awk '/^(summary|totals):/ { print $2; exit }' "$1"
+die() {
+    echo "$0: $*" >&2
+    exit 1
 }
 
-# One `serve` + `remotelog --server` pair: prints "server client" totals.
+# The total instruction count of one callgrind output file; fails unless it is a number.
+total() {
+    local n
+    n=$(awk '/^(summary|totals):/ { print $2; exit }' "$1" 2>/dev/null || true)
+    [[ $n =~ ^[0-9]+$ ]] || die "no instruction total in $1"
+    echo "$n"
+}
+
+# One `serve` + `remotelog --server` pair: prints "server client" totals. The server picks
+# its own port and names it on its first line, so nothing else listening can stand in for
+# it; it is stopped however this ends.
 append_pair() {
-    local config=$1 appends=$2 port=$3 tag=$4
-    local pool=$out/$tag.pool
+    local config=$1 appends=$2 tag=$3
+    local pool=$out/$tag.pool log=$out/$tag.server.log
     rm -f "$pool"
     "${cg[@]}" --callgrind-out-file="$out/$tag.server" \
-        "$exe" serve --listen "127.0.0.1:$port" --pool "$pool" --config "$config" \
-        >"$out/$tag.server.log" 2>&1 &
+        "$exe" serve --listen 127.0.0.1:0 --pool "$pool" --config "$config" \
+        >"$log" 2>&1 &
     local server=$!
-    # The server is up once it answers a connection (valgrind's start-up takes seconds).
-    local i
+    # Expanded now: the trap runs when this subshell exits, after the locals are gone.
+    trap "kill $server 2>/dev/null || true; rm -f $(printf %q "$pool")" EXIT
+    local addr="" i
     for i in $(seq 1 600); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
-        kill -0 "$server" 2>/dev/null || {
-            echo "$0: the server for $config died:" >&2
-            cat "$out/$tag.server.log" >&2
-            exit 1
-        }
+        addr=$(sed -n 's/^listening on //p' "$log")
+        [ -n "$addr" ] && break
+        kill -0 "$server" 2>/dev/null || { cat "$log" >&2; die "the server for $config died"; }
         sleep 0.1
     done
-    "${cg[@]}" --callgrind-out-file="$out/$tag.client" \
-        "$exe" remotelog --server "127.0.0.1:$port" --appends "$appends" \
-        >"$out/$tag.client.log" 2>&1
+    [ -n "$addr" ] || { cat "$log" >&2; die "the server for $config did not come up in 60 s"; }
+    if ! "${cg[@]}" --callgrind-out-file="$out/$tag.client" \
+        "$exe" remotelog --server "$addr" --appends "$appends" \
+        >"$out/$tag.client.log" 2>&1; then
+        cat "$out/$tag.client.log" >&2
+        die "remotelog --server against $config failed"
+    fi
     kill -TERM "$server"
     wait "$server" || true
-    rm -f "$pool"
     echo "$(total "$out/$tag.server") $(total "$out/$tag.client")"
 }
 
 if [ "$mode" = append ]; then
     [ $# -gt 0 ] || set -- DMP+noDDIO+PM-RQWRB DMP+DDIO+DRAM-RQWRB
-    port=$((7600 + RANDOM % 300))
     printf '| configuration | server instructions per append | client instructions per append |\n|---|---|---|\n'
     for config in "$@"; do
-        read -r s1 c1 < <(append_pair "$config" 1000 "$port" "$config.1000")
-        read -r s3 c3 < <(append_pair "$config" 3000 "$((port + 1))" "$config.3000")
+        r1=$(append_pair "$config" 1000 "$config.1000")
+        r3=$(append_pair "$config" 3000 "$config.3000")
+        read -r s1 c1 <<<"$r1"
+        read -r s3 c3 <<<"$r3"
         printf '| %s | %d | %d |\n' "$config" $(((s3 - s1) / 12000)) $(((c3 - c1) / 12000))
     done
 else
     # Every process of the run writes its own file; the server's names `serve` on its
     # command line, the benchmark's (the client) `bench soft`.
     for n in 10000 30000; do
+        rm -rf "$out/stream.$n"
         mkdir -p "$out/stream.$n"
         "${cg[@]}" --trace-children=yes --callgrind-out-file="$out/stream.$n/cg.%p" \
-            "$exe" bench soft --stream-only --stream "$n" --placement free \
-            >"$out/stream.$n/log" 2>&1
+            "$exe" bench soft --stream-only --stream "$n" \
+            >"$out/stream.$n/log" 2>&1 || { cat "$out/stream.$n/log" >&2; die "bench soft --stream-only failed"; }
+        # A server killed before it wrote its profile would be counted short.
+        if grep -q "did not stop" "$out/stream.$n/log"; then
+            cat "$out/stream.$n/log" >&2
+            die "a peer of the $n-WRITE run was killed before it wrote its profile"
+        fi
     done
     side() { # $1: run directory, $2: the command-line word that names the side
-        local f
-        for f in "$1"/cg.*; do
-            if grep -q "^cmd:.* $2" "$f"; then
-                total "$f"
-                return
-            fi
-        done
-        echo "$0: no callgrind file of '$2' in $1" >&2
-        exit 1
+        local files
+        mapfile -t files < <(grep -l "^cmd:.* $2" "$1"/cg.* 2>/dev/null || true)
+        [ "${#files[@]}" -eq 1 ] || die "expected one callgrind file of '$2' in $1, found ${#files[@]}"
+        total "${files[0]}"
     }
     s1=$(side "$out/stream.10000" serve)
     s3=$(side "$out/stream.30000" serve)

@@ -564,11 +564,14 @@ fn cpu_idle() -> String {
             .ok()
             .map(|s| s.trim().to_string())
     };
-    let governor = read("/sys/devices/system/cpu/cpuidle/current_governor");
+    let governor = read("/sys/devices/system/cpu/cpuidle/current_governor")
+        .or_else(|| read("/sys/devices/system/cpu/cpuidle/current_governor_ro"));
+    // The guest's halt polling only applies under the haltpoll governor; it is the longest
+    // a vCPU polls (the poll time adapts up to it).
     let poll = read("/sys/module/haltpoll/parameters/guest_halt_poll_ns");
     match (governor, poll) {
-        (Some(g), Some(ns)) => format!("cpuidle governor {g}, guest halt polling {ns} ns (/sys/module/haltpoll/parameters/guest_halt_poll_ns)"),
-        (Some(g), None) => format!("cpuidle governor {g}"),
+        (Some(g), Some(ns)) if g == "haltpoll" => format!("cpuidle governor haltpoll, guest halt polling up to {ns} ns (/sys/module/haltpoll/parameters/guest_halt_poll_ns)"),
+        (Some(g), _) => format!("cpuidle governor {g}"),
         (None, _) => "not reported by this kernel".to_string(),
     }
 }
@@ -1012,7 +1015,7 @@ pub fn run_stream_only(exe: &Path, writes: u64, pool_dir: &Path) -> Result<Strin
     let r = stream_side_by_side(exe, writes, &pool_dir);
     let _ = std::fs::remove_dir_all(&pool_dir);
     let (raw, soft) = r?;
-    let mut out = String::new();
+    let mut out = format!("CPU idle: {}\n\n", cpu_idle());
     stream_report(&mut out, writes, &raw, &soft);
     Ok(out)
 }

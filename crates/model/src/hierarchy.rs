@@ -148,7 +148,8 @@ const SORTED_SCAN: usize = 16;
 /// bypass the LLC are scheduled in nearly that order (their visibility is in IIO order and
 /// the mesh adds at most `imc_jitter_ns`), so they go to a sorted deque, placed from its
 /// back in a step or two; everything else (LLC write-backs at seeded eviction times, and
-/// a DMA that would have to pass more than [`SORTED_SCAN`] entries) goes to a heap. A pop
+/// a DMA that would have to pass more than [`SORTED_SCAN`] entries, as one held back by a
+/// full WPQ or by an earlier write of its line can be) goes to a heap. A pop
 /// takes the smaller of the two fronts, which is the order one heap of all of them would
 /// give: the split changes the cost per line (a heap push and pop sift through about
 /// log2 of the lines in flight), not the model.
@@ -408,7 +409,7 @@ impl MemoryHierarchy {
         while let Some((t, _, seq, id)) = self.persist.pop_due(now) {
             let Some(r) = self.rec(id, seq) else { continue };
             if r.t_wpq != t {
-                continue; // rescheduled; a newer heap entry stands for it
+                continue; // rescheduled; a newer queue entry stands for it
             }
             debug_assert!(r.t_visible <= t, "persisted before visible");
             let (line, in_llc) = (r.line, r.in_llc);
@@ -690,7 +691,7 @@ impl MemoryHierarchy {
                 self.clwb_scratch = recs;
                 continue;
             }
-            // The records that stay keep their write-back time; the group's heap entry may
+            // The records that stay keep their write-back time; the group's queue entry may
             // have left with `recs`, so the newest that stays carries it now.
             if let Some(&(lid, _)) = later.last() {
                 let t = self.records[lid as usize].as_ref().unwrap().t_wpq;
@@ -705,7 +706,7 @@ impl MemoryHierarchy {
             for &(id, seq) in &recs {
                 let r = self.records[id as usize].as_mut().filter(|r| r.seq == seq);
                 let r = r.expect("LLC list holds live records");
-                // Out of the LLC group, the record needs its own heap entry (only the
+                // Out of the LLC group, the record needs its own queue entry (only the
                 // group's newest record had one).
                 r.t_wpq = r.t_wpq.min(t);
                 r.in_llc = false;
@@ -876,7 +877,11 @@ impl MemoryHierarchy {
         self.write_media(id);
         match self.lines.entry(line) {
             Entry::Occupied(mut ls) => {
-                ls.get_mut().pending -= 1;
+                // Every PM record is counted once when it is made (`pend`, `schedule_wpq`).
+                let pending = &mut ls.get_mut().pending;
+                *pending = pending
+                    .checked_sub(1)
+                    .expect("a persisted record was counted");
                 if ls.get().pending == 0 {
                     let group = ls.remove().llc;
                     self.recycle_group(group);
@@ -983,7 +988,7 @@ impl MemoryHierarchy {
             debug_assert_eq!(r.seq, gseq);
             r.t_wpq = t_wpq;
         }
-        // One heap entry stands for the whole group (the newest record's): when it is due,
+        // One queue entry stands for the whole group (the newest record's): when it is due,
         // `advance` writes the line's dirty records back together, oldest first. The older
         // records' entries are stale now (their `t_wpq` moved).
         self.schedule_persist(t_wpq, id);
@@ -1069,7 +1074,7 @@ impl MemoryHierarchy {
                 {
                     r.in_llc = false;
                     self.llc_count -= 1;
-                    // Out of the LLC group, the record needs its own heap entry (only the
+                    // Out of the LLC group, the record needs its own queue entry (only the
                     // group's newest record had one).
                     r.t_wpq = r.t_wpq.min(t);
                     let t_wpq = r.t_wpq;
@@ -1170,14 +1175,20 @@ mod tests {
             let (mut now, mut seq) = (0u64, 0u64);
             let mut popped = (Vec::new(), Vec::new());
             for (delta, dma, pops) in ops {
-                // A DMA's time is near the latest (jitter either way); others anywhere ahead.
-                let t = if dma { now + 100 + delta / 4 } else { now + delta * 3 };
+                // A DMA's time is near the latest (jitter either way, sometimes already due);
+                // others anywhere from now on.
+                let t = if dma { now.saturating_sub(50) + delta / 2 } else { now + delta * 3 };
                 let k = (Instant::from_nanos(t), Instant::from_nanos(t / 2), seq, seq as u32);
                 seq += 1;
                 if dma {
                     q.push_nearly_sorted(k);
                 } else {
                     q.push(k);
+                    if delta % 7 == 0 {
+                        // The same entry again, as `clwb` re-queues a group's time.
+                        q.push(k);
+                        reference.push(Reverse(k));
+                    }
                 }
                 reference.push(Reverse(k));
                 for _ in 0..pops {

@@ -32,9 +32,10 @@ use std::task::{Context, Poll, Waker};
 const CPU_SLICE: std::time::Duration = std::time::Duration::from_micros(20);
 /// Environment variable that sets the CPU slice in microseconds instead of [`CPU_SLICE`].
 /// It is for instruction counts under valgrind, where everything runs tens of times
-/// slower: with the slice as shipped, tasks yield at every piece of CPU work there (they
-/// never do natively) and the counts measure valgrind, not the code
-/// (`scripts/callgrind-append.sh` widens it to 20 ms).
+/// slower: with the slice as shipped, tasks yield at nearly every piece of CPU work there
+/// (natively RemoteLog's short work never spends a slice) and the counts measure valgrind,
+/// not the code (`scripts/callgrind.sh` widens it to 20 ms). It changes how tasks
+/// interleave, not only what they cost, so the CLI says so on stderr when it is set.
 pub const CPU_SLICE_ENV: &str = "REMORA_CPU_SLICE_US";
 /// Longest step the model's clock takes ahead of the wall clock without sleeping.
 const JUMP: Duration = Duration::from_micros(200);
@@ -240,7 +241,15 @@ struct Inner {
 /// silently at its default would count the wrong thing. Programs call it at start-up to
 /// refuse a bad value before they serve anyone; a node made with one panics.
 pub fn cpu_slice() -> Result<std::time::Duration, String> {
-    parse_cpu_slice(std::env::var(CPU_SLICE_ENV).ok().as_deref())
+    match std::env::var_os(CPU_SLICE_ENV) {
+        None => parse_cpu_slice(None),
+        Some(v) => match v.to_str() {
+            Some(v) => parse_cpu_slice(Some(v)),
+            None => Err(format!(
+                "{CPU_SLICE_ENV}={v:?} is not a number of microseconds"
+            )),
+        },
+    }
 }
 
 /// [`cpu_slice`] for the variable's value (`None`: not set).
