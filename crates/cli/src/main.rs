@@ -882,19 +882,17 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Refused here, before anything is served, rather than by the first node made; a
     // slice set from the environment is said, since it changes how tasks interleave.
-    match remora_soft::runtime::cpu_slice() {
+    match remora_soft::runtime::cpu_slice_from_env() {
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
-        Ok(slice) if std::env::var_os(remora_soft::runtime::CPU_SLICE_ENV).is_some() => {
-            eprintln!(
-                "note: {} sets the soft RNIC's CPU slice to {} µs (a measurement setting)",
-                remora_soft::runtime::CPU_SLICE_ENV,
-                slice.as_micros()
-            );
-        }
-        Ok(_) => {}
+        Ok(Some(slice)) => eprintln!(
+            "note: {} sets the soft RNIC's CPU slice to {} µs (a measurement setting)",
+            remora_soft::runtime::CPU_SLICE_ENV,
+            slice.as_micros()
+        ),
+        Ok(None) => {}
     }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -179,28 +179,28 @@ impl PersistQueue {
         self.sorted.insert(at, k);
     }
 
-    fn peek(&self) -> Option<PersistKey> {
+    /// The first entry, and whether it is the sorted part's (else the heap's).
+    fn front(&self) -> Option<(PersistKey, bool)> {
         match (self.heap.peek(), self.sorted.front()) {
-            (Some(Reverse(h)), Some(d)) => Some(*h.min(d)),
-            (Some(Reverse(h)), None) => Some(*h),
-            (None, d) => d.copied(),
+            (Some(Reverse(h)), Some(d)) if d < h => Some((*d, true)),
+            (Some(Reverse(h)), _) => Some((*h, false)),
+            (None, d) => d.map(|d| (*d, true)),
         }
+    }
+
+    fn peek(&self) -> Option<PersistKey> {
+        self.front().map(|(k, _)| k)
     }
 
     /// Takes the first entry if it is due by `now`.
     fn pop_due(&mut self, now: Instant) -> Option<PersistKey> {
-        let sorted_first = match (self.heap.peek(), self.sorted.front()) {
-            (Some(Reverse(h)), Some(d)) => d < h,
-            (None, Some(_)) => true,
-            (_, None) => false,
-        };
-        if sorted_first {
-            self.sorted.front().filter(|k| k.0 <= now)?;
-            self.sorted.pop_front()
+        let (k, sorted) = self.front().filter(|(k, _)| k.0 <= now)?;
+        if sorted {
+            self.sorted.pop_front();
         } else {
-            self.heap.peek().filter(|Reverse(k)| k.0 <= now)?;
-            self.heap.pop().map(|Reverse(k)| k)
+            self.heap.pop();
         }
+        Some(k)
     }
 
     fn clear(&mut self) {

@@ -236,32 +236,28 @@ struct Inner {
     cpu_slice_ns: u64,
 }
 
-/// The CPU slice: [`CPU_SLICE`] unless [`CPU_SLICE_ENV`] holds a number of µs. A value
-/// that is not a number is an error, not ignored: a measurement run with the slice
-/// silently at its default would count the wrong thing. Programs call it at start-up to
-/// refuse a bad value before they serve anyone; a node made with one panics.
-pub fn cpu_slice() -> Result<std::time::Duration, String> {
-    match std::env::var_os(CPU_SLICE_ENV) {
-        None => parse_cpu_slice(None),
-        Some(v) => match v.to_str() {
-            Some(v) => parse_cpu_slice(Some(v)),
-            None => Err(format!(
-                "{CPU_SLICE_ENV}={v:?} is not a number of microseconds"
-            )),
-        },
-    }
+/// The CPU slice [`CPU_SLICE_ENV`] sets, in µs: `None` when it is not set (the slice is
+/// [`CPU_SLICE`]). A value that is not a number is an error, not ignored: a measurement run
+/// with the slice silently at its default would count the wrong thing. Programs call it at
+/// start-up to refuse a bad value before they serve anyone; a node made with one panics.
+pub fn cpu_slice_from_env() -> Result<Option<std::time::Duration>, String> {
+    // A value that is not UTF-8 is not a number either; its lossy form names it.
+    parse_cpu_slice(
+        std::env::var_os(CPU_SLICE_ENV)
+            .map(|v| v.to_string_lossy().into_owned())
+            .as_deref(),
+    )
 }
 
-/// [`cpu_slice`] for the variable's value (`None`: not set).
-fn parse_cpu_slice(v: Option<&str>) -> Result<std::time::Duration, String> {
-    match v {
-        None => Ok(CPU_SLICE),
-        Some(v) => v
-            .trim()
+/// [`cpu_slice_from_env`] for the variable's value (`None`: not set).
+fn parse_cpu_slice(v: Option<&str>) -> Result<Option<std::time::Duration>, String> {
+    v.map(|v| {
+        v.trim()
             .parse::<u64>()
             .map(std::time::Duration::from_micros)
-            .map_err(|_| format!("{CPU_SLICE_ENV}={v:?} is not a number of microseconds")),
-    }
+            .map_err(|_| format!("{CPU_SLICE_ENV}={v:?} is not a number of microseconds"))
+    })
+    .transpose()
 }
 
 impl Inner {
@@ -340,8 +336,9 @@ impl RtNode {
                 closed: Cell::new(false),
                 epoch: wall(),
                 cpu_since: Cell::new(wall()),
-                cpu_slice_ns: cpu_slice()
+                cpu_slice_ns: cpu_slice_from_env()
                     .unwrap_or_else(|e| panic!("{e}"))
+                    .unwrap_or(CPU_SLICE)
                     .as_nanos()
                     .try_into()
                     .unwrap_or(u64::MAX),
@@ -961,11 +958,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_cpu_slice_is_the_shipped_one_unless_the_environment_gives_microseconds() {
-        assert_eq!(parse_cpu_slice(None), Ok(CPU_SLICE));
+    fn the_cpu_slice_is_unset_unless_the_environment_gives_microseconds() {
+        assert_eq!(parse_cpu_slice(None), Ok(None));
         assert_eq!(
             parse_cpu_slice(Some(" 20000\n")),
-            Ok(std::time::Duration::from_millis(20))
+            Ok(Some(std::time::Duration::from_millis(20)))
         );
         for bad in ["", "20ms", "-1", "1e3"] {
             let e = parse_cpu_slice(Some(bad)).unwrap_err();
