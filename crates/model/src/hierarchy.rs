@@ -43,6 +43,9 @@ use std::collections::hash_map::Entry;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 
+mod persist_queue;
+use persist_queue::PersistQueue;
+
 /// Cache-line size.
 pub const LINE: u64 = 64;
 
@@ -135,79 +138,6 @@ type RecRef = (u32, u64);
 
 /// Per-line state, looked up by line address and never iterated.
 type LineMap<V> = HashMap<u64, V, BuildHasherDefault<crate::mem::U64Hasher>>;
-
-/// A PM record's place in the queue to the WPQ: (`t_wpq`, `t_visible`, seq, slot). Lines
-/// entering the WPQ at the same instant reach the medium in visibility order, which is
-/// their version order.
-type PersistKey = (Instant, Instant, u64, u32);
-
-/// Most entries a push into the queue's sorted part passes over before it goes to the heap.
-const SORTED_SCAN: usize = 16;
-
-/// Records waiting to enter the WPQ, popped in [`PersistKey`] order. Inbound DMAs that
-/// bypass the LLC are scheduled in nearly that order (their visibility is in IIO order and
-/// the mesh adds at most `imc_jitter_ns`), so they go to a sorted deque, placed from its
-/// back in a step or two; everything else (LLC write-backs at seeded eviction times, and
-/// a DMA that would have to pass more than [`SORTED_SCAN`] entries, as one held back by a
-/// full WPQ or by an earlier write of its line can be) goes to a heap. A pop
-/// takes the smaller of the two fronts, which is the order one heap of all of them would
-/// give: the split changes the cost per line (a heap push and pop sift through about
-/// log2 of the lines in flight), not the model.
-#[derive(Debug, Default)]
-struct PersistQueue {
-    heap: BinaryHeap<Reverse<PersistKey>>,
-    sorted: VecDeque<PersistKey>,
-}
-
-impl PersistQueue {
-    fn push(&mut self, k: PersistKey) {
-        self.heap.push(Reverse(k));
-    }
-
-    /// Pushes an entry that most likely belongs at or near the back.
-    fn push_nearly_sorted(&mut self, k: PersistKey) {
-        if self.sorted.back().is_none_or(|b| *b <= k) {
-            return self.sorted.push_back(k);
-        }
-        let mut at = self.sorted.len() - 1;
-        while at > 0 && self.sorted[at - 1] > k {
-            if self.sorted.len() - at == SORTED_SCAN {
-                return self.push(k);
-            }
-            at -= 1;
-        }
-        self.sorted.insert(at, k);
-    }
-
-    /// The first entry, and whether it is the sorted part's (else the heap's).
-    fn front(&self) -> Option<(PersistKey, bool)> {
-        match (self.heap.peek(), self.sorted.front()) {
-            (Some(Reverse(h)), Some(d)) if d < h => Some((*d, true)),
-            (Some(Reverse(h)), _) => Some((*h, false)),
-            (None, d) => d.map(|d| (*d, true)),
-        }
-    }
-
-    fn peek(&self) -> Option<PersistKey> {
-        self.front().map(|(k, _)| k)
-    }
-
-    /// Takes the first entry if it is due by `now`.
-    fn pop_due(&mut self, now: Instant) -> Option<PersistKey> {
-        let (k, sorted) = self.front().filter(|(k, _)| k.0 <= now)?;
-        if sorted {
-            self.sorted.pop_front();
-        } else {
-            self.heap.pop();
-        }
-        Some(k)
-    }
-
-    fn clear(&mut self) {
-        self.heap.clear();
-        self.sorted.clear();
-    }
-}
 
 /// One server's memory system: RNIC buffer and PCIe timing, IIO, LLC with DDIO, the
 /// memory controllers' WPQs under ADR, PM banks, and DRAM.
@@ -1161,75 +1091,6 @@ mod tests {
             Box::new(media.clone()),
         );
         (h, media)
-    }
-
-    proptest::proptest! {
-        /// The persist queue pops in the order one heap of all its entries would, whichever
-        /// part each entry went to, with pops interleaved with pushes as `advance` does.
-        #[test]
-        fn the_persist_queue_pops_in_one_heaps_order(
-            ops in proptest::collection::vec((0u64..400, proptest::bool::ANY, 0u64..3), 1..300)
-        ) {
-            let mut q = PersistQueue::default();
-            let mut reference = BinaryHeap::new();
-            let (mut now, mut seq) = (0u64, 0u64);
-            let mut popped = (Vec::new(), Vec::new());
-            for (delta, dma, pops) in ops {
-                // A DMA's time is near the latest (jitter either way, sometimes already due);
-                // others anywhere from now on.
-                let t = if dma { now.saturating_sub(50) + delta / 2 } else { now + delta * 3 };
-                let k = (Instant::from_nanos(t), Instant::from_nanos(t / 2), seq, seq as u32);
-                seq += 1;
-                if dma {
-                    q.push_nearly_sorted(k);
-                } else {
-                    q.push(k);
-                    if delta % 7 == 0 {
-                        // The same entry again, as `clwb` re-queues a group's time.
-                        q.push(k);
-                        reference.push(Reverse(k));
-                    }
-                }
-                reference.push(Reverse(k));
-                for _ in 0..pops {
-                    now += 40;
-                    let due = Instant::from_nanos(now);
-                    while let Some(k) = q.pop_due(due) {
-                        popped.0.push(k);
-                    }
-                    while reference.peek().is_some_and(|Reverse(k)| k.0 <= due) {
-                        popped.1.push(reference.pop().unwrap().0);
-                    }
-                    proptest::prop_assert_eq!(&popped.0, &popped.1);
-                }
-            }
-            while let Some(k) = q.pop_due(Instant::NEVER) {
-                popped.0.push(k);
-            }
-            popped.1.extend(std::iter::from_fn(|| reference.pop().map(|Reverse(k)| k)));
-            proptest::prop_assert_eq!(popped.0, popped.1);
-        }
-    }
-
-    #[test]
-    fn a_dma_far_out_of_order_goes_to_the_heap_and_still_pops_first() {
-        let key = |t: u64, seq: u64| (Instant::from_nanos(t), Instant::ZERO, seq, seq as u32);
-        let mut q = PersistQueue::default();
-        let last = 100 + SORTED_SCAN as u64 + 3;
-        for t in 100..=last {
-            q.push_nearly_sorted(key(t, t));
-        }
-        // One step back from the end: stays in the sorted part.
-        q.push_nearly_sorted(key(last - 1, 1_000));
-        // Before all of them, past more than SORTED_SCAN entries: to the heap.
-        q.push_nearly_sorted(key(5, 5));
-        assert_eq!((q.heap.len(), q.sorted.len()), (1, SORTED_SCAN + 5));
-        let order: Vec<u64> =
-            std::iter::from_fn(|| q.pop_due(Instant::NEVER).map(|k| k.2)).collect();
-        let mut expected = vec![5];
-        expected.extend(100..last);
-        expected.extend([1_000, last]);
-        assert_eq!(order, expected);
     }
 
     #[test]
