@@ -427,8 +427,14 @@ async fn exec_ping_pong(
 }
 
 /// The latency phase's series: raw, executor client, executor on both sides, and each method's
-/// (server, method, series).
-type LatencyRuns = (Series, Series, Series, Vec<(String, String, Series)>);
+/// (server, method, series); and how the benchmark's executor waited meanwhile.
+type LatencyRuns = (
+    Series,
+    Series,
+    Series,
+    Vec<(String, String, Series)>,
+    remora_exec::WaitStats,
+);
 
 /// The latency phase, side by side: an echo process and one `remora serve` per
 /// [`LATENCY_CONFIGS`] entry run together; in every round of [`ROUND`] samples the raw
@@ -451,8 +457,8 @@ fn latency_side_by_side(exe: &Path, n: u64, pool_dir: &Path) -> Result<LatencyRu
         let mut raw_sock = TcpStream::connect(&echo_addr).map_err(|e| e.to_string())?;
         raw_sock.set_nodelay(true).map_err(|e| e.to_string())?;
         // The same ping-pong through the soft RNIC's I/O path without the model (a task
-        // of its executor, epoll wake-ups): the executor's share of the overhead, apart
-        // from the model's.
+        // of its executor, which waits in a blocking receive or in epoll): the executor's
+        // share of the overhead, apart from the model's.
         let mut exec_sock = remora_exec::net::TcpStream::connect(echo_addr.as_str())
             .await
             .map_err(|e| e.to_string())?;
@@ -501,6 +507,7 @@ fn latency_side_by_side(exe: &Path, n: u64, pool_dir: &Path) -> Result<LatencyRu
         let (mut raw, mut via_exec, mut both_exec) =
             (Series::default(), Series::default(), Series::default());
         let mut done = 0;
+        let waits_before = remora_exec::wait_stats();
         while done < n {
             let k = ROUND.min(n - done);
             // The raw ping-pong blocks this thread; nothing of the soft RNIC is in flight.
@@ -538,7 +545,15 @@ fn latency_side_by_side(exe: &Path, n: u64, pool_dir: &Path) -> Result<LatencyRu
             .into_iter()
             .map(|r| (r.config.to_string(), r.method, r.series))
             .collect();
-        Ok::<_, String>((raw, via_exec, both_exec, rows))
+        let w = remora_exec::wait_stats();
+        let waits = remora_exec::WaitStats {
+            received: w.received - waits_before.received,
+            interrupted: w.interrupted - waits_before.interrupted,
+            timed_out: w.timed_out - waits_before.timed_out,
+            timer_fired: w.timer_fired - waits_before.timer_fired,
+            switched_off: w.switched_off - waits_before.switched_off,
+        };
+        Ok::<_, String>((raw, via_exec, both_exec, rows, waits))
     };
     // The runtime's tasks and sockets end with it, before the servers they talk to.
     let out = crate::killloop::run_client(measure);
@@ -606,13 +621,17 @@ pub fn run(
     // 1–2. The raw ping-pong (the floor), the same through the executor, and RemoteLog singleton
     // appends per method, interleaved round by round.
     let latency = latency_side_by_side(exe, n, &pool_dir);
-    let (raw, via_exec, both_exec, rows) = match latency {
+    let (raw, via_exec, both_exec, rows, waits) = match latency {
         Ok(l) => l,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&pool_dir);
             return Err(e);
         }
     };
+    // Round trips of the executor in this process: its two ping-pongs and the appends.
+    let round_trips = (via_exec.ns.len()
+        + both_exec.ns.len()
+        + rows.iter().map(|r| r.2.ns.len()).sum::<usize>()) as u64;
     let (raw_mean, raw_p50, raw_p99, raw_slow) = quantiles(raw.ns.clone());
     let raw_cpu = raw.cpu_us();
     let (exec_mean, exec_p50, exec_p99, exec_slow) = quantiles(via_exec.ns);
@@ -622,6 +641,7 @@ pub fn run(
     let _ = writeln!(out, "Raw TCP ping-pong, 96 bytes: mean {raw_mean:.1} µs, p50 {raw_p50:.1} µs, p99 {raw_p99:.1} µs, {raw_slow} of {} ≥ 1 ms; CPU per round trip (user + system) {:.2} µs client, {:.2} µs echo\n", raw.ns.len(), raw_cpu.0, raw_cpu.1);
     let _ = writeln!(out, "The same ping-pong as a task of the soft RNIC's executor (remora-exec: its I/O path, no model): mean {exec_mean:.1} µs, p50 {exec_p50:.1} µs ({:.2}x the raw p50), p99 {exec_p99:.1} µs, {exec_slow} of {n} ≥ 1 ms\n", exec_p50 / raw_p50);
     let _ = writeln!(out, "The same with the echo on the executor too (both sides' I/O paths are the soft RNIC's, no model): mean {both_mean:.1} µs, p50 {both_p50:.1} µs ({:.2}x the raw p50), p99 {both_p99:.1} µs, {both_slow} of {n} ≥ 1 ms; CPU per round trip {:.2} µs client, {:.2} µs echo\n", both_p50 / raw_p50, both_cpu.0, both_cpu.1);
+    let _ = writeln!(out, "How this process's executor waited over the {round_trips} round trips of the executor's ping-pongs and the appends: {} blocking receives brought the answer, {} were interrupted by another source, {} timed out, {} ended by a timer; blocking receives switched off {} times (every other wait was in epoll)\n", waits.received, waits.interrupted, waits.timed_out, waits.timer_fired, waits.switched_off);
     // 3. Streaming, raw and soft RNIC runs interleaved.
     let streams = stream_side_by_side(exe, stream_writes, &pool_dir);
     let _ = std::fs::remove_dir_all(&pool_dir);

@@ -1,8 +1,16 @@
 //! The reactor: one `mio::Poll` (epoll), a slot per registered source with its readiness
 //! and the wakers of the task reading and the task writing.
+//!
+//! When one stream carries the traffic, the executor waits in a blocking `recv` on it
+//! instead of in `epoll_wait` ([`blocking`] says when and why).
+
+mod blocking;
+
+pub(crate) use blocking::interrupt;
 
 use std::cell::{Cell, RefCell};
 use std::io;
+use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -23,6 +31,8 @@ pub(crate) struct IoState {
     read_closed: Cell<bool>,
     reader: RefCell<Option<Waker>>,
     writer: RefCell<Option<Waker>>,
+    /// What a blocking receive may use of this source ([`blocking`]).
+    wait: blocking::SourceWait,
 }
 
 /// Which way a task waits.
@@ -104,6 +114,8 @@ pub(crate) struct Reactor {
     events: RefCell<mio::Events>,
     sources: RefCell<Vec<Option<Rc<IoState>>>>,
     free: RefCell<Vec<usize>>,
+    /// When and whether to wait in a blocking receive ([`blocking`]).
+    blocker: blocking::Blocker,
 }
 
 impl Reactor {
@@ -113,6 +125,7 @@ impl Reactor {
             events: RefCell::new(mio::Events::with_capacity(256)),
             sources: RefCell::new(Vec::new()),
             free: RefCell::new(Vec::new()),
+            blocker: blocking::Blocker::default(),
         })
     }
 
@@ -120,13 +133,19 @@ impl Reactor {
         mio::Waker::new(self.poll.borrow().registry(), WAKER)
     }
 
-    /// Registers a source for reading and writing; returns its token and state. Both
-    /// directions start ready: the first operation finds out.
+    /// Registers a source (descriptor `fd`) for reading and writing; returns its token
+    /// and state. Both directions start ready: the first operation finds out. A
+    /// `stream` is one a blocking receive may wait on.
     pub(crate) fn register(
         &self,
         source: &mut impl mio::event::Source,
+        fd: RawFd,
+        stream: bool,
     ) -> io::Result<(Token, Rc<IoState>)> {
-        let state = Rc::new(IoState::default());
+        let state = Rc::new(IoState {
+            wait: blocking::SourceWait::new(fd, stream),
+            ..IoState::default()
+        });
         state.readable.set(true);
         state.writable.set(true);
         let i = self.free.borrow_mut().pop().unwrap_or_else(|| {
@@ -158,6 +177,7 @@ impl Reactor {
     /// Waits for events up to `timeout` (`None`: until one comes) and wakes the tasks
     /// waiting for them.
     pub(crate) fn poll(&self, timeout: Option<Duration>) {
+        self.polling();
         let mut events = self.events.borrow_mut();
         if let Err(e) = self.poll.borrow_mut().poll(&mut events, timeout) {
             // EINTR (a signal): the caller comes back round.

@@ -17,7 +17,7 @@ impl Signals {
     pub fn new(signals: &[libc::c_int]) -> io::Result<Signals> {
         let (read, write) = mio::net::UnixStream::pair()?;
         // Registered first, so a failure here leaves no handler behind.
-        let read = Source::new(read)?;
+        let read = Source::new(read, false)?;
         let write = std::sync::Arc::new(write);
         let mut ids = Vec::new();
         for &sig in signals {

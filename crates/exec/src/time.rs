@@ -22,6 +22,11 @@ use std::time::Duration;
 pub struct Instant(u64);
 
 impl Instant {
+    /// The `CLOCK_MONOTONIC` reading in nanoseconds (for a POSIX timer's deadline).
+    pub(crate) fn as_nanos(self) -> u64 {
+        self.0
+    }
+
     /// Nanoseconds from `earlier` to this instant, zero if `earlier` is later.
     pub fn nanos_since(self, earlier: Instant) -> u64 {
         self.0.saturating_sub(earlier.0)

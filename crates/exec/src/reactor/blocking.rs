@@ -1,0 +1,523 @@
+//! Blocking receive: while one stream carries the traffic, the executor waits for it in a
+//! blocking `recv` on that stream instead of in `epoll_wait`.
+//!
+//! **Why.** Waiting in `epoll_wait` and then reading costs a ping-pong about 1.1 µs more
+//! per side than one blocking `recv` (interleaved C ping-pongs on the 2-core VM, eighteenth
+//! session, `docs/results/soft-rnic.md`; `poll(2)` and a blocking `MSG_PEEK` save only
+//! half of it: it is the second system call and the wake-up through the poller). That was
+//! half of the soft RNIC's latency budget over the raw TCP ping-pong (issue 5: 1.3x).
+//!
+//! **When.** The executor has nothing to run; no task waits to write (only epoll says when
+//! there is room); no timer is due within [`MIN_WAIT`]; epoll looked at every source less
+//! than a [`SLICE`] ago and no interrupt came since; a stream's reader waits. The stream
+//! waited on is the one most recently active (sent or received on): a client's answer comes
+//! on the connection its request just left on, a server's next request most likely on the
+//! connection it answered last.
+//!
+//! **The others are not kept waiting.** Every other source (other streams, the listener, the
+//! signal pipe) has `O_ASYNC` set, with the executor's thread as its owner and `SIGURG` as
+//! its signal (`F_SETOWN_EX`, `F_SETSIG`): input on any of them, a connection to accept or a
+//! caught signal's byte interrupts the receive (`EINTR`: a receive on a socket with
+//! `SO_RCVTIMEO` is never restarted, signal(7)), and epoll then looks at them all. A
+//! wake-up from another thread signals the thread too. What remains is a race: input that
+//! comes between the last look and the receive's start interrupts nothing and waits for
+//! the receive's time-out, `SO_RCVTIMEO` = [`SLICE`] (rounded up to the kernel's tick).
+//!
+//! **Timers.** A timer due before the receive's time-out could end (two [`SLICE`]s: the
+//! time-out is rounded up to the kernel's tick, at most 10 ms) is kept by a POSIX timer of
+//! the executor's thread that raises the same signal at its deadline (`timer_create`,
+//! `SIGEV_THREAD_ID`). It is set only when the deadline comes before the one it holds, so a
+//! server whose next timer moves later with every request (the model's cache write-backs)
+//! makes no system call for it per wait, and takes a spurious wake-up now and then.
+//!
+//! **Several busy streams.** Each interrupt costs a signal and a trip through epoll. A
+//! score adds [`INTERRUPT_COST`] per interrupt and takes one off per receive that was not
+//! interrupted; past [`SCORE_LIMIT`] the executor uses epoll alone for [`OFF`], with
+//! `O_ASYNC` cleared everywhere.
+//!
+//! **The socket.** The stream waited on has `O_NONBLOCK` cleared (once, when it is first
+//! waited on); every other operation on a stream passes `MSG_DONTWAIT`, so only this
+//! receive ever blocks. Its bytes go to the stream's stash, which the reader's next read
+//! takes first.
+
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::os::fd::RawFd;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use super::{IoState, Reactor};
+use crate::time::Instant;
+
+/// Longest a blocking receive waits (its `SO_RCVTIMEO`), and the longest epoll goes
+/// without looking at every source while the executor blocks in receives.
+pub(crate) const SLICE: Duration = Duration::from_millis(10);
+/// What an interrupt adds to the score (see the module's doc).
+const INTERRUPT_COST: u32 = 8;
+/// The score past which the executor uses epoll alone for [`OFF`].
+const SCORE_LIMIT: u32 = 64;
+/// How long the executor uses epoll alone once interrupts come too often.
+const OFF: Duration = Duration::from_millis(100);
+/// A timer due sooner than this is waited for in epoll: blocking would save less than
+/// setting the POSIX timer costs.
+const MIN_WAIT: Duration = Duration::from_micros(50);
+/// Bytes one blocking receive may take (as much as the soft RNIC's readers ask for).
+const STASH_BYTES: usize = 64 << 10;
+
+// fcntl(2) commands the libc crate does not name for x86_64 and aarch64 glibc (the values
+// are the same on every Linux architecture).
+const F_SETSIG: libc::c_int = 10;
+const F_SETOWN_EX: libc::c_int = 15;
+const F_OWNER_TID: libc::c_int = 0;
+
+/// `struct f_owner_ex` of fcntl(2).
+#[repr(C)]
+struct FOwnerEx {
+    kind: libc::c_int,
+    pid: libc::pid_t,
+}
+
+/// Interrupt signals received by this process (the handler's only effect besides the
+/// interruption itself).
+static SIGNALS: AtomicU64 = AtomicU64::new(0);
+
+/// Installs the interrupt signal's handler once per process; false if it cannot be (then
+/// the executor never blocks in a receive).
+fn handler_installed() -> bool {
+    static INSTALLED: OnceLock<bool> = OnceLock::new();
+    *INSTALLED.get_or_init(|| {
+        // SAFETY: the action only increments an atomic, which is async-signal-safe.
+        unsafe {
+            signal_hook_registry::register(libc::SIGURG, || {
+                SIGNALS.fetch_add(1, Ordering::Relaxed);
+            })
+        }
+        .is_ok()
+    })
+}
+
+/// Interrupts `thread`'s blocking receive (a wake-up from another thread).
+pub(crate) fn interrupt(thread: u64) {
+    // SAFETY: `thread` is a `pthread_t` the executor stored while it blocks in a receive
+    // on that thread, and cleared before the thread could end.
+    unsafe { libc::pthread_kill(thread as libc::pthread_t, libc::SIGURG) };
+}
+
+/// What a blocking receive keeps per source.
+pub(crate) struct SourceWait {
+    fd: RawFd,
+    /// A stream (a blocking receive may wait on it); a listener or a pipe is not.
+    stream: bool,
+    /// What a blocking receive took for the reader.
+    stash: RefCell<Stash>,
+    /// This thread's activity count when the stream last sent or received.
+    last_active: Cell<u64>,
+    /// `O_NONBLOCK` cleared and `SO_RCVTIMEO` set: `None` until first waited on,
+    /// `Some(false)` if the socket refused.
+    blocking: Cell<Option<bool>>,
+    /// Owner and signal set (`F_SETOWN_EX`, `F_SETSIG`).
+    owned: Cell<bool>,
+    /// `O_ASYNC` set.
+    armed: Cell<bool>,
+}
+
+impl Default for SourceWait {
+    fn default() -> Self {
+        SourceWait::new(-1, false)
+    }
+}
+
+impl SourceWait {
+    pub(crate) fn new(fd: RawFd, stream: bool) -> Self {
+        SourceWait {
+            fd,
+            stream,
+            stash: RefCell::default(),
+            last_active: Cell::new(0),
+            blocking: Cell::new(None),
+            owned: Cell::new(false),
+            armed: Cell::new(false),
+        }
+    }
+
+    /// Sets or clears `O_ASYNC` (the first time also the owner thread and the signal).
+    fn arm(&self, on: bool) -> io::Result<()> {
+        let fd = self.fd;
+        // SAFETY: fcntl(2) on a registered descriptor, with a valid `f_owner_ex`.
+        unsafe {
+            if on && !self.owned.get() {
+                let owner = FOwnerEx {
+                    kind: F_OWNER_TID,
+                    pid: libc::gettid(),
+                };
+                if libc::fcntl(fd, F_SETOWN_EX, &owner as *const FOwnerEx) < 0
+                    || libc::fcntl(fd, F_SETSIG, libc::SIGURG) < 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
+                self.owned.set(true);
+            }
+            set_flag(fd, libc::O_ASYNC, on)?;
+        }
+        self.armed.set(on);
+        Ok(())
+    }
+}
+
+/// Sets or clears one of a descriptor's status flags.
+///
+/// # Safety
+/// `fd` is an open descriptor.
+unsafe fn set_flag(fd: RawFd, flag: libc::c_int, on: bool) -> io::Result<()> {
+    let flags = libc::fcntl(fd, libc::F_GETFL);
+    let want = if on { flags | flag } else { flags & !flag };
+    if flags < 0 || (want != flags && libc::fcntl(fd, libc::F_SETFL, want) < 0) {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Clears `O_NONBLOCK` and sets `SO_RCVTIMEO` to [`SLICE`].
+fn make_blocking(fd: RawFd) -> io::Result<()> {
+    let tv = libc::timeval {
+        tv_sec: 0,
+        tv_usec: SLICE.as_micros() as libc::suseconds_t,
+    };
+    // SAFETY: system calls on a registered descriptor, with a valid `timeval`.
+    unsafe {
+        if libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        ) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        set_flag(fd, libc::O_NONBLOCK, false)
+    }
+}
+
+/// Bytes (or the error) a blocking receive took for a stream's reader.
+#[derive(Default)]
+struct Stash {
+    buf: Vec<u8>,
+    start: usize,
+    err: Option<io::Error>,
+}
+
+thread_local! {
+    /// Sends and receives on this thread's streams, counted: orders the streams by their
+    /// latest.
+    static ACTIVITY: Cell<u64> = const { Cell::new(0) };
+}
+
+impl IoState {
+    /// Notes that this stream sent or received data now.
+    pub(crate) fn active(&self) {
+        let n = ACTIVITY.with(|a| {
+            let n = a.get() + 1;
+            a.set(n);
+            n
+        });
+        self.wait.last_active.set(n);
+    }
+
+    /// What a blocking receive stashed, if anything: `copy` takes as many of the bytes as
+    /// fit and says how many; a stashed error comes out once, after the bytes.
+    pub(crate) fn unstash(&self, copy: impl FnOnce(&[u8]) -> usize) -> Option<io::Result<usize>> {
+        let mut st = self.wait.stash.borrow_mut();
+        if st.start < st.buf.len() {
+            let n = copy(&st.buf[st.start..]);
+            st.start += n;
+            if st.start == st.buf.len() {
+                st.buf.clear();
+                st.start = 0;
+            }
+            return Some(Ok(n));
+        }
+        st.err.take().map(Err)
+    }
+}
+
+/// When and whether the executor waits in a blocking receive.
+#[derive(Default)]
+pub(crate) struct Blocker {
+    /// When epoll last looked at every source.
+    last_poll: Cell<Option<Instant>>,
+    /// [`SIGNALS`] then: a signal since means a source may have input.
+    signals_at_poll: Cell<u64>,
+    score: Cell<u32>,
+    /// Epoll alone until then.
+    off_until: Cell<Option<Instant>>,
+    /// A source refused `O_ASYNC`: input on it could not interrupt a receive, so the
+    /// executor never blocks in one again.
+    refused: Cell<bool>,
+    /// The thread's POSIX timer (see the module's doc); `None` until first needed.
+    timer: Cell<Option<Timer>>,
+    /// The deadline the POSIX timer is set for (it may since have passed).
+    timer_at: Cell<Option<Instant>>,
+    stats: Cell<crate::WaitStats>,
+}
+
+/// A POSIX timer that raises `SIGURG` on its thread; `None` inside if it cannot be made
+/// (then the executor blocks only when no timer is due within two [`SLICE`]s).
+#[derive(Copy, Clone)]
+struct Timer(Option<libc::timer_t>);
+
+impl Timer {
+    fn new() -> Timer {
+        // SAFETY: a zeroed `sigevent` is valid; the fields set name this thread and the
+        // signal; `timer_create` writes the id only on success.
+        unsafe {
+            let mut ev: libc::sigevent = std::mem::zeroed();
+            ev.sigev_notify = libc::SIGEV_THREAD_ID;
+            ev.sigev_signo = libc::SIGURG;
+            ev.sigev_notify_thread_id = libc::gettid();
+            let mut id: libc::timer_t = std::ptr::null_mut();
+            let ok = libc::timer_create(libc::CLOCK_MONOTONIC, &mut ev, &mut id) == 0;
+            Timer(ok.then_some(id))
+        }
+    }
+
+    /// Sets the timer to fire at `at` (a `CLOCK_MONOTONIC` instant).
+    fn set(self, at: Instant) -> bool {
+        let Some(id) = self.0 else { return false };
+        let ns = at.as_nanos();
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: (ns / 1_000_000_000) as libc::time_t,
+                tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+            },
+        };
+        // SAFETY: `id` is a live timer of this thread; `spec` is valid.
+        unsafe { libc::timer_settime(id, libc::TIMER_ABSTIME, &spec, std::ptr::null_mut()) == 0 }
+    }
+}
+
+impl Reactor {
+    /// The counts of the executor's blocking receives so far.
+    pub(crate) fn wait_stats(&self) -> crate::WaitStats {
+        self.blocker.stats.get()
+    }
+
+    fn count(&self, f: impl FnOnce(&mut crate::WaitStats)) {
+        let mut s = self.blocker.stats.get();
+        f(&mut s);
+        self.blocker.stats.set(s);
+    }
+
+    /// Epoll is about to look at every source.
+    #[allow(clippy::disallowed_methods)] // the executor's own clock
+    pub(super) fn polling(&self) {
+        let b = &self.blocker;
+        b.last_poll.set(Some(crate::time::now()));
+        b.signals_at_poll.set(SIGNALS.load(Ordering::Relaxed));
+    }
+
+    /// A blocking receive was interrupted by a signal other than the timer's.
+    #[allow(clippy::disallowed_methods)] // the executor's own clock
+    fn interrupted(&self) {
+        let b = &self.blocker;
+        b.last_poll.set(None);
+        let score = b.score.get() + INTERRUPT_COST;
+        if score <= SCORE_LIMIT {
+            b.score.set(score);
+            return;
+        }
+        b.score.set(0);
+        b.off_until.set(Some(crate::time::now() + OFF));
+        self.count(|s| s.switched_off += 1);
+        self.disarm_all();
+    }
+
+    /// Clears `O_ASYNC` everywhere (epoll alone watches the sources).
+    fn disarm_all(&self) {
+        for s in self.sources.borrow().iter().flatten() {
+            if s.wait.armed.get() && s.wait.arm(false).is_err() {
+                self.blocker.refused.set(true);
+            }
+        }
+    }
+
+    /// Waits in one blocking `recv` if the module's conditions hold (`timeout`: until the
+    /// next timer, `None` if there is none); returns whether it did (otherwise the caller
+    /// polls).
+    #[allow(clippy::disallowed_methods)] // the executor's own clock
+    pub(crate) fn block_recv(&self, timeout: Option<Duration>, shared: &crate::Shared) -> bool {
+        let b = &self.blocker;
+        if timeout.is_some_and(|t| t < MIN_WAIT) || b.refused.get() {
+            return false;
+        }
+        let now = crate::time::now();
+        let recent = b
+            .last_poll
+            .get()
+            .is_some_and(|t| now.saturating_duration_since(t) < SLICE);
+        if !recent
+            || SIGNALS.load(Ordering::Relaxed) != b.signals_at_poll.get()
+            || b.off_until.get().is_some_and(|t| now < t)
+            || !handler_installed()
+        {
+            return false;
+        }
+        let Some(target) = self.wait_target() else {
+            return false;
+        };
+        if let Some(t) = timeout.filter(|&t| t < 2 * SLICE) {
+            if !self.timer_by(now + t) {
+                return false;
+            }
+        }
+        let w = &target.wait;
+        if w.blocking.get().is_none() {
+            w.blocking.set(Some(make_blocking(w.fd).is_ok()));
+        }
+        if w.blocking.get() != Some(true) {
+            return false;
+        }
+        // The thread is named before the last look at the remote queue, and a remote
+        // waker queues before it looks at the name: one of the two sees the other.
+        // SAFETY: pthread_self(3) cannot fail.
+        let me = unsafe { libc::pthread_self() } as u64;
+        shared.blocked.store(me, Ordering::SeqCst);
+        if shared.pending.load(Ordering::SeqCst) {
+            shared.blocked.store(0, Ordering::SeqCst);
+            return false;
+        }
+        let n = {
+            let mut st = w.stash.borrow_mut();
+            debug_assert!(st.start == st.buf.len(), "a stash left unread");
+            st.buf.clear();
+            st.start = 0;
+            st.buf.reserve(STASH_BYTES);
+            let spare = st.buf.spare_capacity_mut();
+            // SAFETY: `recv(2)` writes at most `spare.len()` bytes into the vector's spare
+            // capacity; `set_len` below covers only the bytes it wrote.
+            let n = unsafe { libc::recv(w.fd, spare.as_mut_ptr().cast(), spare.len(), 0) };
+            shared.blocked.store(0, Ordering::SeqCst);
+            if n > 0 {
+                unsafe { st.buf.set_len(n as usize) };
+            } else if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::Interrupted => {
+                        drop(st);
+                        let at = crate::time::now();
+                        if b.timer_at.get().is_some_and(|t| at >= t) {
+                            // The POSIX timer: the caller fires what is due.
+                            b.timer_at.set(None);
+                            self.count(|s| s.timer_fired += 1);
+                            b.last_poll.set(None);
+                        } else {
+                            self.count(|s| s.interrupted += 1);
+                            self.interrupted();
+                        }
+                        return true;
+                    }
+                    // The slice ended: epoll looks at every source next.
+                    io::ErrorKind::WouldBlock => {
+                        self.count(|s| s.timed_out += 1);
+                        b.last_poll.set(None);
+                        return true;
+                    }
+                    _ => st.err = Some(e),
+                }
+            }
+            n
+        };
+        b.score.set(b.score.get().saturating_sub(1));
+        self.count(|s| s.received += 1);
+        if n > 0 {
+            target.active();
+        } else if n == 0 {
+            target.read_closed.set(true);
+        }
+        target.readable.set(true);
+        if let Some(waker) = target.reader.borrow_mut().take() {
+            waker.wake();
+        }
+        true
+    }
+
+    /// Makes sure the POSIX timer fires by `deadline`; false if there is no timer.
+    #[allow(clippy::disallowed_methods)] // the executor's own clock
+    fn timer_by(&self, deadline: Instant) -> bool {
+        let b = &self.blocker;
+        let timer = match b.timer.get() {
+            Some(t) => t,
+            None => {
+                let t = Timer::new();
+                b.timer.set(Some(t));
+                t
+            }
+        };
+        if timer.0.is_none() {
+            return false;
+        }
+        // A timer set for a deadline still to come, no later than this one, will do (it
+        // may fire early: the wait then ends with nothing due, and goes on).
+        let now = crate::time::now();
+        if b.timer_at.get().is_some_and(|t| t > now && t <= deadline) {
+            return true;
+        }
+        if !timer.set(deadline) {
+            return false;
+        }
+        b.timer_at.set(Some(deadline));
+        true
+    }
+
+    /// The stream to wait on, with every other source armed; `None` if there is none, if
+    /// a task waits to write, or if a source was armed just now (its input may have come
+    /// before: epoll looks first).
+    fn wait_target(&self) -> Option<Rc<IoState>> {
+        let sources = self.sources.borrow();
+        let mut target: Option<&Rc<IoState>> = None;
+        for s in sources.iter().flatten() {
+            if s.writer.borrow().is_some() {
+                return None;
+            }
+            let w = &s.wait;
+            let candidate = w.stream
+                && w.blocking.get() != Some(false)
+                && s.reader.borrow().is_some()
+                && !s.readable.get();
+            if candidate && target.is_none_or(|t| w.last_active.get() > t.wait.last_active.get()) {
+                target = Some(s);
+            }
+        }
+        let target = target?;
+        let mut armed_now = false;
+        for s in sources.iter().flatten() {
+            let w = &s.wait;
+            let on = !Rc::ptr_eq(s, target);
+            if w.armed.get() != on {
+                if w.arm(on).is_err() {
+                    self.blocker.refused.set(true);
+                    drop(sources);
+                    self.disarm_all();
+                    return None;
+                }
+                armed_now |= on;
+            }
+        }
+        (!armed_now).then(|| target.clone())
+    }
+}
+
+impl Drop for Blocker {
+    fn drop(&mut self) {
+        if let Some(Timer(Some(id))) = self.timer.get() {
+            // SAFETY: the timer is this executor's and is deleted once.
+            unsafe { libc::timer_delete(id) };
+        }
+    }
+}

@@ -1,0 +1,434 @@
+//! The executor's blocking receive (see `remora_exec::net`): while one stream carries the
+//! traffic it waits in `recv` on that stream, and anything else that comes (input on
+//! another stream, a connection to accept, a wake-up from another thread, a signal, a
+//! timer) must still be served at once, not after the receive's 10 ms time-out. Each test
+//! checks, through `wait_stats`, that the executor really was blocked in a receive when the
+//! other thing came, and that it was served well within the time-out.
+
+// The tests read the executor's wall clock, as its runtimes do.
+#![allow(clippy::disallowed_methods)]
+
+use remora_exec::net::{TcpListener, TcpStream};
+use remora_exec::time::{now, sleep, Instant};
+use remora_exec::{spawn_local, wait_stats, yield_now};
+use std::io::{Read, Write};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
+use std::time::Duration;
+
+/// How long the other thread waits before it acts: long enough for the executor to be
+/// blocked in its receive, well inside the receive's 10 ms time-out.
+const DELAY: Duration = Duration::from_millis(3);
+/// What "at once" must beat: half the receive's time-out.
+const PROMPT: Duration = Duration::from_millis(5);
+/// Trials per test (the median is asserted: one trial may lose the documented race).
+const TRIALS: usize = 12;
+
+/// A connected pair: the executor's end and a standard blocking end.
+async fn pair() -> (TcpStream, std::net::TcpStream) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let s = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+    s.set_nodelay(true).unwrap();
+    let (peer, _) = l.accept().unwrap();
+    peer.set_nodelay(true).unwrap();
+    (s, peer)
+}
+
+/// An echo of `peer` in a thread, until the executor's end closes.
+fn echo(mut peer: std::net::TcpStream) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut b = [0u8; 4096];
+        loop {
+            match peer.read(&mut b) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if peer.write_all(&b[..n]).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// `k` round trips on `s`, which makes it the stream the executor waits on.
+async fn ping(s: &mut TcpStream, k: usize) {
+    let mut b = [0u8; 32];
+    for i in 0..k {
+        s.write_all(&[i as u8; 32]).await.unwrap();
+        s.read_exact(&mut b).await.unwrap();
+        assert_eq!(b, [i as u8; 32]);
+    }
+}
+
+/// A trial's wait for the action to be served; it ends at the instant it was.
+type Served<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Instant> + 'a>>;
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// Runs `trials` of: ping the busy stream (so it is the one waited on), refresh the
+/// executor's look at every source, tell `other` to act after [`DELAY`], and await
+/// `served` (which returns when the action was served). Returns the median time from
+/// the action to its service and how many trials were interrupts of a blocking receive.
+async fn trials<S>(
+    busy: &mut TcpStream,
+    act: mpsc::Sender<()>,
+    state: &mut S,
+    served: impl for<'a> Fn(&'a mut S) -> Served<'a>,
+) -> (Duration, u64) {
+    let before = wait_stats();
+    let mut lat = Vec::new();
+    for _ in 0..TRIALS {
+        ping(busy, 10).await;
+        yield_now().await;
+        let t0 = now();
+        act.send(()).unwrap();
+        // The busy stream's reader waits (as a soft RNIC's reader always does): the
+        // stream the executor blocks on.
+        let mut b = [0u8; 1];
+        let at = match remora_exec::first(busy.read(&mut b), served(state)).await {
+            remora_exec::Either::Left(r) => panic!("the echo sent unasked: {r:?}"),
+            remora_exec::Either::Right(at) => at,
+        };
+        // The other thread acted DELAY after t0.
+        lat.push(at.saturating_duration_since(t0).saturating_sub(DELAY));
+    }
+    (median(lat), wait_stats().interrupted - before.interrupted)
+}
+
+#[test]
+fn a_lone_ping_pong_waits_in_blocking_receives() {
+    remora_exec::block_on(async {
+        let (mut s, peer) = pair().await;
+        let t = echo(peer);
+        let before = wait_stats();
+        ping(&mut s, 500).await;
+        let got = wait_stats().received - before.received;
+        assert!(
+            got >= 250,
+            "only {got} of 500 answers came by a blocking receive"
+        );
+        drop(s);
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn input_on_another_stream_interrupts_the_wait() {
+    remora_exec::block_on(async {
+        let (mut busy, peer) = pair().await;
+        let t = echo(peer);
+        let (mut quiet, mut quiet_peer) = pair().await;
+        let (tx, rx) = mpsc::channel();
+        let writer = std::thread::spawn(move || {
+            while rx.recv().is_ok() {
+                std::thread::sleep(DELAY);
+                quiet_peer.write_all(b"x").unwrap();
+            }
+        });
+        let (lat, interrupts) = trials(&mut busy, tx, &mut quiet, |q| {
+            Box::pin(async move {
+                let mut b = [0u8; 1];
+                q.read_exact(&mut b).await.unwrap();
+                now()
+            })
+        })
+        .await;
+        assert!(
+            interrupts as usize >= TRIALS / 2,
+            "{interrupts} interrupts in {TRIALS} trials"
+        );
+        assert!(
+            lat < PROMPT,
+            "input on the quiet stream waited {lat:?} (median)"
+        );
+        writer.join().unwrap();
+        drop(busy);
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn a_connection_to_accept_interrupts_the_wait() {
+    remora_exec::block_on(async {
+        let (mut busy, peer) = pair().await;
+        let t = echo(peer);
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let connector = std::thread::spawn(move || {
+            let mut conns = Vec::new();
+            while rx.recv().is_ok() {
+                std::thread::sleep(DELAY);
+                conns.push(std::net::TcpStream::connect(addr).unwrap());
+            }
+        });
+        let mut l = l;
+        let (lat, interrupts) = trials(&mut busy, tx, &mut l, |l| {
+            Box::pin(async move {
+                let _ = l.accept().await.unwrap();
+                now()
+            })
+        })
+        .await;
+        assert!(
+            interrupts as usize >= TRIALS / 2,
+            "{interrupts} interrupts in {TRIALS} trials"
+        );
+        assert!(
+            lat < PROMPT,
+            "a connection waited {lat:?} (median) to be accepted"
+        );
+        connector.join().unwrap();
+        drop(busy);
+        t.join().unwrap();
+    });
+}
+
+/// A flag another thread sets, and the waker it then wakes.
+#[derive(Default)]
+struct Remote(Mutex<(bool, Option<Waker>)>);
+
+impl Remote {
+    async fn wait(&self) {
+        std::future::poll_fn(|cx| {
+            let mut g = self.0.lock().unwrap();
+            if std::mem::take(&mut g.0) {
+                return Poll::Ready(());
+            }
+            g.1 = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    fn fire(&self) {
+        let w = {
+            let mut g = self.0.lock().unwrap();
+            g.0 = true;
+            g.1.take()
+        };
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+}
+
+#[test]
+fn a_wake_up_from_another_thread_interrupts_the_wait() {
+    remora_exec::block_on(async {
+        let (mut busy, peer) = pair().await;
+        let t = echo(peer);
+        let remote = Arc::new(Remote::default());
+        let (tx, rx) = mpsc::channel();
+        let waker = {
+            let remote = remote.clone();
+            std::thread::spawn(move || {
+                while rx.recv().is_ok() {
+                    std::thread::sleep(DELAY);
+                    remote.fire();
+                }
+            })
+        };
+        let mut r = remote.clone();
+        let (lat, interrupts) = trials(&mut busy, tx, &mut r, |r| {
+            Box::pin(async move {
+                r.wait().await;
+                now()
+            })
+        })
+        .await;
+        assert!(
+            interrupts as usize >= TRIALS / 2,
+            "{interrupts} interrupts in {TRIALS} trials"
+        );
+        assert!(
+            lat < PROMPT,
+            "a wake-up from another thread waited {lat:?} (median)"
+        );
+        waker.join().unwrap();
+        drop(busy);
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn a_caught_signal_interrupts_the_wait() {
+    remora_exec::block_on(async {
+        let (mut busy, peer) = pair().await;
+        let t = echo(peer);
+        let mut signals = remora_exec::signal::Signals::new(&[libc::SIGUSR2]).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let raiser = std::thread::spawn(move || {
+            while rx.recv().is_ok() {
+                std::thread::sleep(DELAY);
+                // SAFETY: sends a signal this process catches (its handler is installed).
+                unsafe { libc::kill(libc::getpid(), libc::SIGUSR2) };
+            }
+        });
+        let (lat, interrupts) = trials(&mut busy, tx, &mut signals, |s| {
+            Box::pin(async move {
+                s.recv().await;
+                now()
+            })
+        })
+        .await;
+        assert!(
+            interrupts as usize >= TRIALS / 2,
+            "{interrupts} interrupts in {TRIALS} trials"
+        );
+        assert!(lat < PROMPT, "a caught signal waited {lat:?} (median)");
+        raiser.join().unwrap();
+        drop(busy);
+        t.join().unwrap();
+    });
+}
+
+/// A timer lets the executor block in a receive, and must still fire on time: one due
+/// further away than two time-outs because a receive never lasts that long, a nearer one
+/// because the executor's POSIX timer interrupts the receive at its deadline.
+#[test]
+fn a_timer_fires_on_time_while_the_executor_waits_in_a_receive() {
+    for ms in [25, 2] {
+        timer_on_time(Duration::from_millis(ms));
+    }
+}
+
+fn timer_on_time(d: Duration) {
+    remora_exec::block_on(async {
+        let reader = {
+            let (mut r, mut w) = pair().await;
+            // A reader that waits on a silent stream, the only one: the receive.
+            ping_with(&mut r, &mut w).await;
+            let task = spawn_local(async move {
+                let mut b = [0u8; 1];
+                let _ = r.read(&mut b).await;
+            });
+            (task, w)
+        };
+        let before = wait_stats();
+        let mut late = Vec::new();
+        for _ in 0..5 {
+            let t0 = now();
+            sleep(d).await;
+            late.push(t0.elapsed().saturating_sub(d));
+        }
+        let s = wait_stats();
+        let waits =
+            |s: remora_exec::WaitStats| s.received + s.timed_out + s.interrupted + s.timer_fired;
+        assert!(
+            waits(s) > waits(before),
+            "the executor never waited in a receive: {s:?}"
+        );
+        if d < Duration::from_millis(20) {
+            assert!(
+                s.timer_fired > before.timer_fired,
+                "the POSIX timer never fired: {s:?}"
+            );
+        }
+        let late = median(late);
+        assert!(late < PROMPT, "a {d:?} timer fired {late:?} late (median)");
+        drop(reader);
+    });
+}
+
+/// What a blocking receive takes comes out in order through reads of any size, and the
+/// peer's end, or a reset, comes after it.
+#[test]
+fn stashed_bytes_and_the_end_come_out_in_order() {
+    remora_exec::block_on(async {
+        for reset in [false, true] {
+            let (mut s, mut peer) = pair().await;
+            ping_with(&mut s, &mut peer).await;
+            let before = wait_stats();
+            let closer = std::thread::spawn(move || {
+                std::thread::sleep(DELAY);
+                let data: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+                peer.write_all(&data).unwrap();
+                std::thread::sleep(DELAY);
+                if reset {
+                    // SO_LINGER 0: close sends a reset.
+                    let l = libc::linger {
+                        l_onoff: 1,
+                        l_linger: 0,
+                    };
+                    use std::os::fd::AsRawFd;
+                    // SAFETY: a valid option value on an open socket.
+                    unsafe {
+                        libc::setsockopt(
+                            peer.as_raw_fd(),
+                            libc::SOL_SOCKET,
+                            libc::SO_LINGER,
+                            (&l as *const libc::linger).cast(),
+                            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+                        )
+                    };
+                }
+            });
+            let mut got = Vec::new();
+            let mut b = [0u8; 7];
+            let end = loop {
+                match s.read(&mut b).await {
+                    Ok(0) => break Ok(()),
+                    Ok(n) => got.extend_from_slice(&b[..n]),
+                    Err(e) => break Err(e),
+                }
+            };
+            closer.join().unwrap();
+            assert_eq!(got, (0..1000u32).map(|i| i as u8).collect::<Vec<_>>());
+            match (reset, end) {
+                (false, Ok(())) => {}
+                (true, Err(e)) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset),
+                (r, e) => panic!("reset {r}: the end came as {e:?}"),
+            }
+            assert!(
+                wait_stats().received > before.received,
+                "nothing came by a blocking receive"
+            );
+        }
+    });
+}
+
+/// A few round trips with the peer answering from this thread's blocking end (no
+/// echo thread: the peer is then handed to another thread).
+async fn ping_with(s: &mut TcpStream, peer: &mut std::net::TcpStream) {
+    for _ in 0..3 {
+        s.write_all(b"p").await.unwrap();
+        let mut b = [0u8; 1];
+        peer.read_exact(&mut b).unwrap();
+        peer.write_all(&b).unwrap();
+        s.read_exact(&mut b).await.unwrap();
+    }
+}
+
+/// Two streams busy at once: every receive on one is interrupted by the other, so the
+/// executor goes back to epoll alone, and every byte still arrives.
+#[test]
+fn two_busy_streams_send_the_executor_back_to_epoll() {
+    remora_exec::block_on(async {
+        let (a, pa) = pair().await;
+        let (b, pb) = pair().await;
+        let ta = echo(pa);
+        let tb = echo(pb);
+        let before = wait_stats();
+        let run = |mut s: TcpStream| {
+            spawn_local(async move {
+                ping(&mut s, 2000).await;
+            })
+        };
+        let (x, y) = (run(a), run(b));
+        x.await.unwrap();
+        y.await.unwrap();
+        let s = wait_stats();
+        assert!(
+            s.switched_off > before.switched_off,
+            "two busy streams never switched blocking receives off: {s:?}"
+        );
+        ta.join().unwrap();
+        tb.join().unwrap();
+    });
+}
