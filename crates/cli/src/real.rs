@@ -74,7 +74,8 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
     };
     let config = args.config;
     rt
-        .block_on(serve(opts, |s| {
+        .block_on(async {
+            let served = serve(opts, |s| {
             let mut o = std::io::stdout().lock();
             let _ = writeln!(o, "listening on {}", s.addr);
             let _ = writeln!(o, "pool {}: {}; {}", args.pool.display(), if s.created { "created" } else { "reopened" }, s.durability);
@@ -88,7 +89,17 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
                 let _ = writeln!(o, "platform: {r} reports persistence_domain {d}");
             }
             let _ = o.flush();
-        }))
+        })
+        .await;
+            // How the executor waited (a blocking receive per round trip when one client
+            // is busy; see remora_exec::net), for whoever tunes or measures the server.
+            let w = remora_exec::wait_stats();
+            eprintln!(
+                "executor waits: {} blocking receives brought data, {} interrupted, {} timed out, {} ended by a timer, switched off {} times",
+                w.received, w.interrupted, w.timed_out, w.timer_fired, w.switched_off
+            );
+            served
+        })
         .map_err(|e| e.to_string())
 }
 

@@ -136,6 +136,9 @@ impl Stream {
         let want = buf.capacity() - buf.len();
         let r = std::future::poll_fn(|cx| {
             self.state.poll_io(Dir::Read, cx, || {
+                if let Some(n) = self.state.unstash_into(buf) {
+                    return Ok(n);
+                }
                 let spare = buf.spare_capacity_mut();
                 // (Filling the spare room with zeros first would cost a memset of up to
                 // 64 KiB per read, more than the read itself.)

@@ -116,6 +116,9 @@ pub(crate) struct Reactor {
     free: RefCell<Vec<usize>>,
     /// When and whether to wait in a blocking receive ([`blocking`]).
     blocker: blocking::Blocker,
+    /// Counts registrations and deregistrations (the blocking receive re-arms the other
+    /// sources when the set changes).
+    generation: Cell<u64>,
 }
 
 impl Reactor {
@@ -126,6 +129,7 @@ impl Reactor {
             sources: RefCell::new(Vec::new()),
             free: RefCell::new(Vec::new()),
             blocker: blocking::Blocker::default(),
+            generation: Cell::new(0),
         })
     }
 
@@ -163,6 +167,7 @@ impl Reactor {
             return Err(e);
         }
         self.sources.borrow_mut()[i] = Some(state.clone());
+        self.generation.set(self.generation.get() + 1);
         Ok((token, state))
     }
 
@@ -172,6 +177,7 @@ impl Reactor {
             *s = None;
             self.free.borrow_mut().push(token.0);
         }
+        self.generation.set(self.generation.get() + 1);
     }
 
     /// Waits for events up to `timeout` (`None`: until one comes) and wakes the tasks

@@ -336,12 +336,13 @@ fn timer_on_time(d: Duration) {
     });
 }
 
-/// What a blocking receive takes comes out in order through reads of any size, and the
+/// What a blocking receive takes comes out in order through reads of any size (small
+/// reads copy from the stash, `read_buf` into an empty buffer takes it whole), and the
 /// peer's end, or a reset, comes after it.
 #[test]
 fn stashed_bytes_and_the_end_come_out_in_order() {
     remora_exec::block_on(async {
-        for reset in [false, true] {
+        for (reset, whole) in [(false, false), (true, false), (false, true), (true, true)] {
             let (mut s, mut peer) = pair().await;
             ping_with(&mut s, &mut peer).await;
             let before = wait_stats();
@@ -371,10 +372,17 @@ fn stashed_bytes_and_the_end_come_out_in_order() {
             });
             let mut got = Vec::new();
             let mut b = [0u8; 7];
+            let mut v = Vec::new();
             let end = loop {
-                match s.read(&mut b).await {
+                let r = if whole {
+                    v.clear();
+                    s.read_buf(&mut v).await.inspect(|_| got.extend_from_slice(&v))
+                } else {
+                    s.read(&mut b).await.inspect(|&n| got.extend_from_slice(&b[..n]))
+                };
+                match r {
                     Ok(0) => break Ok(()),
-                    Ok(n) => got.extend_from_slice(&b[..n]),
+                    Ok(_) => {}
                     Err(e) => break Err(e),
                 }
             };
@@ -383,7 +391,7 @@ fn stashed_bytes_and_the_end_come_out_in_order() {
             match (reset, end) {
                 (false, Ok(())) => {}
                 (true, Err(e)) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset),
-                (r, e) => panic!("reset {r}: the end came as {e:?}"),
+                (r, e) => panic!("reset {r}, read_buf {whole}: the end came as {e:?}"),
             }
             assert!(
                 wait_stats().received > before.received,

@@ -226,6 +226,18 @@ impl IoState {
         self.wait.last_active.set(n);
     }
 
+    /// Hands what a blocking receive stashed to an empty `buf` by swapping the two
+    /// buffers (a stream's reads come 64 KiB at a time: no copy); `None` if it cannot.
+    pub(crate) fn unstash_into(&self, buf: &mut Vec<u8>) -> Option<usize> {
+        let mut st = self.wait.stash.borrow_mut();
+        if !buf.is_empty() || st.start != 0 || st.buf.is_empty() {
+            return None;
+        }
+        std::mem::swap(&mut st.buf, buf);
+        st.buf.clear();
+        Some(buf.len())
+    }
+
     /// What a blocking receive stashed, if anything: `copy` takes as many of the bytes as
     /// fit and says how many; a stashed error comes out once, after the bytes.
     pub(crate) fn unstash(&self, copy: impl FnOnce(&[u8]) -> usize) -> Option<io::Result<usize>> {
@@ -260,6 +272,9 @@ pub(crate) struct Blocker {
     timer: Cell<Option<Timer>>,
     /// The deadline the POSIX timer is set for (it may since have passed).
     timer_at: Cell<Option<Instant>>,
+    /// The target (its slot) and the sources' generation the arming pass last ran for:
+    /// until either changes, every other source is still armed.
+    armed_for: Cell<Option<(usize, u64)>>,
     stats: Cell<crate::WaitStats>,
 }
 
@@ -340,6 +355,7 @@ impl Reactor {
 
     /// Clears `O_ASYNC` everywhere (epoll alone watches the sources).
     fn disarm_all(&self) {
+        self.blocker.armed_for.set(None);
         for s in self.sources.borrow().iter().flatten() {
             if s.wait.armed.get() && s.wait.arm(false).is_err() {
                 self.blocker.refused.set(true);
@@ -480,8 +496,9 @@ impl Reactor {
     /// before: epoll looks first).
     fn wait_target(&self) -> Option<Rc<IoState>> {
         let sources = self.sources.borrow();
-        let mut target: Option<&Rc<IoState>> = None;
-        for s in sources.iter().flatten() {
+        let mut target: Option<(usize, &Rc<IoState>)> = None;
+        for (i, s) in sources.iter().enumerate() {
+            let Some(s) = s else { continue };
             if s.writer.borrow().is_some() {
                 return None;
             }
@@ -490,18 +507,26 @@ impl Reactor {
                 && w.blocking.get() != Some(false)
                 && s.reader.borrow().is_some()
                 && !s.readable.get();
-            if candidate && target.is_none_or(|t| w.last_active.get() > t.wait.last_active.get()) {
-                target = Some(s);
+            if candidate
+                && target.is_none_or(|(_, t)| w.last_active.get() > t.wait.last_active.get())
+            {
+                target = Some((i, s));
             }
         }
-        let target = target?;
+        let (index, target) = target?;
+        // The arming pass runs only when the target or the set of sources changed.
+        let b = &self.blocker;
+        let arming = (index, self.generation.get());
+        if b.armed_for.get() == Some(arming) {
+            return Some(target.clone());
+        }
         let mut armed_now = false;
         for s in sources.iter().flatten() {
             let w = &s.wait;
             let on = !Rc::ptr_eq(s, target);
             if w.armed.get() != on {
                 if w.arm(on).is_err() {
-                    self.blocker.refused.set(true);
+                    b.refused.set(true);
                     drop(sources);
                     self.disarm_all();
                     return None;
@@ -509,6 +534,7 @@ impl Reactor {
                 armed_now |= on;
             }
         }
+        b.armed_for.set(Some(arming));
         (!armed_now).then(|| target.clone())
     }
 }
