@@ -65,8 +65,13 @@ type Stream = Registered<mio::net::TcpStream>;
 impl Stream {
     /// One non-blocking receive into `dst` (up to `len` bytes), after what a blocking
     /// receive stashed. `MSG_DONTWAIT`: the reactor may have made the socket blocking.
+    /// A receive shorter than asked found the socket empty: the readiness is spent now,
+    /// which spares the next read a system call that would only say `WouldBlock` (the
+    /// poller reports the next edge). A zero-length read is the peer's end and stays
+    /// ready. (A read from the stash spends it only where that is safe: see
+    /// `IoState::unstash`.)
     fn recv_now(&self, dst: *mut u8, len: usize) -> io::Result<usize> {
-        if let Some(r) = self.state.unstash(|b| {
+        if let Some(r) = self.state.unstash(len, |b| {
             let n = b.len().min(len);
             // SAFETY: `dst` has room for `len` bytes (the caller's buffer).
             unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), dst, n) };
@@ -79,10 +84,14 @@ impl Stream {
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
+        let n = n as usize;
         if n > 0 {
             self.state.active();
+            if n < len {
+                self.state.clear(Dir::Read);
+            }
         }
-        Ok(n as usize)
+        Ok(n)
     }
 
     /// One non-blocking send (`MSG_NOSIGNAL`: a closed peer is an error, not a signal).
@@ -106,24 +115,19 @@ impl Stream {
     }
 
     async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        let want = buf.len();
-        let r = std::future::poll_fn(|cx| {
+        std::future::poll_fn(|cx| {
             self.state
                 .poll_io(Dir::Read, cx, || self.recv_now(buf.as_mut_ptr(), buf.len()))
         })
-        .await;
-        self.drained(Dir::Read, &r, want);
-        r
+        .await
     }
 
-    /// A transfer shorter than asked found the socket empty (or full): the readiness is
-    /// spent now, which spares the next operation a system call that would only say
-    /// `WouldBlock` (the poller reports the next edge). A zero-length read is the peer's
-    /// end and stays ready.
-    fn drained(&self, dir: Dir, r: &io::Result<usize>, want: usize) {
+    /// A write shorter than asked found the socket full: the readiness is spent now (as
+    /// for a short receive, see `recv_now`).
+    fn drained(&self, r: &io::Result<usize>, want: usize) {
         if let Ok(n) = r {
             if *n > 0 && *n < want {
-                self.state.clear(dir);
+                self.state.clear(Dir::Write);
             }
         }
     }
@@ -133,10 +137,9 @@ impl Stream {
         if buf.capacity() == buf.len() {
             buf.reserve(4096);
         }
-        let want = buf.capacity() - buf.len();
-        let r = std::future::poll_fn(|cx| {
+        std::future::poll_fn(|cx| {
             self.state.poll_io(Dir::Read, cx, || {
-                if let Some(n) = self.state.unstash_into(buf) {
+                if let Some(n) = self.state.unstash_into(buf, buf.capacity()) {
                     return Ok(n);
                 }
                 let spare = buf.spare_capacity_mut();
@@ -148,9 +151,7 @@ impl Stream {
                 Ok(n)
             })
         })
-        .await;
-        self.drained(Dir::Read, &r, want);
-        r
+        .await
     }
 
     async fn read_exact(&self, buf: &mut [u8]) -> io::Result<usize> {
@@ -172,7 +173,7 @@ impl Stream {
                     .poll_io(Dir::Write, cx, || self.send_now(&buf[done..]))
             })
             .await;
-            self.drained(Dir::Write, &r, buf.len() - done);
+            self.drained(&r, buf.len() - done);
             let n = r?;
             if n == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
@@ -186,7 +187,7 @@ impl Stream {
         let r = self.send_now(buf);
         match &r {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.state.clear(Dir::Write),
-            _ => self.drained(Dir::Write, &r, buf.len()),
+            _ => self.drained(&r, buf.len()),
         }
         r
     }

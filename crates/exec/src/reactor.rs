@@ -192,6 +192,10 @@ impl Reactor {
             }
             return;
         }
+        // A full batch may have left ready events in epoll, which no signal will announce.
+        if events.iter().count() == events.capacity() {
+            self.poll_again();
+        }
         // Waking only queues the task: nothing here is re-entered.
         {
             let sources = self.sources.borrow();

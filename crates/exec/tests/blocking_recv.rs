@@ -107,9 +107,12 @@ fn a_lone_ping_pong_waits_in_blocking_receives() {
         let t = echo(peer);
         let before = wait_stats();
         ping(&mut s, 500).await;
+        // Not all: a wait that comes when epoll's last look at every source is older
+        // than the receive's time-out goes to epoll, which a loaded machine makes more
+        // frequent.
         let got = wait_stats().received - before.received;
         assert!(
-            got >= 250,
+            got >= 100,
             "only {got} of 500 answers came by a blocking receive"
         );
         drop(s);
@@ -266,8 +269,10 @@ fn a_caught_signal_interrupts_the_wait() {
         let raiser = std::thread::spawn(move || {
             while rx.recv().is_ok() {
                 std::thread::sleep(DELAY);
-                // SAFETY: sends a signal this process catches (its handler is installed).
-                unsafe { libc::kill(libc::getpid(), libc::SIGUSR2) };
+                // To this thread only (other tests' executors run in this process): its
+                // handler writes the signal pipe, whose input interrupts the executor.
+                // SAFETY: raises a signal this process catches (its handler is installed).
+                unsafe { libc::raise(libc::SIGUSR2) };
             }
         });
         let (lat, interrupts) = trials(&mut busy, tx, &mut signals, |s| {
@@ -376,9 +381,13 @@ fn stashed_bytes_and_the_end_come_out_in_order() {
             let end = loop {
                 let r = if whole {
                     v.clear();
-                    s.read_buf(&mut v).await.inspect(|_| got.extend_from_slice(&v))
+                    s.read_buf(&mut v)
+                        .await
+                        .inspect(|_| got.extend_from_slice(&v))
                 } else {
-                    s.read(&mut b).await.inspect(|&n| got.extend_from_slice(&b[..n]))
+                    s.read(&mut b)
+                        .await
+                        .inspect(|&n| got.extend_from_slice(&b[..n]))
                 };
                 match r {
                     Ok(0) => break Ok(()),
@@ -413,10 +422,11 @@ async fn ping_with(s: &mut TcpStream, peer: &mut std::net::TcpStream) {
     }
 }
 
-/// Two streams busy at once: every receive on one is interrupted by the other, so the
-/// executor goes back to epoll alone, and every byte still arrives.
+/// Two streams busy at once: input on the one not waited on keeps signalling, so the
+/// executor goes back to epoll alone whenever that outweighs the receives it saves, and
+/// every byte still arrives (`ping` checks each answer).
 #[test]
-fn two_busy_streams_send_the_executor_back_to_epoll() {
+fn two_busy_streams_do_not_make_an_interrupt_storm() {
     remora_exec::block_on(async {
         let (a, pa) = pair().await;
         let (b, pb) = pair().await;
@@ -432,11 +442,110 @@ fn two_busy_streams_send_the_executor_back_to_epoll() {
         x.await.unwrap();
         y.await.unwrap();
         let s = wait_stats();
+        // Between two switch-offs the score allows 9 interrupts plus one per 8 receives.
+        let (interrupted, received) = (
+            s.interrupted - before.interrupted,
+            s.received - before.received,
+        );
+        let offs = s.switched_off - before.switched_off;
         assert!(
-            s.switched_off > before.switched_off,
-            "two busy streams never switched blocking receives off: {s:?}"
+            interrupted <= 9 * (offs + 1) + received / 8,
+            "{interrupted} interrupts for {received} receives and {offs} switch-offs"
         );
         ta.join().unwrap();
         tb.join().unwrap();
     });
+}
+
+/// A read that empties the stash short of what it asked, after epoll has looked (and may
+/// have spent the edge of bytes that came after the receive), must not spend the stream's
+/// readiness: those bytes would wait for an edge that never comes (found in review; on
+/// the first version the last reads below timed out).
+#[test]
+fn bytes_after_a_stash_are_not_lost_when_epoll_looked_in_between() {
+    remora_exec::block_on(async {
+        let (mut t, mut pt) = pair().await;
+        let (s, _ps) = pair().await;
+        let (mut sr, sw) = s.into_split();
+        // Another stream with a reader waiting, for the executor to wait on later.
+        let _quiet = spawn_local(async move {
+            let mut v = Vec::with_capacity(100);
+            let _ = sr.read_buf(&mut v).await;
+        });
+        let peer = std::thread::spawn(move || {
+            for _ in 0..20 {
+                let mut b = [0u8; 1];
+                pt.read_exact(&mut b).unwrap();
+                pt.write_all(&b).unwrap();
+            }
+            std::thread::sleep(DELAY);
+            pt.write_all(&[1u8; 100]).unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+            pt.write_all(&[2u8; 50]).unwrap();
+            std::thread::sleep(Duration::from_secs(2));
+        });
+        for _ in 0..20 {
+            t.write_all(b"p").await.unwrap();
+            let mut b = [0u8; 1];
+            t.read_exact(&mut b).await.unwrap();
+        }
+        let before = wait_stats();
+        let mut head = [0u8; 10];
+        t.read_exact(&mut head).await.unwrap();
+        assert!(
+            wait_stats().received > before.received,
+            "the first bytes did not come by a blocking receive"
+        );
+        // The 50 bytes arrive; one look by epoll spends their edge.
+        std::thread::sleep(Duration::from_millis(5));
+        yield_now().await;
+        let mut got = head.to_vec();
+        let mut big = [0u8; 4096];
+        let n = t.read(&mut big).await.unwrap();
+        got.extend_from_slice(&big[..n]);
+        // The other stream becomes the most recently active: the one waited on.
+        sw.try_write(b"x").unwrap();
+        while got.len() < 150 {
+            let r = remora_exec::time::timeout(Duration::from_secs(1), t.read(&mut big)).await;
+            let n = r
+                .expect("bytes that came after the stash were never delivered")
+                .unwrap();
+            got.extend_from_slice(&big[..n]);
+        }
+        assert_eq!(got, [[1u8; 100].as_slice(), &[2u8; 50]].concat());
+        peer.join().unwrap();
+    });
+}
+
+/// A thread that blocks `SIGURG` could not be interrupted out of a receive: its executor
+/// never blocks in one, and waits in epoll as before.
+#[test]
+fn a_thread_that_blocks_the_interrupt_signal_waits_in_epoll() {
+    std::thread::spawn(|| {
+        // SAFETY: a zeroed set made valid by sigemptyset, then this thread's mask.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGURG);
+            assert_eq!(
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()),
+                0
+            );
+        }
+        remora_exec::block_on(async {
+            let (mut s, peer) = pair().await;
+            let t = echo(peer);
+            ping(&mut s, 200).await;
+            let w = wait_stats();
+            assert_eq!(
+                w.received + w.interrupted + w.timed_out + w.timer_fired,
+                0,
+                "{w:?}"
+            );
+            drop(s);
+            t.join().unwrap();
+        });
+    })
+    .join()
+    .unwrap();
 }

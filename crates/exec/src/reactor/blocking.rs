@@ -19,9 +19,11 @@
 //! its signal (`F_SETOWN_EX`, `F_SETSIG`): input on any of them, a connection to accept or a
 //! caught signal's byte interrupts the receive (`EINTR`: a receive on a socket with
 //! `SO_RCVTIMEO` is never restarted, signal(7)), and epoll then looks at them all. A
-//! wake-up from another thread signals the thread too. What remains is a race: input that
-//! comes between the last look and the receive's start interrupts nothing and waits for
-//! the receive's time-out, `SO_RCVTIMEO` = [`SLICE`] (rounded up to the kernel's tick).
+//! wake-up from another thread signals the thread too (`tgkill`). What remains is a race:
+//! a signal that lands in the few instructions between the last look at the signal count
+//! and the receive's start interrupts nothing, and what it stood for waits for the
+//! receive's time-out, `SO_RCVTIMEO` = [`SLICE`] (rounded up to the kernel's tick). If
+//! `SIGURG` is blocked on the executor's thread, the executor never blocks in a receive.
 //!
 //! **Timers.** A timer due before the receive's time-out could end (two [`SLICE`]s: the
 //! time-out is rounded up to the kernel's tick, at most 10 ms) is kept by a POSIX timer of
@@ -30,15 +32,21 @@
 //! server whose next timer moves later with every request (the model's cache write-backs)
 //! makes no system call for it per wait, and takes a spurious wake-up now and then.
 //!
-//! **Several busy streams.** Each interrupt costs a signal and a trip through epoll. A
-//! score adds [`INTERRUPT_COST`] per interrupt and takes one off per receive that was not
-//! interrupted; past [`SCORE_LIMIT`] the executor uses epoll alone for [`OFF`], with
-//! `O_ASYNC` cleared everywhere.
+//! **Several busy streams.** Each input on an armed source costs a signal (and, when it
+//! interrupts a receive, a trip through epoll), also while the executor is not blocked. A
+//! score adds [`INTERRUPT_COST`] per such signal (told from the timer's and other threads'
+//! by its `si_code`) and takes one off per blocking receive that brought data; past
+//! [`SCORE_LIMIT`] the executor uses epoll alone for [`OFF`], with `O_ASYNC` cleared
+//! everywhere.
 //!
 //! **The socket.** The stream waited on has `O_NONBLOCK` cleared (once, when it is first
-//! waited on); every other operation on a stream passes `MSG_DONTWAIT`, so only this
+//! waited on; for the whole open file description, so also for a duplicate of the
+//! descriptor); every other operation on a stream passes `MSG_DONTWAIT`, so only this
 //! receive ever blocks. Its bytes go to the stream's stash, which the reader's next read
-//! takes first.
+//! takes first. A read that empties the stash short of what it asked for spends the
+//! stream's readiness only if epoll has not looked since the receive: bytes that came
+//! after it then still have their edge waiting in epoll (otherwise epoll may have spent
+//! that edge, and the next read asks the socket).
 
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -67,7 +75,7 @@ const MIN_WAIT: Duration = Duration::from_micros(50);
 const STASH_BYTES: usize = 64 << 10;
 
 // fcntl(2) commands the libc crate does not name for x86_64 and aarch64 glibc (the values
-// are the same on every Linux architecture).
+// of asm-generic, which x86_64 and aarch64 use; parisc, for one, differs).
 const F_SETSIG: libc::c_int = 10;
 const F_SETOWN_EX: libc::c_int = 15;
 const F_OWNER_TID: libc::c_int = 0;
@@ -79,30 +87,72 @@ struct FOwnerEx {
     pid: libc::pid_t,
 }
 
-/// Interrupt signals received by this process (the handler's only effect besides the
-/// interruption itself).
-static SIGNALS: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    /// Interrupt signals this thread received (the handler's only effect besides the
+    /// interruption itself). Per thread: every signal of the design is directed at the
+    /// executor's own thread (`F_SETOWN_EX`, `SIGEV_THREAD_ID`, `tgkill`), and another
+    /// executor's signals must not move this one's counts. Constant-initialised atomics
+    /// without a destructor: the handler's access is a plain TLS access, and atomic (the
+    /// handler interrupts this thread's own code).
+    static SIGNALS: AtomicU64 = const { AtomicU64::new(0) };
+    /// Those of them that input on an armed source raised (`si_code` one of `POLL_*`):
+    /// what the score counts.
+    static IO_SIGNALS: AtomicU64 = const { AtomicU64::new(0) };
+}
+
+fn signals() -> u64 {
+    SIGNALS.with(|c| c.load(Ordering::SeqCst))
+}
 
 /// Installs the interrupt signal's handler once per process; false if it cannot be (then
 /// the executor never blocks in a receive).
 fn handler_installed() -> bool {
     static INSTALLED: OnceLock<bool> = OnceLock::new();
     *INSTALLED.get_or_init(|| {
-        // SAFETY: the action only increments an atomic, which is async-signal-safe.
+        // SAFETY: the action only increments atomics, which is async-signal-safe.
         unsafe {
-            signal_hook_registry::register(libc::SIGURG, || {
-                SIGNALS.fetch_add(1, Ordering::Relaxed);
+            signal_hook_registry::register_sigaction(libc::SIGURG, |info: &libc::siginfo_t| {
+                // `try_with`: a thread being torn down has no counts to keep.
+                let _ = SIGNALS.try_with(|c| c.fetch_add(1, Ordering::SeqCst));
+                // POLL_IN .. POLL_HUP are 1..=6; the timer's, tgkill's and kill's are not.
+                if (1..=6).contains(&info.si_code) {
+                    let _ = IO_SIGNALS.try_with(|c| c.fetch_add(1, Ordering::SeqCst));
+                }
             })
         }
         .is_ok()
     })
 }
 
-/// Interrupts `thread`'s blocking receive (a wake-up from another thread).
-pub(crate) fn interrupt(thread: u64) {
-    // SAFETY: `thread` is a `pthread_t` the executor stored while it blocks in a receive
-    // on that thread, and cleared before the thread could end.
-    unsafe { libc::pthread_kill(thread as libc::pthread_t, libc::SIGURG) };
+/// Whether `SIGURG` reaches this thread (a thread that blocks it could not be
+/// interrupted).
+fn sigurg_unblocked() -> bool {
+    // SAFETY: reads this thread's signal mask into a zeroed, valid `sigset_t`.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set) == 0
+            && libc::sigismember(&set, libc::SIGURG) == 0
+    }
+}
+
+/// This thread's kernel id (what a remote wake-up signals, see [`interrupt`]).
+pub(crate) fn thread_id() -> u64 {
+    // SAFETY: gettid(2) cannot fail.
+    unsafe { libc::gettid() as u64 }
+}
+
+/// Interrupts the blocking receive of this process's thread `tid` (a wake-up from another
+/// thread). `tgkill` with this process's id: should the thread have ended since it named
+/// itself, the signal reaches at most another thread of this process, whose handler only
+/// counts it.
+pub(crate) fn interrupt(tid: u64) {
+    // SAFETY: a plain system call; no memory is passed.
+    unsafe { libc::tgkill(libc::getpid(), tid as libc::pid_t, libc::SIGURG) };
+}
+
+thread_local! {
+    /// Epoll looks on this thread, counted (see `IoState::unstash`).
+    static POLLS: Cell<u64> = const { Cell::new(0) };
 }
 
 /// What a blocking receive keeps per source.
@@ -207,6 +257,8 @@ struct Stash {
     buf: Vec<u8>,
     start: usize,
     err: Option<io::Error>,
+    /// [`POLLS`] when the receive filled it.
+    polls_at_fill: u64,
 }
 
 thread_local! {
@@ -226,21 +278,29 @@ impl IoState {
         self.wait.last_active.set(n);
     }
 
-    /// Hands what a blocking receive stashed to an empty `buf` by swapping the two
-    /// buffers (a stream's reads come 64 KiB at a time: no copy); `None` if it cannot.
-    pub(crate) fn unstash_into(&self, buf: &mut Vec<u8>) -> Option<usize> {
+    /// Hands what a blocking receive stashed to an empty `buf` (whose spare room is
+    /// `want`) by swapping the two buffers (a stream's receives come 64 KiB at a time: no
+    /// copy); `None` if it cannot.
+    pub(crate) fn unstash_into(&self, buf: &mut Vec<u8>, want: usize) -> Option<usize> {
         let mut st = self.wait.stash.borrow_mut();
         if !buf.is_empty() || st.start != 0 || st.buf.is_empty() {
             return None;
         }
         std::mem::swap(&mut st.buf, buf);
         st.buf.clear();
-        Some(buf.len())
+        let n = buf.len();
+        self.emptied(&st, n, want);
+        Some(n)
     }
 
     /// What a blocking receive stashed, if anything: `copy` takes as many of the bytes as
-    /// fit and says how many; a stashed error comes out once, after the bytes.
-    pub(crate) fn unstash(&self, copy: impl FnOnce(&[u8]) -> usize) -> Option<io::Result<usize>> {
+    /// fit in the `want` the caller has room for and says how many; a stashed error comes
+    /// out once, after the bytes.
+    pub(crate) fn unstash(
+        &self,
+        want: usize,
+        copy: impl FnOnce(&[u8]) -> usize,
+    ) -> Option<io::Result<usize>> {
         let mut st = self.wait.stash.borrow_mut();
         if st.start < st.buf.len() {
             let n = copy(&st.buf[st.start..]);
@@ -248,10 +308,20 @@ impl IoState {
             if st.start == st.buf.len() {
                 st.buf.clear();
                 st.start = 0;
+                self.emptied(&st, n, want);
             }
             return Some(Ok(n));
         }
         st.err.take().map(Err)
+    }
+
+    /// A read of `n` of the `want` bytes asked emptied the stash: it spends the readiness
+    /// as a short read from the socket does, but only if epoll has not looked since the
+    /// stash was filled (see the module's doc).
+    fn emptied(&self, st: &Stash, n: usize, want: usize) {
+        if n < want && POLLS.with(|p| p.get()) == st.polls_at_fill {
+            self.clear(super::Dir::Read);
+        }
     }
 }
 
@@ -262,12 +332,18 @@ pub(crate) struct Blocker {
     last_poll: Cell<Option<Instant>>,
     /// [`SIGNALS`] then: a signal since means a source may have input.
     signals_at_poll: Cell<u64>,
+    /// [`IO_SIGNALS`] at the last look (what the score has counted).
+    io_signals_seen: Cell<u64>,
     score: Cell<u32>,
     /// Epoll alone until then.
     off_until: Cell<Option<Instant>>,
-    /// A source refused `O_ASYNC`: input on it could not interrupt a receive, so the
-    /// executor never blocks in one again.
+    /// A source refused `O_ASYNC`, or `SIGURG` is blocked on the thread: nothing could
+    /// interrupt a receive, so the executor never blocks in one (again).
     refused: Cell<bool>,
+    /// `SIGURG`'s mask on the executor's thread was checked.
+    mask_checked: Cell<bool>,
+    /// The executor's thread's kernel id (a runtime stays on its thread: it is not `Send`).
+    tid: Cell<Option<u64>>,
     /// The thread's POSIX timer (see the module's doc); `None` until first needed.
     timer: Cell<Option<Timer>>,
     /// The deadline the POSIX timer is set for (it may since have passed).
@@ -333,24 +409,34 @@ impl Reactor {
     #[allow(clippy::disallowed_methods)] // the executor's own clock
     pub(super) fn polling(&self) {
         let b = &self.blocker;
-        b.last_poll.set(Some(crate::time::now()));
-        b.signals_at_poll.set(SIGNALS.load(Ordering::Relaxed));
-    }
-
-    /// A blocking receive was interrupted by a signal other than the timer's.
-    #[allow(clippy::disallowed_methods)] // the executor's own clock
-    fn interrupted(&self) {
-        let b = &self.blocker;
-        b.last_poll.set(None);
-        let score = b.score.get() + INTERRUPT_COST;
-        if score <= SCORE_LIMIT {
-            b.score.set(score);
+        POLLS.with(|p| p.set(p.get() + 1));
+        let now = crate::time::now();
+        b.last_poll.set(Some(now));
+        b.signals_at_poll.set(signals());
+        // Input on armed sources since the last look, whether or not it interrupted a
+        // receive (see the module's doc).
+        let io = IO_SIGNALS.with(|c| c.load(Ordering::SeqCst));
+        let new = io.wrapping_sub(b.io_signals_seen.replace(io));
+        if new == 0 {
+            return;
+        }
+        let score = new
+            .saturating_mul(INTERRUPT_COST as u64)
+            .saturating_add(b.score.get() as u64);
+        if score <= SCORE_LIMIT as u64 {
+            b.score.set(score as u32);
             return;
         }
         b.score.set(0);
-        b.off_until.set(Some(crate::time::now() + OFF));
+        b.off_until.set(Some(now + OFF));
         self.count(|s| s.switched_off += 1);
         self.disarm_all();
+    }
+
+    /// Epoll must look at every source before the next blocking receive (it may not have
+    /// taken every ready event).
+    pub(super) fn poll_again(&self) {
+        self.blocker.last_poll.set(None);
     }
 
     /// Clears `O_ASYNC` everywhere (epoll alone watches the sources).
@@ -378,10 +464,16 @@ impl Reactor {
             .get()
             .is_some_and(|t| now.saturating_duration_since(t) < SLICE);
         if !recent
-            || SIGNALS.load(Ordering::Relaxed) != b.signals_at_poll.get()
+            || signals() != b.signals_at_poll.get()
             || b.off_until.get().is_some_and(|t| now < t)
             || !handler_installed()
         {
+            return false;
+        }
+        if !b.mask_checked.replace(true) && !sigurg_unblocked() {
+            b.refused.set(true);
+        }
+        if b.refused.get() {
             return false;
         }
         let Some(target) = self.wait_target() else {
@@ -399,21 +491,29 @@ impl Reactor {
         if w.blocking.get() != Some(true) {
             return false;
         }
-        // The thread is named before the last look at the remote queue, and a remote
-        // waker queues before it looks at the name: one of the two sees the other.
-        // SAFETY: pthread_self(3) cannot fail.
-        let me = unsafe { libc::pthread_self() } as u64;
-        shared.blocked.store(me, Ordering::SeqCst);
-        if shared.pending.load(Ordering::SeqCst) {
-            shared.blocked.store(0, Ordering::SeqCst);
-            return false;
-        }
+        let tid = match b.tid.get() {
+            Some(t) => t,
+            None => {
+                let t = thread_id();
+                b.tid.set(Some(t));
+                t
+            }
+        };
         let n = {
             let mut st = w.stash.borrow_mut();
             debug_assert!(st.start == st.buf.len(), "a stash left unread");
             st.buf.clear();
             st.start = 0;
             st.buf.reserve(STASH_BYTES);
+            // The thread is named before the last look at the remote queue, and a remote
+            // waker queues before it looks at the name: one of the two sees the other. A
+            // signal that came before the look at the count is seen by it; what lands
+            // after it, before the receive starts, is the documented race.
+            shared.blocked.store(tid, Ordering::SeqCst);
+            if shared.pending.load(Ordering::SeqCst) || signals() != b.signals_at_poll.get() {
+                shared.blocked.store(0, Ordering::SeqCst);
+                return false;
+            }
             let spare = st.buf.spare_capacity_mut();
             // SAFETY: `recv(2)` writes at most `spare.len()` bytes into the vector's spare
             // capacity; `set_len` below covers only the bytes it wrote.
@@ -421,6 +521,7 @@ impl Reactor {
             shared.blocked.store(0, Ordering::SeqCst);
             if n > 0 {
                 unsafe { st.buf.set_len(n as usize) };
+                st.polls_at_fill = POLLS.with(|p| p.get());
             } else if n < 0 {
                 let e = io::Error::last_os_error();
                 match e.kind() {
@@ -433,8 +534,9 @@ impl Reactor {
                             self.count(|s| s.timer_fired += 1);
                             b.last_poll.set(None);
                         } else {
+                            // Epoll looks next; the score counts the signal there.
                             self.count(|s| s.interrupted += 1);
-                            self.interrupted();
+                            b.last_poll.set(None);
                         }
                         return true;
                     }
