@@ -95,8 +95,8 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
             // is busy; see remora_exec::net), for whoever tunes or measures the server.
             let w = remora_exec::wait_stats();
             eprintln!(
-                "executor waits: {} blocking receives brought data, {} interrupted, {} timed out, {} ended by a timer, switched off {} times",
-                w.received, w.interrupted, w.timed_out, w.timer_fired, w.switched_off
+                "executor waits: {} blocking receives brought data, {} interrupted, {} timed out, {} ended by a timer, switched off {} times; {} input signals",
+                w.received, w.interrupted, w.timed_out, w.timer_fired, w.switched_off, w.input_signals
             );
             served
         })

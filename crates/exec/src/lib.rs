@@ -399,6 +399,10 @@ pub struct WaitStats {
     /// Times interrupts came too often and the executor went back to epoll alone for a
     /// while.
     pub switched_off: u64,
+    /// Signals this thread received for input on a source armed to interrupt a receive
+    /// (each interrupts whatever the thread was doing; the thread's count, which another
+    /// executor on the same thread would share).
+    pub input_signals: u64,
 }
 
 /// The blocking receives of this thread's executor so far.

@@ -549,3 +549,38 @@ fn a_thread_that_blocks_the_interrupt_signal_waits_in_epoll() {
     .join()
     .unwrap();
 }
+
+/// A stream armed while another was waited on, then used for a ping-pong whose answers
+/// come while the executor still runs (here: it computes after each send, as a shared CPU
+/// lets the peer answer before the send even returns): it must disarm itself when it
+/// sends, not signal every answer (each signal costs about a microsecond and counts
+/// against blocking receives).
+#[test]
+fn a_stream_put_to_use_stops_signalling() {
+    remora_exec::block_on(async {
+        let (mut a, pa) = pair().await;
+        let ta = echo(pa);
+        let (mut b, pb) = pair().await;
+        let tb = echo(pb);
+        // B is the busiest, then A: the executor waits on A with B armed.
+        ping(&mut b, 5).await;
+        ping(&mut a, 20).await;
+        let before = wait_stats();
+        let mut back = [0u8; 32];
+        for i in 0..200u32 {
+            b.write_all(&[i as u8; 32]).await.unwrap();
+            // The answer arrives meanwhile (the echo is another thread).
+            let t0 = now();
+            while t0.elapsed() < Duration::from_micros(300) {
+                std::hint::spin_loop();
+            }
+            b.read_exact(&mut back).await.unwrap();
+            assert_eq!(back, [i as u8; 32]);
+        }
+        let signals = wait_stats().input_signals - before.input_signals;
+        assert!(signals <= 2, "{signals} input signals in 200 round trips");
+        drop((a, b));
+        ta.join().unwrap();
+        tb.join().unwrap();
+    });
+}

@@ -32,6 +32,12 @@
 //! server whose next timer moves later with every request (the model's cache write-backs)
 //! makes no system call for it per wait, and takes a spurious wake-up now and then.
 //!
+//! **Streams put to use.** A stream disarms itself when it sends or receives (one
+//! `fcntl`, only when it was armed): its answer is coming, and an answer that arrives while
+//! the executor still runs (on a shared CPU the peer answers before the send returns)
+//! would cost a signal though no wait was disturbed. The next arming pass arms it again if
+//! another stream is the one waited on.
+//!
 //! **Several busy streams.** Each input on an armed source costs a signal (and, when it
 //! interrupts a receive, a trip through epoll), also while the executor is not blocked. A
 //! score adds [`INTERRUPT_COST`] per such signal (told from the timer's and other threads'
@@ -265,10 +271,16 @@ thread_local! {
     /// Sends and receives on this thread's streams, counted: orders the streams by their
     /// latest.
     static ACTIVITY: Cell<u64> = const { Cell::new(0) };
+    /// Streams that cleared their own `O_ASYNC` on becoming active, counted: the arming
+    /// pass must run again.
+    static SELF_DISARMED: Cell<u64> = const { Cell::new(0) };
 }
 
 impl IoState {
-    /// Notes that this stream sent or received data now.
+    /// Notes that this stream sent or received data now. An armed stream disarms itself:
+    /// its answer is coming, and should it come while the executor runs (the peer can
+    /// answer before the send returns, on a shared CPU always), it would cost a signal
+    /// and count against blocking receives, though no wait was disturbed.
     pub(crate) fn active(&self) {
         let n = ACTIVITY.with(|a| {
             let n = a.get() + 1;
@@ -276,6 +288,9 @@ impl IoState {
             n
         });
         self.wait.last_active.set(n);
+        if self.wait.armed.get() && self.wait.arm(false).is_ok() {
+            SELF_DISARMED.with(|d| d.set(d.get() + 1));
+        }
     }
 
     /// Hands what a blocking receive stashed to an empty `buf` (whose spare room is
@@ -348,9 +363,10 @@ pub(crate) struct Blocker {
     timer: Cell<Option<Timer>>,
     /// The deadline the POSIX timer is set for (it may since have passed).
     timer_at: Cell<Option<Instant>>,
-    /// The target (its slot) and the sources' generation the arming pass last ran for:
-    /// until either changes, every other source is still armed.
-    armed_for: Cell<Option<(usize, u64)>>,
+    /// The target (its slot), the sources' generation and the count of self-disarmed
+    /// streams the arming pass last ran for: until one changes, every other source is
+    /// still armed.
+    armed_for: Cell<Option<(usize, u64, u64)>>,
     stats: Cell<crate::WaitStats>,
 }
 
@@ -396,7 +412,10 @@ impl Timer {
 impl Reactor {
     /// The counts of the executor's blocking receives so far.
     pub(crate) fn wait_stats(&self) -> crate::WaitStats {
-        self.blocker.stats.get()
+        crate::WaitStats {
+            input_signals: IO_SIGNALS.with(|c| c.load(Ordering::SeqCst)),
+            ..self.blocker.stats.get()
+        }
     }
 
     fn count(&self, f: impl FnOnce(&mut crate::WaitStats)) {
@@ -616,9 +635,14 @@ impl Reactor {
             }
         }
         let (index, target) = target?;
-        // The arming pass runs only when the target or the set of sources changed.
+        // The arming pass runs only when the target or the set of sources changed, or a
+        // stream disarmed itself.
         let b = &self.blocker;
-        let arming = (index, self.generation.get());
+        let arming = (
+            index,
+            self.generation.get(),
+            SELF_DISARMED.with(|d| d.get()),
+        );
         if b.armed_for.get() == Some(arming) {
             return Some(target.clone());
         }
