@@ -70,6 +70,37 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
+/// The busy stream the executor waits on, with its echo thread.
+async fn busy() -> (TcpStream, std::thread::JoinHandle<()>) {
+    let (s, peer) = pair().await;
+    (s, echo(peer))
+}
+
+/// A thread that runs `act` [`DELAY`] after each message it is sent, until its sender is
+/// dropped.
+fn actor(
+    mut act: impl FnMut() + Send + 'static,
+) -> (mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel();
+    let t = std::thread::spawn(move || {
+        while rx.recv().is_ok() {
+            std::thread::sleep(DELAY);
+            act();
+        }
+    });
+    (tx, t)
+}
+
+/// Most trials were interrupts of a blocking receive, and the action was served well
+/// within the receive's time-out.
+fn assert_served(what: &str, (lat, interrupts): (Duration, u64)) {
+    assert!(
+        interrupts as usize >= TRIALS / 2,
+        "{what}: {interrupts} interrupts in {TRIALS} trials"
+    );
+    assert!(lat < PROMPT, "{what} waited {lat:?} (median)");
+}
+
 /// Runs `trials` of: ping the busy stream (so it is the one waited on), refresh the
 /// executor's look at every source, tell `other` to act after [`DELAY`], and await
 /// `served` (which returns when the action was served). Returns the median time from
@@ -123,17 +154,10 @@ fn a_lone_ping_pong_waits_in_blocking_receives() {
 #[test]
 fn input_on_another_stream_interrupts_the_wait() {
     remora_exec::block_on(async {
-        let (mut busy, peer) = pair().await;
-        let t = echo(peer);
+        let (mut busy, echo) = busy().await;
         let (mut quiet, mut quiet_peer) = pair().await;
-        let (tx, rx) = mpsc::channel();
-        let writer = std::thread::spawn(move || {
-            while rx.recv().is_ok() {
-                std::thread::sleep(DELAY);
-                quiet_peer.write_all(b"x").unwrap();
-            }
-        });
-        let (lat, interrupts) = trials(&mut busy, tx, &mut quiet, |q| {
+        let (tx, writer) = actor(move || quiet_peer.write_all(b"x").unwrap());
+        let r = trials(&mut busy, tx, &mut quiet, |q| {
             Box::pin(async move {
                 let mut b = [0u8; 1];
                 q.read_exact(&mut b).await.unwrap();
@@ -141,54 +165,33 @@ fn input_on_another_stream_interrupts_the_wait() {
             })
         })
         .await;
-        assert!(
-            interrupts as usize >= TRIALS / 2,
-            "{interrupts} interrupts in {TRIALS} trials"
-        );
-        assert!(
-            lat < PROMPT,
-            "input on the quiet stream waited {lat:?} (median)"
-        );
+        assert_served("input on the quiet stream", r);
         writer.join().unwrap();
         drop(busy);
-        t.join().unwrap();
+        echo.join().unwrap();
     });
 }
 
 #[test]
 fn a_connection_to_accept_interrupts_the_wait() {
     remora_exec::block_on(async {
-        let (mut busy, peer) = pair().await;
-        let t = echo(peer);
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (mut busy, echo) = busy().await;
+        let mut l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
-        let (tx, rx) = mpsc::channel();
-        let connector = std::thread::spawn(move || {
-            let mut conns = Vec::new();
-            while rx.recv().is_ok() {
-                std::thread::sleep(DELAY);
-                conns.push(std::net::TcpStream::connect(addr).unwrap());
-            }
-        });
-        let mut l = l;
-        let (lat, interrupts) = trials(&mut busy, tx, &mut l, |l| {
+        let mut conns = Vec::new();
+        let (tx, connector) =
+            actor(move || conns.push(std::net::TcpStream::connect(addr).unwrap()));
+        let r = trials(&mut busy, tx, &mut l, |l| {
             Box::pin(async move {
                 let _ = l.accept().await.unwrap();
                 now()
             })
         })
         .await;
-        assert!(
-            interrupts as usize >= TRIALS / 2,
-            "{interrupts} interrupts in {TRIALS} trials"
-        );
-        assert!(
-            lat < PROMPT,
-            "a connection waited {lat:?} (median) to be accepted"
-        );
+        assert_served("a connection to accept", r);
         connector.join().unwrap();
         drop(busy);
-        t.join().unwrap();
+        echo.join().unwrap();
     });
 }
 
@@ -224,72 +227,48 @@ impl Remote {
 #[test]
 fn a_wake_up_from_another_thread_interrupts_the_wait() {
     remora_exec::block_on(async {
-        let (mut busy, peer) = pair().await;
-        let t = echo(peer);
-        let remote = Arc::new(Remote::default());
-        let (tx, rx) = mpsc::channel();
-        let waker = {
+        let (mut busy, echo) = busy().await;
+        let mut remote = Arc::new(Remote::default());
+        let (tx, waker) = actor({
             let remote = remote.clone();
-            std::thread::spawn(move || {
-                while rx.recv().is_ok() {
-                    std::thread::sleep(DELAY);
-                    remote.fire();
-                }
-            })
-        };
-        let mut r = remote.clone();
-        let (lat, interrupts) = trials(&mut busy, tx, &mut r, |r| {
+            move || remote.fire()
+        });
+        let r = trials(&mut busy, tx, &mut remote, |r| {
             Box::pin(async move {
                 r.wait().await;
                 now()
             })
         })
         .await;
-        assert!(
-            interrupts as usize >= TRIALS / 2,
-            "{interrupts} interrupts in {TRIALS} trials"
-        );
-        assert!(
-            lat < PROMPT,
-            "a wake-up from another thread waited {lat:?} (median)"
-        );
+        assert_served("a wake-up from another thread", r);
         waker.join().unwrap();
         drop(busy);
-        t.join().unwrap();
+        echo.join().unwrap();
     });
 }
 
 #[test]
 fn a_caught_signal_interrupts_the_wait() {
     remora_exec::block_on(async {
-        let (mut busy, peer) = pair().await;
-        let t = echo(peer);
+        let (mut busy, echo) = busy().await;
         let mut signals = remora_exec::signal::Signals::new(&[libc::SIGUSR2]).unwrap();
-        let (tx, rx) = mpsc::channel();
-        let raiser = std::thread::spawn(move || {
-            while rx.recv().is_ok() {
-                std::thread::sleep(DELAY);
-                // To this thread only (other tests' executors run in this process): its
-                // handler writes the signal pipe, whose input interrupts the executor.
-                // SAFETY: raises a signal this process catches (its handler is installed).
-                unsafe { libc::raise(libc::SIGUSR2) };
-            }
+        // To the actor's thread only (other tests' executors run in this process): its
+        // handler writes the signal pipe, whose input interrupts the executor.
+        // SAFETY: raises a signal this process catches (its handler is installed).
+        let (tx, raiser) = actor(|| unsafe {
+            libc::raise(libc::SIGUSR2);
         });
-        let (lat, interrupts) = trials(&mut busy, tx, &mut signals, |s| {
+        let r = trials(&mut busy, tx, &mut signals, |s| {
             Box::pin(async move {
                 s.recv().await;
                 now()
             })
         })
         .await;
-        assert!(
-            interrupts as usize >= TRIALS / 2,
-            "{interrupts} interrupts in {TRIALS} trials"
-        );
-        assert!(lat < PROMPT, "a caught signal waited {lat:?} (median)");
+        assert_served("a caught signal", r);
         raiser.join().unwrap();
         drop(busy);
-        t.join().unwrap();
+        echo.join().unwrap();
     });
 }
 
