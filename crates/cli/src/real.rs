@@ -93,11 +93,7 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
         .await;
             // How the executor waited (a blocking receive per round trip when one client
             // is busy; see remora_exec::net), for whoever tunes or measures the server.
-            let w = remora_exec::wait_stats();
-            eprintln!(
-                "executor waits: {} blocking receives brought data, {} interrupted, {} timed out, {} ended by a timer, switched off {} times; {} input signals",
-                w.received, w.interrupted, w.timed_out, w.timer_fired, w.switched_off, w.input_signals
-            );
+            eprintln!("executor waits: {}", remora_exec::wait_stats());
             served
         })
         .map_err(|e| e.to_string())

@@ -545,15 +545,7 @@ fn latency_side_by_side(exe: &Path, n: u64, pool_dir: &Path) -> Result<LatencyRu
             .into_iter()
             .map(|r| (r.config.to_string(), r.method, r.series))
             .collect();
-        let w = remora_exec::wait_stats();
-        let waits = remora_exec::WaitStats {
-            received: w.received - waits_before.received,
-            interrupted: w.interrupted - waits_before.interrupted,
-            timed_out: w.timed_out - waits_before.timed_out,
-            timer_fired: w.timer_fired - waits_before.timer_fired,
-            switched_off: w.switched_off - waits_before.switched_off,
-            input_signals: w.input_signals - waits_before.input_signals,
-        };
+        let waits = remora_exec::wait_stats().since(waits_before);
         Ok::<_, String>((raw, via_exec, both_exec, rows, waits))
     };
     // The runtime's tasks and sockets end with it, before the servers they talk to.
@@ -642,7 +634,7 @@ pub fn run(
     let _ = writeln!(out, "Raw TCP ping-pong, 96 bytes: mean {raw_mean:.1} µs, p50 {raw_p50:.1} µs, p99 {raw_p99:.1} µs, {raw_slow} of {} ≥ 1 ms; CPU per round trip (user + system) {:.2} µs client, {:.2} µs echo\n", raw.ns.len(), raw_cpu.0, raw_cpu.1);
     let _ = writeln!(out, "The same ping-pong as a task of the soft RNIC's executor (remora-exec: its I/O path, no model): mean {exec_mean:.1} µs, p50 {exec_p50:.1} µs ({:.2}x the raw p50), p99 {exec_p99:.1} µs, {exec_slow} of {n} ≥ 1 ms\n", exec_p50 / raw_p50);
     let _ = writeln!(out, "The same with the echo on the executor too (both sides' I/O paths are the soft RNIC's, no model): mean {both_mean:.1} µs, p50 {both_p50:.1} µs ({:.2}x the raw p50), p99 {both_p99:.1} µs, {both_slow} of {n} ≥ 1 ms; CPU per round trip {:.2} µs client, {:.2} µs echo\n", both_p50 / raw_p50, both_cpu.0, both_cpu.1);
-    let _ = writeln!(out, "How this process's executor waited over the {round_trips} round trips of the executor's ping-pongs and the appends: {} blocking receives brought the answer, {} were interrupted by another source, {} timed out, {} ended by a timer; blocking receives switched off {} times (every other wait was in epoll); {} input signals\n", waits.received, waits.interrupted, waits.timed_out, waits.timer_fired, waits.switched_off, waits.input_signals);
+    let _ = writeln!(out, "How this process's executor waited over the {round_trips} round trips of the executor's ping-pongs and the appends: {waits}\n");
     // 3. Streaming, raw and soft RNIC runs interleaved.
     let streams = stream_side_by_side(exe, stream_writes, &pool_dir);
     let _ = std::fs::remove_dir_all(&pool_dir);

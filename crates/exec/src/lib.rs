@@ -67,8 +67,8 @@ struct Shared {
     remote: Mutex<Vec<TaskId>>,
     pending: AtomicBool,
     waker: mio::Waker,
-    /// The executor's thread (`pthread_t`) while it blocks in a receive, else 0: a remote
-    /// wake-up then interrupts the receive (the poller's waker would not).
+    /// The executor's thread (its kernel id) while it blocks in a receive, else 0: a
+    /// remote wake-up then interrupts the receive (the poller's waker would not).
     blocked: AtomicU64,
 }
 
@@ -403,6 +403,41 @@ pub struct WaitStats {
     /// (each interrupts whatever the thread was doing; the thread's count, which another
     /// executor on the same thread would share).
     pub input_signals: u64,
+}
+
+impl WaitStats {
+    /// The counts since `earlier` (a reading of the same executor).
+    pub fn since(self, earlier: WaitStats) -> WaitStats {
+        WaitStats {
+            received: self.received - earlier.received,
+            interrupted: self.interrupted - earlier.interrupted,
+            timed_out: self.timed_out - earlier.timed_out,
+            timer_fired: self.timer_fired - earlier.timer_fired,
+            switched_off: self.switched_off - earlier.switched_off,
+            input_signals: self.input_signals - earlier.input_signals,
+        }
+    }
+
+    /// Blocking receives, however each ended.
+    pub fn receives(&self) -> u64 {
+        self.received + self.interrupted + self.timed_out + self.timer_fired
+    }
+}
+
+/// One line for a report: how the executor waited.
+impl std::fmt::Display for WaitStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} blocking receives brought data, {} were interrupted by another source, {} timed out, {} ended by a timer; blocking receives switched off {} times (every other wait was in epoll); {} input signals",
+            self.received,
+            self.interrupted,
+            self.timed_out,
+            self.timer_fired,
+            self.switched_off,
+            self.input_signals
+        )
+    }
 }
 
 /// The blocking receives of this thread's executor so far.

@@ -54,7 +54,7 @@
 //! after it then still have their edge waiting in epoll (otherwise epoll may have spent
 //! that edge, and the next read asks the socket).
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::io;
 use std::os::fd::RawFd;
 use std::rc::Rc;
@@ -206,7 +206,7 @@ impl SourceWait {
             if on && !self.owned.get() {
                 let owner = FOwnerEx {
                     kind: F_OWNER_TID,
-                    pid: libc::gettid(),
+                    pid: thread_id() as libc::pid_t,
                 };
                 if libc::fcntl(fd, F_SETOWN_EX, &owner as *const FOwnerEx) < 0
                     || libc::fcntl(fd, F_SETSIG, libc::SIGURG) < 0
@@ -358,9 +358,9 @@ pub(crate) struct Blocker {
     /// `SIGURG`'s mask on the executor's thread was checked.
     mask_checked: Cell<bool>,
     /// The executor's thread's kernel id (a runtime stays on its thread: it is not `Send`).
-    tid: Cell<Option<u64>>,
-    /// The thread's POSIX timer (see the module's doc); `None` until first needed.
-    timer: Cell<Option<Timer>>,
+    tid: OnceCell<u64>,
+    /// The thread's POSIX timer (see the module's doc), made when first needed.
+    timer: OnceCell<Timer>,
     /// The deadline the POSIX timer is set for (it may since have passed).
     timer_at: Cell<Option<Instant>>,
     /// The target (its slot), the sources' generation and the count of self-disarmed
@@ -510,14 +510,7 @@ impl Reactor {
         if w.blocking.get() != Some(true) {
             return false;
         }
-        let tid = match b.tid.get() {
-            Some(t) => t,
-            None => {
-                let t = thread_id();
-                b.tid.set(Some(t));
-                t
-            }
-        };
+        let tid = *b.tid.get_or_init(thread_id);
         let n = {
             let mut st = w.stash.borrow_mut();
             debug_assert!(st.start == st.buf.len(), "a stash left unread");
@@ -544,25 +537,20 @@ impl Reactor {
             } else if n < 0 {
                 let e = io::Error::last_os_error();
                 match e.kind() {
-                    io::ErrorKind::Interrupted => {
+                    io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock => {
                         drop(st);
-                        let at = crate::time::now();
-                        if b.timer_at.get().is_some_and(|t| at >= t) {
-                            // The POSIX timer: the caller fires what is due.
+                        // Epoll looks at every source next (the score counts an input
+                        // signal there); on the POSIX timer's signal the caller fires
+                        // what is due.
+                        b.last_poll.set(None);
+                        if e.kind() == io::ErrorKind::WouldBlock {
+                            self.count(|s| s.timed_out += 1);
+                        } else if b.timer_at.get().is_some_and(|t| crate::time::now() >= t) {
                             b.timer_at.set(None);
                             self.count(|s| s.timer_fired += 1);
-                            b.last_poll.set(None);
                         } else {
-                            // Epoll looks next; the score counts the signal there.
                             self.count(|s| s.interrupted += 1);
-                            b.last_poll.set(None);
                         }
-                        return true;
-                    }
-                    // The slice ended: epoll looks at every source next.
-                    io::ErrorKind::WouldBlock => {
-                        self.count(|s| s.timed_out += 1);
-                        b.last_poll.set(None);
                         return true;
                     }
                     _ => st.err = Some(e),
@@ -588,14 +576,7 @@ impl Reactor {
     #[allow(clippy::disallowed_methods)] // the executor's own clock
     fn timer_by(&self, deadline: Instant) -> bool {
         let b = &self.blocker;
-        let timer = match b.timer.get() {
-            Some(t) => t,
-            None => {
-                let t = Timer::new();
-                b.timer.set(Some(t));
-                t
-            }
-        };
+        let timer = *b.timer.get_or_init(Timer::new);
         if timer.0.is_none() {
             return false;
         }
@@ -667,7 +648,7 @@ impl Reactor {
 
 impl Drop for Blocker {
     fn drop(&mut self) {
-        if let Some(Timer(Some(id))) = self.timer.get() {
+        if let Some(Timer(Some(id))) = self.timer.get().copied() {
             // SAFETY: the timer is this executor's and is deleted once.
             unsafe { libc::timer_delete(id) };
         }
