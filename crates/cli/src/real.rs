@@ -93,7 +93,10 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
         .await;
             // How the executor waited (a blocking receive per round trip when one client
             // is busy; see remora_exec::net), for whoever tunes or measures the server.
-            eprintln!("executor waits: {}", remora_exec::wait_stats());
+            // Not after a refused start: the error alone says what happened.
+            if served.is_ok() {
+                eprintln!("executor waits: {}", remora_exec::wait_stats());
+            }
             served
         })
         .map_err(|e| e.to_string())

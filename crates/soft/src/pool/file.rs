@@ -129,10 +129,16 @@ pub(super) fn lock(path: &Path, file: &File) -> Result<(), PoolError> {
         match err.raw_os_error() {
             Some(libc::EINTR) => continue,
             Some(libc::EWOULDBLOCK) => {
+                // `/proc/locks` is read a page at a time with the lock list unlocked in
+                // between, so while other processes take and drop locks a read can miss
+                // the holder's line (seen once in a CI run with many pools at once): a few
+                // reads before the holder goes unnamed.
+                let meta = file.metadata().ok();
+                let holder = (0..HOLDER_READS).find_map(|_| meta.as_ref().and_then(lock_holder));
                 return Err(PoolError::InUse {
                     path: path.to_path_buf(),
-                    holder: file.metadata().ok().and_then(|m| lock_holder(&m)),
-                })
+                    holder,
+                });
             }
             _ => {
                 return Err(PoolError::Io {
@@ -143,6 +149,9 @@ pub(super) fn lock(path: &Path, file: &File) -> Result<(), PoolError> {
         }
     }
 }
+
+/// Reads of `/proc/locks` [`lock`] makes to name a pool's holder.
+const HOLDER_READS: usize = 5;
 
 /// The pid holding a `flock` on the file, from `/proc/locks` (whose lines read
 /// `1: FLOCK  ADVISORY  WRITE <pid> <major>:<minor>:<inode> 0 EOF`).
