@@ -1,0 +1,217 @@
+//! The latency phase: the raw TCP ping-pong (the floor), the same through the soft RNIC's
+//! executor (client only, then both sides), and RemoteLog singleton appends per method,
+//! interleaved round by round between the same processes.
+
+use super::peers::{start_server, Proc, EXEC_LEAD};
+use super::{per_msg, wall, CpuMark};
+use remora::{Primitive, Shape, Update};
+use remora_model::profile::LatencyProfile;
+use remora_remotelog::log::{LogClient, LogShape, RECORDS_OFF};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+
+/// Samples each series takes in one round of the latency phase. Every series (the raw
+/// ping-pong, the same through the executor, each method) takes this many in turn, round after
+/// round: the VM's state moves the raw round trip between 12 and 40 µs for seconds at a
+/// time, and a series measured after another would see a different machine.
+pub(super) const ROUND: u64 = 100;
+
+/// The servers of the latency phase: one configuration per family of one-round-trip
+/// methods (seed 000 Table 2), three methods each.
+const LATENCY_CONFIGS: [&str; 3] = [
+    "WSP+noDDIO+PM-RQWRB",
+    "DMP+noDDIO+PM-RQWRB",
+    "DMP+DDIO+DRAM-RQWRB",
+];
+
+/// One latency series gathered over the rounds: round-trip times in ns and each side's
+/// CPU time over them.
+#[derive(Default)]
+pub(super) struct Series {
+    pub(super) ns: Vec<u64>,
+    cpu_self: u64,
+    cpu_peer: u64,
+}
+
+impl Series {
+    /// Adds both sides' CPU since `mark` (taken before this series' samples of a round).
+    fn add_cpu(&mut self, mark: &CpuMark) {
+        let (t, p) = mark.since();
+        self.cpu_self += t;
+        self.cpu_peer += p;
+    }
+
+    /// CPU µs per sample of (this thread, the peer process).
+    pub(super) fn cpu_us(&self) -> (f64, f64) {
+        let k = self.ns.len() as u64;
+        (
+            per_msg(self.cpu_self, k) / 1e3,
+            per_msg(self.cpu_peer, k) / 1e3,
+        )
+    }
+}
+
+/// A RemoteLog client of one method on one server, with what keeps its node alive and its
+/// series.
+struct MethodRun {
+    config: &'static str,
+    method: String,
+    server_pid: u32,
+    log: LogClient<remora_soft::runtime::RtNode>,
+    /// Appends it may take (its log's capacity, at most `n`).
+    budget: u64,
+    series: Series,
+    _keep: Box<dyn std::any::Any>,
+}
+
+/// `k` round trips of `msg` over a socket of the soft RNIC's executor, each one's time
+/// into `series`.
+async fn exec_ping_pong(
+    sock: &mut remora_exec::net::TcpStream,
+    k: u64,
+    msg: &[u8],
+    back: &mut [u8],
+    series: &mut Series,
+) -> Result<(), String> {
+    for _ in 0..k {
+        let t0 = wall();
+        sock.write_all(msg).await.map_err(|e| e.to_string())?;
+        sock.read_exact(back).await.map_err(|e| e.to_string())?;
+        series.ns.push(t0.elapsed().as_nanos() as u64);
+    }
+    Ok(())
+}
+
+/// The latency phase's series: raw, executor client, executor on both sides, and each method's
+/// (server, method, series); and how the benchmark's executor waited meanwhile.
+pub(super) type LatencyRuns = (
+    Series,
+    Series,
+    Series,
+    Vec<(String, String, Series)>,
+    remora_exec::WaitStats,
+);
+
+/// The latency phase, side by side: an echo process and one `remora serve` per
+/// [`LATENCY_CONFIGS`] entry run together; in every round of [`ROUND`] samples the raw
+/// ping-pong, the same through the executor (client only, then both sides), and each method's
+/// singleton appends take their turn.
+pub(super) fn latency_side_by_side(
+    exe: &Path,
+    n: u64,
+    pool_dir: &Path,
+) -> Result<LatencyRuns, String> {
+    let echo = Proc::start(exe, &["bench", "echo"])?;
+    let mut servers = Vec::new();
+    for (ci, config) in LATENCY_CONFIGS.iter().enumerate() {
+        let server = start_server(exe, &pool_dir.join(format!("{ci}.pm")), config)?;
+        servers.push((*config, server));
+    }
+    let targets: Vec<(&'static str, String, u32)> = servers
+        .iter()
+        .map(|(c, s)| (*c, s.1.clone(), s.0.id()))
+        .collect();
+    let (echo_addr, echo_pid) = (echo.1.clone(), echo.0.id());
+    // The clients run as tasks of the nodes' executor, as an application would.
+    let measure = async move {
+        let mut raw_sock = TcpStream::connect(&echo_addr).map_err(|e| e.to_string())?;
+        raw_sock.set_nodelay(true).map_err(|e| e.to_string())?;
+        // The same ping-pong through the soft RNIC's I/O path without the model (a task
+        // of its executor, which waits in a blocking receive or in epoll): the executor's
+        // share of the overhead, apart from the model's.
+        let mut exec_sock = remora_exec::net::TcpStream::connect(echo_addr.as_str())
+            .await
+            .map_err(|e| e.to_string())?;
+        exec_sock.set_nodelay(true).map_err(|e| e.to_string())?;
+        // And with the echo on the executor too: both sides' I/O paths are the soft RNIC's.
+        let mut both_sock = remora_exec::net::TcpStream::connect(echo_addr.as_str())
+            .await
+            .map_err(|e| e.to_string())?;
+        both_sock.set_nodelay(true).map_err(|e| e.to_string())?;
+        both_sock
+            .write_all(&[EXEC_LEAD])
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut runs = Vec::new();
+        for (config, addr, server_pid) in targets {
+            for p in Primitive::ALL {
+                let (node, conn, mut client) =
+                    remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                let hello = client
+                    .connect(p, Shape::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let method = client
+                    .method(Update::Singleton)
+                    .map(|m| m.name.clone())
+                    .unwrap_or_default();
+                let shape = LogShape {
+                    capacity: (hello.region_len - RECORDS_OFF) / 64,
+                    ..LogShape::default()
+                };
+                runs.push(MethodRun {
+                    config,
+                    method,
+                    server_pid,
+                    log: LogClient::new(client, shape, Update::Singleton),
+                    budget: n.min(shape.capacity),
+                    series: Series::default(),
+                    _keep: Box::new((node, conn)),
+                });
+            }
+        }
+        let msg = [0x11u8; 64 + 32];
+        let mut back = [0u8; 96];
+        let (mut raw, mut via_exec, mut both_exec) =
+            (Series::default(), Series::default(), Series::default());
+        let mut done = 0;
+        let waits_before = remora_exec::wait_stats();
+        while done < n {
+            let k = ROUND.min(n - done);
+            // The raw ping-pong blocks this thread; nothing of the soft RNIC is in flight.
+            let mark = CpuMark::now(echo_pid);
+            for _ in 0..k {
+                let t0 = wall();
+                raw_sock.write_all(&msg).map_err(|e| e.to_string())?;
+                raw_sock.read_exact(&mut back).map_err(|e| e.to_string())?;
+                raw.ns.push(t0.elapsed().as_nanos() as u64);
+            }
+            raw.add_cpu(&mark);
+            for (sock, series) in [
+                (&mut exec_sock, &mut via_exec),
+                (&mut both_sock, &mut both_exec),
+            ] {
+                let mark = CpuMark::now(echo_pid);
+                exec_ping_pong(sock, k, &msg, &mut back, series).await?;
+                series.add_cpu(&mark);
+            }
+            for r in &mut runs {
+                let k = k.min(r.budget - r.series.ns.len() as u64);
+                // Each side's CPU over the appends: where a method's time goes besides the
+                // network (the server's share includes its responder).
+                let mark = CpuMark::now(r.server_pid);
+                for _ in 0..k {
+                    let t0 = wall();
+                    r.log.append().await.map_err(|e| e.to_string())?;
+                    r.series.ns.push(t0.elapsed().as_nanos() as u64);
+                }
+                r.series.add_cpu(&mark);
+            }
+            done += k;
+        }
+        let rows = runs
+            .into_iter()
+            .map(|r| (r.config.to_string(), r.method, r.series))
+            .collect();
+        let waits = remora_exec::wait_stats().since(waits_before);
+        Ok::<_, String>((raw, via_exec, both_exec, rows, waits))
+    };
+    // The runtime's tasks and sockets end with it, before the servers they talk to.
+    let out = crate::killloop::run_client(measure);
+    drop(servers);
+    drop(echo);
+    out
+}
