@@ -3,12 +3,17 @@
 # shared, noisy machine (docs/results/soft-rnic.md quotes these).
 #
 #   scripts/callgrind.sh append [CONFIG...]   per RemoteLog append, server and client
+#   scripts/callgrind.sh method [CONFIG:METHOD...]  per append of one method, server and client
 #   scripts/callgrind.sh stream               per pipelined 64-byte WRITE, server and client
 #
 # `append`: a `remora serve` for CONFIG (default: DMP+noDDIO+PM-RQWRB and
 # DMP+DDIO+DRAM-RQWRB) and `remora remotelog --server` against it, both under callgrind,
 # once with 1,000 and once with 3,000 appends per scenario; per append = (total at 3,000 -
 # total at 1,000) / (6 scenarios x 2,000), so start-up and connection set-up cancel out.
+# Compound scenarios are in that mean, and some take two round trips.
+# `method`: the same for one scenario at a time (`remotelog --server --method`), per
+# append = the difference / 2,000; by default the nine one-round-trip methods `bench soft`
+# times, three per configuration.
 # `stream`: `remora bench soft --stream-only` at 10,000 and 30,000 WRITEs per run (3 runs
 # each), every process under callgrind; per WRITE = the difference / 60,000. The client's
 # figure includes the benchmark's raw and model-free streams, which run in its process.
@@ -26,9 +31,9 @@ cd "$(dirname "$0")/.."
 mode=${1:-}
 [ -n "$mode" ] && shift
 case "$mode" in
-append | stream) ;;
+append | method | stream) ;;
 *)
-    echo "usage: $0 append [CONFIG...] | stream" >&2
+    echo "usage: $0 append [CONFIG...] | method [CONFIG:METHOD...] | stream" >&2
     exit 2
     ;;
 esac
@@ -72,7 +77,8 @@ total() {
 # its own port and names it on its first line, so nothing else listening can stand in for
 # it; it is stopped however this ends.
 append_pair() {
-    local config=$1 appends=$2 tag=$3
+    local config=$1 appends=$2 tag=$3 only=()
+    [ -n "${4:-}" ] && only=(--method "$4")
     local pool=$out/$tag.pool log=$out/$tag.server.log
     rm -f "$pool"
     "${cg[@]}" --callgrind-out-file="$out/$tag.server" \
@@ -90,7 +96,7 @@ append_pair() {
     done
     [ -n "$addr" ] || { cat "$log" >&2; die "the server for $config did not come up in 60 s"; }
     if ! "${cg[@]}" --callgrind-out-file="$out/$tag.client" \
-        "$exe" remotelog --server "$addr" --appends "$appends" \
+        "$exe" remotelog --server "$addr" --appends "$appends" "${only[@]}" \
         >"$out/$tag.client.log" 2>&1; then
         cat "$out/$tag.client.log" >&2
         die "remotelog --server against $config failed"
@@ -109,6 +115,21 @@ if [ "$mode" = append ]; then
         read -r s1 c1 <<<"$r1"
         read -r s3 c3 <<<"$r3"
         printf '| %s | %d | %d |\n' "$config" $(((s3 - s1) / 12000)) $(((c3 - c1) / 12000))
+    done
+elif [ "$mode" = method ]; then
+    [ $# -gt 0 ] || set -- WSP+noDDIO+PM-RQWRB:{write-comp,writeimm-comp,send-comp} \
+        DMP+noDDIO+PM-RQWRB:{write-flush,writeimm-flush,send-flush} \
+        DMP+DDIO+DRAM-RQWRB:{write-msg,writeimm-msg,send-copy-flush}
+    printf '| configuration | method | server instructions per append | client instructions per append | both |\n|---|---|---|---|---|\n'
+    for pair in "$@"; do
+        config=${pair%%:*} method=${pair#*:}
+        [ "$config" != "$pair" ] && [ -n "$method" ] || die "expected CONFIG:METHOD, got '$pair'"
+        r1=$(append_pair "$config" 1000 "$config.$method.1000" "$method")
+        r3=$(append_pair "$config" 3000 "$config.$method.3000" "$method")
+        read -r s1 c1 <<<"$r1"
+        read -r s3 c3 <<<"$r3"
+        printf '| %s | %s | %d | %d | %d |\n' "$config" "$method" $(((s3 - s1) / 2000)) \
+            $(((c3 - c1) / 2000)) $(((s3 - s1 + c3 - c1) / 2000))
     done
 else
     # Every process of the run writes its own file; the server's names `serve` on its

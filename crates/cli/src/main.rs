@@ -132,6 +132,10 @@ enum Cmd {
         /// scenarios of the server's configuration, wall-clock latency.
         #[arg(long, value_name = "HOST:PORT")]
         server: Option<String>,
+        /// With --server: only the scenarios whose method has this name (e.g. write-msg),
+        /// to time or profile one method.
+        #[arg(long, value_name = "NAME", requires = "server")]
+        method: Option<String>,
     },
     /// The crash checker: cut the server's power at many points of RemoteLog runs, recover,
     /// and check that no acknowledged append was lost; wrong methods must be caught.
@@ -666,10 +670,15 @@ fn run(cli: Cli) -> Result<(), String> {
             server: Some(addr),
             appends,
             profile,
+            method,
             ..
         } => {
-            let (config, rows) =
-                real::remotelog_against(&addr, appends, &profiles::load(&profile)?)?;
+            let (config, rows) = real::remotelog_against(
+                &addr,
+                appends,
+                &profiles::load(&profile)?,
+                method.as_deref(),
+            )?;
             print!("{}", real::real_table(&config, &rows));
         }
         Cmd::Remotelog {
@@ -680,6 +689,7 @@ fn run(cli: Cli) -> Result<(), String> {
             out,
             results,
             server: None,
+            method: _,
         } => {
             let command = std::env::args().collect::<Vec<_>>().join(" ");
             let args = paper::RemoteLogArgs {

@@ -73,9 +73,11 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
         },
     };
     let config = args.config;
+    let node = std::cell::RefCell::new(None);
     rt
         .block_on(async {
             let served = serve(opts, |s| {
+            *node.borrow_mut() = Some(s.node.clone());
             let mut o = std::io::stdout().lock();
             let _ = writeln!(o, "listening on {}", s.addr);
             let _ = writeln!(o, "pool {}: {}; {}", args.pool.display(), if s.created { "created" } else { "reopened" }, s.durability);
@@ -96,6 +98,9 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
             // Not after a refused start: the error alone says what happened.
             if served.is_ok() {
                 eprintln!("executor waits: {}", remora_exec::wait_stats());
+                if let Some(node) = node.borrow().as_ref() {
+                    eprintln!("soft RNIC: {}", node.net_stats());
+                }
             }
             served
         })
@@ -133,16 +138,20 @@ pub struct RealRow {
 }
 
 /// RemoteLog against a running server: the six scenarios of its configuration
-/// (3 primitives × singleton/compound), `appends` each, wall-clock latency.
+/// (3 primitives × singleton/compound), `appends` each, wall-clock latency. With `only`,
+/// just the scenarios whose method has that name; naming a method none of them runs is
+/// an error that lists the ones they do.
 pub fn remotelog_against(
     addr: &str,
     appends: u64,
     profile: &LatencyProfile,
+    only: Option<&str>,
 ) -> Result<(ServerConfig, Vec<RealRow>), String> {
-    let (addr, profile) = (addr.to_string(), profile.clone());
+    let (addr, profile, only) = (addr.to_string(), profile.clone(), only.map(str::to_string));
     crate::killloop::run_client(async move {
         let mut rows = Vec::new();
         let mut config = None;
+        let mut skipped = Vec::new();
         for update in Update::ALL {
             for primitive in Primitive::ALL {
                 let (node, cfg, mut client) = remora_soft::client::connect(&addr, &profile)
@@ -161,6 +170,11 @@ pub fn remotelog_against(
                     .method(update)
                     .map(|m| m.name.clone())
                     .unwrap_or_default();
+                if only.as_ref().is_some_and(|m| *m != method) {
+                    skipped.push(method);
+                    node.close();
+                    continue;
+                }
                 let mut log = LogClient::new(client, shape, update);
                 let mut h = hdrhistogram::Histogram::<u64>::new(3).expect("histogram");
                 for _ in 0..appends {
@@ -182,7 +196,15 @@ pub fn remotelog_against(
                 node.close();
             }
         }
-        Ok((config.expect("connected at least once"), rows))
+        let config = config.expect("connected at least once");
+        if rows.is_empty() {
+            return Err(format!(
+                "no scenario runs method {:?} against this server ({config}); its methods are {}",
+                only.unwrap_or_default(),
+                skipped.join(", ")
+            ));
+        }
+        Ok((config, rows))
     })
 }
 

@@ -159,6 +159,37 @@ fn remotelog_runs_unchanged_against_a_soft_rnic_server() {
         s.contains("send-flush"),
         "a PM receive buffer makes SEND one-sided under MHP: {s}"
     );
+    // --method runs only the scenarios of that method; a method the server's scenarios do
+    // not run is an error naming the ones they do.
+    let one = |m: &str| {
+        remora(&[
+            "remotelog",
+            "--server",
+            &server.1,
+            "--appends",
+            "20",
+            "--method",
+            m,
+        ])
+    };
+    let out = one("send-flush");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let rows: Vec<String> = text(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("| singleton") || l.starts_with("| compound"))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        rows.len() == 1 && rows[0].contains("| send-flush |"),
+        "{rows:?}"
+    );
+    let out = one("write-msg");
+    assert!(!out.status.success(), "a method this server does not run");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("no scenario runs method \"write-msg\"") && err.contains("send-flush"),
+        "{err}"
+    );
     drop(server);
     // The pool records the first server's layout: a restart whose receive ring would live
     // in DRAM (so its slots sit elsewhere in PM) is refused, naming both, and changes nothing.
@@ -178,6 +209,51 @@ fn remotelog_runs_unchanged_against_a_soft_rnic_server() {
     let err = serve_refused(&foreign, &["--config", "DMP+noDDIO+PM-RQWRB"]);
     assert!(err.contains("not a remora PM pool"), "{err}");
     assert_eq!(std::fs::read(&foreign).unwrap(), b"not a pool");
+}
+
+/// A server stops on SIGTERM with status 0 and says on stderr what it carried: how its
+/// executor waited and its soft RNIC's counters (packets, socket writes, steps).
+#[test]
+fn serve_stops_on_sigterm_and_reports_what_it_carried() {
+    let dir = scratch("serve-sigterm");
+    let pool = dir.path().join("pool.pm");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_remora"));
+    let pool_arg = pool.to_str().unwrap();
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--pool", pool_arg])
+        .args(["--config", "WSP+noDDIO+PM-RQWRB"])
+        .stderr(Stdio::piped());
+    let mut server = Server::spawn(cmd);
+    let out = remora(&[
+        "remotelog",
+        "--server",
+        &server.1,
+        "--appends",
+        "20",
+        "--method",
+        "write-comp",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // SAFETY: kill(2) on the server's pid, which this test started and has not reaped.
+    assert_eq!(
+        unsafe { libc::kill(server.0.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    let mut err = String::new();
+    std::io::Read::read_to_string(server.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let status = server.0.wait().unwrap();
+    assert!(status.success(), "{status}: {err}");
+    assert!(err.contains("executor waits: "), "{err}");
+    let line = err
+        .lines()
+        .find_map(|l| l.strip_prefix("soft RNIC: "))
+        .unwrap_or_else(|| panic!("no counters line: {err}"));
+    let received: u64 = line.split(' ').next().unwrap().parse().unwrap();
+    // 20 appends, each at least a WRITE in and an acknowledgement out, besides the handshake.
+    assert!(received >= 20, "{line}");
+    assert!(
+        line.contains("0 malformed frames, 0 spoofed packets"),
+        "{line}"
+    );
 }
 
 /// Runs `serve` on `pool` with `flags`, which must refuse to start; returns its stderr.

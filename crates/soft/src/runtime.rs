@@ -89,6 +89,16 @@ pub struct NetStats {
     pub steps: u64,
 }
 
+impl std::fmt::Display for NetStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} packets received, {} sent in {} socket writes, {} RNIC steps; {} malformed frames, {} spoofed packets",
+            self.received, self.sent, self.writes, self.steps, self.malformed, self.spoofed
+        )
+    }
+}
+
 struct State {
     rnic: Rnic,
     model_now: Instant,
@@ -309,6 +319,15 @@ impl Inner {
 #[derive(Clone)]
 pub struct RtNode {
     inner: Rc<Inner>,
+}
+
+impl std::fmt::Debug for RtNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RtNode")
+            .field("id", &self.inner.st.borrow().rnic.id())
+            .field("net", &self.net_stats())
+            .finish_non_exhaustive()
+    }
 }
 
 impl RtNode {

@@ -77,6 +77,8 @@ pub struct Started {
     pub slot_bytes: u64,
     /// The RNIC's live objects, as of the last connection that ended.
     pub objects: LiveObjects,
+    /// The server's node, for its counters ([`RtNode::net_stats`]) when the server ends.
+    pub node: RtNode,
 }
 
 /// The server RNIC's live objects, updated whenever a connection ends: with every
@@ -122,6 +124,7 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
         slots: slots.count(),
         slot_bytes: slots.pm_stride,
         objects: objects.clone(),
+        node: node.clone(),
     });
     let next_id = Rc::new(Cell::new(1u32));
     let costs = CpuCosts::from_profile(&opts.profile);
