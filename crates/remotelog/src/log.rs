@@ -74,7 +74,7 @@ pub fn record_into(i: u64, r: &mut [u8]) {
     for (k, b) in r[8..body].iter_mut().enumerate() {
         *b = (i as u8).wrapping_mul(31).wrapping_add(k as u8);
     }
-    let crc = crc32c::crc32c(&r[..body]);
+    let crc = remora::checksum::crc32c(&r[..body]);
     r[body..].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -83,7 +83,7 @@ pub fn is_record(bytes: &[u8], i: u64) -> bool {
     let body = bytes.len() - 4;
     bytes.len() >= 16
         && bytes[..8] == (i + 1).to_le_bytes()
-        && crc32c::crc32c(&bytes[..body]).to_le_bytes() == bytes[body..]
+        && remora::checksum::crc32c(&bytes[..body]).to_le_bytes() == bytes[body..]
 }
 
 /// Appends records through the library.

@@ -81,7 +81,7 @@ pub fn parse_object(slot: &[u8], max_value: u64) -> Option<(Stamp, Vec<u8>)> {
         return None;
     }
     let value = slot.get(OBJECT_HEADER as usize..(OBJECT_HEADER + len) as usize)?;
-    if crc32c::crc32c_append(crc32c::crc32c(&h[0..16]), value) != crc {
+    if remora::checksum::crc32c_append(remora::checksum::crc32c(&h[0..16]), value) != crc {
         return None;
     }
     Some((Stamp { conn, seq }, value.to_vec()))
@@ -153,7 +153,7 @@ impl<V: Verbs> KvStore<V> {
         }
         let mut value = vec![0u8; len as usize];
         self.v.load(Space::Pm, at + OBJECT_HEADER, &mut value);
-        if crc32c::crc32c_append(crc32c::crc32c(&h[0..16]), &value) != crc {
+        if remora::checksum::crc32c_append(remora::checksum::crc32c(&h[0..16]), &value) != crc {
             return Ok(None);
         }
         Ok(Some((Stamp { conn, seq }, value)))
@@ -229,7 +229,8 @@ impl<V: Verbs> KvStore<V> {
                 h[0..4].copy_from_slice(&conn.to_le_bytes());
                 h[4..8].copy_from_slice(&(value.len() as u32).to_le_bytes());
                 h[8..16].copy_from_slice(&seq.to_le_bytes());
-                let crc = crc32c::crc32c_append(crc32c::crc32c(&h[0..16]), value);
+                let crc =
+                    remora::checksum::crc32c_append(remora::checksum::crc32c(&h[0..16]), value);
                 h[16..20].copy_from_slice(&crc.to_le_bytes());
                 self.v.store(Space::Pm, at + OBJECT_HEADER, value);
                 self.v.store(Space::Pm, at, &h);

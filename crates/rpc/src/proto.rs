@@ -72,9 +72,9 @@ pub struct Request {
 }
 
 fn crc_with_zero_field(bytes: &[u8], field: std::ops::Range<usize>) -> u32 {
-    let mut crc = crc32c::crc32c(&bytes[..field.start]);
-    crc = crc32c::crc32c_append(crc, &[0; 4]);
-    crc32c::crc32c_append(crc, &bytes[field.end..])
+    let mut crc = remora::checksum::crc32c(&bytes[..field.start]);
+    crc = remora::checksum::crc32c_append(crc, &[0; 4]);
+    remora::checksum::crc32c_append(crc, &bytes[field.end..])
 }
 
 fn need(have: usize, need: usize) -> Result<(), FrameError> {

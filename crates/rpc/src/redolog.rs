@@ -135,7 +135,7 @@ impl LogHeader {
         b[12..16].copy_from_slice(&self.capacity.to_le_bytes());
         b[16..20].copy_from_slice(&self.entry_bytes.to_le_bytes());
         b[20..24].copy_from_slice(&(DATA_OFFSET as u32).to_le_bytes());
-        let crc = crc32c::crc32c(&b[0..24]);
+        let crc = remora::checksum::crc32c(&b[0..24]);
         b[24..28].copy_from_slice(&crc.to_le_bytes());
         b
     }
@@ -151,7 +151,7 @@ impl LogHeader {
         }
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
         let stored = u32_at(24);
-        let computed = crc32c::crc32c(&b[0..24]);
+        let computed = remora::checksum::crc32c(&b[0..24]);
         if stored != computed {
             return bad(format!(
                 "checksum {stored:#010x}, computed {computed:#010x}"

@@ -133,7 +133,7 @@ impl DurableHello {
         b[64..72].copy_from_slice(&self.info.processed.to_le_bytes());
         b[72..80].copy_from_slice(&self.info.processed_before_recovery.to_le_bytes());
         b[80..88].copy_from_slice(&self.kv_base.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..88]);
+        let crc = remora::checksum::crc32c(&b[..88]);
         b[88..92].copy_from_slice(&crc.to_le_bytes());
         b
     }
@@ -152,7 +152,7 @@ impl DurableHello {
         if version != HELLO_VERSION {
             return Err(HelloError::Version(version));
         }
-        if crc32c::crc32c(&b[..88]).to_le_bytes() != b[88..92] {
+        if remora::checksum::crc32c(&b[..88]).to_le_bytes() != b[88..92] {
             return Err(HelloError::Checksum);
         }
         let bad = |s: String| Err(HelloError::BadValue(s));
@@ -265,7 +265,7 @@ impl DurableClaim {
         b[0..4].copy_from_slice(CLAIM_MAGIC);
         b[4..6].copy_from_slice(&HELLO_VERSION.to_le_bytes());
         b[8..12].copy_from_slice(&self.node.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..12]);
+        let crc = remora::checksum::crc32c(&b[..12]);
         b[12..16].copy_from_slice(&crc.to_le_bytes());
         b
     }
@@ -283,7 +283,7 @@ impl DurableClaim {
         if version != HELLO_VERSION {
             return Err(HelloError::Version(version));
         }
-        if crc32c::crc32c(&b[..12]).to_le_bytes() != b[12..16] {
+        if remora::checksum::crc32c(&b[..12]).to_le_bytes() != b[12..16] {
             return Err(HelloError::Checksum);
         }
         if b[6..8] != [0, 0] {
@@ -337,7 +337,7 @@ mod tests {
         // A valid checksum over unknown values is still refused.
         let mut b = hello(Design::WFlushRpc, None).emit();
         b[6] = 9;
-        let crc = crc32c::crc32c(&b[..88]);
+        let crc = remora::checksum::crc32c(&b[..88]);
         b[88..92].copy_from_slice(&crc.to_le_bytes());
         assert!(matches!(
             DurableHello::parse(&b),
@@ -370,7 +370,7 @@ mod tests {
         assert!(DurableClaim::parse(&h[..CLAIM_BYTES]).is_err());
         let mut b = DurableClaim { node: 2 }.emit();
         b[6] = 1;
-        let crc = crc32c::crc32c(&b[..12]);
+        let crc = remora::checksum::crc32c(&b[..12]);
         b[12..16].copy_from_slice(&crc.to_le_bytes());
         assert!(matches!(
             DurableClaim::parse(&b),
@@ -378,7 +378,7 @@ mod tests {
         ));
         let mut b = DurableClaim { node: 2 }.emit();
         b[4] = 1;
-        let crc = crc32c::crc32c(&b[..12]);
+        let crc = remora::checksum::crc32c(&b[..12]);
         b[12..16].copy_from_slice(&crc.to_le_bytes());
         assert_eq!(DurableClaim::parse(&b), Err(HelloError::Version(1)));
     }
