@@ -736,16 +736,27 @@ impl TrainTail {
             return None;
         }
         let start = out.len();
-        out.extend_from_slice(&WIRE_MAGIC.to_le_bytes());
-        out.extend_from_slice(&[WIRE_VERSION, OP_WRITE_TRAIN, 0, 0, 0, 0]);
-        out.extend_from_slice(&pkt.psn.to_le_bytes());
-        out.extend_from_slice(&pkt.src.to_le_bytes());
-        out.extend_from_slice(&pkt.dst.to_le_bytes());
-        out.extend_from_slice(&pkt.src_qp.0.to_le_bytes());
-        out.extend_from_slice(&pkt.dst_qp.0.to_le_bytes());
-        out.extend_from_slice(&(TRAIN_HEADER as u32).to_le_bytes());
-        out.extend_from_slice(&rkey.to_le_bytes());
-        out.extend_from_slice(&0u32.to_le_bytes());
+        // The frame's header and the train's, built apart and appended at once (one
+        // capacity check, not ten).
+        let mut head = [0u8; WIRE_HEADER + TRAIN_HEADER];
+        let mut at = 0;
+        for field in [
+            &WIRE_MAGIC.to_le_bytes()[..],
+            &[WIRE_VERSION, OP_WRITE_TRAIN, 0, 0, 0, 0],
+            &pkt.psn.to_le_bytes(),
+            &pkt.src.to_le_bytes(),
+            &pkt.dst.to_le_bytes(),
+            &pkt.src_qp.0.to_le_bytes(),
+            &pkt.dst_qp.0.to_le_bytes(),
+            &(TRAIN_HEADER as u32).to_le_bytes(),
+            &rkey.to_le_bytes(),
+            &0u32.to_le_bytes(),
+        ] {
+            head[at..at + field.len()].copy_from_slice(field);
+            at += field.len();
+        }
+        debug_assert_eq!(at, head.len());
+        out.extend_from_slice(&head);
         let mut tail = TrainTail {
             start,
             src: pkt.src,
@@ -784,9 +795,14 @@ impl TrainTail {
         {
             return false;
         }
-        out.extend_from_slice(&addr.to_le_bytes());
-        out.extend_from_slice(&(data.len() as u32).to_le_bytes());
-        out.extend_from_slice(&[*ack_req as u8, 0, 0, 0]);
+        // The entry's 16-byte head built apart and appended with its data after one
+        // reservation: a streamed WRITE pays one capacity check, not four.
+        let mut head = [0u8; 16];
+        head[..8].copy_from_slice(&addr.to_le_bytes());
+        head[8..12].copy_from_slice(&(data.len() as u32).to_le_bytes());
+        head[12] = *ack_req as u8;
+        out.reserve(head.len() + data.len());
+        out.extend_from_slice(&head);
         out.extend_from_slice(data);
         self.count += 1;
         self.next_psn = self.next_psn.wrapping_add(1);
