@@ -161,18 +161,7 @@ fn remotelog_runs_unchanged_against_a_soft_rnic_server() {
     );
     // --method runs only the scenarios of that method; a method the server's scenarios do
     // not run is an error naming the ones they do.
-    let one = |m: &str| {
-        remora(&[
-            "remotelog",
-            "--server",
-            &server.1,
-            "--appends",
-            "20",
-            "--method",
-            m,
-        ])
-    };
-    let out = one("send-flush");
+    let out = remotelog_method(&server.1, "send-flush");
     assert!(out.status.success(), "{}", text(&out.stderr));
     let rows: Vec<String> = text(&out.stdout)
         .lines()
@@ -183,7 +172,7 @@ fn remotelog_runs_unchanged_against_a_soft_rnic_server() {
         rows.len() == 1 && rows[0].contains("| send-flush |"),
         "{rows:?}"
     );
-    let out = one("write-msg");
+    let out = remotelog_method(&server.1, "write-msg");
     assert!(!out.status.success(), "a method this server does not run");
     let err = text(&out.stderr);
     assert!(
@@ -211,6 +200,19 @@ fn remotelog_runs_unchanged_against_a_soft_rnic_server() {
     assert_eq!(std::fs::read(&foreign).unwrap(), b"not a pool");
 }
 
+/// `remotelog --server ADDR --method METHOD`, 20 appends per scenario.
+fn remotelog_method(addr: &str, method: &str) -> std::process::Output {
+    remora(&[
+        "remotelog",
+        "--server",
+        addr,
+        "--appends",
+        "20",
+        "--method",
+        method,
+    ])
+}
+
 /// A server stops on SIGTERM with status 0 and says on stderr what it carried: how its
 /// executor waited and its soft RNIC's counters (packets, socket writes, steps).
 #[test]
@@ -223,15 +225,7 @@ fn serve_stops_on_sigterm_and_reports_what_it_carried() {
         .args(["--config", "WSP+noDDIO+PM-RQWRB"])
         .stderr(Stdio::piped());
     let mut server = Server::spawn(cmd);
-    let out = remora(&[
-        "remotelog",
-        "--server",
-        &server.1,
-        "--appends",
-        "20",
-        "--method",
-        "write-comp",
-    ]);
+    let out = remotelog_method(&server.1, "write-comp");
     assert!(out.status.success(), "{}", text(&out.stderr));
     // SAFETY: kill(2) on the server's pid, which this test started and has not reaped.
     assert_eq!(
