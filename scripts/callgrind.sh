@@ -80,7 +80,8 @@ append_pair() {
     local config=$1 appends=$2 tag=$3 only=()
     [ -n "${4:-}" ] && only=(--method "$4")
     local pool=$out/$tag.pool log=$out/$tag.server.log
-    rm -f "$pool"
+    # A log left in OUT by an earlier run would name a port before this server's does.
+    rm -f "$pool" "$log"
     "${cg[@]}" --callgrind-out-file="$out/$tag.server" \
         "$exe" serve --listen 127.0.0.1:0 --pool "$pool" --config "$config" \
         >"$log" 2>&1 &

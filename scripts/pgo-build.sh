@@ -64,6 +64,9 @@ train() {
   n=0
   for config in $("$bin" configs | sed -n 's/^| [0-9]* | `\([^`]*\)`.*/\1/p'); do
     n=$((n + 1))
+    # The log goes first: the redirection below truncates it only once the background
+    # shell gets to it, and until then the wait loop could read the last server's port.
+    rm -f "$work/serve.log"
     "$bin" serve --listen 127.0.0.1:0 --config "$config" --pool "$pools/pool-$n" \
       > "$work/serve.log" 2>&1 &
     server_pid=$!
