@@ -323,10 +323,12 @@ pub struct RtNode {
 
 impl std::fmt::Debug for RtNode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RtNode")
-            .field("id", &self.inner.st.borrow().rnic.id())
-            .field("net", &self.net_stats())
-            .finish_non_exhaustive()
+        let mut d = f.debug_struct("RtNode");
+        // Printing must not panic where the node's state is borrowed (inside `with`).
+        if let Ok(st) = self.inner.st.try_borrow() {
+            d.field("id", &st.rnic.id()).field("net", &st.stats);
+        }
+        d.finish_non_exhaustive()
     }
 }
 
