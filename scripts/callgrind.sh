@@ -107,15 +107,23 @@ append_pair() {
     echo "$(total "$out/$tag.server") $(total "$out/$tag.client")"
 }
 
+# Server and client instructions of CONFIG's scenarios (only METHOD's, if given) at 3,000
+# appends minus those at 1,000: "server client", for the caller to divide.
+difference() {
+    local config=$1 tag=$2 method=${3:-} r1 r3 s1 c1 s3 c3
+    r1=$(append_pair "$config" 1000 "$tag.1000" "$method")
+    r3=$(append_pair "$config" 3000 "$tag.3000" "$method")
+    read -r s1 c1 <<<"$r1"
+    read -r s3 c3 <<<"$r3"
+    echo "$((s3 - s1)) $((c3 - c1))"
+}
+
 if [ "$mode" = append ]; then
     [ $# -gt 0 ] || set -- DMP+noDDIO+PM-RQWRB DMP+DDIO+DRAM-RQWRB
     printf '| configuration | server instructions per append | client instructions per append |\n|---|---|---|\n'
     for config in "$@"; do
-        r1=$(append_pair "$config" 1000 "$config.1000")
-        r3=$(append_pair "$config" 3000 "$config.3000")
-        read -r s1 c1 <<<"$r1"
-        read -r s3 c3 <<<"$r3"
-        printf '| %s | %d | %d |\n' "$config" $(((s3 - s1) / 12000)) $(((c3 - c1) / 12000))
+        read -r s c <<<"$(difference "$config" "$config")"
+        printf '| %s | %d | %d |\n' "$config" $((s / 12000)) $((c / 12000))
     done
 elif [ "$mode" = method ]; then
     [ $# -gt 0 ] || set -- WSP+noDDIO+PM-RQWRB:{write-comp,writeimm-comp,send-comp} \
@@ -125,12 +133,9 @@ elif [ "$mode" = method ]; then
     for pair in "$@"; do
         config=${pair%%:*} method=${pair#*:}
         [ "$config" != "$pair" ] && [ -n "$method" ] || die "expected CONFIG:METHOD, got '$pair'"
-        r1=$(append_pair "$config" 1000 "$config.$method.1000" "$method")
-        r3=$(append_pair "$config" 3000 "$config.$method.3000" "$method")
-        read -r s1 c1 <<<"$r1"
-        read -r s3 c3 <<<"$r3"
-        printf '| %s | %s | %d | %d | %d |\n' "$config" "$method" $(((s3 - s1) / 2000)) \
-            $(((c3 - c1) / 2000)) $(((s3 - s1 + c3 - c1) / 2000))
+        read -r s c <<<"$(difference "$config" "$config.$method" "$method")"
+        printf '| %s | %s | %d | %d | %d |\n' "$config" "$method" $((s / 2000)) \
+            $((c / 2000)) $(((s + c) / 2000))
     done
 else
     # Every process of the run writes its own file; the server's names `serve` on its

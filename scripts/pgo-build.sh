@@ -100,19 +100,19 @@ train "$gen" "PGO"
 "$profdata" merge -o "$work/remora.profdata" "$work"/raw/*.profraw
 
 out=target/pgo/release/remora
+build="PGO" link=""
+# BOLT rewrites the linked binary, so the link keeps its relocations (--emit-relocs).
+if [ -n "$bolt" ]; then
+  build="PGO + BOLT" link=" -Clink-args=-Wl,--emit-relocs"
+fi
+echo "==> optimised build (target/pgo)${link:+, linked for BOLT}"
+REMORA_BUILD="$build (scripts/pgo-build.sh)" RUSTFLAGS="-Cprofile-use=$work/remora.profdata$link" \
+  cargo build --locked --release -p remora-cli --target-dir target/pgo
 if [ -z "$bolt" ]; then
-  echo "==> optimised build (target/pgo)"
-  REMORA_BUILD="PGO (scripts/pgo-build.sh)" RUSTFLAGS="-Cprofile-use=$work/remora.profdata" \
-    cargo build --locked --release -p remora-cli --target-dir target/pgo
   echo "$out"
   exit 0
 fi
 
-# BOLT rewrites the linked binary, so the link keeps its relocations (--emit-relocs).
-echo "==> optimised build (target/pgo), linked for BOLT"
-REMORA_BUILD="PGO + BOLT (scripts/pgo-build.sh)" \
-  RUSTFLAGS="-Cprofile-use=$work/remora.profdata -Clink-args=-Wl,--emit-relocs" \
-  cargo build --locked --release -p remora-cli --target-dir target/pgo
 echo "==> BOLT: instrumented binary, the same training, then the layout"
 "$bolt" "$out" -instrument -o "$work/remora.bolt-inst" \
   --instrumentation-file="$work/bolt.fdata" --instrumentation-file-append-pid > "$work/bolt.log" 2>&1 ||
