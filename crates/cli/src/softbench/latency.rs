@@ -110,9 +110,9 @@ pub(super) fn latency_side_by_side(
     }
     let targets: Vec<(&'static str, String, u32)> = servers
         .iter()
-        .map(|(c, s)| (*c, s.1.clone(), s.0.id()))
+        .map(|(c, s)| (*c, s.addr().to_string(), s.pid()))
         .collect();
-    let (echo_addr, echo_pid) = (echo.1.clone(), echo.0.id());
+    let (echo_addr, echo_pid) = (echo.addr().to_string(), echo.pid());
     // The clients run as tasks of the nodes' executor, as an application would.
     let measure = async move {
         let mut raw_sock = TcpStream::connect(&echo_addr).map_err(|e| e.to_string())?;

@@ -242,7 +242,15 @@ thread_local! {
     pub(super) static PEER_CPU: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
 }
 
-pub(super) struct Proc(pub(super) Child, pub(super) String);
+/// A peer process the benchmark started: its child, the address it listens on, and the
+/// thread that holds its stderr. A peer's stderr is not the benchmark's: a server prints its
+/// counters there when it stops, which would interleave with the report. It is shown only
+/// when the peer failed (did not start, or did not exit cleanly on SIGTERM).
+pub(super) struct Proc {
+    child: Child,
+    addr: String,
+    stderr: Option<std::thread::JoinHandle<String>>,
+}
 impl Proc {
     pub(super) fn start(exe: &Path, args: &[&str]) -> Result<Proc, String> {
         let mut cmd = Command::new(exe);
@@ -257,46 +265,100 @@ impl Proc {
                 });
             }
         }
-        let mut c = cmd
+        let mut child = cmd
             .args(args)
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| format!("cannot start {} {}: {e}", exe.display(), args.join(" ")))?;
+        // Drained as it comes, so a chatty peer never blocks on a full pipe.
+        let mut err = child.stderr.take().expect("piped");
+        let stderr = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = err.read_to_string(&mut text);
+            text
+        });
         let mut line = String::new();
-        BufReader::new(c.stdout.take().expect("piped"))
-            .read_line(&mut line)
-            .map_err(|e| e.to_string())?;
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .ok_or("peer did not start")?
-            .to_string();
-        Ok(Proc(c, addr))
+        let read = BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line);
+        let mut peer = Proc {
+            child,
+            addr: String::new(),
+            stderr: Some(stderr),
+        };
+        match line.trim().strip_prefix("listening on ") {
+            Some(addr) if read.is_ok() => {
+                peer.addr = addr.to_string();
+                Ok(peer)
+            }
+            _ => {
+                // It printed no address: it failed or is about to; its stderr says why.
+                let _ = peer.child.kill();
+                let _ = peer.child.wait();
+                Err(format!(
+                    "`{} {}` did not start: {}",
+                    exe.display(),
+                    args.join(" "),
+                    peer.take_stderr().trim()
+                ))
+            }
+        }
+    }
+
+    /// The address the peer listens on.
+    pub(super) fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// The peer's process id.
+    pub(super) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What the peer wrote to stderr (once it has exited).
+    fn take_stderr(&mut self) -> String {
+        self.stderr
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
     }
 }
 impl Drop for Proc {
     /// Asks the peer to stop (SIGTERM: a server shuts down cleanly, as its user would stop
     /// it, and an instrumented build writes its profile) and kills it if it has not ended
-    /// within two seconds.
+    /// within two seconds. A peer that does not exit cleanly has its stderr shown.
     fn drop(&mut self) {
+        use std::os::unix::process::ExitStatusExt as _;
+        let pid = self.child.id();
         // SAFETY: kill(2) with a child's pid that has not been reaped yet, so it cannot be
         // another process's.
-        let asked = unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) } == 0;
+        let asked = unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) } == 0;
         let deadline = wall() + std::time::Duration::from_secs(2);
+        let mut status = None;
         while asked && wall() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
+            if let Ok(Some(s)) = self.child.try_wait() {
+                status = Some(s);
+                break;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        if asked {
-            eprintln!(
-                "peer {} did not stop within 2 s of SIGTERM; killed",
-                self.0.id()
-            );
+        let failure = match status {
+            // The echo process keeps SIGTERM's default action: ending by it is its clean stop.
+            Some(s) if s.success() || s.signal() == Some(libc::SIGTERM) => None,
+            Some(s) => Some(format!("peer {pid} exited with {s} after SIGTERM")),
+            None => {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                Some(if asked {
+                    format!("peer {pid} did not stop within 2 s of SIGTERM; killed")
+                } else {
+                    format!("peer {pid} had already exited")
+                })
+            }
+        };
+        let stderr = self.take_stderr();
+        if let Some(failure) = failure {
+            eprintln!("{failure}; its stderr:\n{}", stderr.trim_end());
         }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -364,5 +426,25 @@ mod tests {
         encode_frames(0, 4, FRAMES_RKEY, &data, &mut bad);
         bad[at] ^= 0xff; // the frame's magic
         assert!(sink_frames(&mut std::io::Cursor::new(bad)).is_err());
+    }
+
+    /// A peer that fails before it prints its address is reported with what it wrote to
+    /// stderr; one that starts gives its address and pid.
+    #[test]
+    fn a_peer_that_does_not_start_is_reported_with_its_stderr() {
+        let sh = Path::new("/bin/sh");
+        let err = match Proc::start(sh, &["-c", "echo 'pool is corrupt' >&2; exit 3"]) {
+            Err(e) => e,
+            Ok(_) => panic!("a peer that printed no address started"),
+        };
+        assert!(err.contains("did not start: pool is corrupt"), "{err}");
+        let peer = Proc::start(sh, &["-c", "echo listening on 127.0.0.1:9; exec sleep 30"])
+            .expect("a peer that printed its address");
+        assert_eq!(peer.addr(), "127.0.0.1:9");
+        assert!(peer.pid() > 0);
+        // Dropping it stops it by SIGTERM (sleep's default action), within the 2 s.
+        let t = wall();
+        drop(peer);
+        assert!(wall() - t < std::time::Duration::from_secs(2));
     }
 }
