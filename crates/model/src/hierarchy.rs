@@ -644,15 +644,8 @@ impl MemoryHierarchy {
             let t = t.max(ls.floor_wpq);
             ls.floor_wpq = t;
             for &(id, seq) in &recs {
-                let r = self.records[id as usize].as_mut().filter(|r| r.seq == seq);
-                let r = r.expect("LLC list holds live records");
-                // Out of the LLC group, the record needs its own queue entry (only the
-                // group's newest record had one).
-                r.t_wpq = r.t_wpq.min(t);
-                r.in_llc = false;
-                let t_wpq = r.t_wpq;
-                self.schedule_persist(t_wpq, id);
-                self.llc_count -= 1;
+                let live = self.leave_llc(id, seq, t);
+                assert!(live, "LLC list holds live records");
                 self.stats.clwb_lines += 1;
             }
             self.fence_until = self.fence_until.max(t);
@@ -833,6 +826,21 @@ impl MemoryHierarchy {
     }
 
     /// Keeps an emptied LLC group's allocation for the next dirty line (a bounded pool).
+    /// Record `(id, seq)` leaves the LLC, written back to reach the WPQ by `t` (or its
+    /// earlier eviction time). Out of its LLC group the record needs its own queue entry:
+    /// only the group's newest record had one. False if the record is no longer alive.
+    fn leave_llc(&mut self, id: u32, seq: u64, t: Instant) -> bool {
+        let Some(r) = self.records[id as usize].as_mut().filter(|r| r.seq == seq) else {
+            return false;
+        };
+        r.in_llc = false;
+        r.t_wpq = r.t_wpq.min(t);
+        let t_wpq = r.t_wpq;
+        self.llc_count -= 1;
+        self.schedule_persist(t_wpq, id);
+        true
+    }
+
     fn recycle_group(&mut self, mut group: Vec<RecRef>) {
         if group.capacity() > 0 && self.spare_groups.len() < 1024 {
             group.clear();
@@ -1008,18 +1016,7 @@ impl MemoryHierarchy {
         if !ls.llc.is_empty() {
             let group = std::mem::take(&mut ls.llc);
             for &(gid, gseq) in &group {
-                if let Some(r) = self.records[gid as usize]
-                    .as_mut()
-                    .filter(|r| r.seq == gseq)
-                {
-                    r.in_llc = false;
-                    self.llc_count -= 1;
-                    // Out of the LLC group, the record needs its own queue entry (only the
-                    // group's newest record had one).
-                    r.t_wpq = r.t_wpq.min(t);
-                    let t_wpq = r.t_wpq;
-                    self.schedule_persist(t_wpq, gid);
-                }
+                self.leave_llc(gid, gseq, t);
             }
             self.recycle_group(group);
         }
