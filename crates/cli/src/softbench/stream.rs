@@ -80,6 +80,8 @@ fn push_tail(s: &TcpStream) -> Result<(), String> {
 /// One run of raw TCP streaming of `msg_bytes`-byte messages (as long as a 64-byte WRITE
 /// on the wire), written 64 at a time, timed until the echo process acknowledges having
 /// read them all.
+// Not inlined: `scripts/callgrind.sh stream` takes its instructions out of the client's.
+#[inline(never)]
 fn raw_stream_run(
     echo: &str,
     writes: u64,
@@ -148,6 +150,8 @@ pub(super) fn encode_frames(
 /// [`sink_frames`](super::peers::sink_frames); timed until the sink acknowledges the last
 /// WRITE. What is left out of the soft RNIC is its model: queue pairs, work requests and
 /// completions, PSNs and acknowledgements, and the memory hierarchy.
+// Not inlined: `scripts/callgrind.sh stream` takes its instructions out of the client's.
+#[inline(never)]
 fn frames_stream_run(echo: &str, writes: u64) -> Result<(f64, u64, u64, u64), String> {
     let data = remora_model::bytes::Bytes::copy_from(&[0x5au8; 64]);
     let mut s = TcpStream::connect(echo).map_err(|e| e.to_string())?;
@@ -229,7 +233,11 @@ pub(super) fn stream_side_by_side(
     let echo = Proc::start(exe, &["bench", "echo"])?;
     let pool = pool_dir.join("stream.pm");
     let server = start_server(exe, &pool, "DMP+noDDIO+PM-RQWRB")?;
-    let (echo_addr, addr, pid) = (echo.1.clone(), server.1.clone(), server.0.id());
+    let (echo_addr, addr, pid) = (
+        echo.addr().to_string(),
+        server.addr().to_string(),
+        server.pid(),
+    );
     let runs = crate::killloop::run_client(async move {
         let (node, _c, mut client) =
             remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
