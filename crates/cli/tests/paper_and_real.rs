@@ -519,6 +519,16 @@ fn bench_soft_reports_latency_and_cpu_per_method() {
             .unwrap(),
     );
     let both_mean = mean_of(both);
+    // The both-sides ping-pong's CPU per round trip, client and echo.
+    let both_cpu: f64 = both
+        .split("CPU per round trip ")
+        .nth(1)
+        .map(|t| {
+            t.split(" µs ")
+                .filter_map(|w| w.split(' ').next_back()?.parse::<f64>().ok())
+                .sum()
+        })
+        .unwrap_or_else(|| panic!("no CPU in {both}"));
     // Every series took its samples in rounds, and the processes sat where the default
     // placement puts them (two CPUs: the benchmark on one, its peers on the other).
     assert!(s.contains("Interleaved: 2 rounds"), "{s}");
@@ -573,6 +583,14 @@ fn bench_soft_reports_latency_and_cpu_per_method() {
         let tol = |pred: f64| 0.005 + 0.05 / pred + 0.05 * mean / (pred * pred) + 1e-9;
         assert!((ratio_strict - mean / strict).abs() <= tol(strict), "{r:?}");
         assert!((ratio_io - mean / via_io).abs() <= tol(via_io), "{r:?}");
+        // The attribution's miss, and the model's CPU: both sides' CPU per append less the
+        // both-sides ping-pong's per round trip (to the rounding of the printed figures).
+        let (miss, model_cpu): (f64, f64) = (r[15].parse().unwrap(), r[16].parse().unwrap());
+        assert!((miss - (mean - via_io)).abs() <= 0.16, "{r:?}");
+        assert!(
+            (model_cpu - (client + server - both_cpu)).abs() <= 0.03,
+            "{r:?}: ping-pong CPU {both_cpu}"
+        );
     }
 }
 
