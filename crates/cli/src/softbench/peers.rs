@@ -280,25 +280,21 @@ impl Proc {
         });
         let mut line = String::new();
         let read = BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line);
-        let mut peer = Proc {
-            child,
-            addr: String::new(),
-            stderr: Some(stderr),
-        };
         match line.trim().strip_prefix("listening on ") {
-            Some(addr) if read.is_ok() => {
-                peer.addr = addr.to_string();
-                Ok(peer)
-            }
+            Some(addr) if read.is_ok() => Ok(Proc {
+                child,
+                addr: addr.to_string(),
+                stderr: Some(stderr),
+            }),
             _ => {
                 // It printed no address: it failed or is about to; its stderr says why.
-                let _ = peer.child.kill();
-                let _ = peer.child.wait();
+                let _ = child.kill();
+                let _ = child.wait();
                 Err(format!(
                     "`{} {}` did not start: {}",
                     exe.display(),
                     args.join(" "),
-                    peer.take_stderr().trim()
+                    stderr.join().unwrap_or_default().trim()
                 ))
             }
         }
@@ -329,11 +325,18 @@ impl Drop for Proc {
     fn drop(&mut self) {
         use std::os::unix::process::ExitStatusExt as _;
         let pid = self.child.id();
-        // SAFETY: kill(2) with a child's pid that has not been reaped yet, so it cannot be
-        // another process's.
-        let asked = unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) } == 0;
-        let deadline = wall() + std::time::Duration::from_secs(2);
         let mut status = None;
+        let mut asked = false;
+        // One that has already ended is not signalled: once reaped, its pid may be
+        // another process's.
+        if let Ok(Some(s)) = self.child.try_wait() {
+            status = Some(s);
+        } else {
+            // SAFETY: kill(2) with the pid of a child that try_wait found still running
+            // and that nothing else reaps, so it is still ours.
+            asked = unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) } == 0;
+        }
+        let deadline = wall() + std::time::Duration::from_secs(2);
         while asked && wall() < deadline {
             if let Ok(Some(s)) = self.child.try_wait() {
                 status = Some(s);
@@ -344,14 +347,15 @@ impl Drop for Proc {
         let failure = match status {
             // The echo process keeps SIGTERM's default action: ending by it is its clean stop.
             Some(s) if s.success() || s.signal() == Some(libc::SIGTERM) => None,
-            Some(s) => Some(format!("peer {pid} exited with {s} after SIGTERM")),
+            Some(s) if asked => Some(format!("peer {pid} exited with {s} after SIGTERM")),
+            Some(s) => Some(format!("peer {pid} had already exited, with {s}")),
             None => {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
                 Some(if asked {
                     format!("peer {pid} did not stop within 2 s of SIGTERM; killed")
                 } else {
-                    format!("peer {pid} had already exited")
+                    format!("peer {pid} could not be sent SIGTERM; killed")
                 })
             }
         };
