@@ -825,7 +825,6 @@ impl MemoryHierarchy {
         self.release(id);
     }
 
-    /// Keeps an emptied LLC group's allocation for the next dirty line (a bounded pool).
     /// Record `(id, seq)` leaves the LLC, written back to reach the WPQ by `t` (or its
     /// earlier eviction time). Out of its LLC group the record needs its own queue entry:
     /// only the group's newest record had one. False if the record is no longer alive.
@@ -841,6 +840,7 @@ impl MemoryHierarchy {
         true
     }
 
+    /// Keeps an emptied LLC group's allocation for the next dirty line (a bounded pool).
     fn recycle_group(&mut self, mut group: Vec<RecRef>) {
         if group.capacity() > 0 && self.spare_groups.len() < 1024 {
             group.clear();
