@@ -152,11 +152,16 @@ else
             die "a peer of the $n-WRITE run was killed before it wrote its profile"
         fi
     done
-    side() { # $1: run directory, $2: the command-line word that names the side
+    side_file() { # $1: run directory, $2: the command-line word that names the side
         local files
         mapfile -t files < <(grep -l "^cmd:.* $2" "$1"/cg.* 2>/dev/null || true)
         [ "${#files[@]}" -eq 1 ] || die "expected one callgrind file of '$2' in $1, found ${#files[@]}"
-        total "${files[0]}"
+        echo "${files[0]}"
+    }
+    side() { # $1: run directory, $2: as side_file's
+        local file
+        file=$(side_file "$1" "$2") || exit 1
+        total "$file"
     }
     # The client's figure leaves out the raw and model-free streams the benchmark runs in
     # the same process (both functions are kept out of line for this).
@@ -166,13 +171,11 @@ else
                  END { print n + 0 }'
     }
     client() { # $1: run directory
-        local files
-        mapfile -t files < <(grep -l "^cmd:.* bench soft" "$1"/cg.* 2>/dev/null || true)
-        [ "${#files[@]}" -eq 1 ] || die "expected one callgrind file of the client in $1"
-        local all cmp
-        all=$(total "${files[0]}")
-        cmp=$(comparisons "${files[0]}")
-        [ "$cmp" -gt 0 ] || die "no raw or frame stream found in ${files[0]}"
+        local file all cmp
+        file=$(side_file "$1" "bench soft") || exit 1
+        all=$(total "$file")
+        cmp=$(comparisons "$file")
+        [ "$cmp" -gt 0 ] || die "no raw or frame stream found in $file"
         echo $((all - cmp))
     }
     s1=$(side "$out/stream.10000" serve)

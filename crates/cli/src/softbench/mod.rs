@@ -214,10 +214,11 @@ pub fn run(
     // a model of a hardware RNIC does not have; the rest of the strict miss is the I/O path.
     let mut via_io = profile.clone();
     via_io.network.nic_rtt_ns = (both_mean * 1e3) as u64;
+    // CPU per round trip of that I/O path (both sides): what an append's CPU is set against.
+    let io_cpu = both_cpu.0 + both_cpu.1;
     let _ = writeln!(
         out,
-        "Model check: the `loopback` profile is the default one with its NIC round trip set to the raw ping-pong's mean, {raw_mean:.1} µs (the only measured input); the simulator runs each method with it and predicts its mean latency. Attribution (last two columns): the same profile with the round trip of the soft RNIC's own I/O path, the both-sides executor ping-pong's mean {both_mean:.1} µs; what that still misses is the soft RNIC's CPU per packet and message, which a model of hardware does not have. The last two columns put the two side by side: that miss in microseconds, and the CPU both sides spent per append beyond what they spent per round trip of the both-sides executor ping-pong (the same I/O path without the model), {:.2} µs. Where the CPU covers the miss, the stage the model gets wrong is the RNIC's own processing, which here is software.\n",
-        both_cpu.0 + both_cpu.1
+        "Model check: the `loopback` profile is the default one with its NIC round trip set to the raw ping-pong's mean, {raw_mean:.1} µs (the only measured input); the simulator runs each method with it and predicts its mean latency. Attribution (the two I/O-path columns): the same profile with the round trip of the soft RNIC's own I/O path, the both-sides executor ping-pong's mean {both_mean:.1} µs; what that still misses is the soft RNIC's CPU per packet and message, which a model of hardware does not have. The last two columns put the two side by side: that miss in microseconds, and the CPU both sides spent per append beyond what they spent per round trip of the both-sides executor ping-pong (the same I/O path without the model), {io_cpu:.2} µs. Where the CPU covers the miss, the stage the model gets wrong is the RNIC's own processing, which here is software.\n"
     );
     let _ = writeln!(out, "Client and server CPU: each process's CPU time (user + system) per append, to compare with the raw ping-pong's per round trip. The added microseconds (p50 − raw p50) are what the stack costs per round trip over the floor; the ratio also moves with the floor itself.\n");
     let _ = writeln!(out, "| server | method | mean µs | p50 µs | p99 µs | ≥ 1 ms | p50 / raw p50 | p50 − raw p50 µs | client CPU µs | server CPU µs | simulator (loopback profile) mean µs | measured / predicted | simulator, I/O-path round trip, mean µs | measured / that | mean − that µs | soft RNIC CPU per append µs |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
@@ -237,7 +238,7 @@ pub fn run(
         };
         let (predicted, predicted_io) = (predict(&profile), predict(&via_io));
         // The model's CPU: both sides' CPU per append beyond the I/O path's per round trip.
-        let model_cpu = client_cpu + server_cpu - (both_cpu.0 + both_cpu.1);
+        let model_cpu = client_cpu + server_cpu - io_cpu;
         let _ = writeln!(out, "| {config} | {method} | {mean:.1} | {p50:.1} | {p99:.1} | {slow} | {:.2} | {:.1} | {client_cpu:.2} | {server_cpu:.2} | {predicted:.1} | {:.2} | {predicted_io:.1} | {:.2} | {:.1} | {model_cpu:.2} |", p50 / raw_p50, p50 - raw_p50, mean / predicted, mean / predicted_io, mean - predicted_io);
     }
     let _ = writeln!(out);
