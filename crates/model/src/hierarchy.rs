@@ -155,8 +155,9 @@ pub struct MemoryHierarchy {
     records: Vec<Option<Record>>,
     free: Vec<u32>,
     next_seq: u64,
-    /// Records waiting to become visible, in `t_visible` order.
-    vis_fifo: VecDeque<(u32, u64)>,
+    /// Records waiting to become visible, in `t_visible` order, each with its `t_visible`
+    /// (so [`advance`](Self::advance) sees whether one is due without looking it up).
+    vis_fifo: VecDeque<(Instant, u32, u64)>,
     /// PM records waiting to reach the WPQ (lazy deletion on change).
     persist: PersistQueue,
     lines: LineMap<LineState>,
@@ -311,16 +312,20 @@ impl MemoryHierarchy {
     pub fn advance(&mut self, now: Instant) {
         assert!(now >= self.now, "hierarchy time went backwards");
         self.now = now;
-        // Nothing in flight is the common case between a real-time server's round trips,
-        // and the call sites are many: no call, no frame, for it.
-        if !self.vis_fifo.is_empty() || !self.persist.is_empty() {
+        // Nothing due is the common case (nothing in flight between a real-time server's
+        // round trips; the WRITEs of one train arrive at one instant), and the call sites
+        // are many: no call, no frame, for it. (A queue's stale entry, whose record is
+        // gone, keeps its time and is dropped once that time comes.)
+        let due = self.vis_fifo.front().is_some_and(|&(t, _, _)| t <= now)
+            || self.persist.peek().is_some_and(|(t, _, _, _)| t <= now);
+        if due {
             self.advance_records(now);
         }
     }
 
     /// [`advance`](Self::advance) with records in flight.
     fn advance_records(&mut self, now: Instant) {
-        while let Some(&(id, seq)) = self.vis_fifo.front() {
+        while let Some(&(_, id, seq)) = self.vis_fifo.front() {
             let Some(r) = self.rec(id, seq) else {
                 self.vis_fifo.pop_front();
                 continue;
@@ -390,7 +395,7 @@ impl MemoryHierarchy {
         let vis = self
             .vis_fifo
             .iter()
-            .find_map(|&(id, seq)| self.rec(id, seq).map(|r| r.t_visible));
+            .find_map(|&(_, id, seq)| self.rec(id, seq).map(|r| r.t_visible));
         let per = self.persist.peek().map(|(t, _, _, _)| t);
         match (vis, per) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -431,7 +436,7 @@ impl MemoryHierarchy {
             self.max_dma_visible = self.max_dma_visible.max(visible);
             let id = self.new_record(space, addr_i, &data[done..done + n], arrive, visible);
             self.vis_fifo
-                .push_back((id, self.records[id as usize].as_ref().unwrap().seq));
+                .push_back((visible, id, self.records[id as usize].as_ref().unwrap().seq));
             if space == Space::Pm {
                 self.stats.dma_lines += 1;
                 // Under WSP reaching the RNIC is entry into the persistence domain.
@@ -508,7 +513,7 @@ impl MemoryHierarchy {
         let len = out.len();
         self.read_visible(space, addr, out);
         let end = addr + len as u64;
-        for &(id, seq) in &self.vis_fifo {
+        for &(_, id, seq) in &self.vis_fifo {
             let Some(r) = self.records[id as usize].as_ref().filter(|r| r.seq == seq) else {
                 continue;
             };
@@ -721,7 +726,7 @@ impl MemoryHierarchy {
         let mut vis = vec![0u8; len];
         self.pm_visible.read_over(addr, &mut vis, &*self.media);
         img.read_vec(addr, len) == vis
-            && !self.vis_fifo.iter().any(|&(id, seq)| {
+            && !self.vis_fifo.iter().any(|&(_, id, seq)| {
                 self.records[id as usize]
                     .as_ref()
                     .filter(|r| r.seq == seq && r.space == Space::Pm)

@@ -35,6 +35,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 mod flush;
+mod outbox;
 mod requester;
 mod responder;
 mod transport;
@@ -325,7 +326,7 @@ pub struct Rnic {
     /// serves connection after connection keeps a bounded table).
     free_cqs: Vec<u32>,
     free_qps: Vec<u32>,
-    outbox: VecDeque<(Instant, Packet)>,
+    outbox: outbox::Outbox,
     doorbells: Vec<QpNum>,
     tx_free: Instant,
     timers: BinaryHeap<Reverse<(Instant, u64, Timer)>>,
@@ -402,7 +403,7 @@ impl Rnic {
             qps: Vec::new(),
             free_cqs: Vec::new(),
             free_qps: Vec::new(),
-            outbox: VecDeque::new(),
+            outbox: outbox::Outbox::default(),
             doorbells: Vec::new(),
             tx_free: Instant::ZERO,
             timers: BinaryHeap::new(),
@@ -757,7 +758,8 @@ impl Rnic {
                 "operation needs a remote address and rkey",
             ));
         }
-        if wr.local.len() > MAX_MESSAGE {
+        let len = wr.local.len();
+        if len > MAX_MESSAGE {
             return Err(VerbsError::Invalid("message longer than 2^31 bytes"));
         }
         let needs_result_buffer = matches!(
@@ -783,7 +785,6 @@ impl Rnic {
                 "FLUSH and ATOMIC WRITE carry no local payload",
             ));
         }
-        let len = wr.local.len();
         let fetched = !matches!(wr.local, Payload::Sge(_));
         let id = wr.wr_id;
         let q = &mut self.qps[qp.0 as usize];
@@ -871,7 +872,21 @@ impl Rnic {
     /// The next packet to put on the wire and the earliest time it may leave. Call
     /// [`process_doorbells`](Self::process_doorbells) first.
     pub fn poll_transmit(&mut self) -> Option<(Instant, Packet)> {
-        self.outbox.pop_front()
+        self.outbox.pop()
+    }
+
+    /// The packet [`poll_transmit`](Self::poll_transmit) would return next, left where it
+    /// lies, and whether no packet behind it may leave earlier (then it is the earliest to
+    /// leave, and a runtime that sends by departure time can take it without looking
+    /// further). Take it with [`discard_transmit`](Self::discard_transmit): a runtime that
+    /// encodes it in place saves moving it out.
+    pub fn peek_transmit(&self) -> Option<(Instant, &Packet, bool)> {
+        self.outbox.front()
+    }
+
+    /// Drops the packet [`peek_transmit`](Self::peek_transmit) showed (the runtime took it).
+    pub fn discard_transmit(&mut self) {
+        self.outbox.discard_front();
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must next be called.

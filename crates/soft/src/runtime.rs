@@ -145,13 +145,49 @@ impl State {
         queued
     }
 
+    /// What [`hold_transmitted`](Self::hold_transmitted) and the step's loop over the held
+    /// packets would do, without moving a packet: while none is held and the RNIC's outbox
+    /// is in departure order, its front is the earliest packet, so it is encoded where it
+    /// lies once the model's clock is at its departure (jumping it there, as the step does,
+    /// at most [`JUMP`] ahead). A stream's packets, made in posting order, all go this way.
+    /// Returns how many were queued; what is left goes by the held queue.
+    fn send_in_order(&mut self, now: &mut Instant) -> usize {
+        let mut queued = 0;
+        while self.held.is_empty() {
+            let Some((ready, _, true)) = self.rnic.peek_transmit() else {
+                break;
+            };
+            if ready > *now + JUMP {
+                break;
+            }
+            if ready > *now {
+                *now = ready;
+                self.model_now = ready;
+                // The hierarchy reaches the departure first. What this makes goes behind
+                // the packet (a packet that would overtake it breaks the order, and the rest
+                // goes by the held queue).
+                self.rnic.handle_timeout(ready);
+            }
+            let (_, pkt, _) = self.rnic.peek_transmit().expect("peeked");
+            queue_on(&self.peers, &mut self.stats, pkt);
+            self.rnic.discard_transmit();
+            queued += 1;
+        }
+        queued
+    }
+
     /// Encodes a packet that is due onto its connection's output. It leaves at the next
     /// flush, which comes after the step's `sync_media`.
     fn queue(&mut self, pkt: &Packet) {
-        if let Some(conn) = self.peers.get(&pkt.dst) {
-            conn.queue(pkt);
-            self.stats.sent += 1;
-        }
+        queue_on(&self.peers, &mut self.stats, pkt);
+    }
+}
+
+/// [`State::queue`] on the state's connections and counters (borrowed apart from its RNIC).
+fn queue_on(peers: &BTreeMap<NodeId, Rc<Conn>>, stats: &mut NetStats, pkt: &Packet) {
+    if let Some(conn) = peers.get(&pkt.dst) {
+        conn.queue(pkt);
+        stats.sent += 1;
     }
 }
 
@@ -671,6 +707,7 @@ impl RtNode {
         let next = loop {
             st.rnic.handle_timeout(now);
             st.rnic.process_doorbells(now);
+            queued += st.send_in_order(&mut now);
             queued += st.hold_transmitted(now);
             // Take what is due, jumping the model's clock over short waits: the hierarchy
             // reaches a packet's departure (writing the pool file, synced below) first.

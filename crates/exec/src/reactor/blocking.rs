@@ -80,11 +80,25 @@ const MIN_WAIT: Duration = Duration::from_micros(50);
 /// Bytes one blocking receive may take (as much as the soft RNIC's readers ask for).
 const STASH_BYTES: usize = 64 << 10;
 
-// fcntl(2) commands the libc crate does not name for x86_64 and aarch64 glibc (the values
-// of asm-generic, which x86_64 and aarch64 use; parisc, for one, differs).
+// fcntl(2) commands the libc crate does not name for glibc: the values of
+// asm-generic/fcntl.h. They hold only on the architectures whose fcntl.h takes them from
+// asm-generic (alpha, mips, parisc and sparc define their own); elsewhere the executor never
+// arms a socket (`SourceWait::arm` refuses) and waits in epoll alone.
 const F_SETSIG: libc::c_int = 10;
 const F_SETOWN_EX: libc::c_int = 15;
 const F_OWNER_TID: libc::c_int = 0;
+/// Whether [`F_SETSIG`], [`F_SETOWN_EX`] and [`F_OWNER_TID`] are this architecture's.
+const ASM_GENERIC_FCNTL: bool = cfg!(any(
+    target_arch = "x86_64",
+    target_arch = "x86",
+    target_arch = "aarch64",
+    target_arch = "arm",
+    target_arch = "riscv64",
+    target_arch = "loongarch64",
+    target_arch = "powerpc64",
+    target_arch = "powerpc",
+    target_arch = "s390x",
+));
 
 /// `struct f_owner_ex` of fcntl(2).
 #[repr(C)]
@@ -201,6 +215,14 @@ impl SourceWait {
     /// Sets or clears `O_ASYNC` (the first time also the owner thread and the signal).
     fn arm(&self, on: bool) -> io::Result<()> {
         let fd = self.fd;
+        if on && !ASM_GENERIC_FCNTL {
+            // Another value of a command could be another command: better no blocking
+            // receives than a wrong fcntl.
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "F_SETSIG and F_SETOWN_EX are not known on this architecture",
+            ));
+        }
         // SAFETY: fcntl(2) on a registered descriptor, with a valid `f_owner_ex`.
         unsafe {
             if on && !self.owned.get() {

@@ -48,11 +48,6 @@ impl PersistQueue {
         self.sorted.insert(at, k);
     }
 
-    /// Whether no record waits.
-    pub(super) fn is_empty(&self) -> bool {
-        self.heap.is_empty() && self.sorted.is_empty()
-    }
-
     /// The first entry, and whether it is the sorted part's (else the heap's).
     fn front(&self) -> Option<(PersistKey, bool)> {
         match (self.heap.peek(), self.sorted.front()) {

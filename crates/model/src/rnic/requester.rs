@@ -9,7 +9,7 @@ impl Rnic {
     pub(super) fn pump(&mut self, now: Instant, qpn: QpNum) {
         let iwarp = self.config.transport == Transport::IWarp;
         loop {
-            let q = &mut self.qps[qpn.0 as usize];
+            let q = &self.qps[qpn.0 as usize];
             if q.state != QpState::Rts || q.rnr_waiting || q.next_send >= q.sq.len() {
                 break;
             }
@@ -19,135 +19,55 @@ impl Rnic {
                 break;
             }
             let op = w.wr.opcode;
-            let (remote_node, remote_qp) = match w.wr.ud {
-                Some(d) => (d.node, d.qpn),
-                None => q.remote.expect("RTS QP is connected"),
-            };
-            let unreliable = q.attr.qp_type != QpType::Rc;
             // Fetch the payload from local memory (a DMA read over PCIe) unless inline.
-            let mut fetch = Duration::ZERO;
-            if !self.qps[qpn.0 as usize].sq[idx].fetched {
-                let w = &self.qps[qpn.0 as usize].sq[idx];
-                if let Payload::Sge(sge) = w.wr.local {
-                    if !op.is_non_posted() || op == Opcode::NonPostedWrite {
-                        match self.check_local(qpn, sge, Access::NONE) {
-                            Ok(space) => {
-                                fetch = self.pcie + self.pcie;
-                                let hier = &mut self.hier;
-                                let bytes = Bytes::filled(sge.len as usize, |buf| {
-                                    hier.read_ordered_into(space, sge.addr, buf)
-                                });
-                                self.qps[qpn.0 as usize].sq[idx].wr.local = Payload::Inline(bytes);
-                            }
-                            Err(status) => {
-                                self.complete_with_error(now, qpn, idx, status);
-                                return;
-                            }
-                        }
-                    }
-                }
-                self.qps[qpn.0 as usize].sq[idx].fetched = true;
-            }
-            let Some(flushed) = self.rflush_before_send(now, qpn, idx) else {
-                return;
+            let fetch = if w.fetched {
+                Duration::ZERO
+            } else {
+                let Some(fetch) = self.fetch_payload(now, qpn, idx) else {
+                    return;
+                };
+                fetch
+            };
+            let flushed = if matches!(op, Opcode::RFlush { .. }) {
+                let Some(flushed) = self.rflush_before_send(now, qpn, idx) else {
+                    return;
+                };
+                flushed
+            } else {
+                Instant::ZERO
             };
             let ready = (now + self.proc + fetch).max(self.tx_free).max(flushed);
             self.tx_free = ready;
-            let tx_done = ready + self.ext.wire_time(self.qps[qpn.0 as usize].sq[idx].len);
             let q = &mut self.qps[qpn.0 as usize];
+            let unreliable = q.attr.qp_type != QpType::Rc;
             let last = idx + 1 == q.sq.len();
+            let connected = q.remote;
             let w = &mut q.sq[idx];
+            let tx_done = ready + self.ext.wire_time(w.len);
+            let (remote_node, remote_qp) = match w.wr.ud {
+                Some(d) => (d.node, d.qpn),
+                None => connected.expect("RTS QP is connected"),
+            };
             let ack_req = w.wr.signaled || last || w.psn % ACK_EVERY == ACK_EVERY - 1;
-            let remote = w.wr.remote;
-            let data = match &w.wr.local {
-                Payload::Inline(b) => b.clone(),
-                _ => Bytes::EMPTY,
-            };
-            let body = match (op, remote) {
-                (Opcode::Write, Some(r)) => Body::Write {
-                    addr: r.addr,
-                    rkey: r.rkey,
-                    data,
-                    imm: None,
-                    ack_req,
-                },
-                (Opcode::WriteWithImm(imm), Some(r)) => Body::Write {
-                    addr: r.addr,
-                    rkey: r.rkey,
-                    data,
-                    imm: Some(imm),
-                    ack_req,
-                },
-                (Opcode::Send, _) => Body::Send {
-                    data,
-                    imm: None,
-                    ack_req,
-                },
-                (Opcode::SendWithImm(imm), _) => Body::Send {
-                    data,
-                    imm: Some(imm),
-                    ack_req,
-                },
-                (Opcode::Read, Some(r)) => Body::Read {
-                    addr: r.addr,
-                    rkey: r.rkey,
-                    len: w.len as u32,
-                },
-                (Opcode::CompareSwap { compare, swap }, Some(r)) => Body::Atomic {
-                    addr: r.addr,
-                    rkey: r.rkey,
-                    compare: Some(compare),
-                    operand: swap,
-                },
-                (Opcode::FetchAdd { add }, Some(r)) => Body::Atomic {
-                    addr: r.addr,
-                    rkey: r.rkey,
-                    compare: None,
-                    operand: add,
-                },
-                (Opcode::Flush { placement, len }, Some(r)) => Body::Flush {
-                    addr: r.addr,
-                    rkey: r.rkey,
-                    len,
-                    placement,
-                },
-                (Opcode::AtomicWrite { value }, Some(r)) => Body::NonPostedWrite {
-                    addr: r.addr,
-                    rkey: r.rkey,
-                    data: Bytes::copy_from(&value.to_le_bytes()),
-                    atomic: true,
-                },
-                (Opcode::NonPostedWrite, Some(r)) => Body::NonPostedWrite {
-                    addr: r.addr,
-                    rkey: r.rkey,
-                    data,
-                    atomic: false,
-                },
-                (Opcode::SFlush, _) => Body::SFlush {
-                    send_psn: w.sflush_of,
-                },
-                (Opcode::RFlush { imm, .. }, _) => Body::Send {
-                    data: Bytes::EMPTY,
-                    imm: Some(imm),
-                    ack_req,
-                },
-                (_, None) => unreachable!("post_send checked the remote address"),
-            };
-            let body = transport::datagram(body, w.wr.ud);
+            let body = request_body(w, ack_req);
             w.sent = true;
-            let psn = w.psn;
-            let wr_id = w.wr.wr_id;
-            if op.is_non_posted() {
-                q.outstanding_np += 1;
-            } else if iwarp {
+            let (psn, wr_id) = (w.psn, w.wr.wr_id);
+            if iwarp && !op.is_non_posted() {
                 // iWARP: complete once the local transport has the data (seed 000 §3.2).
                 w.done = Some((WcStatus::Success, ready));
-            } else if unreliable {
+            } else if unreliable && !op.is_non_posted() {
                 // UC/UD: complete once the last byte is transmitted (seed 003 §2.4).
                 w.done = Some((WcStatus::Success, tx_done));
             }
+            if op.is_non_posted() {
+                q.outstanding_np += 1;
+            }
             q.next_send += 1;
-            self.outbox.push_back((
+            // The transport timer runs from when the last byte left, and a request sent
+            // while nothing else was outstanding is judged from its own departure, not by
+            // progress made before an idle period.
+            let idle = q.sq.iter().take(idx).all(|w| w.done.is_some());
+            self.outbox.push(
                 ready,
                 Packet {
                     src: self.id,
@@ -157,17 +77,41 @@ impl Rnic {
                     psn,
                     body,
                 },
-            ));
+            );
             self.stats.requests_sent += 1;
             self.event(ready, EventKind::Transmitted, qpn, wr_id);
-            // The transport timer runs from when the last byte left, and a request sent
-            // while nothing else was outstanding is judged from its own departure, not by
-            // progress made before an idle period.
-            let q = &self.qps[qpn.0 as usize];
-            let idle = q.sq.iter().take(idx).all(|w| w.done.is_some());
             self.arm_ack_timer(tx_done, idle, qpn);
         }
         self.retire(now, qpn);
+    }
+
+    /// Reads request `idx`'s SGE payload from local memory into the request (a DMA read
+    /// over PCIe), once, before it is first sent; READ and atomics keep their SGE, where the
+    /// results go. Returns the fetch's time, or `None` after failing the request.
+    fn fetch_payload(&mut self, now: Instant, qpn: QpNum, idx: usize) -> Option<Duration> {
+        let w = &self.qps[qpn.0 as usize].sq[idx];
+        let op = w.wr.opcode;
+        let mut fetch = Duration::ZERO;
+        if let Payload::Sge(sge) = w.wr.local {
+            if !op.is_non_posted() || op == Opcode::NonPostedWrite {
+                match self.check_local(qpn, sge, Access::NONE) {
+                    Ok(space) => {
+                        fetch = self.pcie + self.pcie;
+                        let hier = &mut self.hier;
+                        let bytes = Bytes::filled(sge.len as usize, |buf| {
+                            hier.read_ordered_into(space, sge.addr, buf)
+                        });
+                        self.qps[qpn.0 as usize].sq[idx].wr.local = Payload::Inline(bytes);
+                    }
+                    Err(status) => {
+                        self.complete_with_error(now, qpn, idx, status);
+                        return None;
+                    }
+                }
+            }
+        }
+        self.qps[qpn.0 as usize].sq[idx].fetched = true;
+        Some(fetch)
     }
 
     pub(super) fn check_local(
@@ -334,32 +278,36 @@ impl Rnic {
     pub(super) fn retire(&mut self, now: Instant, qpn: QpNum) {
         loop {
             let q = &mut self.qps[qpn.0 as usize];
-            let Some(Wqe {
-                done: Some((status, at)),
-                ..
-            }) = q.sq.front()
-            else {
-                break;
-            };
-            let (status, at) = (*status, *at);
-            let w = q.sq.front().expect("just seen");
-            let wc = (w.wr.signaled || status != WcStatus::Success).then(|| WorkCompletion {
-                wr_id: w.wr.wr_id,
-                status,
-                opcode: WcOpcode::of(w.wr.opcode),
-                byte_len: w.len as u32,
-                imm: None,
-                qp: qpn,
-                src: None,
-            });
-            // Dropped where it lies: moving a work request out only to drop it is a copy
-            // of the whole request (192 bytes) per WRITE.
-            q.sq.drain(..1);
-            q.next_send = q.next_send.saturating_sub(1);
-            let cq = q.send_cq;
-            if let Some(wc) = wc {
-                self.push_cqe(now, at, cq, wc);
+            // The run of finished requests at the front, up to and including the first that
+            // makes a completion (unsignaled successes make none), goes in one drain:
+            // dropped where they lie, which for a stream is most requests at once.
+            let mut run = 0;
+            let mut wc = None;
+            for w in &q.sq {
+                let Some((status, at)) = w.done else { break };
+                run += 1;
+                if w.wr.signaled || status != WcStatus::Success {
+                    let c = WorkCompletion {
+                        wr_id: w.wr.wr_id,
+                        status,
+                        opcode: WcOpcode::of(w.wr.opcode),
+                        byte_len: w.len as u32,
+                        imm: None,
+                        qp: qpn,
+                        src: None,
+                    };
+                    wc = Some((c, at));
+                    break;
+                }
             }
+            if run == 0 {
+                return;
+            }
+            q.sq.drain(..run);
+            q.next_send = q.next_send.saturating_sub(run);
+            let cq = q.send_cq;
+            let Some((c, at)) = wc else { return };
+            self.push_cqe(now, at, cq, c);
         }
     }
 
@@ -444,5 +392,87 @@ impl Rnic {
             };
             self.push_cqe(now, at, cq, wc);
         }
+    }
+}
+
+/// The packet body that carries request `w` (its payload fetched), with the AckReq bit.
+fn request_body(w: &Wqe, ack_req: bool) -> Body {
+    let data = match &w.wr.local {
+        Payload::Inline(b) => b.clone(),
+        _ => Bytes::EMPTY,
+    };
+    let body = match (w.wr.opcode, w.wr.remote) {
+        (Opcode::Write, Some(r)) => Body::Write {
+            addr: r.addr,
+            rkey: r.rkey,
+            data,
+            imm: None,
+            ack_req,
+        },
+        (Opcode::WriteWithImm(imm), Some(r)) => Body::Write {
+            addr: r.addr,
+            rkey: r.rkey,
+            data,
+            imm: Some(imm),
+            ack_req,
+        },
+        (Opcode::Send, _) => Body::Send {
+            data,
+            imm: None,
+            ack_req,
+        },
+        (Opcode::SendWithImm(imm), _) => Body::Send {
+            data,
+            imm: Some(imm),
+            ack_req,
+        },
+        (Opcode::Read, Some(r)) => Body::Read {
+            addr: r.addr,
+            rkey: r.rkey,
+            len: w.len as u32,
+        },
+        (Opcode::CompareSwap { compare, swap }, Some(r)) => Body::Atomic {
+            addr: r.addr,
+            rkey: r.rkey,
+            compare: Some(compare),
+            operand: swap,
+        },
+        (Opcode::FetchAdd { add }, Some(r)) => Body::Atomic {
+            addr: r.addr,
+            rkey: r.rkey,
+            compare: None,
+            operand: add,
+        },
+        (Opcode::Flush { placement, len }, Some(r)) => Body::Flush {
+            addr: r.addr,
+            rkey: r.rkey,
+            len,
+            placement,
+        },
+        (Opcode::AtomicWrite { value }, Some(r)) => Body::NonPostedWrite {
+            addr: r.addr,
+            rkey: r.rkey,
+            data: Bytes::copy_from(&value.to_le_bytes()),
+            atomic: true,
+        },
+        (Opcode::NonPostedWrite, Some(r)) => Body::NonPostedWrite {
+            addr: r.addr,
+            rkey: r.rkey,
+            data,
+            atomic: false,
+        },
+        (Opcode::SFlush, _) => Body::SFlush {
+            send_psn: w.sflush_of,
+        },
+        (Opcode::RFlush { imm, .. }, _) => Body::Send {
+            data: Bytes::EMPTY,
+            imm: Some(imm),
+            ack_req,
+        },
+        (_, None) => unreachable!("post_send checked the remote address"),
+    };
+    match w.wr.ud {
+        None => body,
+        ud => transport::datagram(body, ud),
     }
 }

@@ -53,7 +53,7 @@ impl Rnic {
                 psn,
                 body: Body::Ack,
             };
-            self.outbox.push_back((now + self.proc, ack));
+            self.outbox.push(now + self.proc, ack);
         }
         for w in rest.into_iter().chain(writes) {
             self.handle_packet(now, &w.to_packet(train));
@@ -80,7 +80,7 @@ impl Rnic {
     }
 
     pub(super) fn respond(&mut self, at: Instant, req: &Packet, body: Body) {
-        self.outbox.push_back((
+        self.outbox.push(
             at,
             Packet {
                 src: self.id,
@@ -90,7 +90,7 @@ impl Rnic {
                 psn: req.psn,
                 body,
             },
-        ));
+        );
     }
 
     /// Looks up a remote access: the MR must exist, belong to the QP's PD, grant `need`,
