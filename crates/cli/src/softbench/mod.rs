@@ -200,7 +200,7 @@ pub fn run(
     // 3. Streaming, raw and soft RNIC runs interleaved.
     let streams = stream_side_by_side(exe, stream_writes, &pool_dir);
     let _ = std::fs::remove_dir_all(&pool_dir);
-    let (raw_streams, soft_stream) = streams?;
+    let streams = streams?;
     // 4. Model check: the simulator with a loopback profile calibrated from the ping-pong.
     let mut profile = LatencyProfile::default_profile();
     profile.name = "loopback".into();
@@ -242,7 +242,7 @@ pub fn run(
         let _ = writeln!(out, "| {config} | {method} | {mean:.1} | {p50:.1} | {p99:.1} | {slow} | {:.2} | {:.1} | {client_cpu:.2} | {server_cpu:.2} | {predicted:.1} | {:.2} | {predicted_io:.1} | {:.2} | {:.1} | {model_cpu:.2} |", p50 / raw_p50, p50 - raw_p50, mean / predicted, mean / predicted_io, mean - predicted_io);
     }
     let _ = writeln!(out);
-    stream_report(&mut out, stream_writes, &raw_streams, &soft_stream);
+    stream_report(&mut out, stream_writes, &streams);
     let _ = writeln!(out, "Targets (issue 5): one-round-trip methods within 1.3x of the raw p50; streaming at least 0.7x of raw TCP; simulator within ±25% of the measured mean.");
     Ok(out)
 }
@@ -253,8 +253,8 @@ pub fn run_stream_only(exe: &Path, writes: u64, pool_dir: &Path) -> Result<Strin
     std::fs::create_dir_all(&pool_dir).map_err(|e| e.to_string())?;
     let r = stream_side_by_side(exe, writes, &pool_dir);
     let _ = std::fs::remove_dir_all(&pool_dir);
-    let (raw, soft) = r?;
+    let streams = r?;
     let mut out = format!("CPU idle: {}\n\n", cpu_idle());
-    stream_report(&mut out, writes, &raw, &soft);
+    stream_report(&mut out, writes, &streams);
     Ok(out)
 }
