@@ -160,20 +160,26 @@ impl State {
             if ready > *now + JUMP {
                 break;
             }
-            if ready > *now {
-                *now = ready;
-                self.model_now = ready;
-                // The hierarchy reaches the departure first. What this makes goes behind
-                // the packet (a packet that would overtake it breaks the order, and the rest
-                // goes by the held queue).
-                self.rnic.handle_timeout(ready);
-            }
+            // What this makes goes behind the packet (a packet that would overtake it
+            // breaks the order, and the rest goes by the held queue).
+            self.depart_at(now, ready);
             let (_, pkt, _) = self.rnic.peek_transmit().expect("peeked");
             queue_on(&self.peers, &mut self.stats, pkt);
             self.rnic.discard_transmit();
             queued += 1;
         }
         queued
+    }
+
+    /// Moves the model's clock `now` to a packet's departure at `ready` if that is later,
+    /// running what falls due by then: the hierarchy reaches the departure first (writing
+    /// the pool file, synced before the packet leaves).
+    fn depart_at(&mut self, now: &mut Instant, ready: Instant) {
+        if ready > *now {
+            *now = ready;
+            self.model_now = ready;
+            self.rnic.handle_timeout(ready);
+        }
     }
 
     /// Encodes a packet that is due onto its connection's output. It leaves at the next
@@ -717,11 +723,7 @@ impl RtNode {
                     break;
                 }
                 let (_, pkt) = st.held.pop_front().expect("peeked");
-                if ready > now {
-                    now = ready;
-                    st.model_now = now;
-                    st.rnic.handle_timeout(now);
-                }
+                st.depart_at(&mut now, ready);
                 st.queue(&pkt);
                 queued += 1;
                 // What the RNIC produced meanwhile may be due too (and must not wait for a

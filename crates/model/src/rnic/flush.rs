@@ -128,18 +128,16 @@ impl Rnic {
         Some(t)
     }
 
-    /// Before an RFlush's notification leaves: persists its range. Returns the earliest
-    /// departure (`Instant::ZERO` for any other request), or `None` after completing the
-    /// request with an error (the range is no longer a local PM region).
+    /// Before the notification of RFlush request `idx` leaves: persists its `range`.
+    /// Returns the earliest departure, or `None` after completing the request with an error
+    /// (the range is no longer a local PM region).
     pub(super) fn rflush_before_send(
         &mut self,
         now: Instant,
         qpn: QpNum,
         idx: usize,
+        range: Sge,
     ) -> Option<Instant> {
-        let Opcode::RFlush { range, .. } = self.qps[qpn.0 as usize].sq[idx].wr.opcode else {
-            return Some(Instant::ZERO);
-        };
         match self.check_local(qpn, range, Access::NONE) {
             Ok(Space::Pm) => Some(self.hier.flush_done(now, FlushPlacement::Persistence)),
             Ok(Space::Dram) => {

@@ -28,13 +28,14 @@ impl Rnic {
                 };
                 fetch
             };
-            let flushed = if matches!(op, Opcode::RFlush { .. }) {
-                let Some(flushed) = self.rflush_before_send(now, qpn, idx) else {
-                    return;
-                };
-                flushed
-            } else {
-                Instant::ZERO
+            let flushed = match op {
+                Opcode::RFlush { range, .. } => {
+                    let Some(flushed) = self.rflush_before_send(now, qpn, idx, range) else {
+                        return;
+                    };
+                    flushed
+                }
+                _ => Instant::ZERO,
             };
             let ready = (now + self.proc + fetch).max(self.tx_free).max(flushed);
             self.tx_free = ready;
