@@ -14,8 +14,9 @@
 # `method`: the same for one scenario at a time (`remotelog --server --method`), per
 # append = the difference / 2,000; by default the nine one-round-trip methods `bench soft`
 # times, three per configuration.
-# `stream`: `remora bench soft --stream-only` at 10,000 and 30,000 WRITEs per run (3 runs
-# each), every process under callgrind; per WRITE = the difference / 60,000. The client's
+# `stream`: `remora bench soft --stream-only` at 10,000 and 30,000 WRITEs per run (as many
+# runs as the report's "(N rounds" says), every process under callgrind; per WRITE = the
+# difference / (20,000 x N). The client's
 # figure leaves out the benchmark's raw and model-free streams, which run in its process.
 #
 # Under valgrind everything runs tens of times slower, so the soft RNIC's 20 µs CPU slice
@@ -178,11 +179,22 @@ else
         [ "$cmp" -gt 0 ] || die "no raw or frame stream found in $file"
         echo $((all - cmp))
     }
+    # The rounds each run made, from its own report: the divisor must follow the benchmark.
+    rounds() { # $1: run directory
+        local n
+        n=$(sed -n 's/^Streaming [0-9]* 64-byte messages (\([0-9]*\) rounds.*/\1/p' "$1/log")
+        [[ $n =~ ^[0-9]+$ ]] || die "no round count in $1/log"
+        echo "$n"
+    }
+    r1=$(rounds "$out/stream.10000")
+    r3=$(rounds "$out/stream.30000")
+    [ "$r1" = "$r3" ] || die "the two runs made $r1 and $r3 rounds"
+    writes=$((20000 * r1))
     s1=$(side "$out/stream.10000" serve)
     s3=$(side "$out/stream.30000" serve)
     c1=$(client "$out/stream.10000")
     c3=$(client "$out/stream.30000")
     printf '| side | instructions per 64-byte WRITE |\n|---|---|\n'
-    printf '| server (remora serve, DMP+noDDIO+PM-RQWRB) | %d |\n' $(((s3 - s1) / 60000))
-    printf '| client (bench soft, without its raw and frame streams) | %d |\n' $(((c3 - c1) / 60000))
+    printf '| server (remora serve, DMP+noDDIO+PM-RQWRB) | %d |\n' $(((s3 - s1) / writes))
+    printf '| client (bench soft, without its raw and frame streams) | %d |\n' $(((c3 - c1) / writes))
 fi
