@@ -52,9 +52,11 @@ impl Bytes {
                 buf,
             })
         } else {
-            let mut v = vec![0u8; len];
-            fill(&mut v);
-            Bytes(Repr::Shared(Arc::from(v)))
+            // Collected straight into the `Arc` (an exact-length iterator: one allocation,
+            // where a `Vec` turned into an `Arc` takes two and a copy).
+            let mut a: Arc<[u8]> = std::iter::repeat_n(0u8, len).collect();
+            fill(Arc::get_mut(&mut a).expect("a new Arc has no other owner"));
+            Bytes(Repr::Shared(a))
         }
     }
 }

@@ -2,7 +2,7 @@
 //! Hello, and runs the correct method for each update, step by step as the taxonomy says.
 
 use crate::taxonomy::{Item, Method, Primitive, Shape, Step, Taxonomy, Update};
-use crate::wire::{imm, Frame, FrameError, Hello};
+use crate::wire::{imm, Frame, FrameError, Hello, MAX_ENTRIES};
 use remora_verbs::*;
 use std::sync::Arc;
 
@@ -357,6 +357,9 @@ impl<V: Verbs> Client<V> {
                 Step::RqWriteAtomic(x) if item(*x).1.len() != 8 => {
                     return Err(unsuitable("ATOMIC WRITE carries exactly 8 bytes"));
                 }
+                Step::RqSend(xs) if xs.len() > MAX_ENTRIES => {
+                    return Err(unsuitable("more entries than one message carries"));
+                }
                 Step::RqSend(xs) => {
                     let len = Frame::apply_buffer_len(xs.iter().map(|x| item(*x).1.len()));
                     if len > hello.rq_slot_bytes as usize {
@@ -407,17 +410,15 @@ impl<V: Verbs> Client<V> {
                 Step::RqSend(xs) => {
                     let seq = self.next_seq();
                     last_msg = seq;
-                    let entries = xs
-                        .iter()
-                        .map(|x| (item(*x).0, item(*x).1.to_vec()))
-                        .collect();
-                    let frame = Frame::Apply {
-                        seq,
-                        ack: two_sided,
-                        entries,
-                    };
+                    // Borrowed into the frame's bytes: the data is copied once, there.
+                    let mut entries = [(0, &[][..]); MAX_ENTRIES];
+                    for (e, x) in entries.iter_mut().zip(xs) {
+                        *e = item(*x);
+                    }
+                    // At most MAX_ENTRIES: checked with the message's size above.
+                    let entries = &entries[..xs.len()];
                     last_wr = self.wr_id();
-                    let payload = Payload::Inline(frame.emit_payload());
+                    let payload = Payload::Inline(Frame::apply_payload(seq, two_sided, entries));
                     self.v.post_send(
                         self.qp,
                         SendWr::new(last_wr, Opcode::Send, payload, None).signaled(wait_next),
@@ -427,13 +428,12 @@ impl<V: Verbs> Client<V> {
                     let seq = self.next_seq();
                     last_msg = seq;
                     let (off, data) = item(*x);
-                    let frame = Frame::Notify {
-                        seq,
-                        ack: true,
-                        entries: vec![(off, data.len() as u32)],
-                    };
                     last_wr = self.wr_id();
-                    let payload = Payload::Inline(frame.emit_payload());
+                    let payload = Payload::Inline(Frame::notify_payload(
+                        seq,
+                        true,
+                        &[(off, data.len() as u32)],
+                    ));
                     self.v.post_send(
                         self.qp,
                         SendWr::new(last_wr, Opcode::Send, payload, None).signaled(false),

@@ -5,7 +5,7 @@
 //! application's recovery subsystem can be designed to access these messages and persist
 //! their effects").
 
-use crate::wire::{imm, Frame, Hello};
+use crate::wire::{imm, Frame, FrameRef, Hello};
 use remora_model::config::{PersistenceDomain, RqwrbPlacement, ServerConfig};
 use remora_model::time::Duration;
 use remora_verbs::*;
@@ -203,7 +203,8 @@ impl<V: Verbs> Responder<V> {
         }
         found.sort_by_key(|(seq, _, _)| *seq);
         for (seq, slot, entries) in &found {
-            self.apply(*slot, entries).await;
+            self.apply(*slot, entries.iter().map(|(o, d)| (*o, d.len())))
+                .await;
             self.mark_applied(*seq).await;
         }
         report.found = found.len() as u64;
@@ -212,29 +213,34 @@ impl<V: Verbs> Responder<V> {
         report
     }
 
-    /// Copies an Apply frame's entries from receive slot `slot` to the region ("Rsp
-    /// copy"), flushing each under DMP ("Rsp flush") so a compound update persists in order.
-    async fn apply(&mut self, slot: u64, entries: &[(u64, Vec<u8>)]) -> bool {
+    /// Copies an Apply frame's entries, (offset, length) in frame order, from receive slot
+    /// `slot` to the region ("Rsp copy"), flushing each under DMP ("Rsp flush") so a
+    /// compound update persists in order.
+    async fn apply(
+        &mut self,
+        slot: u64,
+        entries: impl Iterator<Item = (u64, usize)> + Clone,
+    ) -> bool {
         if !entries
-            .iter()
-            .all(|(off, data)| self.in_region(*off, data.len() as u64))
+            .clone()
+            .all(|(off, len)| self.in_region(off, len as u64))
         {
             return false;
         }
         let mut pos = crate::wire::HEADER as u64;
-        for (off, data) in entries {
+        for (off, len) in entries {
             pos += 12; // the entry's offset and length fields
             let dst = self.region.addr + off;
             self.v
                 .memcpy(
                     (Space::Pm, dst),
                     (self.ring.space, self.slot_addr(slot) + pos),
-                    data.len() as u64,
+                    len as u64,
                 )
                 .await;
-            pos += data.len() as u64;
+            pos += len as u64;
             if self.config.domain == PersistenceDomain::Dmp {
-                self.v.persist_local(dst, data.len() as u64).await;
+                self.v.persist_local(dst, len as u64).await;
             }
         }
         self.stats.applied += 1;
@@ -344,9 +350,10 @@ impl<V: Verbs> Responder<V> {
                     let mut scratch = remora_model::bytes::Scratch::new();
                     let bytes = scratch.get(len);
                     self.v.load(self.ring.space, self.slot_addr(slot), bytes);
-                    match Frame::parse(bytes) {
-                        Ok(Frame::Apply { seq, ack, entries }) => {
-                            if self.apply(slot, &entries).await {
+                    // Read in place: the data is copied from the slot, not from here.
+                    match FrameRef::parse(bytes) {
+                        Ok(FrameRef::Apply { seq, ack, entries }) => {
+                            if self.apply(slot, entries.map(|(o, d)| (o, d.len()))).await {
                                 self.mark_applied(seq).await;
                                 if ack {
                                     self.ack(seq).await?;
@@ -355,12 +362,12 @@ impl<V: Verbs> Responder<V> {
                                 self.stats.bad_frames += 1;
                             }
                         }
-                        Ok(Frame::Notify { seq, ack, entries }) => {
-                            let ok = entries.iter().all(|(o, l)| self.in_region(*o, *l as u64));
+                        Ok(FrameRef::Notify { seq, ack, entries }) => {
+                            let ok = entries.clone().all(|(o, l)| self.in_region(o, l as u64));
                             if ok {
                                 if dmp {
-                                    for (o, l) in &entries {
-                                        self.v.persist_local(self.region.addr + o, *l as u64).await;
+                                    for (o, l) in entries {
+                                        self.v.persist_local(self.region.addr + o, l as u64).await;
                                     }
                                 }
                                 self.stats.notified += 1;

@@ -145,15 +145,6 @@ impl<'a> Reader<'a> {
 }
 
 impl Frame {
-    fn kind(&self) -> u8 {
-        match self {
-            Frame::Hello(_) => 1,
-            Frame::Apply { .. } => 2,
-            Frame::Notify { .. } => 3,
-            Frame::Ack { .. } => 4,
-        }
-    }
-
     /// Bytes [`emit`](Self::emit) produces.
     pub fn buffer_len(&self) -> usize {
         HEADER
@@ -179,6 +170,36 @@ impl Frame {
         remora_model::bytes::Bytes::filled(self.buffer_len(), |b| self.emit_into(b))
     }
 
+    /// An Apply frame of borrowed entries as a payload, the same bytes as
+    /// [`emit_payload`](Self::emit_payload) of the [`Frame::Apply`] that owns copies of them:
+    /// what a client sends for an update, without copying the data twice. Panics past
+    /// [`MAX_ENTRIES`] (a programming error).
+    pub fn apply_payload(
+        seq: u64,
+        ack: bool,
+        entries: &[(u64, &[u8])],
+    ) -> remora_model::bytes::Bytes {
+        let len = Self::apply_buffer_len(entries.iter().map(|(_, d)| d.len()));
+        remora_model::bytes::Bytes::filled(len, |b| {
+            write_frame(b, KIND_APPLY, seq, ack, entries.len(), |w| {
+                put_apply(w, entries.iter().copied())
+            })
+        })
+    }
+
+    /// A Notify frame of borrowed entries as a payload (see [`apply_payload`](Self::apply_payload)).
+    pub fn notify_payload(
+        seq: u64,
+        ack: bool,
+        entries: &[(u64, u32)],
+    ) -> remora_model::bytes::Bytes {
+        remora_model::bytes::Bytes::filled(HEADER + entries.len() * 12, |b| {
+            write_frame(b, KIND_NOTIFY, seq, ack, entries.len(), |w| {
+                put_notify(w, entries.iter().copied())
+            })
+        })
+    }
+
     /// Serializes the frame. Panics if it has more than [`MAX_ENTRIES`] entries (a
     /// programming error: the library never builds one).
     pub fn emit(&self) -> Vec<u8> {
@@ -194,60 +215,191 @@ impl Frame {
             self.buffer_len(),
             "frame buffer of the wrong size"
         );
-        let (seq, flags, count) = match self {
-            Frame::Hello(_) => (0, 0, 0),
+        match self {
+            Frame::Hello(h) => write_frame(out, KIND_HELLO, 0, false, 0, |w| {
+                w.put(&h.config.to_bytes());
+                w.put(&h.region_addr.to_le_bytes());
+                w.put(&h.region_len.to_le_bytes());
+                w.put(&h.region_rkey.to_le_bytes());
+                w.put(&h.rq_slots.to_le_bytes());
+                w.put(&h.rq_slot_bytes.to_le_bytes());
+                w.put(&h.seq_base.to_le_bytes());
+            }),
             Frame::Apply { seq, ack, entries } => {
-                (*seq, if *ack { FLAG_ACK } else { 0 }, entries.len())
+                write_frame(out, KIND_APPLY, *seq, *ack, entries.len(), |w| {
+                    put_apply(w, entries.iter().map(|(o, d)| (*o, &d[..])))
+                })
             }
             Frame::Notify { seq, ack, entries } => {
-                (*seq, if *ack { FLAG_ACK } else { 0 }, entries.len())
+                write_frame(out, KIND_NOTIFY, *seq, *ack, entries.len(), |w| {
+                    put_notify(w, entries.iter().copied())
+                })
             }
-            Frame::Ack { seq } => (*seq, 0, 0),
-        };
-        assert!(count <= MAX_ENTRIES, "frame with {count} entries");
-        let mut at = 0;
-        let mut put = |bytes: &[u8]| {
-            out[at..at + bytes.len()].copy_from_slice(bytes);
-            at += bytes.len();
-        };
-        put(&MAGIC);
-        put(&[VERSION, self.kind(), flags, count as u8]);
-        put(&seq.to_le_bytes());
-        put(&((self.buffer_len() - HEADER) as u32).to_le_bytes());
-        put(&[0; 4]);
-        match self {
-            Frame::Hello(h) => {
-                put(&h.config.to_bytes());
-                put(&h.region_addr.to_le_bytes());
-                put(&h.region_len.to_le_bytes());
-                put(&h.region_rkey.to_le_bytes());
-                put(&h.rq_slots.to_le_bytes());
-                put(&h.rq_slot_bytes.to_le_bytes());
-                put(&h.seq_base.to_le_bytes());
-            }
-            Frame::Apply { entries, .. } => {
-                for (off, data) in entries {
-                    put(&off.to_le_bytes());
-                    put(&(data.len() as u32).to_le_bytes());
-                    put(data);
-                }
-            }
-            Frame::Notify { entries, .. } => {
-                for (off, len) in entries {
-                    put(&off.to_le_bytes());
-                    put(&len.to_le_bytes());
-                }
-            }
-            Frame::Ack { .. } => {}
+            Frame::Ack { seq } => write_frame(out, KIND_ACK, *seq, false, 0, |_| {}),
         }
-        debug_assert_eq!(at, out.len());
-        let crc = crate::checksum::crc32c(out);
-        out[CRC_AT..HEADER].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// Parses a frame at the start of `buf` into one that owns its entries (see
+    /// [`FrameRef::parse`], which checks the same and copies nothing).
+    pub fn parse(buf: &[u8]) -> Result<Frame, FrameError> {
+        FrameRef::parse(buf).map(|f| f.to_owned())
+    }
+}
+
+const KIND_HELLO: u8 = 1;
+const KIND_APPLY: u8 = 2;
+const KIND_NOTIFY: u8 = 3;
+const KIND_ACK: u8 = 4;
+
+/// Where [`write_frame`] puts the next bytes of a frame.
+struct Writer<'a> {
+    out: &'a mut [u8],
+    at: usize,
+}
+
+impl Writer<'_> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.out[self.at..self.at + bytes.len()].copy_from_slice(bytes);
+        self.at += bytes.len();
+    }
+}
+
+/// Writes a frame into `out` (exactly its length): the header, the body `body` writes, and
+/// the checksum over both.
+fn write_frame(
+    out: &mut [u8],
+    kind: u8,
+    seq: u64,
+    ack: bool,
+    count: usize,
+    body: impl FnOnce(&mut Writer<'_>),
+) {
+    assert!(count <= MAX_ENTRIES, "frame with {count} entries");
+    let body_len = (out.len() - HEADER) as u32;
+    let mut w = Writer { out, at: 0 };
+    w.put(&MAGIC);
+    w.put(&[VERSION, kind, if ack { FLAG_ACK } else { 0 }, count as u8]);
+    w.put(&seq.to_le_bytes());
+    w.put(&body_len.to_le_bytes());
+    w.put(&[0; 4]);
+    body(&mut w);
+    let Writer { out, at } = w;
+    debug_assert_eq!(at, out.len());
+    let crc = crate::checksum::crc32c(out);
+    out[CRC_AT..HEADER].copy_from_slice(&crc.to_le_bytes());
+}
+
+fn put_apply<'d>(w: &mut Writer<'_>, entries: impl Iterator<Item = (u64, &'d [u8])>) {
+    for (off, data) in entries {
+        w.put(&off.to_le_bytes());
+        w.put(&(data.len() as u32).to_le_bytes());
+        w.put(data);
+    }
+}
+
+fn put_notify(w: &mut Writer<'_>, entries: impl Iterator<Item = (u64, u32)>) {
+    for (off, len) in entries {
+        w.put(&off.to_le_bytes());
+        w.put(&len.to_le_bytes());
+    }
+}
+
+/// A frame read in place: what a [`Frame`] holds, with an Apply's data and a Notify's
+/// ranges left where they lie in the buffer, so a server handling a message allocates
+/// nothing for it. [`parse`](Self::parse) checks everything [`Frame::parse`] does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FrameRef<'a> {
+    /// Server → client at connection.
+    Hello(Hello),
+    /// Client → server: write these bytes at these region offsets, in order.
+    Apply {
+        /// Sequence number.
+        seq: u64,
+        /// The client waits for an Ack.
+        ack: bool,
+        /// (offset, data) pairs.
+        entries: ApplyEntries<'a>,
+    },
+    /// Client → server: these ranges were just written by RDMA; make them durable.
+    Notify {
+        /// Sequence number.
+        seq: u64,
+        /// The client waits for an Ack.
+        ack: bool,
+        /// (offset, length) pairs.
+        entries: NotifyEntries<'a>,
+    },
+    /// Server → client: the update with this sequence number is durable.
+    Ack {
+        /// Sequence number acknowledged.
+        seq: u64,
+    },
+}
+
+/// An Apply frame's (offset, data) entries as they lie in its checked body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApplyEntries<'a> {
+    body: &'a [u8],
+    left: usize,
+}
+
+impl<'a> Iterator for ApplyEntries<'a> {
+    type Item = (u64, &'a [u8]);
+    fn next(&mut self) -> Option<(u64, &'a [u8])> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        // `parse` checked that every entry lies within the body.
+        let (head, rest) = self.body.split_at(12);
+        let off = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
+        let len = u32::from_le_bytes(head[8..].try_into().expect("4 bytes")) as usize;
+        let (data, rest) = rest.split_at(len);
+        self.body = rest;
+        Some((off, data))
+    }
+}
+
+/// A Notify frame's (offset, length) entries as they lie in its checked body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotifyEntries<'a> {
+    body: &'a [u8],
+}
+
+impl Iterator for NotifyEntries<'_> {
+    type Item = (u64, u32);
+    fn next(&mut self) -> Option<(u64, u32)> {
+        let (head, rest) = self.body.split_at_checked(12)?;
+        self.body = rest;
+        Some((
+            u64::from_le_bytes(head[..8].try_into().expect("8 bytes")),
+            u32::from_le_bytes(head[8..].try_into().expect("4 bytes")),
+        ))
+    }
+}
+
+impl<'a> FrameRef<'a> {
+    /// A copy that owns its entries.
+    pub fn to_owned(&self) -> Frame {
+        match self {
+            FrameRef::Hello(h) => Frame::Hello(*h),
+            FrameRef::Apply { seq, ack, entries } => Frame::Apply {
+                seq: *seq,
+                ack: *ack,
+                entries: entries.clone().map(|(o, d)| (o, d.to_vec())).collect(),
+            },
+            FrameRef::Notify { seq, ack, entries } => Frame::Notify {
+                seq: *seq,
+                ack: *ack,
+                entries: entries.clone().collect(),
+            },
+            FrameRef::Ack { seq } => Frame::Ack { seq: *seq },
+        }
     }
 
     /// Parses a frame at the start of `buf` (trailing bytes, e.g. the rest of a receive
     /// slot, are ignored).
-    pub fn parse(buf: &[u8]) -> Result<Frame, FrameError> {
+    pub fn parse(buf: &'a [u8]) -> Result<FrameRef<'a>, FrameError> {
         let mut r = Reader { b: buf, at: 0 };
         if r.take(4)? != MAGIC {
             return Err(FrameError::BadMagic);
@@ -262,7 +414,7 @@ impl Frame {
         let seq = r.u64()?;
         let body_len = r.u32()? as usize;
         let crc = r.u32()?;
-        if !(1..=4).contains(&kind) {
+        if !(KIND_HELLO..=KIND_ACK).contains(&kind) {
             return Err(FrameError::UnknownKind(kind));
         }
         if flags & !FLAG_ACK != 0 {
@@ -295,10 +447,10 @@ impl Frame {
         };
         let ack = flags & FLAG_ACK != 0;
         let frame = match kind {
-            1 => {
+            KIND_HELLO => {
                 let bytes: [u8; 5] = body.take(5)?.try_into().expect("5 bytes");
                 let config = ServerConfig::from_bytes(bytes).map_err(FrameError::BadValue)?;
-                Frame::Hello(Hello {
+                FrameRef::Hello(Hello {
                     config,
                     region_addr: body.u64()?,
                     region_len: body.u64()?,
@@ -308,23 +460,30 @@ impl Frame {
                     seq_base: body.u64()?,
                 })
             }
-            2 => {
-                let mut entries = Vec::with_capacity(count);
+            KIND_APPLY => {
+                // Checked here, entry by entry, so iterating them cannot fail.
                 for _ in 0..count {
-                    let off = body.u64()?;
+                    body.take(8)?;
                     let len = body.u32()? as usize;
-                    entries.push((off, body.take(len)?.to_vec()));
+                    body.take(len)?;
                 }
-                Frame::Apply { seq, ack, entries }
-            }
-            3 => {
-                let mut entries = Vec::with_capacity(count);
-                for _ in 0..count {
-                    entries.push((body.u64()?, body.u32()?));
+                FrameRef::Apply {
+                    seq,
+                    ack,
+                    entries: ApplyEntries {
+                        body: &buf[HEADER..body.at],
+                        left: count,
+                    },
                 }
-                Frame::Notify { seq, ack, entries }
             }
-            _ => Frame::Ack { seq },
+            KIND_NOTIFY => FrameRef::Notify {
+                seq,
+                ack,
+                entries: NotifyEntries {
+                    body: body.take(count * 12)?,
+                },
+            },
+            _ => FrameRef::Ack { seq },
         };
         if body.at != total {
             return Err(FrameError::BadValue("body length"));
@@ -402,6 +561,30 @@ mod tests {
             prop_assert_eq!(b.len(), f.buffer_len());
             b.extend(std::iter::repeat_n(0xAA, pad));
             prop_assert_eq!(Frame::parse(&b).unwrap(), f);
+        }
+
+        #[test]
+        fn borrowed_entries_make_the_same_bytes_and_read_back_in_place(f in frames()) {
+            let b = f.emit();
+            match &f {
+                Frame::Apply { seq, ack, entries } => {
+                    let borrowed: Vec<(u64, &[u8])> =
+                        entries.iter().map(|(o, d)| (*o, &d[..])).collect();
+                    prop_assert_eq!(&*Frame::apply_payload(*seq, *ack, &borrowed), &b[..]);
+                    let Ok(FrameRef::Apply { entries: read, .. }) = FrameRef::parse(&b) else {
+                        panic!("not an Apply");
+                    };
+                    prop_assert_eq!(read.collect::<Vec<_>>(), borrowed);
+                }
+                Frame::Notify { seq, ack, entries } => {
+                    prop_assert_eq!(&*Frame::notify_payload(*seq, *ack, entries), &b[..]);
+                    let Ok(FrameRef::Notify { entries: read, .. }) = FrameRef::parse(&b) else {
+                        panic!("not a Notify");
+                    };
+                    prop_assert_eq!(&read.collect::<Vec<_>>(), entries);
+                }
+                _ => prop_assert_eq!(FrameRef::parse(&b).unwrap().to_owned(), f),
+            }
         }
 
         #[test]
