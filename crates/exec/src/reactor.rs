@@ -182,8 +182,8 @@ impl Reactor {
 
     /// Waits for events up to `timeout` (`None`: until one comes) and wakes the tasks
     /// waiting for them.
-    pub(crate) fn poll(&self, timeout: Option<Duration>) {
-        self.polling();
+    pub(crate) fn poll(&self, timeout: Option<Duration>, now: crate::time::Instant) {
+        self.polling(now);
         let mut events = self.events.borrow_mut();
         if let Err(e) = self.poll.borrow_mut().poll(&mut events, timeout) {
             // EINTR (a signal): the caller comes back round.

@@ -140,7 +140,7 @@ impl Timers {
     }
 
     /// How long the poller may wait: until the earliest deadline (`None`: no timer).
-    pub(crate) fn next_wait(&self) -> Option<Duration> {
+    pub(crate) fn next_wait(&self, now: Instant) -> Option<Duration> {
         let mut heap = self.heap.borrow_mut();
         // Drop items of timers gone or moved, so they do not cut a wait short.
         while let Some(top) = heap.peek() {
@@ -148,7 +148,7 @@ impl Timers {
                 Some(e) if e.deadline.get() == top.at && e.waker.borrow().is_some() => {
                     // mio rounds a wait up to the next millisecond (epoll's unit, and
                     // tokio's timer granularity): it never ends before the deadline.
-                    return Some(top.at.saturating_duration_since(now()));
+                    return Some(top.at.saturating_duration_since(now));
                 }
                 _ => {
                     heap.pop();

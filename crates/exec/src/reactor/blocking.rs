@@ -446,12 +446,11 @@ impl Reactor {
         self.blocker.stats.set(s);
     }
 
-    /// Epoll is about to look at every source.
-    #[allow(clippy::disallowed_methods)] // the executor's own clock
-    pub(super) fn polling(&self) {
+    /// Epoll is about to look at every source; `now` is the caller's reading of the clock,
+    /// taken just before.
+    pub(super) fn polling(&self, now: Instant) {
         let b = &self.blocker;
         POLLS.with(|p| p.set(p.get() + 1));
-        let now = crate::time::now();
         b.last_poll.set(Some(now));
         b.signals_at_poll.set(signals());
         // Input on armed sources since the last look, whether or not it interrupted a
@@ -494,12 +493,16 @@ impl Reactor {
     /// next timer, `None` if there is none); returns whether it did (otherwise the caller
     /// polls).
     #[allow(clippy::disallowed_methods)] // the executor's own clock
-    pub(crate) fn block_recv(&self, timeout: Option<Duration>, shared: &crate::Shared) -> bool {
+    pub(crate) fn block_recv(
+        &self,
+        timeout: Option<Duration>,
+        now: Instant,
+        shared: &crate::Shared,
+    ) -> bool {
         let b = &self.blocker;
         if timeout.is_some_and(|t| t < MIN_WAIT) || b.refused.get() {
             return false;
         }
-        let now = crate::time::now();
         let recent = b
             .last_poll
             .get()
@@ -521,7 +524,7 @@ impl Reactor {
             return false;
         };
         if let Some(t) = timeout.filter(|&t| t < 2 * SLICE) {
-            if !self.timer_by(now + t) {
+            if !self.timer_by(now, now + t) {
                 return false;
             }
         }
@@ -595,8 +598,7 @@ impl Reactor {
     }
 
     /// Makes sure the POSIX timer fires by `deadline`; false if there is no timer.
-    #[allow(clippy::disallowed_methods)] // the executor's own clock
-    fn timer_by(&self, deadline: Instant) -> bool {
+    fn timer_by(&self, now: Instant, deadline: Instant) -> bool {
         let b = &self.blocker;
         let timer = *b.timer.get_or_init(Timer::new);
         if timer.0.is_none() {
@@ -604,7 +606,6 @@ impl Reactor {
         }
         // A timer set for a deadline still to come, no later than this one, will do (it
         // may fire early: the wait then ends with nothing due, and goes on).
-        let now = crate::time::now();
         if b.timer_at.get().is_some_and(|t| t > now && t <= deadline) {
             return true;
         }
