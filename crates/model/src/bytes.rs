@@ -121,6 +121,8 @@ impl fmt::Debug for Bytes {
 pub struct Scratch {
     small: [u8; Scratch::SMALL],
     large: Vec<u8>,
+    /// `small` is still all zero (nothing handed out yet): the first `get` need not clear it.
+    clean: bool,
 }
 
 impl Scratch {
@@ -132,6 +134,7 @@ impl Scratch {
         Scratch {
             small: [0; Self::SMALL],
             large: Vec::new(),
+            clean: true,
         }
     }
 
@@ -139,7 +142,9 @@ impl Scratch {
     pub fn get(&mut self, len: usize) -> &mut [u8] {
         if len <= Self::SMALL {
             let b = &mut self.small[..len];
-            b.fill(0);
+            if !std::mem::take(&mut self.clean) {
+                b.fill(0);
+            }
             b
         } else {
             self.large.clear();
@@ -168,5 +173,26 @@ mod tests {
             assert_eq!(b.clone(), Bytes::copy_from(&v));
         }
         assert!(Bytes::EMPTY.is_empty());
+    }
+
+    #[test]
+    fn filled_payloads_hold_what_fill_wrote() {
+        for n in [0usize, 64, 65, 300] {
+            let b = Bytes::filled(n, |out| {
+                out.iter_mut().enumerate().for_each(|(i, x)| *x = i as u8)
+            });
+            assert_eq!(&*b, &(0..n).map(|i| i as u8).collect::<Vec<_>>()[..]);
+        }
+    }
+
+    #[test]
+    fn scratch_buffers_come_zeroed_every_time() {
+        let mut s = Scratch::new();
+        for len in [10, 10, Scratch::SMALL, 3, Scratch::SMALL + 1, 7] {
+            let b = s.get(len);
+            assert_eq!(b.len(), len);
+            assert!(b.iter().all(|&x| x == 0), "{len} bytes not zeroed");
+            b.fill(0xEE);
+        }
     }
 }
