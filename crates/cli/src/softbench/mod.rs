@@ -134,15 +134,26 @@ fn cpu_idle() -> String {
             .ok()
             .map(|s| s.trim().to_string())
     };
-    let governor = read("/sys/devices/system/cpu/cpuidle/current_governor")
-        .or_else(|| read("/sys/devices/system/cpu/cpuidle/current_governor_ro"));
-    // The guest's halt polling only applies under the haltpoll governor; it is the longest
-    // a vCPU polls (the poll time adapts up to it).
-    let poll = read("/sys/module/haltpoll/parameters/guest_halt_poll_ns");
-    match (governor, poll) {
-        (Some(g), Some(ns)) if g == "haltpoll" => format!("cpuidle governor haltpoll, guest halt polling up to {ns} ns (/sys/module/haltpoll/parameters/guest_halt_poll_ns)"),
-        (Some(g), _) => format!("cpuidle governor {g}"),
-        (None, _) => "not reported by this kernel".to_string(),
+    let dir = "/sys/devices/system/cpu/cpuidle";
+    describe_idle(
+        read(&format!("{dir}/current_driver")).as_deref(),
+        read(&format!("{dir}/current_governor"))
+            .or_else(|| read(&format!("{dir}/current_governor_ro")))
+            .as_deref(),
+        read("/sys/module/haltpoll/parameters/guest_halt_poll_ns").as_deref(),
+    )
+}
+
+/// The report's words for the idle state: the cpuidle driver (`none`: no driver
+/// registered, so an idle vCPU simply halts and no governor or halt-polling setting
+/// applies), the governor, and the guest's halt polling, which applies only under the
+/// haltpoll governor (it is the longest a vCPU polls; the poll time adapts up to it).
+fn describe_idle(driver: Option<&str>, governor: Option<&str>, poll: Option<&str>) -> String {
+    match (driver, governor, poll) {
+        (Some("none"), _, _) => "no cpuidle driver (current_driver none): an idle vCPU halts at once, without guest halt polling, whatever the governor and guest_halt_poll_ns say".to_string(),
+        (_, Some("haltpoll"), Some(ns)) => format!("cpuidle governor haltpoll, guest halt polling up to {ns} ns (/sys/module/haltpoll/parameters/guest_halt_poll_ns)"),
+        (_, Some(g), _) => format!("cpuidle governor {g}"),
+        (_, None, _) => "not reported by this kernel".to_string(),
     }
 }
 
@@ -257,4 +268,30 @@ pub fn run_stream_only(exe: &Path, writes: u64, pool_dir: &Path) -> Result<Strin
     let mut out = format!("CPU idle: {}\n\n", cpu_idle());
     stream_report(&mut out, writes, &streams);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe_idle;
+
+    #[test]
+    fn the_idle_line_says_when_no_driver_polls() {
+        // The twenty-second session's VM: the haltpoll module's setting is there, but no
+        // cpuidle driver registered, so it does nothing.
+        let none = describe_idle(Some("none"), Some("menu"), Some("200000"));
+        assert!(none.contains("no cpuidle driver") && none.contains("without guest halt polling"));
+        let polling = describe_idle(Some("haltpoll"), Some("haltpoll"), Some("200000"));
+        assert!(
+            polling.contains("guest halt polling up to 200000 ns"),
+            "{polling}"
+        );
+        assert_eq!(
+            describe_idle(Some("acpi_idle"), Some("menu"), None),
+            "cpuidle governor menu"
+        );
+        assert_eq!(
+            describe_idle(None, None, None),
+            "not reported by this kernel"
+        );
+    }
 }
