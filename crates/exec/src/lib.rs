@@ -404,6 +404,9 @@ pub struct WaitStats {
     /// Times interrupts came too often and the executor went back to epoll alone for a
     /// while.
     pub switched_off: u64,
+    /// Waits in `epoll_wait` instead (with a time-out other than zero: the executor had
+    /// nothing to run and did not block in a receive).
+    pub epoll_waits: u64,
     /// Signals this thread received for input on a source armed to interrupt a receive
     /// (each interrupts whatever the thread was doing; the thread's count, which another
     /// executor on the same thread would share).
@@ -419,6 +422,7 @@ impl WaitStats {
             timed_out: self.timed_out - earlier.timed_out,
             timer_fired: self.timer_fired - earlier.timer_fired,
             switched_off: self.switched_off - earlier.switched_off,
+            epoll_waits: self.epoll_waits - earlier.epoll_waits,
             input_signals: self.input_signals - earlier.input_signals,
         }
     }
@@ -434,12 +438,13 @@ impl std::fmt::Display for WaitStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} blocking receives brought data, {} were interrupted by another source, {} timed out, {} ended by a timer; blocking receives switched off {} times (every other wait was in epoll); {} input signals",
+            "{} blocking receives brought data, {} were interrupted by another source, {} timed out, {} ended by a timer; blocking receives switched off {} times; {} waits in epoll; {} input signals",
             self.received,
             self.interrupted,
             self.timed_out,
             self.timer_fired,
             self.switched_off,
+            self.epoll_waits,
             self.input_signals
         )
     }

@@ -184,6 +184,9 @@ impl Reactor {
     /// waiting for them.
     pub(crate) fn poll(&self, timeout: Option<Duration>, now: crate::time::Instant) {
         self.polling(now);
+        if timeout != Some(Duration::ZERO) {
+            self.count(|s| s.epoll_waits += 1);
+        }
         let mut events = self.events.borrow_mut();
         if let Err(e) = self.poll.borrow_mut().poll(&mut events, timeout) {
             // EINTR (a signal): the caller comes back round.

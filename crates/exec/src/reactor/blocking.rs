@@ -440,7 +440,7 @@ impl Reactor {
         }
     }
 
-    fn count(&self, f: impl FnOnce(&mut crate::WaitStats)) {
+    pub(super) fn count(&self, f: impl FnOnce(&mut crate::WaitStats)) {
         let mut s = self.blocker.stats.get();
         f(&mut s);
         self.blocker.stats.set(s);
