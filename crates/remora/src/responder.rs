@@ -229,7 +229,7 @@ impl<V: Verbs> Responder<V> {
         }
         let mut pos = crate::wire::HEADER as u64;
         for (off, len) in entries {
-            pos += 12; // the entry's offset and length fields
+            pos += crate::wire::ENTRY_HEAD as u64;
             let dst = self.region.addr + off;
             self.v
                 .memcpy(

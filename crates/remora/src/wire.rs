@@ -31,6 +31,8 @@ pub const HEADER: usize = 24;
 const CRC_AT: usize = 20;
 /// Most entries a frame may carry.
 pub const MAX_ENTRIES: usize = 16;
+/// Bytes of an entry's offset (u64) and length (u32) fields, before an Apply entry's data.
+pub const ENTRY_HEAD: usize = 12;
 const FLAG_ACK: u8 = 1;
 
 /// What the server tells a client when it connects: enough to pick a correct method.
@@ -153,7 +155,7 @@ impl Frame {
                 Frame::Apply { entries, .. } => {
                     Self::apply_buffer_len(entries.iter().map(|(_, d)| d.len())) - HEADER
                 }
-                Frame::Notify { entries, .. } => entries.len() * 12,
+                Frame::Notify { entries, .. } => Self::notify_buffer_len(entries.len()) - HEADER,
                 Frame::Ack { .. } => 0,
             }
     }
@@ -161,7 +163,12 @@ impl Frame {
     /// Bytes an Apply frame carrying data of these lengths takes (checked before building
     /// one, so a refused update costs no copy).
     pub fn apply_buffer_len(lens: impl Iterator<Item = usize>) -> usize {
-        HEADER + lens.map(|n| 12 + n).sum::<usize>()
+        HEADER + lens.map(|n| ENTRY_HEAD + n).sum::<usize>()
+    }
+
+    /// Bytes a Notify frame of `entries` ranges takes.
+    pub fn notify_buffer_len(entries: usize) -> usize {
+        HEADER + entries * ENTRY_HEAD
     }
 
     /// Serializes the frame into a payload for a work request: written in place, so
@@ -193,7 +200,7 @@ impl Frame {
         ack: bool,
         entries: &[(u64, u32)],
     ) -> remora_model::bytes::Bytes {
-        remora_model::bytes::Bytes::filled(HEADER + entries.len() * 12, |b| {
+        remora_model::bytes::Bytes::filled(Self::notify_buffer_len(entries.len()), |b| {
             write_frame(b, KIND_NOTIFY, seq, ack, entries.len(), |w| {
                 put_notify(w, entries.iter().copied())
             })
@@ -242,7 +249,7 @@ impl Frame {
     /// Parses a frame at the start of `buf` into one that owns its entries (see
     /// [`FrameRef::parse`], which checks the same and copies nothing).
     pub fn parse(buf: &[u8]) -> Result<Frame, FrameError> {
-        FrameRef::parse(buf).map(|f| f.to_owned())
+        FrameRef::parse(buf).map(|f| f.to_frame())
     }
 }
 
@@ -351,7 +358,7 @@ impl<'a> Iterator for ApplyEntries<'a> {
         }
         self.left -= 1;
         // `parse` checked that every entry lies within the body.
-        let (head, rest) = self.body.split_at(12);
+        let (head, rest) = self.body.split_at(ENTRY_HEAD);
         let off = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
         let len = u32::from_le_bytes(head[8..].try_into().expect("4 bytes")) as usize;
         let (data, rest) = rest.split_at(len);
@@ -369,7 +376,7 @@ pub struct NotifyEntries<'a> {
 impl Iterator for NotifyEntries<'_> {
     type Item = (u64, u32);
     fn next(&mut self) -> Option<(u64, u32)> {
-        let (head, rest) = self.body.split_at_checked(12)?;
+        let (head, rest) = self.body.split_at_checked(ENTRY_HEAD)?;
         self.body = rest;
         Some((
             u64::from_le_bytes(head[..8].try_into().expect("8 bytes")),
@@ -379,8 +386,8 @@ impl Iterator for NotifyEntries<'_> {
 }
 
 impl<'a> FrameRef<'a> {
-    /// A copy that owns its entries.
-    pub fn to_owned(&self) -> Frame {
+    /// A [`Frame`] that owns copies of the entries.
+    pub fn to_frame(&self) -> Frame {
         match self {
             FrameRef::Hello(h) => Frame::Hello(*h),
             FrameRef::Apply { seq, ack, entries } => Frame::Apply {
@@ -480,7 +487,7 @@ impl<'a> FrameRef<'a> {
                 seq,
                 ack,
                 entries: NotifyEntries {
-                    body: body.take(count * 12)?,
+                    body: body.take(count * ENTRY_HEAD)?,
                 },
             },
             _ => FrameRef::Ack { seq },
@@ -583,7 +590,7 @@ mod tests {
                     };
                     prop_assert_eq!(&read.collect::<Vec<_>>(), entries);
                 }
-                _ => prop_assert_eq!(FrameRef::parse(&b).unwrap().to_owned(), f),
+                _ => prop_assert_eq!(FrameRef::parse(&b).unwrap().to_frame(), f),
             }
         }
 

@@ -433,7 +433,16 @@ impl RtNode {
 
     /// Runs `f` on the RNIC at the current time, then lets the driver act on it.
     pub fn with<R>(&self, f: impl FnOnce(&mut Rnic, Instant) -> R) -> R {
-        let r = self.with_quiet(f);
+        self.with_at(wall(), f)
+    }
+
+    /// [`with`](Self::with) at `w`, a reading of the clock the caller took (and uses again).
+    fn with_at<R>(&self, w: Wall, f: impl FnOnce(&mut Rnic, Instant) -> R) -> R {
+        let r = {
+            let mut st = self.inner.st.borrow_mut();
+            let now = self.inner.now_at(&mut st, w);
+            f(&mut st.rnic, now)
+        };
         self.inner.kick();
         r
     }
@@ -1019,13 +1028,10 @@ impl remora_verbs::Verbs for RtNode {
         // One piece of CPU work: the load, the store and the slice's check share a
         // reading of the clock.
         let w = wall();
-        {
-            let mut st = self.inner.st.borrow_mut();
-            let now = self.inner.now_at(&mut st, w);
-            st.rnic.cpu_load(now, src.0, src.1, buf);
-            st.rnic.cpu_store(now, dst.0, dst.1, buf);
-        }
-        self.inner.kick();
+        self.with_at(w, |r, now| {
+            r.cpu_load(now, src.0, src.1, buf);
+            r.cpu_store(now, dst.0, dst.1, buf)
+        });
         self.cpu_yield_at(w).await;
     }
 }
