@@ -12,9 +12,8 @@
 //!   its input interrupts the wait with `SIGURG` (directed at the executor's thread, whose
 //!   handler is installed once per process); a blocking system call of one's own on that
 //!   thread may then return `EINTR` (the standard library retries);
-//! - input that arrives in the instant between the executor's last look and the start of
-//!   its receive waits up to 10 ms; when interrupts come often (several busy streams) the
-//!   executor goes back to epoll alone for 100 ms at a time.
+//! - when interrupts come often (several busy streams) the executor goes back to epoll
+//!   alone for 100 ms at a time.
 
 use std::io;
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};

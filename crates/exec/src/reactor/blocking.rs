@@ -19,11 +19,15 @@
 //! its signal (`F_SETOWN_EX`, `F_SETSIG`): input on any of them, a connection to accept or a
 //! caught signal's byte interrupts the receive (`EINTR`: a receive on a socket with
 //! `SO_RCVTIMEO` is never restarted, signal(7)), and epoll then looks at them all. A
-//! wake-up from another thread signals the thread too (`tgkill`). What remains is a race:
-//! a signal that lands in the few instructions between the last look at the signal count
-//! and the receive's start interrupts nothing, and what it stood for waits for the
-//! receive's time-out, `SO_RCVTIMEO` = [`SLICE`] (rounded up to the kernel's tick). If
-//! `SIGURG` is blocked on the executor's thread, the executor never blocks in a receive.
+//! wake-up from another thread signals the thread too (`tgkill`). A signal that lands
+//! between the last look at the signal count and the receive's start would interrupt
+//! nothing, and what it stood for would wait for the receive's time-out, `SO_RCVTIMEO` =
+//! [`SLICE`] (rounded up to the kernel's tick): so the thread names the descriptor before
+//! that look ([`RECV_FD`]), and a handler that runs while it is named sets the socket's
+//! `O_NONBLOCK` (`fcntl` is async-signal-safe). The receive then returns at once instead
+//! of starting to wait, and the thread clears the flag again. It costs only a receive that
+//! a signal came for. If `SIGURG` is blocked on the executor's thread, the executor never
+//! blocks in a receive.
 //!
 //! **Timers.** A timer due before the receive's time-out could end (two [`SLICE`]s: the
 //! time-out is rounded up to the kernel's tick, at most 10 ms) is kept by a POSIX timer of
@@ -58,7 +62,7 @@ use std::cell::{Cell, OnceCell, RefCell};
 use std::io;
 use std::os::fd::RawFd;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -118,6 +122,55 @@ thread_local! {
     /// Those of them that input on an armed source raised (`si_code` one of `POLL_*`):
     /// what the score counts.
     static IO_SIGNALS: AtomicU64 = const { AtomicU64::new(0) };
+    /// The socket this thread is about to wait on, from before its last look at the
+    /// signal count until its receive returned; -1 otherwise. The handler makes it
+    /// non-blocking (see the module's doc: the window a signal could otherwise be lost in).
+    static RECV_FD: AtomicI32 = const { AtomicI32::new(-1) };
+    /// The handler set [`RECV_FD`]'s `O_NONBLOCK`; the thread clears it again.
+    static WINDOW_CLOSED: AtomicBool = const { AtomicBool::new(false) };
+}
+
+/// What the handler does besides counting: a signal that comes while the thread is about
+/// to wait in (or waits in) a receive makes that receive return at once.
+fn close_window() {
+    let _ = RECV_FD.try_with(|fd| {
+        let fd = fd.load(Ordering::SeqCst);
+        if fd < 0 {
+            return;
+        }
+        // SAFETY: `fcntl(2)` is async-signal-safe; the descriptor is open while named (the
+        // thread names it only around its own receive). `errno` is kept for the code the
+        // handler interrupted.
+        unsafe {
+            let errno = *libc::__errno_location();
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            if flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0 {
+                let _ = WINDOW_CLOSED.try_with(|w| w.store(true, Ordering::SeqCst));
+            }
+            *libc::__errno_location() = errno;
+        }
+    });
+}
+
+/// Ends the window [`RECV_FD`] opened on `fd`: whether a signal closed it, with the
+/// socket's blocking restored for the next wait (false if that failed: the caller stops
+/// waiting in receives rather than spin on a non-blocking one).
+fn leave_window(fd: RawFd) -> (bool, bool) {
+    RECV_FD.with(|f| f.store(-1, Ordering::SeqCst));
+    if !WINDOW_CLOSED.with(|w| w.swap(false, Ordering::SeqCst)) {
+        return (false, true);
+    }
+    // SAFETY: the stream's own, open descriptor.
+    (
+        true,
+        unsafe { set_flag(fd, libc::O_NONBLOCK, false) }.is_ok(),
+    )
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Run in the window, just before the receive (tests land a signal there).
+    static IN_WINDOW: Cell<Option<fn()>> = const { Cell::new(None) };
 }
 
 fn signals() -> u64 {
@@ -129,9 +182,11 @@ fn signals() -> u64 {
 fn handler_installed() -> bool {
     static INSTALLED: OnceLock<bool> = OnceLock::new();
     *INSTALLED.get_or_init(|| {
-        // SAFETY: the action only increments atomics, which is async-signal-safe.
+        // SAFETY: the action increments atomics and calls `fcntl`, which are
+        // async-signal-safe.
         unsafe {
             signal_hook_registry::register_sigaction(libc::SIGURG, |info: &libc::siginfo_t| {
+                close_window();
                 // `try_with`: a thread being torn down has no counts to keep.
                 let _ = SIGNALS.try_with(|c| c.fetch_add(1, Ordering::SeqCst));
                 // POLL_IN .. POLL_HUP are 1..=6; the timer's, tgkill's and kill's are not.
@@ -544,23 +599,37 @@ impl Reactor {
             st.buf.reserve(STASH_BYTES);
             // The thread is named before the last look at the remote queue, and a remote
             // waker queues before it looks at the name: one of the two sees the other. A
-            // signal that came before the look at the count is seen by it; what lands
-            // after it, before the receive starts, is the documented race.
+            // signal that came before the look at the count is seen by it; one that lands
+            // after it, before the receive starts, finds the socket named and makes it
+            // non-blocking (`close_window`).
+            RECV_FD.with(|f| f.store(w.fd, Ordering::SeqCst));
             shared.blocked.store(tid, Ordering::SeqCst);
             if shared.pending.load(Ordering::SeqCst) || signals() != b.signals_at_poll.get() {
                 shared.blocked.store(0, Ordering::SeqCst);
+                if !leave_window(w.fd).1 {
+                    b.refused.set(true);
+                }
                 return false;
+            }
+            #[cfg(test)]
+            if let Some(f) = IN_WINDOW.with(|h| h.take()) {
+                f();
             }
             let spare = st.buf.spare_capacity_mut();
             // SAFETY: `recv(2)` writes at most `spare.len()` bytes into the vector's spare
             // capacity; `set_len` below covers only the bytes it wrote.
             let n = unsafe { libc::recv(w.fd, spare.as_mut_ptr().cast(), spare.len(), 0) };
+            // Taken before anything else can change it.
+            let errno = (n < 0).then(io::Error::last_os_error);
             shared.blocked.store(0, Ordering::SeqCst);
+            let (closed, restored) = leave_window(w.fd);
+            if !restored {
+                b.refused.set(true);
+            }
             if n > 0 {
                 unsafe { st.buf.set_len(n as usize) };
                 st.polls_at_fill = POLLS.with(|p| p.get());
-            } else if n < 0 {
-                let e = io::Error::last_os_error();
+            } else if let Some(e) = errno {
                 match e.kind() {
                     io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock => {
                         drop(st);
@@ -568,7 +637,9 @@ impl Reactor {
                         // signal there); on the POSIX timer's signal the caller fires
                         // what is due.
                         b.last_poll.set(None);
-                        if e.kind() == io::ErrorKind::WouldBlock {
+                        // A receive a signal made non-blocking before it began waiting
+                        // did not time out: it was interrupted early.
+                        if e.kind() == io::ErrorKind::WouldBlock && !closed {
                             self.count(|s| s.timed_out += 1);
                         } else if b.timer_at.get().is_some_and(|t| crate::time::now() >= t) {
                             b.timer_at.set(None);
@@ -675,5 +746,82 @@ impl Drop for Blocker {
             // SAFETY: the timer is this executor's and is deleted once.
             unsafe { libc::timer_delete(id) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::fd::{AsFd, AsRawFd};
+    use std::sync::atomic::AtomicBool;
+
+    /// Whether the test's hook ran in the window.
+    static HOOK_RAN: AtomicBool = AtomicBool::new(false);
+
+    /// A signal that lands after the thread's last look at the signal count and before its
+    /// receive starts (raised there by a test hook) ends that receive at once: counted as
+    /// interrupted. Without the handler's `O_NONBLOCK` it interrupted nothing, and the
+    /// receive waited out its time-out (counted as timed out, none interrupted).
+    #[test]
+    fn a_signal_just_before_the_receive_starts_is_not_lost() {
+        crate::block_on(async {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut s = crate::net::TcpStream::connect(l.local_addr().unwrap())
+                .await
+                .unwrap();
+            let (mut peer, _) = l.accept().unwrap();
+            let echo = std::thread::spawn(move || {
+                let mut b = [0u8; 64];
+                while let Ok(n @ 1..) = peer.read(&mut b) {
+                    if peer.write_all(&b[..n]).is_err() {
+                        return;
+                    }
+                }
+            });
+            // Round trips make `s` the stream the executor waits on.
+            let mut b = [0u8; 8];
+            for i in 0..20u8 {
+                s.write_all(&[i; 8]).await.unwrap();
+                s.read_exact(&mut b).await.unwrap();
+            }
+            IN_WINDOW.with(|h| {
+                h.set(Some(|| {
+                    HOOK_RAN.store(true, Ordering::SeqCst);
+                    // SAFETY: raises the signal whose handler this module installed, on
+                    // this thread (raise(3) in a threaded process).
+                    unsafe { libc::raise(libc::SIGURG) };
+                }))
+            });
+            let before = crate::wait_stats();
+            // Nothing comes on `s`; the wait ends by the sleep, which is too far off for
+            // the POSIX timer (more than two time-outs): only the signal could end the
+            // first receive early.
+            let mut one = [0u8; 1];
+            match crate::first(
+                s.read(&mut one),
+                crate::time::sleep(Duration::from_millis(30)),
+            )
+            .await
+            {
+                crate::Either::Left(r) => panic!("the echo sent unasked: {r:?}"),
+                crate::Either::Right(()) => {}
+            }
+            let w = crate::wait_stats().since(before);
+            assert!(
+                HOOK_RAN.load(Ordering::SeqCst),
+                "no blocking receive was tried ({w})"
+            );
+            assert!(
+                w.interrupted >= 1,
+                "the signal raised just before the receive interrupted nothing ({w})"
+            );
+            // The socket blocks again for the next wait.
+            // SAFETY: reads the flags of the test's own, open socket.
+            let flags = unsafe { libc::fcntl(s.as_fd().as_raw_fd(), libc::F_GETFL) };
+            assert_eq!(flags & libc::O_NONBLOCK, 0, "O_NONBLOCK left set");
+            drop(s);
+            echo.join().unwrap();
+        });
     }
 }
