@@ -30,7 +30,7 @@ use crate::prng::Prng;
 use crate::profile::LatencyProfile;
 use crate::time::{Duration, Instant};
 use crate::verbs::*;
-use crate::wire::{Body, NakCode, Packet, Psn, WriteTrain};
+use crate::wire::{Body, NakCode, Packet, Psn, WriteRef, WriteTrain};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
@@ -370,6 +370,19 @@ impl Ord for PendingCqe {
 /// Base of the PM physical range, so DRAM and PM addresses never collide in traces.
 pub const PM_BASE: u64 = 1 << 44;
 
+/// The packet at the front of the outbox, as [`Rnic::peek_transmit`] shows it.
+#[derive(Debug)]
+pub enum Tx<'a> {
+    /// A packet made whole (responses; requests of UC/UD QPs and of iWARP).
+    Packet(&'a Packet),
+    /// A reliable connection's WRITE without immediate data, read where it lies in the
+    /// send queue.
+    Write(WriteRef<'a>),
+    /// Any other reliable-connection request: [`Rnic::front_packet`] builds it from its
+    /// work request.
+    Request,
+}
+
 impl Rnic {
     /// A node with the given configuration and latency profile.
     pub fn new(id: NodeId, config: ServerConfig, profile: &LatencyProfile, rng: Prng) -> Self {
@@ -696,7 +709,7 @@ impl Rnic {
             self.retire(now, qp);
         }
         self.timers.retain(|Reverse((_, _, t))| t.qp() != qp);
-        self.outbox.retain(|(_, p)| p.src_qp != qp);
+        self.outbox.retain(|(_, o)| o.src_qp() != qp);
         self.doorbells.retain(|&q| q != qp);
         self.qps[qp.0 as usize] = Qp::freed();
         self.free_qps.push(qp.0);
@@ -872,16 +885,54 @@ impl Rnic {
     /// The next packet to put on the wire and the earliest time it may leave. Call
     /// [`process_doorbells`](Self::process_doorbells) first.
     pub fn poll_transmit(&mut self) -> Option<(Instant, Packet)> {
-        self.outbox.pop()
+        let (at, out) = self.outbox.pop()?;
+        let pkt = match out {
+            outbox::Out::Packet(p) => p,
+            outbox::Out::Request { qp, psn, ack_req } => {
+                requester::request_packet(self.id, &self.qps[qp.0 as usize], qp, psn, ack_req)
+            }
+        };
+        Some((at, pkt))
     }
 
-    /// The packet [`poll_transmit`](Self::poll_transmit) would return next, left where it
-    /// lies, and whether no packet behind it may leave earlier (then it is the earliest to
-    /// leave, and a runtime that sends by departure time can take it without looking
-    /// further). Take it with [`discard_transmit`](Self::discard_transmit): a runtime that
-    /// encodes it in place saves moving it out.
-    pub fn peek_transmit(&self) -> Option<(Instant, &Packet, bool)> {
-        self.outbox.front()
+    /// When the packet [`poll_transmit`](Self::poll_transmit) would return next may leave,
+    /// and whether no packet behind it may leave earlier (then it is the earliest to leave,
+    /// and a runtime that sends by departure time can take it without looking further).
+    pub fn next_departure(&self) -> Option<(Instant, bool)> {
+        self.outbox.front().map(|(at, _, ordered)| (at, ordered))
+    }
+
+    /// The packet [`poll_transmit`](Self::poll_transmit) would return next, where it lies
+    /// (a streamed WRITE in its send queue: see [`Tx`]). Take it with
+    /// [`discard_transmit`](Self::discard_transmit): a runtime that encodes it in place
+    /// saves building and moving a packet.
+    #[inline]
+    pub fn peek_transmit(&self) -> Option<Tx<'_>> {
+        let (_, out, _) = self.outbox.front()?;
+        Some(match *out {
+            outbox::Out::Packet(ref p) => Tx::Packet(p),
+            outbox::Out::Request { qp, psn, ack_req } => {
+                match requester::request_write(self.id, &self.qps[qp.0 as usize], qp, psn, ack_req)
+                {
+                    Some(w) => Tx::Write(w),
+                    None => Tx::Request,
+                }
+            }
+        })
+    }
+
+    /// The packet [`peek_transmit`](Self::peek_transmit) showed as [`Tx::Request`], built.
+    pub fn front_packet(&self) -> Option<Packet> {
+        match self.outbox.front()?.1 {
+            outbox::Out::Packet(p) => Some(p.clone()),
+            &outbox::Out::Request { qp, psn, ack_req } => Some(requester::request_packet(
+                self.id,
+                &self.qps[qp.0 as usize],
+                qp,
+                psn,
+                ack_req,
+            )),
+        }
     }
 
     /// Drops the packet [`peek_transmit`](Self::peek_transmit) showed (the runtime took it).

@@ -719,20 +719,86 @@ pub struct TrainTail {
     count: u32,
 }
 
+/// A WRITE without immediate data as a write train encodes it, borrowed from wherever it
+/// lies: a [`Packet`] ([`WriteRef::of`]) or the requester's work request, which a runtime
+/// encodes without building a packet.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct WriteRef<'a> {
+    /// Sending node.
+    pub src: NodeId,
+    /// Receiving node.
+    pub dst: NodeId,
+    /// Sending QP.
+    pub src_qp: QpNum,
+    /// Receiving QP.
+    pub dst_qp: QpNum,
+    /// The request's PSN.
+    pub psn: Psn,
+    /// Remote address.
+    pub addr: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// Payload.
+    pub data: &'a [u8],
+    /// Asks for an acknowledgement.
+    pub ack_req: bool,
+}
+
+impl<'a> WriteRef<'a> {
+    /// `pkt` if it is a WRITE without immediate data.
+    pub fn of(pkt: &'a Packet) -> Option<WriteRef<'a>> {
+        match &pkt.body {
+            Body::Write {
+                addr,
+                rkey,
+                data,
+                imm: None,
+                ack_req,
+            } => Some(WriteRef {
+                src: pkt.src,
+                dst: pkt.dst,
+                src_qp: pkt.src_qp,
+                dst_qp: pkt.dst_qp,
+                psn: pkt.psn,
+                addr: *addr,
+                rkey: *rkey,
+                data,
+                ack_req: *ack_req,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The packet it stands for.
+    pub fn to_packet(&self) -> Packet {
+        Packet {
+            src: self.src,
+            dst: self.dst,
+            src_qp: self.src_qp,
+            dst_qp: self.dst_qp,
+            psn: self.psn,
+            body: Body::Write {
+                addr: self.addr,
+                rkey: self.rkey,
+                data: Bytes::copy_from(self.data),
+                imm: None,
+                ack_req: self.ack_req,
+            },
+        }
+    }
+}
+
 impl TrainTail {
     /// Appends to `out` a train holding only `pkt` and returns its open end; `None` (and
     /// nothing written) unless `pkt` is a WRITE without immediate data.
     pub fn start(pkt: &Packet, out: &mut Vec<u8>) -> Option<TrainTail> {
-        let Body::Write {
-            rkey,
-            imm: None,
-            data,
-            ..
-        } = &pkt.body
-        else {
-            return None;
-        };
-        if data.len() > MAX_TRAIN_WRITE {
+        TrainTail::start_write(&WriteRef::of(pkt)?, out)
+    }
+
+    /// [`start`](Self::start) for a WRITE where it lies; `None` (and nothing written) if
+    /// its payload is too long for a train.
+    pub fn start_write(w: &WriteRef<'_>, out: &mut Vec<u8>) -> Option<TrainTail> {
+        if w.data.len() > MAX_TRAIN_WRITE {
             return None;
         }
         let start = out.len();
@@ -743,13 +809,13 @@ impl TrainTail {
         for field in [
             &WIRE_MAGIC.to_le_bytes()[..],
             &[WIRE_VERSION, OP_WRITE_TRAIN, 0, 0, 0, 0],
-            &pkt.psn.to_le_bytes(),
-            &pkt.src.to_le_bytes(),
-            &pkt.dst.to_le_bytes(),
-            &pkt.src_qp.0.to_le_bytes(),
-            &pkt.dst_qp.0.to_le_bytes(),
+            &w.psn.to_le_bytes(),
+            &w.src.to_le_bytes(),
+            &w.dst.to_le_bytes(),
+            &w.src_qp.0.to_le_bytes(),
+            &w.dst_qp.0.to_le_bytes(),
             &(TRAIN_HEADER as u32).to_le_bytes(),
-            &rkey.to_le_bytes(),
+            &w.rkey.to_le_bytes(),
             &0u32.to_le_bytes(),
         ] {
             head[at..at + field.len()].copy_from_slice(field);
@@ -759,15 +825,15 @@ impl TrainTail {
         out.extend_from_slice(&head);
         let mut tail = TrainTail {
             start,
-            src: pkt.src,
-            dst: pkt.dst,
-            src_qp: pkt.src_qp,
-            dst_qp: pkt.dst_qp,
-            rkey: *rkey,
-            next_psn: pkt.psn,
+            src: w.src,
+            dst: w.dst,
+            src_qp: w.src_qp,
+            dst_qp: w.dst_qp,
+            rkey: w.rkey,
+            next_psn: w.psn,
             count: 0,
         };
-        let joined = tail.push(pkt, out);
+        let joined = tail.push_write(w, out);
         debug_assert!(joined);
         Some(tail)
     }
@@ -776,34 +842,28 @@ impl TrainTail {
     /// same QPs and rkey with the next PSN, and room left); `false` (nothing written)
     /// otherwise.
     pub fn push(&mut self, pkt: &Packet, out: &mut Vec<u8>) -> bool {
-        let Body::Write {
-            addr,
-            rkey,
-            data,
-            imm: None,
-            ack_req,
-        } = &pkt.body
-        else {
-            return false;
-        };
+        WriteRef::of(pkt).is_some_and(|w| self.push_write(&w, out))
+    }
+
+    /// [`push`](Self::push) for a WRITE where it lies.
+    pub fn push_write(&mut self, w: &WriteRef<'_>, out: &mut Vec<u8>) -> bool {
         if self.count >= MAX_TRAIN
-            || data.len() > MAX_TRAIN_WRITE
-            || *rkey != self.rkey
-            || pkt.psn != self.next_psn
-            || (pkt.src, pkt.dst, pkt.src_qp, pkt.dst_qp)
-                != (self.src, self.dst, self.src_qp, self.dst_qp)
+            || w.data.len() > MAX_TRAIN_WRITE
+            || w.rkey != self.rkey
+            || w.psn != self.next_psn
+            || (w.src, w.dst, w.src_qp, w.dst_qp) != (self.src, self.dst, self.src_qp, self.dst_qp)
         {
             return false;
         }
         // The entry's 16-byte head built apart and appended with its data after one
         // reservation: a streamed WRITE pays one capacity check, not four.
         let mut head = [0u8; 16];
-        head[..8].copy_from_slice(&addr.to_le_bytes());
-        head[8..12].copy_from_slice(&(data.len() as u32).to_le_bytes());
-        head[12] = *ack_req as u8;
-        out.reserve(head.len() + data.len());
+        head[..8].copy_from_slice(&w.addr.to_le_bytes());
+        head[8..12].copy_from_slice(&(w.data.len() as u32).to_le_bytes());
+        head[12] = w.ack_req as u8;
+        out.reserve(head.len() + w.data.len());
         out.extend_from_slice(&head);
-        out.extend_from_slice(data);
+        out.extend_from_slice(w.data);
         self.count += 1;
         self.next_psn = self.next_psn.wrapping_add(1);
         let start = self.start;

@@ -14,10 +14,10 @@
 use remora_exec::net::{OwnedReadHalf, OwnedWriteHalf};
 use remora_exec::sync::Notify;
 use remora_model::hierarchy::Space;
-use remora_model::rnic::{MrInfo, QpAttr, Rnic};
+use remora_model::rnic::{MrInfo, QpAttr, Rnic, Tx};
 use remora_model::time::{Duration, Instant};
 use remora_model::verbs::*;
-use remora_model::wire::{Frame, Packet, TrainTail, WireError};
+use remora_model::wire::{Frame, Packet, TrainTail, WireError, WriteRef};
 use remora_model::ServerConfig;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -154,7 +154,7 @@ impl State {
     fn send_in_order(&mut self, now: &mut Instant) -> usize {
         let mut queued = 0;
         while self.held.is_empty() {
-            let Some((ready, _, true)) = self.rnic.peek_transmit() else {
+            let Some((ready, true)) = self.rnic.next_departure() else {
                 break;
             };
             if ready > *now + JUMP {
@@ -163,8 +163,14 @@ impl State {
             // What this makes goes behind the packet (a packet that would overtake it
             // breaks the order, and the rest goes by the held queue).
             self.depart_at(now, ready);
-            let (_, pkt, _) = self.rnic.peek_transmit().expect("peeked");
-            queue_on(&self.peers, &mut self.stats, pkt);
+            match self.rnic.peek_transmit().expect("peeked") {
+                Tx::Packet(p) => queue_on(&self.peers, &mut self.stats, p),
+                Tx::Write(w) => queue_write_on(&self.peers, &mut self.stats, &w),
+                Tx::Request => {
+                    let p = self.rnic.front_packet().expect("peeked");
+                    queue_on(&self.peers, &mut self.stats, &p);
+                }
+            }
             self.rnic.discard_transmit();
             queued += 1;
         }
@@ -193,6 +199,15 @@ impl State {
 fn queue_on(peers: &BTreeMap<NodeId, Rc<Conn>>, stats: &mut NetStats, pkt: &Packet) {
     if let Some(conn) = peers.get(&pkt.dst) {
         conn.queue(pkt);
+        stats.sent += 1;
+    }
+}
+
+/// [`queue_on`] for a WRITE where it lies (a streamed WRITE is encoded from its work
+/// request, without a packet).
+fn queue_write_on(peers: &BTreeMap<NodeId, Rc<Conn>>, stats: &mut NetStats, w: &WriteRef<'_>) {
+    if let Some(conn) = peers.get(&w.dst) {
+        conn.queue_write(w);
         stats.sent += 1;
     }
 }
@@ -228,6 +243,20 @@ impl Conn {
             train = TrainTail::start(pkt, &mut out);
             if train.is_none() {
                 pkt.emit_into(&mut out);
+            }
+        }
+        self.train.set(train);
+    }
+
+    /// [`queue`](Self::queue) for a WRITE without immediate data where it lies.
+    fn queue_write(&self, w: &WriteRef<'_>) {
+        let mut out = self.out.borrow_mut();
+        let mut train = self.train.take();
+        if !train.as_mut().is_some_and(|t| t.push_write(w, &mut out)) {
+            train = TrainTail::start_write(w, &mut out);
+            if train.is_none() {
+                // Too long for a train: a packet of its own.
+                w.to_packet().emit_into(&mut out);
             }
         }
         self.train.set(train);

@@ -50,7 +50,6 @@ impl Rnic {
                 None => connected.expect("RTS QP is connected"),
             };
             let ack_req = w.wr.signaled || last || w.psn % ACK_EVERY == ACK_EVERY - 1;
-            let body = request_body(w, ack_req);
             w.sent = true;
             let (psn, wr_id) = (w.psn, w.wr.wr_id);
             if iwarp && !op.is_non_posted() {
@@ -60,6 +59,9 @@ impl Rnic {
                 // UC/UD: complete once the last byte is transmitted (seed 003 §2.4).
                 w.done = Some((WcStatus::Success, tx_done));
             }
+            // A request that stays in the send queue until it is acknowledged is built
+            // from it when taken; one that may leave the queue before is built now.
+            let body = (w.done.is_some() || w.wr.ud.is_some()).then(|| request_body(w, ack_req));
             if op.is_non_posted() {
                 q.outstanding_np += 1;
             }
@@ -68,17 +70,20 @@ impl Rnic {
             // while nothing else was outstanding is judged from its own departure, not by
             // progress made before an idle period.
             let idle = q.sq.iter().take(idx).all(|w| w.done.is_some());
-            self.outbox.push(
-                ready,
-                Packet {
-                    src: self.id,
-                    dst: remote_node,
-                    src_qp: qpn,
-                    dst_qp: remote_qp,
-                    psn,
-                    body,
-                },
-            );
+            match body {
+                Some(body) => self.outbox.push(
+                    ready,
+                    Packet {
+                        src: self.id,
+                        dst: remote_node,
+                        src_qp: qpn,
+                        dst_qp: remote_qp,
+                        psn,
+                        body,
+                    },
+                ),
+                None => self.outbox.push_request(ready, qpn, psn, ack_req),
+            }
             self.stats.requests_sent += 1;
             self.event(ready, EventKind::Transmitted, qpn, wr_id);
             self.arm_ack_timer(tx_done, idle, qpn);
@@ -304,6 +309,14 @@ impl Rnic {
             if run == 0 {
                 return;
             }
+            // Requests the outbox still refers to are built before their work requests go.
+            let (first, id) = (q.sq[0].psn, self.id);
+            let q_ref = &*q;
+            self.outbox.make_whole(qpn, |psn, ack_req| {
+                (psn.wrapping_sub(first) < run as u32)
+                    .then(|| request_packet(id, q_ref, qpn, psn, ack_req))
+            });
+            let q = &mut self.qps[qpn.0 as usize];
             q.sq.drain(..run);
             q.next_send = q.next_send.saturating_sub(run);
             let cq = q.send_cq;
@@ -397,6 +410,65 @@ impl Rnic {
 }
 
 /// The packet body that carries request `w` (its payload fetched), with the AckReq bit.
+/// Work request `psn` of `q`'s send queue (found by its place: the queue's PSNs are
+/// consecutive).
+#[inline]
+fn request_wqe(q: &Qp, psn: Psn) -> &Wqe {
+    let first = q.sq.front().map_or(psn, |w| w.psn);
+    match q.sq.get(psn.wrapping_sub(first) as usize) {
+        Some(w) if w.psn == psn => w,
+        _ => {
+            q.sq.iter()
+                .find(|w| w.psn == psn)
+                .expect("a request the outbox holds is in its send queue")
+        }
+    }
+}
+
+/// The packet of reliable-connection request `psn` of QP `qpn` (`q`), on node `id`, as
+/// `pump` made it (see `Out::Request`).
+pub(super) fn request_packet(id: NodeId, q: &Qp, qpn: QpNum, psn: Psn, ack_req: bool) -> Packet {
+    let (dst, dst_qp) = q.remote.expect("RTS QP is connected");
+    Packet {
+        src: id,
+        dst,
+        src_qp: qpn,
+        dst_qp,
+        psn,
+        body: request_body(request_wqe(q, psn), ack_req),
+    }
+}
+
+/// [`request_packet`] for a WRITE without immediate data, borrowed where it lies; `None`
+/// for any other request.
+#[inline]
+pub(super) fn request_write(
+    id: NodeId,
+    q: &Qp,
+    qpn: QpNum,
+    psn: Psn,
+    ack_req: bool,
+) -> Option<WriteRef<'_>> {
+    let w = request_wqe(q, psn);
+    match (w.wr.opcode, w.wr.remote, &w.wr.local) {
+        (Opcode::Write, Some(r), Payload::Inline(data)) => {
+            let (dst, dst_qp) = q.remote.expect("RTS QP is connected");
+            Some(WriteRef {
+                src: id,
+                dst,
+                src_qp: qpn,
+                dst_qp,
+                psn,
+                addr: r.addr,
+                rkey: r.rkey,
+                data,
+                ack_req,
+            })
+        }
+        _ => None,
+    }
+}
+
 fn request_body(w: &Wqe, ack_req: bool) -> Body {
     let data = match &w.wr.local {
         Payload::Inline(b) => b.clone(),
