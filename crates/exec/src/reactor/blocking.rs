@@ -25,9 +25,10 @@
 //! [`SLICE`] (rounded up to the kernel's tick): so the thread names the descriptor before
 //! that look ([`RECV_FD`]), and a handler that runs while it is named sets the socket's
 //! `O_NONBLOCK` (`fcntl` is async-signal-safe). The receive then returns at once instead
-//! of starting to wait, and the thread clears the flag again. It costs only a receive that
-//! a signal came for. If `SIGURG` is blocked on the executor's thread, the executor never
-//! blocks in a receive.
+//! of starting to wait, and the thread puts the flags back. A receive that no signal came
+//! for pays nothing; one that a signal interrupted (any of the interrupts above) pays three
+//! `fcntl` calls, two in the handler and one after. If `SIGURG` is blocked on the
+//! executor's thread, the executor never blocks in a receive.
 //!
 //! **Timers.** A timer due before the receive's time-out could end (two [`SLICE`]s: the
 //! time-out is rounded up to the kernel's tick, at most 10 ms) is kept by a POSIX timer of
@@ -51,8 +52,9 @@
 //!
 //! **The socket.** The stream waited on has `O_NONBLOCK` cleared (once, when it is first
 //! waited on; for the whole open file description, so also for a duplicate of the
-//! descriptor); every other operation on a stream passes `MSG_DONTWAIT`, so only this
-//! receive ever blocks. Its bytes go to the stream's stash, which the reader's next read
+//! descriptor; a signal during a receive sets it for the instant until the thread puts it
+//! back); every other operation on a stream passes `MSG_DONTWAIT`, so only this receive
+//! ever blocks. Its bytes go to the stream's stash, which the reader's next read
 //! takes first. A read that empties the stash short of what it asked for spends the
 //! stream's readiness only if epoll has not looked since the receive: bytes that came
 //! after it then still have their edge waiting in epoll (otherwise epoll may have spent
@@ -62,7 +64,7 @@ use std::cell::{Cell, OnceCell, RefCell};
 use std::io;
 use std::os::fd::RawFd;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -112,8 +114,8 @@ struct FOwnerEx {
 }
 
 thread_local! {
-    /// Interrupt signals this thread received (the handler's only effect besides the
-    /// interruption itself). Per thread: every signal of the design is directed at the
+    /// Interrupt signals this thread received (what the handler does besides the
+    /// interruption itself, and besides making a named socket non-blocking: [`RECV_FD`]). Per thread: every signal of the design is directed at the
     /// executor's own thread (`F_SETOWN_EX`, `SIGEV_THREAD_ID`, `tgkill`), and another
     /// executor's signals must not move this one's counts. Constant-initialised atomics
     /// without a destructor: the handler's access is a plain TLS access, and atomic (the
@@ -126,8 +128,9 @@ thread_local! {
     /// signal count until its receive returned; -1 otherwise. The handler makes it
     /// non-blocking (see the module's doc: the window a signal could otherwise be lost in).
     static RECV_FD: AtomicI32 = const { AtomicI32::new(-1) };
-    /// The handler set [`RECV_FD`]'s `O_NONBLOCK`; the thread clears it again.
-    static WINDOW_CLOSED: AtomicBool = const { AtomicBool::new(false) };
+    /// [`RECV_FD`]'s flags before the handler set its `O_NONBLOCK` (-1: it did not), which
+    /// the thread puts back.
+    static SAVED_FLAGS: AtomicI32 = const { AtomicI32::new(-1) };
 }
 
 /// What the handler does besides counting: a signal that comes while the thread is about
@@ -144,8 +147,11 @@ fn close_window() {
         unsafe {
             let errno = *libc::__errno_location();
             let flags = libc::fcntl(fd, libc::F_GETFL);
-            if flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0 {
-                let _ = WINDOW_CLOSED.try_with(|w| w.store(true, Ordering::SeqCst));
+            if flags >= 0
+                && flags & libc::O_NONBLOCK == 0
+                && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+            {
+                let _ = SAVED_FLAGS.try_with(|w| w.store(flags, Ordering::SeqCst));
             }
             *libc::__errno_location() = errno;
         }
@@ -156,15 +162,14 @@ fn close_window() {
 /// socket's blocking restored for the next wait (false if that failed: the caller stops
 /// waiting in receives rather than spin on a non-blocking one).
 fn leave_window(fd: RawFd) -> (bool, bool) {
+    // Unnamed first: a handler that runs after this leaves the flags alone.
     RECV_FD.with(|f| f.store(-1, Ordering::SeqCst));
-    if !WINDOW_CLOSED.with(|w| w.swap(false, Ordering::SeqCst)) {
+    let flags = SAVED_FLAGS.with(|w| w.swap(-1, Ordering::SeqCst));
+    if flags < 0 {
         return (false, true);
     }
-    // SAFETY: the stream's own, open descriptor.
-    (
-        true,
-        unsafe { set_flag(fd, libc::O_NONBLOCK, false) }.is_ok(),
-    )
+    // SAFETY: the stream's own, open descriptor; `flags` are its own, read by the handler.
+    (true, unsafe { libc::fcntl(fd, libc::F_SETFL, flags) } == 0)
 }
 
 #[cfg(test)]
@@ -793,6 +798,9 @@ mod tests {
                     unsafe { libc::raise(libc::SIGURG) };
                 }))
             });
+            // A wait shorter than `MIN_WAIT` goes to epoll: a fresh look at every source,
+            // so the next wait may block in a receive however long this thread was held up.
+            crate::time::sleep(Duration::from_micros(10)).await;
             let before = crate::wait_stats();
             // Nothing comes on `s`; the wait ends by the sleep, which is too far off for
             // the POSIX timer (more than two time-outs): only the signal could end the
