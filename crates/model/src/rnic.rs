@@ -884,6 +884,7 @@ impl Rnic {
 
     /// The next packet to put on the wire and the earliest time it may leave. Call
     /// [`process_doorbells`](Self::process_doorbells) first.
+    #[inline]
     pub fn poll_transmit(&mut self) -> Option<(Instant, Packet)> {
         let (at, out) = self.outbox.pop()?;
         let pkt = match out {

@@ -196,6 +196,7 @@ impl State {
 }
 
 /// [`State::queue`] on the state's connections and counters (borrowed apart from its RNIC).
+#[inline]
 fn queue_on(peers: &BTreeMap<NodeId, Rc<Conn>>, stats: &mut NetStats, pkt: &Packet) {
     if let Some(conn) = peers.get(&pkt.dst) {
         conn.queue(pkt);

@@ -75,6 +75,7 @@ impl Outbox {
         self.q.push_back((at, out));
     }
 
+    #[inline]
     pub(super) fn pop(&mut self) -> Option<(Instant, Out)> {
         let p = self.q.pop_front();
         if let Some((_, Out::Request { .. })) = p {
@@ -102,6 +103,12 @@ impl Outbox {
             .filter(|(_, o)| matches!(o, Out::Request { .. }))
             .count();
         self.emptied();
+    }
+
+    /// Whether it holds a request by reference ([`Out::Request`]).
+    #[inline]
+    pub(super) fn holds_requests(&self) -> bool {
+        self.requests > 0
     }
 
     /// Makes whole every request of `qp` that `build` builds a packet for (those the send

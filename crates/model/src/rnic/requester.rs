@@ -59,9 +59,13 @@ impl Rnic {
                 // UC/UD: complete once the last byte is transmitted (seed 003 §2.4).
                 w.done = Some((WcStatus::Success, tx_done));
             }
-            // A request that stays in the send queue until it is acknowledged is built
-            // from it when taken; one that may leave the queue before is built now.
-            let body = (w.done.is_some() || w.wr.ud.is_some()).then(|| request_body(w, ack_req));
+            // A WRITE without immediate data that stays in the send queue until it is
+            // acknowledged is built from it when taken (a runtime encodes it where it
+            // lies: a stream's WRITEs); anything else, and a request that may leave the
+            // queue before it is taken, is built now, as a packet that is only encoded and
+            // dropped costs less than a second look at the queue.
+            let by_ref = op == Opcode::Write && w.done.is_none() && w.wr.ud.is_none();
+            let body = (!by_ref).then(|| request_body(w, ack_req));
             if op.is_non_posted() {
                 q.outstanding_np += 1;
             }
@@ -310,12 +314,14 @@ impl Rnic {
                 return;
             }
             // Requests the outbox still refers to are built before their work requests go.
-            let (first, id) = (q.sq[0].psn, self.id);
-            let q_ref = &*q;
-            self.outbox.make_whole(qpn, |psn, ack_req| {
-                (psn.wrapping_sub(first) < run as u32)
-                    .then(|| request_packet(id, q_ref, qpn, psn, ack_req))
-            });
+            if self.outbox.holds_requests() {
+                let (first, id) = (q.sq[0].psn, self.id);
+                let q_ref = &*q;
+                self.outbox.make_whole(qpn, |psn, ack_req| {
+                    (psn.wrapping_sub(first) < run as u32)
+                        .then(|| request_packet(id, q_ref, qpn, psn, ack_req))
+                });
+            }
             let q = &mut self.qps[qpn.0 as usize];
             q.sq.drain(..run);
             q.next_send = q.next_send.saturating_sub(run);
@@ -469,6 +475,8 @@ pub(super) fn request_write(
     }
 }
 
+// Always: it was part of `pump`, the latency path, before `request_packet` called it too.
+#[inline(always)]
 fn request_body(w: &Wqe, ack_req: bool) -> Body {
     let data = match &w.wr.local {
         Payload::Inline(b) => b.clone(),
