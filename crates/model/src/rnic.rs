@@ -373,13 +373,14 @@ pub const PM_BASE: u64 = 1 << 44;
 /// The packet at the front of the outbox, as [`Rnic::peek_transmit`] shows it.
 #[derive(Debug)]
 pub enum Tx<'a> {
-    /// A packet made whole (responses; requests of UC/UD QPs and of iWARP).
+    /// A packet made whole: responses, and every request but a reliable connection's
+    /// WRITE without immediate data.
     Packet(&'a Packet),
     /// A reliable connection's WRITE without immediate data, read where it lies in the
     /// send queue.
     Write(WriteRef<'a>),
-    /// Any other reliable-connection request: [`Rnic::front_packet`] builds it from its
-    /// work request.
+    /// Such a WRITE whose payload is not in its work request (none):
+    /// [`Rnic::front_packet`] builds it.
     Request,
 }
 

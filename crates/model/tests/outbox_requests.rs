@@ -1,5 +1,6 @@
-//! A reliable connection's request waits in the RNIC's outbox as a reference to its work
-//! request and is built (or encoded where it lies) when the runtime takes it. These tests
+//! A reliable connection's WRITE without immediate data waits in the RNIC's outbox as a
+//! reference to its work request and is built (or encoded where it lies) when the runtime
+//! takes it. These tests
 //! check that what the runtime gets is the packet the request stands for, however it takes
 //! it, and also when the send queue drops the request before it is taken.
 
@@ -100,7 +101,7 @@ fn a_request_taken_where_it_lies_is_the_packet_it_stands_for() {
         }
         assert_eq!(p.psn, by_poll[0].1.psn.wrapping_add(i as u32));
     }
-    // A WRITE without immediate data is shown where it lies, others are built.
+    // A WRITE without immediate data is shown where it lies.
     let (mut c, qp_c, _) = requester();
     post_mix(&mut c, qp_c, remote);
     match c.peek_transmit().unwrap() {

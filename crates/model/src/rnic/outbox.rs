@@ -1,8 +1,9 @@
 //! The RNIC's outbox: the packets it made and the runtime has not taken yet, each with the
-//! earliest time it may leave, in the order they were made. A reliable connection's request
-//! is held as a reference to its work request, which stays in the send queue until it is
-//! acknowledged: the packet is built (or, by a runtime, encoded) from it when taken, so a
-//! streamed WRITE's payload is not copied into a packet that is only encoded and dropped.
+//! earliest time it may leave, in the order they were made. A reliable connection's WRITE
+//! without immediate data is held as a reference to its work request, which stays in the
+//! send queue until it is acknowledged: the packet is built (or, by a runtime, encoded)
+//! from it when taken, so a streamed WRITE's payload is not copied into a packet that is
+//! only encoded and dropped.
 
 use crate::time::Instant;
 use crate::verbs::QpNum;
@@ -12,10 +13,10 @@ use std::collections::VecDeque;
 /// What the outbox holds for one packet.
 #[derive(Debug)]
 pub(super) enum Out {
-    /// A packet made whole (responses, and requests that may leave the send queue before
-    /// they are taken: UC/UD, iWARP).
+    /// A packet made whole (responses, other requests, and WRITEs that may leave the send
+    /// queue before they are taken: UC/UD, iWARP).
     Packet(Packet),
-    /// Request `psn` of reliable connection `qp`, asking for an acknowledgement or not:
+    /// WRITE `psn` of reliable connection `qp`, asking for an acknowledgement or not:
     /// built from its work request when taken (`Rnic::request_packet`). Before the send
     /// queue drops a request that is still referred to here, the outbox makes its packet
     /// whole (`Rnic::retire`).
