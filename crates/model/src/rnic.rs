@@ -379,9 +379,6 @@ pub enum Tx<'a> {
     /// A reliable connection's WRITE without immediate data, read where it lies in the
     /// send queue.
     Write(WriteRef<'a>),
-    /// Such a WRITE whose payload is not in its work request (none):
-    /// [`Rnic::front_packet`] builds it.
-    Request,
 }
 
 impl Rnic {
@@ -913,28 +910,14 @@ impl Rnic {
         let (_, out, _) = self.outbox.front()?;
         Some(match *out {
             outbox::Out::Packet(ref p) => Tx::Packet(p),
-            outbox::Out::Request { qp, psn, ack_req } => {
-                match requester::request_write(self.id, &self.qps[qp.0 as usize], qp, psn, ack_req)
-                {
-                    Some(w) => Tx::Write(w),
-                    None => Tx::Request,
-                }
-            }
-        })
-    }
-
-    /// The packet [`peek_transmit`](Self::peek_transmit) showed as [`Tx::Request`], built.
-    pub fn front_packet(&self) -> Option<Packet> {
-        match self.outbox.front()?.1 {
-            outbox::Out::Packet(p) => Some(p.clone()),
-            &outbox::Out::Request { qp, psn, ack_req } => Some(requester::request_packet(
+            outbox::Out::Request { qp, psn, ack_req } => Tx::Write(requester::request_write(
                 self.id,
                 &self.qps[qp.0 as usize],
                 qp,
                 psn,
                 ack_req,
             )),
-        }
+        })
     }
 
     /// Drops the packet [`peek_transmit`](Self::peek_transmit) showed (the runtime took it).

@@ -166,10 +166,6 @@ impl State {
             match self.rnic.peek_transmit().expect("peeked") {
                 Tx::Packet(p) => queue_on(&self.peers, &mut self.stats, p),
                 Tx::Write(w) => queue_write_on(&self.peers, &mut self.stats, &w),
-                Tx::Request => {
-                    let p = self.rnic.front_packet().expect("peeked");
-                    queue_on(&self.peers, &mut self.stats, &p);
-                }
             }
             self.rnic.discard_transmit();
             queued += 1;
@@ -198,17 +194,26 @@ impl State {
 /// [`State::queue`] on the state's connections and counters (borrowed apart from its RNIC).
 #[inline]
 fn queue_on(peers: &BTreeMap<NodeId, Rc<Conn>>, stats: &mut NetStats, pkt: &Packet) {
-    if let Some(conn) = peers.get(&pkt.dst) {
-        conn.queue(pkt);
-        stats.sent += 1;
-    }
+    to_peer(peers, stats, pkt.dst, |c| c.queue(pkt));
 }
 
 /// [`queue_on`] for a WRITE where it lies (a streamed WRITE is encoded from its work
 /// request, without a packet).
 fn queue_write_on(peers: &BTreeMap<NodeId, Rc<Conn>>, stats: &mut NetStats, w: &WriteRef<'_>) {
-    if let Some(conn) = peers.get(&w.dst) {
-        conn.queue_write(w);
+    to_peer(peers, stats, w.dst, |c| c.queue_write(w));
+}
+
+/// Queues on the connection to `dst`, counted; a peer not (or no longer) connected gets
+/// nothing.
+#[inline]
+fn to_peer(
+    peers: &BTreeMap<NodeId, Rc<Conn>>,
+    stats: &mut NetStats,
+    dst: NodeId,
+    queue: impl FnOnce(&Conn),
+) {
+    if let Some(conn) = peers.get(&dst) {
+        queue(conn);
         stats.sent += 1;
     }
 }
@@ -238,26 +243,26 @@ impl Conn {
     /// train ending the output if it is the next one of the same QP and rkey (one frame
     /// per run of WRITEs, as a doorbell batch), or starts one; anything else is a packet.
     fn queue(&self, pkt: &Packet) {
-        let mut out = self.out.borrow_mut();
-        let mut train = self.train.take();
-        if !train.as_mut().is_some_and(|t| t.push(pkt, &mut out)) {
-            train = TrainTail::start(pkt, &mut out);
-            if train.is_none() {
-                pkt.emit_into(&mut out);
-            }
-        }
-        self.train.set(train);
+        self.queue_frame(WriteRef::of(pkt).as_ref(), |out| pkt.emit_into(out));
     }
 
     /// [`queue`](Self::queue) for a WRITE without immediate data where it lies.
     fn queue_write(&self, w: &WriteRef<'_>) {
+        self.queue_frame(Some(w), |out| w.to_packet().emit_into(out));
+    }
+
+    /// Appends `write` (a WRITE that may join a train) to the train ending the output, or
+    /// starts one with it; anything else, and a WRITE too long for a train, `emit`s itself
+    /// as a packet.
+    fn queue_frame(&self, write: Option<&WriteRef<'_>>, emit: impl FnOnce(&mut Vec<u8>)) {
         let mut out = self.out.borrow_mut();
         let mut train = self.train.take();
-        if !train.as_mut().is_some_and(|t| t.push_write(w, &mut out)) {
-            train = TrainTail::start_write(w, &mut out);
+        let joined =
+            write.is_some_and(|w| train.as_mut().is_some_and(|t| t.push_write(w, &mut out)));
+        if !joined {
+            train = write.and_then(|w| TrainTail::start_write(w, &mut out));
             if train.is_none() {
-                // Too long for a train: a packet of its own.
-                w.to_packet().emit_into(&mut out);
+                emit(&mut out);
             }
         }
         self.train.set(train);

@@ -115,8 +115,8 @@ struct FOwnerEx {
 
 thread_local! {
     /// Interrupt signals this thread received (what the handler does besides the
-    /// interruption itself, and besides making a named socket non-blocking: [`RECV_FD`]). Per thread: every signal of the design is directed at the
-    /// executor's own thread (`F_SETOWN_EX`, `SIGEV_THREAD_ID`, `tgkill`), and another
+    /// interruption itself, and besides making a named socket non-blocking: [`RECV_FD`]).
+    /// Per thread: every signal of the design is directed at the executor's own thread (`F_SETOWN_EX`, `SIGEV_THREAD_ID`, `tgkill`), and another
     /// executor's signals must not move this one's counts. Constant-initialised atomics
     /// without a destructor: the handler's access is a plain TLS access, and atomic (the
     /// handler interrupts this thread's own code).
@@ -159,17 +159,20 @@ fn close_window() {
 }
 
 /// Ends the window [`RECV_FD`] opened on `fd`: whether a signal closed it, with the
-/// socket's blocking restored for the next wait (false if that failed: the caller stops
-/// waiting in receives rather than spin on a non-blocking one).
-fn leave_window(fd: RawFd) -> (bool, bool) {
+/// socket's blocking restored for the next wait (if that fails, `refused` is set: the
+/// executor stops waiting in receives rather than spin on a non-blocking one).
+fn leave_window(fd: RawFd, refused: &Cell<bool>) -> bool {
     // Unnamed first: a handler that runs after this leaves the flags alone.
     RECV_FD.with(|f| f.store(-1, Ordering::SeqCst));
     let flags = SAVED_FLAGS.with(|w| w.swap(-1, Ordering::SeqCst));
     if flags < 0 {
-        return (false, true);
+        return false;
     }
     // SAFETY: the stream's own, open descriptor; `flags` are its own, read by the handler.
-    (true, unsafe { libc::fcntl(fd, libc::F_SETFL, flags) } == 0)
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags) } != 0 {
+        refused.set(true);
+    }
+    true
 }
 
 #[cfg(test)]
@@ -611,9 +614,7 @@ impl Reactor {
             shared.blocked.store(tid, Ordering::SeqCst);
             if shared.pending.load(Ordering::SeqCst) || signals() != b.signals_at_poll.get() {
                 shared.blocked.store(0, Ordering::SeqCst);
-                if !leave_window(w.fd).1 {
-                    b.refused.set(true);
-                }
+                leave_window(w.fd, &b.refused);
                 return false;
             }
             #[cfg(test)]
@@ -627,10 +628,7 @@ impl Reactor {
             // Taken before anything else can change it.
             let errno = (n < 0).then(io::Error::last_os_error);
             shared.blocked.store(0, Ordering::SeqCst);
-            let (closed, restored) = leave_window(w.fd);
-            if !restored {
-                b.refused.set(true);
-            }
+            let closed = leave_window(w.fd, &b.refused);
             if n > 0 {
                 unsafe { st.buf.set_len(n as usize) };
                 st.polls_at_fill = POLLS.with(|p| p.get());

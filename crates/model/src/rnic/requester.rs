@@ -445,8 +445,8 @@ pub(super) fn request_packet(id: NodeId, q: &Qp, qpn: QpNum, psn: Psn, ack_req: 
     }
 }
 
-/// [`request_packet`] for a WRITE without immediate data, borrowed where it lies; `None`
-/// for any other request.
+/// [`request_packet`] for the WRITEs the outbox holds by reference (`pump` holds no other
+/// request so), borrowed where it lies.
 #[inline]
 pub(super) fn request_write(
     id: NodeId,
@@ -454,24 +454,29 @@ pub(super) fn request_write(
     qpn: QpNum,
     psn: Psn,
     ack_req: bool,
-) -> Option<WriteRef<'_>> {
+) -> WriteRef<'_> {
     let w = request_wqe(q, psn);
-    match (w.wr.opcode, w.wr.remote, &w.wr.local) {
-        (Opcode::Write, Some(r), Payload::Inline(data)) => {
-            let (dst, dst_qp) = q.remote.expect("RTS QP is connected");
-            Some(WriteRef {
-                src: id,
-                dst,
-                src_qp: qpn,
-                dst_qp,
-                psn,
-                addr: r.addr,
-                rkey: r.rkey,
-                data,
-                ack_req,
-            })
-        }
-        _ => None,
+    debug_assert_eq!(
+        w.wr.opcode,
+        Opcode::Write,
+        "only WRITEs are held by reference"
+    );
+    let r = w.wr.remote.expect("post_send checked the remote address");
+    let (dst, dst_qp) = q.remote.expect("RTS QP is connected");
+    WriteRef {
+        src: id,
+        dst,
+        src_qp: qpn,
+        dst_qp,
+        psn,
+        addr: r.addr,
+        rkey: r.rkey,
+        // As `request_body` reads it (a fetched SGE is inline by now).
+        data: match &w.wr.local {
+            Payload::Inline(b) => b,
+            _ => &[],
+        },
+        ack_req,
     }
 }
 
