@@ -339,9 +339,10 @@ fn progress_bar(what: &str) -> indicatif::ProgressBar {
 enum BenchCmd {
     /// The soft RNIC next to raw TCP over loopback, side by side: RemoteLog append latency
     /// per method against a ping-pong, streaming WRITEs against TCP streaming, and the
-    /// simulator's prediction with a profile calibrated from the ping-pong.
+    /// simulator's prediction, with a profile calibrated from the ping-pong, for every
+    /// RemoteLog scenario.
     Soft {
-        /// Appends (and ping-pongs) per measurement.
+        /// Ping-pongs per series, and appends in each of the 72 RemoteLog scenarios.
         #[arg(long, default_value_t = 5000)]
         n: u64,
         /// 64-byte WRITEs streamed.

@@ -1,10 +1,11 @@
 //! The latency phase: the raw TCP ping-pong (the floor), the same through the soft RNIC's
-//! executor (client only, then both sides), and RemoteLog singleton appends per method,
-//! interleaved round by round between the same processes.
+//! executor (client only, then both sides), and RemoteLog appends in every scenario (seed
+//! 000 §4: 12 server configurations × 3 primitives × singleton and compound), interleaved
+//! round by round between the same processes.
 
 use super::peers::{start_server, Proc, EXEC_LEAD};
 use super::{per_msg, wall, CpuMark};
-use remora::{Primitive, Shape, Update};
+use remora::{Scenario, Shape, Update};
 use remora_model::profile::LatencyProfile;
 use remora_remotelog::log::{LogClient, LogShape, RECORDS_OFF};
 use std::io::{Read, Write};
@@ -12,18 +13,23 @@ use std::net::TcpStream;
 use std::path::Path;
 
 /// Samples each series takes in one round of the latency phase. Every series (the raw
-/// ping-pong, the same through the executor, each method) takes this many in turn, round after
-/// round: the VM's state moves the raw round trip between 12 and 40 µs for seconds at a
-/// time, and a series measured after another would see a different machine.
+/// ping-pong, the same through the executor, each scenario) takes this many in turn, round
+/// after round: the VM's state moves the raw round trip between 12 and 40 µs for seconds at
+/// a time, and a series measured after another would see a different machine.
 pub(super) const ROUND: u64 = 100;
 
-/// The servers of the latency phase: one configuration per family of one-round-trip
-/// methods (seed 000 Table 2), three methods each.
-const LATENCY_CONFIGS: [&str; 3] = [
+/// The latency table's servers: one configuration per family of one-round-trip methods
+/// (seed 000 Table 2), whose three singleton scenarios run three different methods. Every
+/// other scenario is measured too, for the model check.
+pub(super) const LATENCY_CONFIGS: [&str; 3] = [
     "WSP+noDDIO+PM-RQWRB",
     "DMP+noDDIO+PM-RQWRB",
     "DMP+DDIO+DRAM-RQWRB",
 ];
+
+/// Connections each server of the latency phase takes at once: one per scenario of its
+/// configuration (3 primitives × 2 updates), and room for two more.
+const SLOTS_PER_SERVER: u64 = 8;
 
 /// One latency series gathered over the rounds: round-trip times in ns and each side's
 /// CPU time over them.
@@ -52,17 +58,31 @@ impl Series {
     }
 }
 
-/// A RemoteLog client of one method on one server, with what keeps its node alive and its
-/// series.
-struct MethodRun {
-    config: &'static str,
+/// A RemoteLog client of one scenario on its configuration's server, with what keeps its
+/// node alive and its series.
+struct ScenarioRun {
+    scenario: Scenario,
     method: String,
     server_pid: u32,
     log: LogClient<remora_soft::runtime::RtNode>,
-    /// Appends it may take (its log's capacity, at most `n`).
-    budget: u64,
     series: Series,
     _keep: Box<dyn std::any::Any>,
+}
+
+/// One scenario's measured series, and the method the library ran in it.
+pub(super) struct ScenarioRow {
+    pub(super) scenario: Scenario,
+    pub(super) method: String,
+    pub(super) series: Series,
+}
+
+impl ScenarioRow {
+    /// Whether the latency table shows this row: a singleton append against one of
+    /// [`LATENCY_CONFIGS`] (the nine one-round-trip methods).
+    pub(super) fn in_latency_table(&self) -> bool {
+        self.scenario.update == Update::Singleton
+            && LATENCY_CONFIGS.contains(&self.scenario.config.name().as_str())
+    }
 }
 
 /// `k` round trips of `msg` over a socket of the soft RNIC's executor, each one's time
@@ -83,32 +103,47 @@ async fn exec_ping_pong(
     Ok(())
 }
 
-/// The latency phase's series: raw, executor client, executor on both sides, and each method's
-/// (server, method, series); and how the benchmark's executor waited meanwhile.
+/// The latency phase's series: raw, executor client, executor on both sides, and each
+/// scenario's, in [`Scenario::all`] order; and how the benchmark's executor waited meanwhile.
 pub(super) type LatencyRuns = (
     Series,
     Series,
     Series,
-    Vec<(String, String, Series)>,
+    Vec<ScenarioRow>,
     remora_exec::WaitStats,
 );
 
-/// The latency phase, side by side: an echo process and one `remora serve` per
-/// [`LATENCY_CONFIGS`] entry run together; in every round of [`ROUND`] samples the raw
-/// ping-pong, the same through the executor (client only, then both sides), and each method's
-/// singleton appends take their turn.
+/// Bytes of PM each connection of a latency-phase server updates: a log of `n` records.
+fn region_bytes(n: u64) -> u64 {
+    (RECORDS_OFF + n * 64).next_multiple_of(64 << 10)
+}
+
+/// The latency phase, side by side: an echo process and one `remora serve` per server
+/// configuration of seed 000 Table 1 run together; in every round of [`ROUND`] samples the
+/// raw ping-pong, the same through the executor (client only, then both sides), and each
+/// scenario's appends take their turn.
 pub(super) fn latency_side_by_side(
     exe: &Path,
     n: u64,
     pool_dir: &Path,
 ) -> Result<LatencyRuns, String> {
     let echo = Proc::start(exe, &["bench", "echo"])?;
+    let region = region_bytes(n);
+    // A slot is the region, the receive ring and its watermark, page-aligned: a MiB more
+    // than the region holds them.
+    let sizes = [
+        "--region-bytes".to_string(),
+        region.to_string(),
+        "--pool-bytes".to_string(),
+        (SLOTS_PER_SERVER * (region + (1 << 20))).to_string(),
+    ];
     let mut servers = Vec::new();
-    for (ci, config) in LATENCY_CONFIGS.iter().enumerate() {
-        let server = start_server(exe, &pool_dir.join(format!("{ci}.pm")), config)?;
-        servers.push((*config, server));
+    for (ci, config) in remora_model::ServerConfig::table1().into_iter().enumerate() {
+        let pool = pool_dir.join(format!("{ci}.pm"));
+        let server = start_server(exe, &pool, &config.name(), &sizes)?;
+        servers.push((config, server));
     }
-    let targets: Vec<(&'static str, String, u32)> = servers
+    let targets: Vec<(remora_model::ServerConfig, String, u32)> = servers
         .iter()
         .map(|(c, s)| (*c, s.addr().to_string(), s.pid()))
         .collect();
@@ -134,34 +169,42 @@ pub(super) fn latency_side_by_side(
             .await
             .map_err(|e| e.to_string())?;
         let mut runs = Vec::new();
-        for (config, addr, server_pid) in targets {
-            for p in Primitive::ALL {
-                let (node, conn, mut client) =
-                    remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
-                        .await
-                        .map_err(|e| e.to_string())?;
-                let hello = client
-                    .connect(p, Shape::default())
+        for scenario in Scenario::all() {
+            let (_, addr, server_pid) = targets
+                .iter()
+                .find(|t| t.0 == scenario.config)
+                .ok_or_else(|| format!("no server for {}", scenario.name()))?;
+            let (node, conn, mut client) =
+                remora_soft::client::connect(addr, &LatencyProfile::default_profile())
                     .await
                     .map_err(|e| e.to_string())?;
-                let method = client
-                    .method(Update::Singleton)
-                    .map(|m| m.name.clone())
-                    .unwrap_or_default();
-                let shape = LogShape {
-                    capacity: (hello.region_len - RECORDS_OFF) / 64,
-                    ..LogShape::default()
-                };
-                runs.push(MethodRun {
-                    config,
-                    method,
-                    server_pid,
-                    log: LogClient::new(client, shape, Update::Singleton),
-                    budget: n.min(shape.capacity),
-                    series: Series::default(),
-                    _keep: Box::new((node, conn)),
-                });
+            let hello = client
+                .connect(scenario.primitive, Shape::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let method = client
+                .method(scenario.update)
+                .map(|m| m.name.clone())
+                .unwrap_or_default();
+            let shape = LogShape {
+                capacity: (hello.region_len - RECORDS_OFF) / 64,
+                ..LogShape::default()
+            };
+            if shape.capacity < n {
+                return Err(format!(
+                    "{}: the server's region holds {} records, not {n}",
+                    scenario.name(),
+                    shape.capacity
+                ));
             }
+            runs.push(ScenarioRun {
+                scenario,
+                method,
+                server_pid: *server_pid,
+                log: LogClient::new(client, shape, scenario.update),
+                series: Series::default(),
+                _keep: Box::new((node, conn)),
+            });
         }
         let msg = [0x11u8; 64 + 32];
         let mut back = [0u8; 96];
@@ -189,7 +232,6 @@ pub(super) fn latency_side_by_side(
                 series.add_cpu(&mark);
             }
             for r in &mut runs {
-                let k = k.min(r.budget - r.series.ns.len() as u64);
                 // Each side's CPU over the appends: where a method's time goes besides the
                 // network (the server's share includes its responder).
                 let mark = CpuMark::now(r.server_pid);
@@ -204,7 +246,11 @@ pub(super) fn latency_side_by_side(
         }
         let rows = runs
             .into_iter()
-            .map(|r| (r.config.to_string(), r.method, r.series))
+            .map(|r| ScenarioRow {
+                scenario: r.scenario,
+                method: r.method,
+                series: r.series,
+            })
             .collect();
         let waits = remora_exec::wait_stats().since(waits_before);
         Ok::<_, String>((raw, via_exec, both_exec, rows, waits))

@@ -2,7 +2,8 @@
 //! in one run between the same two processes over loopback:
 //!
 //! - raw TCP ping-pong of a 64-byte record (the floor) versus RemoteLog singleton appends
-//!   per method (p50, p99, and the ratio of p50s), with each side's CPU time per round trip;
+//!   per one-round-trip method (p50, p99, and the ratio of p50s), with each side's CPU time
+//!   per round trip;
 //! - raw TCP streaming versus pipelined 64-byte RDMA WRITEs, a FLUSH per batch and a few
 //!   batches in flight (throughput ratio, and each side's CPU per message). Both are timed
 //!   until the receiver has taken everything in: the raw stream ends with an
@@ -15,17 +16,20 @@
 //!   the report shows what the framing costs and what the model costs; the series
 //!   alternate, so the shared machine's load falls on all of them;
 //! - a model check: a `loopback` profile whose NIC round trip is the measured ping-pong's
-//!   mean, run on the simulator, predicted mean versus measured mean per method.
+//!   mean, run on the simulator, predicted mean versus measured mean in every RemoteLog
+//!   scenario (72: each is measured in the latency phase's rounds).
 //!
 //! The parts, one file each besides this one (the entry points, the report, the CPU-time
 //! helpers):
 //!
 //! - `peers`: the echo process, the child processes and servers, and their CPU placement;
-//! - `latency`: the interleaved ping-pong and per-method singleton-append series;
+//! - `latency`: the interleaved ping-pong and per-scenario append series;
+//! - `model`: the model check and what its misses are made of;
 //! - `stream`: the streaming comparison (raw TCP, the soft RNIC's frames, the soft RNIC);
 //! - `page`: rewriting one placement's section of the results page.
 
 mod latency;
+mod model;
 mod page;
 mod peers;
 mod stream;
@@ -36,8 +40,6 @@ pub use stream::{Stream, WRITE64_TRAIN_BYTES, WRITE64_WIRE_BYTES};
 
 use latency::{latency_side_by_side, ROUND};
 use peers::{pin_to, PEER_CPU};
-use remora_model::profile::LatencyProfile;
-use remora_model::ServerConfig;
 use std::fmt::Write as _;
 use std::path::Path;
 use stream::{stream_report, stream_side_by_side};
@@ -197,13 +199,13 @@ pub fn run(
     // Round trips of the executor in this process: its two ping-pongs and the appends.
     let round_trips = (via_exec.ns.len()
         + both_exec.ns.len()
-        + rows.iter().map(|r| r.2.ns.len()).sum::<usize>()) as u64;
+        + rows.iter().map(|r| r.series.ns.len()).sum::<usize>()) as u64;
     let (raw_mean, raw_p50, raw_p99, raw_slow) = quantiles(raw.ns.clone());
     let raw_cpu = raw.cpu_us();
     let (exec_mean, exec_p50, exec_p99, exec_slow) = quantiles(via_exec.ns);
     let both_cpu = both_exec.cpu_us();
     let (both_mean, both_p50, both_p99, both_slow) = quantiles(both_exec.ns);
-    let _ = writeln!(out, "Interleaved: {} rounds; in each, the raw ping-pong, the same through the soft RNIC's executor (client, then both sides) and every method take {ROUND} samples in turn, so a change of the machine's state falls on all of them alike.\n", n.div_ceil(ROUND));
+    let _ = writeln!(out, "Interleaved: {} rounds; in each, the raw ping-pong, the same through the soft RNIC's executor (client, then both sides) and each of the {} RemoteLog scenarios take {ROUND} samples in turn, so a change of the machine's state falls on all of them alike.\n", n.div_ceil(ROUND), rows.len());
     let _ = writeln!(out, "Raw TCP ping-pong, 96 bytes: mean {raw_mean:.1} µs, p50 {raw_p50:.1} µs, p99 {raw_p99:.1} µs, {raw_slow} of {} ≥ 1 ms; CPU per round trip (user + system) {:.2} µs client, {:.2} µs echo\n", raw.ns.len(), raw_cpu.0, raw_cpu.1);
     let _ = writeln!(out, "The same ping-pong as a task of the soft RNIC's executor (remora-exec: its I/O path, no model): mean {exec_mean:.1} µs, p50 {exec_p50:.1} µs ({:.2}x the raw p50), p99 {exec_p99:.1} µs, {exec_slow} of {n} ≥ 1 ms\n", exec_p50 / raw_p50);
     let _ = writeln!(out, "The same with the echo on the executor too (both sides' I/O paths are the soft RNIC's, no model): mean {both_mean:.1} µs, p50 {both_p50:.1} µs ({:.2}x the raw p50), p99 {both_p99:.1} µs, {both_slow} of {n} ≥ 1 ms; CPU per round trip {:.2} µs client, {:.2} µs echo\n", both_p50 / raw_p50, both_cpu.0, both_cpu.1);
@@ -212,47 +214,28 @@ pub fn run(
     let streams = stream_side_by_side(exe, stream_writes, &pool_dir);
     let _ = std::fs::remove_dir_all(&pool_dir);
     let streams = streams?;
-    // 4. Model check: the simulator with a loopback profile calibrated from the ping-pong.
-    let mut profile = LatencyProfile::default_profile();
-    profile.name = "loopback".into();
-    // The model's round trip is a constant, so the constant that reproduces the raw
-    // ping-pong's *mean* is its mean; calibrating it from the p50 would make the model
-    // miss the floor's own mean by the ping-pong's tail, before any of remora's cost.
-    profile.network.nic_rtt_ns = (raw_mean * 1e3) as u64;
-    // Attribution of the model's miss: the same profile with the round trip of the I/O
-    // path the soft RNIC's packets actually take (the executor on both sides). What this
-    // prediction still misses is the soft RNIC's own CPU per packet and per message, which
-    // a model of a hardware RNIC does not have; the rest of the strict miss is the I/O path.
-    let mut via_io = profile.clone();
-    via_io.network.nic_rtt_ns = (both_mean * 1e3) as u64;
-    // CPU per round trip of that I/O path (both sides): what an append's CPU is set against.
-    let io_cpu = both_cpu.0 + both_cpu.1;
+    let _ = writeln!(out, "Client and server CPU: each process's CPU time (user + system) per append, to compare with the raw ping-pong's per round trip. The added microseconds (p50 − raw p50) are what the stack costs per round trip over the floor; the ratio also moves with the floor itself.\n");
     let _ = writeln!(
         out,
-        "Model check: the `loopback` profile is the default one with its NIC round trip set to the raw ping-pong's mean, {raw_mean:.1} µs (the only measured input); the simulator runs each method with it and predicts its mean latency. Attribution (the two I/O-path columns): the same profile with the round trip of the soft RNIC's own I/O path, the both-sides executor ping-pong's mean {both_mean:.1} µs; what that still misses is the soft RNIC's CPU per packet and message, which a model of hardware does not have. The last two columns put the two side by side: that miss in microseconds, and the CPU both sides spent per append beyond what they spent per round trip of the both-sides executor ping-pong (the same I/O path without the model), {io_cpu:.2} µs. Where the CPU covers the miss, the stage the model gets wrong is the RNIC's own processing, which here is software.\n"
+        "RemoteLog singleton appends, one-round-trip methods (the target's rows):\n"
     );
-    let _ = writeln!(out, "Client and server CPU: each process's CPU time (user + system) per append, to compare with the raw ping-pong's per round trip. The added microseconds (p50 − raw p50) are what the stack costs per round trip over the floor; the ratio also moves with the floor itself.\n");
-    let _ = writeln!(out, "| server | method | mean µs | p50 µs | p99 µs | ≥ 1 ms | p50 / raw p50 | p50 − raw p50 µs | client CPU µs | server CPU µs | simulator (loopback profile) mean µs | measured / predicted | simulator, I/O-path round trip, mean µs | measured / that | mean − that µs | soft RNIC CPU per append µs |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for (config, method, series) in rows {
-        let (mean, p50, p99, slow) = quantiles(series.ns.clone());
-        let (client_cpu, server_cpu) = series.cpu_us();
-        let cfg: ServerConfig = config
-            .parse()
-            .map_err(|e: remora_model::config::ParseConfigError| e.to_string())?;
-        let m = remora::Taxonomy::shipped()
-            .method(&method)
-            .cloned()
-            .ok_or("method")?;
-        let predict = |profile: &LatencyProfile| {
-            remora::planner::predict(&cfg, profile, &m, remora_verbs::FlushMethod::Native, 200, 1)
-                .map_or(f64::NAN, |d| d.as_nanos() as f64 / 1e3)
-        };
-        let (predicted, predicted_io) = (predict(&profile), predict(&via_io));
-        // The model's CPU: both sides' CPU per append beyond the I/O path's per round trip.
-        let model_cpu = client_cpu + server_cpu - io_cpu;
-        let _ = writeln!(out, "| {config} | {method} | {mean:.1} | {p50:.1} | {p99:.1} | {slow} | {:.2} | {:.1} | {client_cpu:.2} | {server_cpu:.2} | {predicted:.1} | {:.2} | {predicted_io:.1} | {:.2} | {:.1} | {model_cpu:.2} |", p50 / raw_p50, p50 - raw_p50, mean / predicted, mean / predicted_io, mean - predicted_io);
+    let _ = writeln!(out, "| server | method | mean µs | p50 µs | p99 µs | ≥ 1 ms | p50 / raw p50 | p50 − raw p50 µs | client CPU µs | server CPU µs |\n|---|---|---|---|---|---|---|---|---|---|");
+    for row in rows.iter().filter(|r| r.in_latency_table()) {
+        let (mean, p50, p99, slow) = quantiles(row.series.ns.clone());
+        let (client_cpu, server_cpu) = row.series.cpu_us();
+        let _ = writeln!(out, "| {} | {} | {mean:.1} | {p50:.1} | {p99:.1} | {slow} | {:.2} | {:.1} | {client_cpu:.2} | {server_cpu:.2} |", row.scenario.config, row.method, p50 / raw_p50, p50 - raw_p50);
     }
     let _ = writeln!(out);
+    // 4. Model check: the simulator with a loopback profile calibrated from the ping-pong.
+    model::model_check(
+        &mut out,
+        &rows,
+        &model::Calibration {
+            raw_mean_us: raw_mean,
+            io_mean_us: both_mean,
+            io_cpu_us: both_cpu.0 + both_cpu.1,
+        },
+    )?;
     stream_report(&mut out, stream_writes, &streams);
     let _ = writeln!(out, "Targets (issue 5): one-round-trip methods within 1.3x of the raw p50; streaming at least 0.7x of raw TCP; simulator within ±25% of the measured mean.");
     Ok(out)

@@ -366,21 +366,26 @@ impl Drop for Proc {
     }
 }
 
-/// Starts `remora serve` for `config` on a fresh pool file at `pool`, on a loopback port.
-pub(super) fn start_server(exe: &Path, pool: &Path, config: &str) -> Result<Proc, String> {
+/// Starts `remora serve` for `config` on a fresh pool file at `pool`, on a loopback port,
+/// with `more` of its flags.
+pub(super) fn start_server(
+    exe: &Path,
+    pool: &Path,
+    config: &str,
+    more: &[String],
+) -> Result<Proc, String> {
     let _ = std::fs::remove_file(pool);
-    Proc::start(
-        exe,
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--pool",
-            pool.to_str().unwrap_or(""),
-            "--config",
-            config,
-        ],
-    )
+    let mut args = vec![
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--pool",
+        pool.to_str().unwrap_or(""),
+        "--config",
+        config,
+    ];
+    args.extend(more.iter().map(String::as_str));
+    Proc::start(exe, &args)
 }
 
 #[cfg(test)]

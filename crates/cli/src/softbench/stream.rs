@@ -265,7 +265,7 @@ pub(super) fn stream_side_by_side(
 ) -> Result<Streams, String> {
     let echo = Proc::start(exe, &["bench", "echo"])?;
     let pool = pool_dir.join("stream.pm");
-    let server = start_server(exe, &pool, "DMP+noDDIO+PM-RQWRB")?;
+    let server = start_server(exe, &pool, "DMP+noDDIO+PM-RQWRB", &[])?;
     let (echo_addr, addr, pid) = (
         echo.addr().to_string(),
         server.addr().to_string(),
