@@ -363,6 +363,10 @@ enum BenchCmd {
         /// placement's section between its two markers; the rest of the page is kept.
         #[arg(long, conflicts_with = "stream_only")]
         results: Option<PathBuf>,
+        /// RemoteLog scenarios to measure: `all` 72 (the model check), or `latency`, the
+        /// latency table's nine (a shorter run; the model check covers those nine).
+        #[arg(long, value_enum, default_value = "all")]
+        scenarios: remora_cli::softbench::Scenarios,
     },
     /// A raw TCP echo server (the other process of `bench soft`'s ping-pong).
     #[command(hide = true)]
@@ -534,6 +538,7 @@ fn run(cli: Cli) -> Result<(), String> {
                     stream_only,
                     placement,
                     results,
+                    scenarios,
                 },
         } => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -544,13 +549,14 @@ fn run(cli: Cli) -> Result<(), String> {
             let report = if stream_only {
                 remora_cli::softbench::run_stream_only(&exe, stream, &pool_dir)?
             } else {
-                remora_cli::softbench::run(&exe, n, stream, &pool_dir, placement)?
+                remora_cli::softbench::run(&exe, n, stream, &pool_dir, placement, scenarios)?
             };
             print!("{report}");
             if let Some(page) = results {
                 let command = format!(
-                    "remora bench soft --n {n} --stream {stream} --placement {} --pool-dir {}",
+                    "remora bench soft --n {n} --stream {stream} --placement {} --scenarios {} --pool-dir {}",
                     placement.name(),
+                    scenarios.name(),
                     pool_dir.display()
                 );
                 remora_cli::softbench::write_results(&page, placement, &command, &report)?;

@@ -34,6 +34,7 @@ mod page;
 mod peers;
 mod stream;
 
+pub use latency::Scenarios;
 pub use page::{check_results, replace_section, write_results};
 pub use peers::{echo_server, Placement};
 pub use stream::{Stream, WRITE64_TRAIN_BYTES, WRITE64_WIRE_BYTES};
@@ -166,6 +167,7 @@ pub fn run(
     stream_writes: u64,
     pool_dir: &Path,
     placement: Placement,
+    scenarios: Scenarios,
 ) -> Result<String, String> {
     let mut out =
         String::from("# Soft RNIC versus raw TCP (loopback, side by side in one run)\n\n");
@@ -188,7 +190,7 @@ pub fn run(
     std::fs::create_dir_all(&pool_dir).map_err(|e| e.to_string())?;
     // 1–2. The raw ping-pong (the floor), the same through the executor, and RemoteLog singleton
     // appends per method, interleaved round by round.
-    let latency = latency_side_by_side(exe, n, &pool_dir);
+    let latency = latency_side_by_side(exe, n, &pool_dir, scenarios);
     let (raw, via_exec, both_exec, rows, waits) = match latency {
         Ok(l) => l,
         Err(e) => {

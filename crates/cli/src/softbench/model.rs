@@ -5,6 +5,7 @@
 
 use super::latency::ScenarioRow;
 use super::quantiles;
+use remora::Scenario;
 use remora_model::profile::LatencyProfile;
 use std::fmt::Write as _;
 
@@ -38,9 +39,12 @@ fn loopback(rtt_us: f64) -> LatencyProfile {
     profile
 }
 
-/// The simulator's RemoteLog in every scenario with `profile`, in [`remora::Scenario::all`]
-/// order: the method it ran and its mean latency in µs.
-fn predict_scenarios(profile: &LatencyProfile) -> Result<Vec<(String, f64)>, String> {
+/// The simulator's RemoteLog in each of `scenarios` with `profile`, in their order: the
+/// method it ran and its mean latency in µs.
+fn predict_scenarios(
+    profile: &LatencyProfile,
+    scenarios: &[Scenario],
+) -> Result<Vec<(String, f64)>, String> {
     let opts = remora_remotelog::eval::EvalOptions {
         appends: PREDICT_APPENDS,
         seed: 1,
@@ -48,7 +52,7 @@ fn predict_scenarios(profile: &LatencyProfile) -> Result<Vec<(String, f64)>, Str
         shape: remora_remotelog::log::LogShape::default(),
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    let results = remora_remotelog::eval::run_all(&opts, &remora::Scenario::all(), &|_, _| {})?;
+    let results = remora_remotelog::eval::run_all(&opts, scenarios, &|_, _| {})?;
     Ok(results
         .into_iter()
         .map(|r| (r.method, r.mean_ns / 1e3))
@@ -89,8 +93,8 @@ impl Verdict {
     }
 }
 
-/// Appends the model check to `out`: the calibration, a row per scenario of `rows` (all of
-/// [`remora::Scenario::all`], in its order) and the verdict. Fails if the simulator ran
+/// Appends the model check to `out`: the calibration, a row per scenario of `rows` and the
+/// verdict. Fails if the simulator ran
 /// another method than the soft RNIC did in some scenario.
 pub(super) fn model_check(
     out: &mut String,
@@ -100,17 +104,25 @@ pub(super) fn model_check(
     // The model's round trip is a constant, so the constant that reproduces the raw
     // ping-pong's *mean* is its mean; calibrating it from the p50 would make the model
     // miss the floor's own mean by the ping-pong's tail, before any of remora's cost.
-    let strict = predict_scenarios(&loopback(cal.raw_mean_us))?;
+    let scenarios: Vec<Scenario> = rows.iter().map(|r| r.scenario).collect();
+    let strict = predict_scenarios(&loopback(cal.raw_mean_us), &scenarios)?;
     // Attribution of the model's miss: the same profile with the round trip of the I/O
     // path the soft RNIC's packets actually take (the executor on both sides). What this
     // prediction still misses is the soft RNIC's own CPU per packet and per message, which
     // a model of a hardware RNIC does not have; the rest of the strict miss is the I/O path.
-    let via_io = predict_scenarios(&loopback(cal.io_mean_us))?;
-    let probe = predict_scenarios(&loopback(cal.raw_mean_us + PROBE_RTT_NS as f64 / 1e3))?;
+    let via_io = predict_scenarios(&loopback(cal.io_mean_us), &scenarios)?;
+    let probe = predict_scenarios(
+        &loopback(cal.raw_mean_us + PROBE_RTT_NS as f64 / 1e3),
+        &scenarios,
+    )?;
     let _ = writeln!(
         out,
-        "Model check, every RemoteLog scenario (seed 000 §4: {} of them, each measured in the same rounds as the ping-pongs): the `loopback` profile is the default one with its NIC round trip set to the raw ping-pong's mean, {:.1} µs (the only measured input); the simulator runs RemoteLog in each scenario with it ({PREDICT_APPENDS} appends, the method the soft RNIC ran) and predicts its mean latency. Round trips: how many network round trips an append waits for in the model (how much its prediction grows when the round trip is {} µs longer, over {} µs). Attribution (the I/O-path columns): the same profile with the round trip of the soft RNIC's own I/O path, the both-sides executor ping-pong's mean {:.1} µs; what that still misses is the soft RNIC's CPU per packet and message, which a model of hardware does not have. Beside that miss: the CPU both sides spent per append beyond what they spent on as many round trips of the both-sides executor ping-pong (the same I/O path without the model, {:.2} µs per round trip). Where that CPU covers the miss (verdict `outside: soft RNIC CPU`), the stage the model gets wrong is the RNIC's own processing, and the responder's, which here are software on the same two CPUs.\n",
-        rows.len(),
+        "Model check, {} (seed 000 §4; each measured in the same rounds as the ping-pongs): the `loopback` profile is the default one with its NIC round trip set to the raw ping-pong's mean, {:.1} µs (the only measured input); the simulator runs RemoteLog in each scenario with it ({PREDICT_APPENDS} appends, the method the soft RNIC ran) and predicts its mean latency. Round trips: how many network round trips an append waits for in the model (how much its prediction grows when the round trip is {} µs longer, over {} µs). Attribution (the I/O-path columns): the same profile with the round trip of the soft RNIC's own I/O path, the both-sides executor ping-pong's mean {:.1} µs; what that still misses is the soft RNIC's CPU per packet and message, which a model of hardware does not have. Beside that miss: the CPU both sides spent per append beyond what they spent on as many round trips of the both-sides executor ping-pong (the same I/O path without the model, {:.2} µs per round trip). Where that CPU covers the miss (verdict `outside: soft RNIC CPU`), the stage the model gets wrong is the RNIC's own processing, and the responder's, which here are software on the same two CPUs.\n",
+        if rows.len() == remora::Scenario::all().len() {
+            format!("every RemoteLog scenario ({})", rows.len())
+        } else {
+            format!("{} of the {} RemoteLog scenarios (`--scenarios latency`)", rows.len(), remora::Scenario::all().len())
+        },
         cal.raw_mean_us,
         PROBE_RTT_NS / 1000,
         PROBE_RTT_NS / 1000,
@@ -227,8 +239,12 @@ mod tests {
         // The probe that counts round trips: one scenario of each kind the table has
         // (one round trip, and the compound methods that wait for a first completion).
         let (base, probe) = (
-            predict_scenarios(&loopback(20.0)).unwrap(),
-            predict_scenarios(&loopback(20.0 + PROBE_RTT_NS as f64 / 1e3)).unwrap(),
+            predict_scenarios(&loopback(20.0), &Scenario::all()).unwrap(),
+            predict_scenarios(
+                &loopback(20.0 + PROBE_RTT_NS as f64 / 1e3),
+                &Scenario::all(),
+            )
+            .unwrap(),
         );
         let trips: Vec<f64> = base
             .iter()
