@@ -590,7 +590,7 @@ fn bench_soft_reports_latency_and_cpu_per_method() {
     let mut within = 0;
     for r in &model {
         // | update | server | primitive | method | round trips | mean | slow | predicted |
-        // ratio | I/O-path predicted | ratio | miss | model CPU | verdict |
+        // ratio | I/O-path predicted | ratio | miss | model CPU | preemptions | verdict |
         let num = |i: usize| -> f64 { r[i].parse().unwrap_or_else(|_| panic!("{r:?}")) };
         let (trips, mean, strict, via_io) = (num(5), num(6), num(8), num(10));
         assert!(trips == 1.0 || trips == 2.0, "{r:?}");
@@ -610,9 +610,11 @@ fn bench_soft_reports_latency_and_cpu_per_method() {
         // The verdict follows the ratio (away from the edge, where rounding decides).
         if ((ratio_strict - 1.0).abs() - 0.25).abs() > 0.01 {
             let inside = (ratio_strict - 1.0).abs() < 0.25;
-            assert_eq!(r[14] == "within", inside, "{r:?}");
+            assert_eq!(r[15] == "within", inside, "{r:?}");
         }
-        within += usize::from(r[14] == "within");
+        within += usize::from(r[15] == "within");
+        // Preemptions come only from appends of a millisecond or more.
+        assert_eq!(r[7] == "0", num(14) == 0.0, "{r:?}");
     }
     assert!(
         s.contains(&format!(
