@@ -436,6 +436,44 @@ mod tests {
         });
     }
 
+    /// A task waiting to write is counted while it waits (the executor then never waits
+    /// in a blocking receive, which a socket's room to write would not end), and no
+    /// longer once the socket drained and it wrote.
+    #[test]
+    fn a_task_waiting_to_write_is_counted_while_it_waits() {
+        crate::block_on(async {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+            let (mut peer, _) = l.accept().unwrap();
+            assert!(!crate::reactor::writers_waiting());
+            const BYTES: usize = 32 << 20;
+            let writer = crate::spawn_local(async move {
+                c.write_all(&vec![1u8; BYTES]).await.unwrap();
+                c
+            });
+            // The peer reads nothing yet: the writer fills the socket and waits.
+            let mut turns = 0;
+            while !crate::reactor::writers_waiting() {
+                turns += 1;
+                assert!(turns < 1_000_000, "the writer never waited");
+                crate::yield_now().await;
+            }
+            let reader = std::thread::spawn(move || {
+                use std::io::Read;
+                let mut buf = vec![0u8; 1 << 20];
+                let mut n = 0;
+                while n < BYTES {
+                    n += peer.read(&mut buf).unwrap();
+                }
+                peer
+            });
+            let c = writer.await.unwrap();
+            assert!(!crate::reactor::writers_waiting());
+            drop(c);
+            drop(reader.join().unwrap());
+        });
+    }
+
     #[test]
     fn a_refused_connection_is_an_error() {
         crate::block_on(async {

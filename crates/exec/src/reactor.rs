@@ -21,7 +21,6 @@ use mio::{Interest, Token};
 const WAKER: Token = Token(usize::MAX);
 
 /// Readiness of one source, and who waits for it.
-#[derive(Default)]
 pub(crate) struct IoState {
     readable: Cell<bool>,
     writable: Cell<bool>,
@@ -40,6 +39,30 @@ pub(crate) struct IoState {
 pub(crate) enum Dir {
     Read,
     Write,
+}
+
+thread_local! {
+    /// Sources of this thread with a task waiting to write (a `writer` waker set): while
+    /// there is one, the executor does not wait in a blocking receive
+    /// ([`blocking`]'s `wait_target`), and counting them spares it a look at every source.
+    static WRITERS: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Whether a task of this thread waits to write on some source.
+pub(crate) fn writers_waiting() -> bool {
+    WRITERS.with(|w| w.get() > 0)
+}
+
+fn count_writer(up: bool) {
+    WRITERS.with(|w| w.set(if up { w.get() + 1 } else { w.get() - 1 }));
+}
+
+impl Drop for IoState {
+    fn drop(&mut self) {
+        if self.writer.get_mut().is_some() {
+            count_writer(false);
+        }
+    }
 }
 
 impl IoState {
@@ -77,7 +100,12 @@ impl IoState {
                 let mut w = self.waiter(dir).borrow_mut();
                 match &mut *w {
                     Some(old) => old.clone_from(cx.waker()),
-                    None => *w = Some(cx.waker().clone()),
+                    None => {
+                        *w = Some(cx.waker().clone());
+                        if dir == Dir::Write {
+                            count_writer(true);
+                        }
+                    }
                 }
                 return Poll::Pending;
             }
@@ -94,7 +122,10 @@ impl IoState {
         if self.flag(dir).get() {
             return Poll::Ready(());
         }
-        *self.waiter(dir).borrow_mut() = Some(cx.waker().clone());
+        let old = self.waiter(dir).borrow_mut().replace(cx.waker().clone());
+        if dir == Dir::Write && old.is_none() {
+            count_writer(true);
+        }
         Poll::Pending
     }
 
@@ -146,18 +177,22 @@ impl Reactor {
         fd: RawFd,
         stream: bool,
     ) -> io::Result<(Token, Rc<IoState>)> {
+        // Both directions start ready: the first operation finds out.
         let state = Rc::new(IoState {
+            readable: Cell::new(true),
+            writable: Cell::new(true),
+            read_closed: Cell::new(false),
+            reader: RefCell::new(None),
+            writer: RefCell::new(None),
             wait: blocking::SourceWait::new(fd, stream),
-            ..IoState::default()
         });
-        state.readable.set(true);
-        state.writable.set(true);
         let i = self.free.borrow_mut().pop().unwrap_or_else(|| {
             let mut s = self.sources.borrow_mut();
             s.push(None);
             s.len() - 1
         });
         let token = Token(i);
+        state.wait.token.set(i);
         if let Err(e) = self.poll.borrow().registry().register(
             source,
             token,
@@ -223,6 +258,7 @@ impl Reactor {
                 if ev.is_writable() || ev.is_write_closed() || broken {
                     s.writable.set(true);
                     if let Some(w) = s.writer.borrow_mut().take() {
+                        count_writer(false);
                         w.wake();
                     }
                 }

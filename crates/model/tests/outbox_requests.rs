@@ -58,6 +58,14 @@ fn post_mix(rnic: &mut Rnic, qp: QpNum, remote: Remote) {
     rnic.process_doorbells(now);
 }
 
+/// A requester (see [`requester`]) with [`post_mix`]'s requests in its outbox; every one
+/// made this way holds the same packets.
+fn posted() -> (Rnic, QpNum, Remote) {
+    let (mut rnic, qp, remote) = requester();
+    post_mix(&mut rnic, qp, remote);
+    (rnic, qp, remote)
+}
+
 /// Everything the outbox holds, as `poll_transmit` gives it.
 fn polled(rnic: &mut Rnic) -> Vec<(Instant, Packet)> {
     std::iter::from_fn(|| rnic.poll_transmit()).collect()
@@ -79,10 +87,7 @@ fn peeked(rnic: &mut Rnic) -> Vec<(Instant, Packet)> {
 
 #[test]
 fn a_request_taken_where_it_lies_is_the_packet_it_stands_for() {
-    let (mut a, qp, remote) = requester();
-    let (mut b, qp_b, _) = requester();
-    post_mix(&mut a, qp, remote);
-    post_mix(&mut b, qp_b, remote);
+    let ((mut a, _, remote), (mut b, _, _)) = (posted(), posted());
     let (by_poll, by_peek) = (polled(&mut a), peeked(&mut b));
     assert_eq!(by_poll.len(), 40);
     assert_eq!(by_poll, by_peek);
@@ -101,8 +106,7 @@ fn a_request_taken_where_it_lies_is_the_packet_it_stands_for() {
         assert_eq!(p.psn, by_poll[0].1.psn.wrapping_add(i as u32));
     }
     // A WRITE without immediate data is shown where it lies.
-    let (mut c, qp_c, _) = requester();
-    post_mix(&mut c, qp_c, remote);
+    let (c, _, _) = posted();
     match c.peek_transmit().unwrap() {
         Tx::Write(w) => assert_eq!(Some(w), WriteRef::of(&by_poll[0].1)),
         Tx::Packet(p) => panic!("a WRITE made whole before it was taken: {p:?}"),
@@ -111,10 +115,7 @@ fn a_request_taken_where_it_lies_is_the_packet_it_stands_for() {
 
 #[test]
 fn a_request_its_send_queue_dropped_before_it_was_taken_still_leaves_whole() {
-    let (mut a, qp, remote) = requester();
-    let (mut b, qp_b, _) = requester();
-    post_mix(&mut a, qp, remote);
-    post_mix(&mut b, qp_b, remote);
+    let ((mut a, qp, _), (mut b, _, _)) = (posted(), posted());
     // The QP fails while every request is still in the outbox: the send queue completes
     // and drops them all (flushed), and the outbox must have made their packets whole.
     a.fail_qp(Instant::from_nanos(200), qp).unwrap();

@@ -112,12 +112,6 @@ impl ScenarioRow {
     }
 }
 
-impl ScenarioRun {
-    fn in_latency_table(&self) -> bool {
-        in_latency_table(&self.scenario)
-    }
-}
-
 /// Whether the latency table shows `scenario`: a singleton append against one of
 /// [`LATENCY_CONFIGS`] (the nine one-round-trip methods).
 fn in_latency_table(scenario: &Scenario) -> bool {
@@ -255,7 +249,7 @@ pub(super) fn latency_side_by_side(
             });
         }
         let mut order: Vec<usize> = (0..runs.len()).collect();
-        order.sort_by_key(|&i| !runs[i].in_latency_table());
+        order.sort_by_key(|&i| !in_latency_table(&runs[i].scenario));
         let msg = [0x11u8; 64 + 32];
         let mut back = [0u8; 96];
         let (mut raw, mut via_exec, mut both_exec) =

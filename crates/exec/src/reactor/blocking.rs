@@ -247,6 +247,8 @@ pub(crate) struct SourceWait {
     stash: RefCell<Stash>,
     /// This thread's activity count when the stream last sent or received.
     last_active: Cell<u64>,
+    /// The source's index in the reactor (its token).
+    pub(super) token: Cell<usize>,
     /// `O_NONBLOCK` cleared and `SO_RCVTIMEO` set: `None` until first waited on,
     /// `Some(false)` if the socket refused.
     blocking: Cell<Option<bool>>,
@@ -256,12 +258,6 @@ pub(crate) struct SourceWait {
     armed: Cell<bool>,
 }
 
-impl Default for SourceWait {
-    fn default() -> Self {
-        SourceWait::new(-1, false)
-    }
-}
-
 impl SourceWait {
     pub(crate) fn new(fd: RawFd, stream: bool) -> Self {
         SourceWait {
@@ -269,6 +265,7 @@ impl SourceWait {
             stream,
             stash: RefCell::default(),
             last_active: Cell::new(0),
+            token: Cell::new(usize::MAX),
             blocking: Cell::new(None),
             owned: Cell::new(false),
             armed: Cell::new(false),
@@ -356,6 +353,8 @@ thread_local! {
     /// Sends and receives on this thread's streams, counted: orders the streams by their
     /// latest.
     static ACTIVITY: Cell<u64> = const { Cell::new(0) };
+    /// The token of the stream that was active last (see [`IoState::active`]).
+    static LAST_ACTIVE: Cell<usize> = const { Cell::new(usize::MAX) };
     /// Streams that cleared their own `O_ASYNC` on becoming active, counted: the arming
     /// pass must run again.
     static SELF_DISARMED: Cell<u64> = const { Cell::new(0) };
@@ -373,6 +372,7 @@ impl IoState {
             n
         });
         self.wait.last_active.set(n);
+        LAST_ACTIVE.with(|t| t.set(self.wait.token.get()));
         if self.wait.armed.get() && self.wait.arm(false).is_ok() {
             SELF_DISARMED.with(|d| d.set(d.get() + 1));
         }
@@ -690,29 +690,45 @@ impl Reactor {
         true
     }
 
-    /// The stream to wait on, with every other source armed; `None` if there is none, if
-    /// a task waits to write, or if a source was armed just now (its input may have come
-    /// before: epoll looks first).
+    /// The stream to wait on (the candidate active last), with every other source armed;
+    /// `None` if there is none, if a task waits to write, or if a source was armed just now
+    /// (its input may have come before: epoll looks first).
     fn wait_target(&self) -> Option<Rc<IoState>> {
+        if super::writers_waiting() {
+            return None;
+        }
         let sources = self.sources.borrow();
-        let mut target: Option<(usize, &Rc<IoState>)> = None;
-        for (i, s) in sources.iter().enumerate() {
-            let Some(s) = s else { continue };
-            if s.writer.borrow().is_some() {
-                return None;
-            }
+        // A stream whose reader waits for its next input, and that can block.
+        let candidate = |s: &IoState| {
             let w = &s.wait;
-            let candidate = w.stream
+            w.stream
                 && w.blocking.get() != Some(false)
                 && s.reader.borrow().is_some()
-                && !s.readable.get();
-            if candidate
-                && target.is_none_or(|(_, t)| w.last_active.get() > t.wait.last_active.get())
-            {
-                target = Some((i, s));
+                && !s.readable.get()
+        };
+        // The target is the candidate active last. Usually that is the stream active last
+        // of all, the one a request just went out on: found by its token, without a look
+        // at every source (a server of many clients has many).
+        let last = LAST_ACTIVE.with(Cell::get);
+        let latest = ACTIVITY.with(Cell::get);
+        let fast = sources
+            .get(last)
+            .and_then(Option::as_ref)
+            .filter(|s| s.wait.last_active.get() == latest && candidate(s))
+            .map(|s| (last, s));
+        let (index, target) = fast.or_else(|| {
+            let mut target: Option<(usize, &Rc<IoState>)> = None;
+            for (i, s) in sources.iter().enumerate() {
+                let Some(s) = s else { continue };
+                if candidate(s)
+                    && target
+                        .is_none_or(|(_, t)| s.wait.last_active.get() > t.wait.last_active.get())
+                {
+                    target = Some((i, s));
+                }
             }
-        }
-        let (index, target) = target?;
+            target
+        })?;
         // The arming pass runs only when the target or the set of sources changed, or a
         // stream disarmed itself.
         let b = &self.blocker;
