@@ -342,7 +342,7 @@ enum BenchCmd {
     /// simulator's prediction, with a profile calibrated from the ping-pong, for every
     /// RemoteLog scenario.
     Soft {
-        /// Ping-pongs per series, and appends in each of the 72 RemoteLog scenarios.
+        /// Ping-pongs per series, and appends in each RemoteLog scenario measured.
         #[arg(long, default_value_t = 5000)]
         n: u64,
         /// 64-byte WRITEs streamed.

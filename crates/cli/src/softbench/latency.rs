@@ -1,7 +1,7 @@
 //! The latency phase: the raw TCP ping-pong (the floor), the same through the soft RNIC's
 //! executor (client only, then both sides), and RemoteLog appends in every scenario (seed
-//! 000 §4: 12 server configurations × 3 primitives × singleton and compound), interleaved
-//! round by round between the same processes.
+//! 000 §4: 12 server configurations × 3 primitives × singleton and compound; or only the
+//! latency table's nine), interleaved round by round between the same processes.
 
 use super::peers::{start_server, Proc, EXEC_LEAD};
 use super::{per_msg, wall, CpuMark};

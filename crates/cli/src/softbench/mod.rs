@@ -17,7 +17,7 @@
 //!   alternate, so the shared machine's load falls on all of them;
 //! - a model check: a `loopback` profile whose NIC round trip is the measured ping-pong's
 //!   mean, run on the simulator, predicted mean versus measured mean in every RemoteLog
-//!   scenario (72: each is measured in the latency phase's rounds).
+//!   scenario measured (all 72 by default, each in the latency phase's rounds).
 //!
 //! The parts, one file each besides this one (the entry points, the report, the CPU-time
 //! helpers):
@@ -188,8 +188,8 @@ pub fn run(
     let _ = writeln!(out, "CPU idle: {}\n", cpu_idle());
     let pool_dir = pool_dir.join(format!("remora-softbench-{}", std::process::id()));
     std::fs::create_dir_all(&pool_dir).map_err(|e| e.to_string())?;
-    // 1–2. The raw ping-pong (the floor), the same through the executor, and RemoteLog singleton
-    // appends per method, interleaved round by round.
+    // 1–2. The raw ping-pong (the floor), the same through the executor, and RemoteLog appends
+    // in each scenario measured, interleaved round by round.
     let latency = latency_side_by_side(exe, n, &pool_dir, scenarios);
     let (raw, via_exec, both_exec, rows, waits) = match latency {
         Ok(l) => l,

@@ -93,12 +93,19 @@ impl Verdict {
     fn column(&self) -> &'static str {
         Cause::of(self).column()
     }
+
+    /// Measured faster than the model allows: no cost of the soft RNIC explains that.
+    fn faster(&self) -> bool {
+        self.ratio < 1.0 - TOLERANCE
+    }
 }
 
 /// Why a scenario's measured mean is where it is against the prediction.
 #[derive(Copy, Clone, PartialEq, Eq)]
 enum Cause {
     Within,
+    /// Below the band: measured faster than predicted.
+    Faster,
     /// Outside; the soft RNIC's CPU covers the miss.
     Cpu,
     /// Outside; the soft RNIC's CPU and the preempted appends together cover it.
@@ -108,11 +115,18 @@ enum Cause {
 }
 
 impl Cause {
-    const OUTSIDE: [Cause; 3] = [Cause::Cpu, Cause::CpuAndPreemption, Cause::NotCovered];
+    const OUTSIDE: [Cause; 4] = [
+        Cause::Cpu,
+        Cause::CpuAndPreemption,
+        Cause::NotCovered,
+        Cause::Faster,
+    ];
 
     fn of(v: &Verdict) -> Cause {
         if v.within() {
             Cause::Within
+        } else if v.faster() {
+            Cause::Faster
         } else if v.cpu_covers_miss() {
             Cause::Cpu
         } else if v.cpu_and_preemption_cover_miss() {
@@ -125,6 +139,7 @@ impl Cause {
     fn column(self) -> &'static str {
         match self {
             Cause::Within => "within",
+            Cause::Faster => "outside: faster than the model",
             Cause::Cpu => "outside: soft RNIC CPU",
             Cause::CpuAndPreemption => "outside: soft RNIC CPU + preemptions",
             Cause::NotCovered => "outside: not covered",
@@ -135,6 +150,7 @@ impl Cause {
     fn summary(self) -> &'static str {
         match self {
             Cause::Within => "within",
+            Cause::Faster => "faster than the model",
             Cause::Cpu => "the soft RNIC's CPU covering the miss",
             Cause::CpuAndPreemption => "the soft RNIC's CPU and preempted appends covering it",
             Cause::NotCovered => "not covered by either",
@@ -225,8 +241,8 @@ pub(super) fn model_check(
 }
 
 /// The model check's verdict: how many scenarios are within ±25% of the prediction, the
-/// ratios' range and median, and the scenarios outside, worst first, split by whether
-/// the soft RNIC's CPU covers their miss.
+/// ratios' range and median, and the scenarios outside, worst first, grouped by
+/// [`Cause`].
 fn summary(verdicts: &[Verdict]) -> String {
     let mut ratios: Vec<f64> = verdicts.iter().map(|v| v.ratio).collect();
     ratios.sort_by(f64::total_cmp);
@@ -279,16 +295,17 @@ mod tests {
         let mut vs = [
             verdict("a", 1.10, 1.0, 0.5),
             verdict("b", 1.40, 8.0, 9.0),
-            verdict("c", 0.70, 2.0, 1.0),
-            verdict("d", 1.25, 5.0, 0.0),
+            verdict("c", 0.70, -6.0, 1.0),
+            verdict("d", 1.26, 5.0, 0.0),
+            verdict("g", 1.25, 5.0, 0.0),
             verdict("e", 1.60, 12.0, 13.0),
             verdict("f", 1.30, 6.0, 5.0),
         ];
         // f's CPU (5 µs) leaves a 1 µs of its miss that its preempted appends cover.
-        vs[5].preempted_us = 1.5;
+        vs[6].preempted_us = 1.5;
         let s = summary(&vs);
-        assert!(s.starts_with("Within ±25% of the prediction: 2 of 6 scenarios (measured / predicted 0.70–1.60, median 1.30)."), "{s}");
-        // Worst first within each list; c's CPU (1.0 µs) does not cover its 2 µs miss.
+        assert!(s.starts_with("Within ±25% of the prediction: 2 of 7 scenarios (measured / predicted 0.70–1.60, median 1.26)."), "{s}");
+        // Worst first within each list; d's CPU (none) does not cover its 5 µs miss.
         assert!(
             s.contains("CPU covering the miss (2): e 1.60, b 1.40."),
             "{s}"
@@ -297,11 +314,15 @@ mod tests {
             s.contains("preempted appends covering it (1): f 1.30."),
             "{s}"
         );
-        assert!(s.contains("not covered by either (1): c 0.70."), "{s}");
-        assert_eq!(vs[3].column(), "within");
+        assert!(s.contains("not covered by either (1): d 1.26."), "{s}");
+        // Faster than the model (its miss is negative): no cost of the soft RNIC explains
+        // it, whatever its CPU.
+        assert!(s.contains("faster than the model (1): c 0.70."), "{s}");
+        assert_eq!(vs[4].column(), "within");
         assert_eq!(vs[1].column(), "outside: soft RNIC CPU");
-        assert_eq!(vs[5].column(), "outside: soft RNIC CPU + preemptions");
-        assert_eq!(vs[2].column(), "outside: not covered");
+        assert_eq!(vs[6].column(), "outside: soft RNIC CPU + preemptions");
+        assert_eq!(vs[2].column(), "outside: faster than the model");
+        assert_eq!(vs[3].column(), "outside: not covered");
     }
 
     #[test]
@@ -316,8 +337,8 @@ mod tests {
 
     #[test]
     fn a_round_trip_longer_shows_in_every_prediction() {
-        // The probe that counts round trips: one scenario of each kind the table has
-        // (one round trip, and the compound methods that wait for a first completion).
+        // The probe that counts round trips, over every scenario: one round trip, or two
+        // for the compound methods that wait for a first completion.
         let (base, probe) = (
             predict_scenarios(&loopback(20.0), &Scenario::all()).unwrap(),
             predict_scenarios(

@@ -708,7 +708,9 @@ impl Reactor {
         };
         // The target is the candidate active last. Usually that is the stream active last
         // of all, the one a request just went out on: found by its token, without a look
-        // at every source (a server of many clients has many).
+        // at every source (a server of many clients has many). A wait whose stream is not
+        // that one still scans, and a change of target still runs the arming pass over
+        // every source.
         let last = LAST_ACTIVE.with(Cell::get);
         let latest = ACTIVITY.with(Cell::get);
         let fast = sources
