@@ -108,7 +108,7 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
 }
 
 /// The log shape that fits a server's region.
-fn shape_for(region_len: u64) -> LogShape {
+pub(crate) fn shape_for(region_len: u64) -> LogShape {
     LogShape {
         capacity: (region_len - RECORDS_OFF) / 64,
         ..LogShape::default()

@@ -7,7 +7,7 @@ use super::peers::{start_server, Proc, EXEC_LEAD};
 use super::{per_msg, wall, CpuMark};
 use remora::{Scenario, Shape, Update};
 use remora_model::profile::LatencyProfile;
-use remora_remotelog::log::{LogClient, LogShape, RECORDS_OFF};
+use remora_remotelog::log::{LogClient, RECORDS_OFF};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -49,10 +49,7 @@ impl Scenarios {
 
     /// The name `--scenarios` takes (clap's, so the two cannot drift apart).
     pub fn name(self) -> String {
-        clap::ValueEnum::to_possible_value(&self)
-            .expect("no value is skipped")
-            .get_name()
-            .to_string()
+        super::flag_value(&self)
     }
 }
 
@@ -228,10 +225,7 @@ pub(super) fn latency_side_by_side(
                 .method(scenario.update)
                 .map(|m| m.name.clone())
                 .unwrap_or_default();
-            let shape = LogShape {
-                capacity: (hello.region_len - RECORDS_OFF) / 64,
-                ..LogShape::default()
-            };
+            let shape = crate::real::shape_for(hello.region_len);
             if shape.capacity < n {
                 return Err(format!(
                     "{}: the server's region holds {} records, not {n}",

@@ -50,6 +50,14 @@ fn wall() -> std::time::Instant {
     std::time::Instant::now()
 }
 
+/// The name a flag's value `v` takes on the command line (clap's own).
+fn flag_value(v: &impl clap::ValueEnum) -> String {
+    v.to_possible_value()
+        .expect("no value is skipped")
+        .get_name()
+        .to_string()
+}
+
 /// Mean, p50 and p99 in µs, and how many samples took a millisecond or more (on a shared
 /// machine: the process was preempted for a scheduler time slice; they weigh on the mean).
 fn quantiles(mut v: Vec<u64>) -> (f64, f64, f64, usize) {

@@ -210,10 +210,7 @@ impl Placement {
 
     /// The name `--placement` takes (clap's, so the two cannot drift apart).
     pub fn name(self) -> String {
-        clap::ValueEnum::to_possible_value(&self)
-            .expect("no placement is skipped")
-            .get_name()
-            .to_string()
+        super::flag_value(&self)
     }
 }
 

@@ -116,10 +116,11 @@ struct FOwnerEx {
 thread_local! {
     /// Interrupt signals this thread received (what the handler does besides the
     /// interruption itself, and besides making a named socket non-blocking: [`RECV_FD`]).
-    /// Per thread: every signal of the design is directed at the executor's own thread (`F_SETOWN_EX`, `SIGEV_THREAD_ID`, `tgkill`), and another
-    /// executor's signals must not move this one's counts. Constant-initialised atomics
-    /// without a destructor: the handler's access is a plain TLS access, and atomic (the
-    /// handler interrupts this thread's own code).
+    /// Per thread: every signal of the design is directed at the executor's own thread
+    /// (`F_SETOWN_EX`, `SIGEV_THREAD_ID`, `tgkill`), and another executor's signals must
+    /// not move this one's counts. Constant-initialised atomics without a destructor: the
+    /// handler's access is a plain TLS access, and atomic (the handler interrupts this
+    /// thread's own code).
     static SIGNALS: AtomicU64 = const { AtomicU64::new(0) };
     /// Those of them that input on an armed source raised (`si_code` one of `POLL_*`):
     /// what the score counts.

@@ -415,7 +415,6 @@ impl Rnic {
     }
 }
 
-/// The packet body that carries request `w` (its payload fetched), with the AckReq bit.
 /// Work request `psn` of `q`'s send queue (found by its place: the queue's PSNs are
 /// consecutive).
 #[inline]
@@ -480,7 +479,9 @@ pub(super) fn request_write(
     }
 }
 
-// Always: it was part of `pump`, the latency path, before `request_packet` called it too.
+/// The packet body that carries request `w` (its payload fetched), with the AckReq bit.
+// Always inlined: it was part of `pump`, the latency path, before `request_packet` called
+// it too.
 #[inline(always)]
 fn request_body(w: &Wqe, ack_req: bool) -> Body {
     let data = match &w.wr.local {
