@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# Compares builds of `remora` on the soft RNIC's latency the way a shared, noisy machine
-# allows: each binary's `bench soft` runs in turn, N rounds, so a change of the machine's
-# state falls on all of them alike; prints each method's p50 / raw p50 per binary as the
-# median of the rounds with its range, as a Markdown table.
+# Compares builds of `remora` (or one build with different `bench soft` flags) on the soft
+# RNIC's latency the way a shared, noisy machine allows: each entry's `bench soft` runs in
+# turn, N rounds, so a change of the machine's state falls on all of them alike; prints
+# each method's p50 / raw p50 per entry as the median of the rounds with its range, as a
+# Markdown table. With VALUE=added it prints p50 - raw p50 in µs instead, which the raw
+# floor's changes between runs do not move as they move a ratio.
 #
-# Usage: scripts/alternate-bench.sh N BIN [BIN ...] [-- BENCH-SOFT-ARGS ...]
+# Usage: scripts/alternate-bench.sh N ENTRY [ENTRY ...] [-- BENCH-SOFT-ARGS ...]
+#   ENTRY: a binary, or a binary and flags of its own joined by commas
 #   e.g. scripts/alternate-bench.sh 8 target/release/remora target/pgo/release/remora
+#        VALUE=added scripts/alternate-bench.sh 8 target/release/remora,--scenarios,latency \
+#            target/release/remora,--scenarios,all -- --stream 1000 --pool-dir /dev/shm
 # Default bench arguments: --stream 1000 (the streaming part is not compared here).
 set -euo pipefail
 
 if [ "$#" -lt 2 ]; then
-  sed -n '2,9p' "$0" >&2
+  sed -n '2,14p' "$0" >&2
   exit 2
 fi
 rounds="$1"
@@ -24,16 +29,24 @@ done
 args=("$@")
 [ "${#args[@]}" -eq 0 ] && args=(--stream 1000)
 
+case "${VALUE:-ratio}" in
+  ratio) col=8 ;;
+  added) col=9 ;;
+  *) echo "$0: VALUE must be ratio or added, not '$VALUE'" >&2; exit 2 ;;
+esac
+
 rows="$(mktemp "${TMPDIR:-/tmp}/remora-alternate-XXXXXX")"
 trap 'rm -f "$rows"' EXIT
 
 for round in $(seq "$rounds"); do
   for i in "${!bins[@]}"; do
-    out="$("${bins[$i]}" bench soft "${args[@]}")"
-    # One row per method: binary index, method, ratio (the table's "p50 / raw p50" column).
-    printf '%s\n' "$out" | awk -F'|' -v b="$i" '
+    IFS=, read -r -a entry <<<"${bins[$i]}"
+    out="$("${entry[0]}" bench soft "${args[@]}" "${entry[@]:1}")"
+    # One row per method: entry index, method, and the table's "p50 / raw p50" column (or,
+    # with VALUE=added, its "p50 − raw p50 µs" column).
+    printf '%s\n' "$out" | awk -F'|' -v b="$i" -v col="$col" '
       /^Raw TCP ping-pong/ { match($0, /p50 [0-9.]+/); print b, "raw-p50-us", substr($0, RSTART + 4, RLENGTH - 4) }
-      /^\| [DMW][A-Z]+\+/ { gsub(/ /, "", $3); gsub(/ /, "", $8); print b, $3, $8 }' >> "$rows"
+      /^\| [DMW][A-Z]+\+/ { gsub(/ /, "", $3); gsub(/ /, "", $col); print b, $3, $col }' >> "$rows"
   done
   echo "round $round of $rounds done" >&2
 done
