@@ -622,6 +622,12 @@ pub fn tasks() -> usize {
     with_core(|c| c.live.get())
 }
 
+/// Whether a task of this thread's executor waits to write on one of its sources.
+#[cfg(test)]
+pub(crate) fn writers_waiting() -> bool {
+    with_core(|c| c.reactor.writers_waiting())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -445,7 +445,7 @@ mod tests {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             let mut c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
             let (mut peer, _) = l.accept().unwrap();
-            assert!(!crate::reactor::writers_waiting());
+            assert!(!crate::writers_waiting());
             const BYTES: usize = 32 << 20;
             let writer = crate::spawn_local(async move {
                 c.write_all(&vec![1u8; BYTES]).await.unwrap();
@@ -453,7 +453,7 @@ mod tests {
             });
             // The peer reads nothing yet: the writer fills the socket and waits.
             let mut turns = 0;
-            while !crate::reactor::writers_waiting() {
+            while !crate::writers_waiting() {
                 turns += 1;
                 assert!(turns < 1_000_000, "the writer never waited");
                 crate::yield_now().await;
@@ -468,10 +468,45 @@ mod tests {
                 peer
             });
             let c = writer.await.unwrap();
-            assert!(!crate::reactor::writers_waiting());
+            assert!(!crate::writers_waiting());
             drop(c);
             drop(reader.join().unwrap());
         });
+    }
+
+    /// A writer waker left on a source that outlives its executor (the stream kept, the
+    /// write abandoned) counts in that executor only: the next executor of the thread
+    /// still waits in blocking receives.
+    #[test]
+    fn a_writer_left_by_an_earlier_executor_does_not_count_in_the_next() {
+        let kept = crate::block_on(async {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+            let (peer, _) = l.accept().unwrap();
+            let (r, w) = c.into_split();
+            let chunk = vec![1u8; 1 << 16];
+            let mut turns = 0;
+            while w.try_write(&chunk).is_ok() {
+                turns += 1;
+                assert!(turns < 100_000, "the socket never filled");
+            }
+            // One look at the full socket sets the writer waker; the wait is abandoned.
+            std::future::poll_fn(|cx| {
+                let f = std::pin::pin!(w.writable());
+                assert!(
+                    std::future::Future::poll(f, cx).is_pending(),
+                    "a full socket is not writable"
+                );
+                std::task::Poll::Ready(())
+            })
+            .await;
+            assert!(crate::writers_waiting());
+            (r, w, peer)
+        });
+        crate::block_on(async {
+            assert!(!crate::writers_waiting());
+        });
+        drop(kept);
     }
 
     #[test]

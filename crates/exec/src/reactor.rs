@@ -32,6 +32,8 @@ pub(crate) struct IoState {
     writer: RefCell<Option<Waker>>,
     /// What a blocking receive may use of this source ([`blocking`]).
     wait: blocking::SourceWait,
+    /// Its reactor's count of sources with a task waiting to write ([`Reactor::writers`]).
+    writers: Rc<Cell<usize>>,
 }
 
 /// Which way a task waits.
@@ -41,34 +43,21 @@ pub(crate) enum Dir {
     Write,
 }
 
-thread_local! {
-    /// Sources of this thread with a task waiting to write (a `writer` waker set): while
-    /// there is one, the executor does not wait in a blocking receive
-    /// ([`blocking`]'s `wait_target`), and counting them spares it a look at every source.
-    /// Per thread, not per reactor: a source with a writer waker that outlives its runtime
-    /// (its task dropped, the stream kept) keeps another runtime of the thread in epoll, a
-    /// little slower, never wrong.
-    static WRITERS: Cell<usize> = const { Cell::new(0) };
-}
-
-/// Whether a task of this thread waits to write on some source.
-pub(crate) fn writers_waiting() -> bool {
-    WRITERS.with(|w| w.get() > 0)
-}
-
-fn count_writer(up: bool) {
-    WRITERS.with(|w| w.set(if up { w.get() + 1 } else { w.get() - 1 }));
-}
-
 impl Drop for IoState {
     fn drop(&mut self) {
         if self.writer.get_mut().is_some() {
-            count_writer(false);
+            self.count_writer(false);
         }
     }
 }
 
 impl IoState {
+    /// A writer waker was set (`up`) or taken or dropped on this source.
+    fn count_writer(&self, up: bool) {
+        let n = self.writers.get();
+        self.writers.set(if up { n + 1 } else { n - 1 });
+    }
+
     fn flag(&self, dir: Dir) -> &Cell<bool> {
         match dir {
             Dir::Read => &self.readable,
@@ -106,7 +95,7 @@ impl IoState {
                     None => {
                         *w = Some(cx.waker().clone());
                         if dir == Dir::Write {
-                            count_writer(true);
+                            self.count_writer(true);
                         }
                     }
                 }
@@ -127,7 +116,7 @@ impl IoState {
         }
         let old = self.waiter(dir).borrow_mut().replace(cx.waker().clone());
         if dir == Dir::Write && old.is_none() {
-            count_writer(true);
+            self.count_writer(true);
         }
         Poll::Pending
     }
@@ -153,6 +142,11 @@ pub(crate) struct Reactor {
     /// Counts registrations and deregistrations (the blocking receive re-arms the other
     /// sources when the set changes).
     generation: Cell<u64>,
+    /// Sources with a task waiting to write (a `writer` waker set), counted where a writer
+    /// waker is set, taken, or dropped with its source: while there is one, the executor
+    /// does not wait in a blocking receive ([`blocking`]'s `wait_target`), and counting
+    /// them spares it a look at every source.
+    writers: Rc<Cell<usize>>,
 }
 
 impl Reactor {
@@ -164,7 +158,13 @@ impl Reactor {
             free: RefCell::new(Vec::new()),
             blocker: blocking::Blocker::default(),
             generation: Cell::new(0),
+            writers: Rc::new(Cell::new(0)),
         })
+    }
+
+    /// Whether a task waits to write on one of this reactor's sources.
+    pub(crate) fn writers_waiting(&self) -> bool {
+        self.writers.get() > 0
     }
 
     pub(crate) fn waker(&self) -> io::Result<mio::Waker> {
@@ -187,6 +187,7 @@ impl Reactor {
             reader: RefCell::new(None),
             writer: RefCell::new(None),
             wait: blocking::SourceWait::new(fd, stream),
+            writers: self.writers.clone(),
         });
         let i = self.free.borrow_mut().pop().unwrap_or_else(|| {
             let mut s = self.sources.borrow_mut();
@@ -260,7 +261,7 @@ impl Reactor {
                 if ev.is_writable() || ev.is_write_closed() || broken {
                     s.writable.set(true);
                     if let Some(w) = s.writer.borrow_mut().take() {
-                        count_writer(false);
+                        s.count_writer(false);
                         w.wake();
                     }
                 }

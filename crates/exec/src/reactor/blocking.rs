@@ -695,7 +695,7 @@ impl Reactor {
     /// `None` if there is none, if a task waits to write, or if a source was armed just now
     /// (its input may have come before: epoll looks first).
     fn wait_target(&self) -> Option<Rc<IoState>> {
-        if super::writers_waiting() {
+        if self.writers_waiting() {
             return None;
         }
         let sources = self.sources.borrow();
