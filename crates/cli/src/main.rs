@@ -83,8 +83,10 @@ enum Cmd {
         /// Latency profile of the model: a built-in name or a TOML file.
         #[arg(long, value_name = "NAME|PATH", default_value = "default")]
         profile: String,
-        /// Bytes of PM each client connection updates.
-        #[arg(long, default_value_t = 4 << 20)]
+        /// Bytes of PM each client connection updates (64 bytes to 16 TiB, the largest
+        /// pool).
+        #[arg(long, default_value_t = 4 << 20,
+              value_parser = clap::value_parser!(u64).range(64..=remora_soft::pool::MAX_POOL_BYTES))]
         region_bytes: u64,
     },
     /// Print seed 000 Tables 2 and 3 (every method of remote persistence), generated from

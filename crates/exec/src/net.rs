@@ -338,6 +338,13 @@ impl OwnedWriteHalf {
     pub async fn writable(&self) -> io::Result<()> {
         self.inner.writable().await
     }
+
+    /// Shuts the connection down in both directions: the peer sees its end, and a read on
+    /// the other half returns the end (0) at once. Ends a connection whose read half
+    /// another task owns.
+    pub fn shutdown_both(&self) -> io::Result<()> {
+        self.inner.io.shutdown(Shutdown::Both)
+    }
 }
 
 impl Drop for OwnedWriteHalf {

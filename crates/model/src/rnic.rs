@@ -302,6 +302,8 @@ pub struct RnicStats {
     pub unreliable_too_long: u64,
     /// UD datagrams dropped because they named another Q_Key than the QP's.
     pub ud_bad_qkey: u64,
+    /// Completions lost to a full completion queue (an overrun: see `deliver_cqe`).
+    pub cq_overruns: u64,
 }
 
 /// One node's RNIC and memory system.
@@ -329,10 +331,15 @@ pub struct Rnic {
     outbox: outbox::Outbox,
     doorbells: Vec<QpNum>,
     tx_free: Instant,
+    /// The largest message this RNIC sends or answers ([`set_max_message`](Self::set_max_message)).
+    max_message: u64,
     timers: BinaryHeap<Reverse<(Instant, u64, Timer)>>,
     /// Completions waiting for their time, each carried in its entry (no side table to
     /// insert into and remove from per completion).
     cqe_pending: BinaryHeap<Reverse<PendingCqe>>,
+    /// QPs whose completion a full CQ lost, with when: moved to the error state by the
+    /// next `handle_timeout` (see `deliver_cqe`).
+    overruns: Vec<(Instant, QpNum)>,
     seq: u64,
     alloc_next: [u64; 2],
     events: Option<Vec<NodeEvent>>,
@@ -417,8 +424,10 @@ impl Rnic {
             outbox: outbox::Outbox::default(),
             doorbells: Vec::new(),
             tx_free: Instant::ZERO,
+            max_message: MAX_MESSAGE,
             timers: BinaryHeap::new(),
             cqe_pending: BinaryHeap::new(),
+            overruns: Vec::new(),
             seq: 0,
             alloc_next: [0x1000, PM_BASE],
             events: None,
@@ -770,8 +779,12 @@ impl Rnic {
             ));
         }
         let len = wr.local.len();
-        if len > MAX_MESSAGE {
-            return Err(VerbsError::Invalid("message longer than 2^31 bytes"));
+        if len > self.max_message {
+            return Err(VerbsError::TooLong {
+                len,
+                max: self.max_message,
+                what: "a message on this port (its max_msg_sz)",
+            });
         }
         let needs_result_buffer = matches!(
             wr.opcode,
@@ -873,6 +886,15 @@ impl Rnic {
         n
     }
 
+    /// Sets the largest message the RNIC sends, and the largest READ it answers (the
+    /// port's `max_msg_sz`; [`MAX_MESSAGE`] unless set): a runtime whose wire carries a
+    /// message in one frame of bounded size sets it to that bound, so a request beyond it
+    /// is refused when posted, and a peer's READ beyond it is answered with a NAK
+    /// (invalid request) instead of a response the peer's wire would refuse.
+    pub fn set_max_message(&mut self, max: u64) {
+        self.max_message = max.min(MAX_MESSAGE);
+    }
+
     /// Completions waiting in a CQ.
     pub fn cq_len(&self, cq: CqId) -> usize {
         self.cqs.get(cq.0 as usize).map_or(0, |c| c.entries.len())
@@ -929,10 +951,27 @@ impl Rnic {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let t = self.timers.peek().map(|Reverse((t, _, _))| *t);
         let c = self.cqe_pending.peek().map(|Reverse(p)| p.at);
-        match (t, c) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        let o = self.overruns.iter().map(|&(t, _)| t).min();
+        [t, c, o].into_iter().flatten().min()
+    }
+
+    /// Puts `wc` in CQ `cq` (made available at `at`); false if the CQ is full. A full CQ
+    /// overruns: its application sized it below what its queues can complete (e.g. a send
+    /// CQ smaller than the send queue a failed connection flushes). As on an RNIC
+    /// (`IBV_EVENT_CQ_ERR`), the completion is lost and the QP it was for moves to the
+    /// error state, at the next [`handle_timeout`](Self::handle_timeout): its application
+    /// learns of it from its next request instead of waiting for ever, and one
+    /// connection's overrun never stops the node. Counted in
+    /// [`RnicStats::cq_overruns`].
+    fn deliver_cqe(&mut self, at: Instant, cq: u32, wc: WorkCompletion) -> bool {
+        let c = &mut self.cqs[cq as usize];
+        if c.entries.len() < c.depth {
+            c.entries.push_back(wc);
+            return true;
         }
+        self.stats.cq_overruns += 1;
+        self.overruns.push((at, wc.qp));
+        false
     }
 
     /// Runs everything due at or before `now`.
@@ -944,17 +983,16 @@ impl Rnic {
             .is_some_and(|Reverse(p)| p.at <= now)
         {
             let Reverse(PendingCqe { at: t, cq, wc, .. }) = self.cqe_pending.pop().expect("peeked");
-            let c = &mut self.cqs[cq as usize];
-            // A full CQ is an overrun; real RNICs move the QP to error. We keep the newest
-            // bound by refusing growth and flag it loudly rather than growing silently.
-            assert!(
-                c.entries.len() < c.depth,
-                "completion queue {cq} overrun (depth {})",
-                c.depth
-            );
             let (qp, wr_id) = (wc.qp, wc.wr_id);
-            c.entries.push_back(wc);
-            self.event(t, EventKind::Completed, qp, wr_id);
+            if self.deliver_cqe(t, cq, wc) {
+                self.event(t, EventKind::Completed, qp, wr_id);
+            }
+        }
+        for (_, qp) in std::mem::take(&mut self.overruns) {
+            if self.qp_live(qp) && self.qps[qp.0 as usize].state != QpState::Error {
+                self.enter_error(now, qp);
+                self.retire(now, qp);
+            }
         }
         while let Some(&Reverse((t, _, timer))) = self.timers.peek() {
             if t > now {
@@ -1052,6 +1090,7 @@ impl Rnic {
         self.outbox.clear();
         self.timers.clear();
         self.cqe_pending.clear();
+        self.overruns.clear();
         self.pds.clear();
         self.free_pds.clear();
         self.tx_free = now;

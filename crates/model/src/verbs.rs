@@ -379,6 +379,9 @@ pub enum WcStatus {
     RetryExcErr,
     /// `IBV_WC_RNR_RETRY_EXC_ERR`: receiver not ready more times than allowed.
     RnrRetryExcErr,
+    /// `IBV_WC_BAD_RESP_ERR`: the responder answered with a response of the wrong kind
+    /// for the request (e.g. READ data for a SEND).
+    BadRespErr,
 }
 
 impl fmt::Display for WcStatus {

@@ -88,7 +88,9 @@ impl<V: Verbs> Client<V> {
         let len = 4096 + ACK_SLOTS * ACK_SLOT_BYTES;
         let base = v.alloc(Space::Dram, len, 4096);
         let scratch = v.reg_mr(pd, Space::Dram, base, len, Access::LOCAL_WRITE)?;
-        let scq = v.create_cq(256)?;
+        // Room for a completion per request the send queue holds (a failed connection
+        // flushes them all with one).
+        let scq = v.create_cq(QpAttr::default().sq_depth)?;
         let rcq = v.create_cq(ACK_SLOTS as usize + 1)?;
         let qp = v.create_qp(pd, scq, rcq, QpAttr::default())?;
         let c = Client {
@@ -114,6 +116,11 @@ impl<V: Verbs> Client<V> {
     /// The queue pair to connect to the server's.
     pub fn qp(&self) -> QpNum {
         self.qp
+    }
+
+    /// The completion queue the server's messages arrive on (its Hello first).
+    pub fn recv_cq(&self) -> CqId {
+        self.rcq
     }
 
     fn post_ack_slot(&self, i: u64) -> Result<(), VerbsError> {

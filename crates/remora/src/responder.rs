@@ -120,12 +120,14 @@ impl<V: Verbs> Responder<V> {
             // Messages in a PM ring outlive a crash; recovery must replay only those whose
             // effects may not be durable yet, or it would roll newer updates back.
             let applied_at = (ring_space == Space::Pm).then(|| v.alloc(Space::Pm, 64, 64));
-            let rcq = o.cq(&v, setup.rq_slots as usize + 1)?;
-            let scq = o.cq(&v, 16)?;
             let attr = QpAttr {
                 rq_depth: setup.rq_slots as usize,
                 ..QpAttr::default()
             };
+            let rcq = o.cq(&v, setup.rq_slots as usize + 1)?;
+            // The answers are unsignaled and make no completions, but a failed connection
+            // flushes every request in the send queue with one: room for all of them.
+            let scq = o.cq(&v, attr.sq_depth)?;
             let qp = o.qp(&v, scq, rcq, attr)?;
             Ok::<_, VerbsError>((region, ring, applied_at, rcq, qp))
         })?;

@@ -77,6 +77,14 @@ pub async fn connect(
     let config = opening.config();
     let lib = Client::create(opening.node().clone())?;
     let node = opening.finish(lib.qp()).await?;
+    // The server's first message, its Hello, is what `Client::connect` waits for: a server
+    // that accepted and then never sends it is a time-out here, not a hang there.
+    within(
+        addr,
+        "send its Hello after accepting",
+        remora_verbs::Verbs::wait_cq(&node, lib.recv_cq()),
+    )
+    .await?;
     Ok((node, config, lib))
 }
 

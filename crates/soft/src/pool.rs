@@ -38,7 +38,9 @@ mod header;
 pub use header::{Header, HeaderError, HEADER_BYTES, LAYOUT_MAX, POOL_VERSION};
 
 use crate::dax::{SyncMap, WriteBack, CACHE_LINE};
-use file::{allocate, create, lock, mount_of, remove_stale_creations, unsafe_map};
+use file::{
+    allocate, create, dangling_link, in_memory, lock, mount_of, remove_stale_creations, unsafe_map,
+};
 use header::LAYOUT_AT;
 use memmap2::MmapMut;
 use remora_model::mem::{PmMedia, SparseMem, PAGE_BYTES};
@@ -48,6 +50,9 @@ use std::path::{Path, PathBuf};
 
 /// Smallest data area accepted.
 pub const MIN_POOL_BYTES: u64 = 1 << 20;
+/// Largest data area accepted (16 TiB): the PM address space a node maps the pool at
+/// (from `PM_BASE`, 2^44) stays far from overflowing, and no size sum can wrap.
+pub const MAX_POOL_BYTES: u64 = 1 << 44;
 
 /// Why a pool file cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -123,6 +128,21 @@ pub enum PoolError {
         /// [`MIN_POOL_BYTES`].
         min: u64,
     },
+    /// A data area above [`MAX_POOL_BYTES`] was asked for.
+    #[error("pool {path}: {asked} bytes asked for; a pool holds at most {max} bytes of PM")]
+    AboveMaximum {
+        /// The pool file.
+        path: PathBuf,
+        /// Bytes asked for.
+        asked: u64,
+        /// [`MAX_POOL_BYTES`].
+        max: u64,
+    },
+    /// The pool's path is a symbolic link to a file that does not exist.
+    #[error(
+        "pool {0}: a symbolic link to a missing file; give the link's target, or remove the link"
+    )]
+    DanglingLink(PathBuf),
     /// The file is shorter than its header says: cut short by a copy or a full disk.
     #[error(
         "pool {path}: truncated: its header says {data_len} bytes of PM, the file holds {have}; \
@@ -291,6 +311,13 @@ impl Pool {
                 min: MIN_POOL_BYTES,
             });
         }
+        if len > MAX_POOL_BYTES {
+            return Err(PoolError::AboveMaximum {
+                path: path.to_path_buf(),
+                asked: len,
+                max: MAX_POOL_BYTES,
+            });
+        }
         remove_stale_creations(path);
         let (file, created) = loop {
             match OpenOptions::new().read(true).write(true).open(path) {
@@ -299,6 +326,9 @@ impl Pool {
                     break (file, false);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    if dangling_link(path) {
+                        return Err(PoolError::DanglingLink(path.to_path_buf()));
+                    }
                     // Someone else may publish a pool at `path` meanwhile: then open theirs.
                     if let Some(file) = create(path, len)? {
                         break (file, true);
@@ -309,13 +339,19 @@ impl Pool {
         };
         let size = file.metadata().map_err(io)?.len();
         if size < HEADER_BYTES {
+            // A pool cut inside its header is said to be one; anything else is not a pool.
+            let mut head = [0u8; 8];
+            let n = std::os::unix::fs::FileExt::read_at(&file, &mut head, 0).unwrap_or(0);
+            if n == head.len() && Header::parse_magic(&head) {
+                return Err(PoolError::Damaged {
+                    path: path.to_path_buf(),
+                    why: "file cut short inside its header",
+                });
+            }
             return Err(PoolError::NotAPool(path.to_path_buf()));
         }
-        let mount = mount_of(path);
-        let dax_mount = mount.as_ref().is_some_and(|m| m.dax);
-        let in_memory = mount
-            .as_ref()
-            .is_some_and(|m| matches!(m.fs_type.as_str(), "tmpfs" | "ramfs"));
+        let dax_mount = mount_of(path).is_some_and(|m| m.dax);
+        let in_memory = in_memory(&file).map_err(io)?;
         let (map, durability) = map_for_durability(&file, in_memory, dax_mount).map_err(io)?;
         let header = Header::parse(&map[..]).map_err(|e| e.at(path))?;
         let data_len = header.data_len;
@@ -607,7 +643,7 @@ mod tests {
     #[test]
     fn a_pool_in_memory_skips_msync_and_keeps_its_data() {
         let shm = Path::new("/dev/shm");
-        if mount_of(shm).is_none_or(|m| m.fs_type != "tmpfs") {
+        if !File::open(shm).and_then(|d| in_memory(&d)).unwrap_or(false) {
             eprintln!("skipped: no tmpfs at /dev/shm");
             return;
         }
@@ -644,7 +680,7 @@ mod tests {
         }
         drop(pool);
         let shm = Path::new("/dev/shm");
-        if mount_of(shm).is_some_and(|m| m.fs_type == "tmpfs") {
+        if File::open(shm).and_then(|d| in_memory(&d)).unwrap_or(false) {
             let p = shm.join(format!("remora-pool-durability-{}", std::process::id()));
             let _ = std::fs::remove_file(&p);
             let pool = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
@@ -793,10 +829,62 @@ mod tests {
     fn a_pool_its_file_system_cannot_hold_is_refused_and_leaves_nothing() {
         let dir = tmp_dir();
         let p = dir.path().join("huge");
-        let e = Pool::open_or_create(&p, 1 << 60).unwrap_err();
+        let e = Pool::open_or_create(&p, MAX_POOL_BYTES).unwrap_err();
         assert!(matches!(e, PoolError::NoSpace { .. }), "{e}");
         assert!(e.to_string().contains("free"), "{e}");
         assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
+    }
+
+    /// A size no pool may have (one whose sums would wrap) is refused before anything is
+    /// made, as is a header that records one.
+    #[test]
+    fn sizes_beyond_the_largest_are_refused() {
+        let dir = tmp_dir();
+        let p = dir.path().join("absurd");
+        for asked in [MAX_POOL_BYTES + 1, u64::MAX, u64::MAX - 4095] {
+            let e = Pool::open_or_create(&p, asked).unwrap_err();
+            assert!(matches!(e, PoolError::AboveMaximum { .. }), "{e}");
+            assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
+        }
+        for data_len in [0, 100, u64::MAX] {
+            let mut h = Header {
+                data_len: MIN_POOL_BYTES,
+                layout: None,
+            }
+            .emit();
+            // The field and its checksum as a writer of that size would have made them.
+            h[24..32].copy_from_slice(&u64::to_le_bytes(data_len));
+            let crc = crc32c::crc32c(&h[..64]);
+            h[64..68].copy_from_slice(&crc.to_le_bytes());
+            std::fs::write(&p, h).unwrap();
+            let e = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap_err();
+            assert!(e.to_string().contains("data length out of range"), "{e}");
+            assert_eq!(std::fs::read(&p).unwrap(), h, "left as it was");
+        }
+    }
+
+    /// A symbolic link to a missing file is refused with an error that says so (it made the
+    /// creation loop for ever: the link's name exists, the file does not).
+    #[test]
+    fn a_dangling_link_is_refused() {
+        let dir = tmp_dir();
+        let p = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &p).unwrap();
+        let e = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap_err();
+        assert!(matches!(e, PoolError::DanglingLink(_)), "{e}");
+        assert_eq!(names(dir.path()), vec!["link".to_string()]);
+    }
+
+    /// A pool cut inside its header is called damaged, not "not a pool".
+    #[test]
+    fn a_pool_cut_inside_its_header_is_damaged() {
+        let dir = tmp_dir();
+        let p = dir.path().join("cut");
+        drop(Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap());
+        let f = OpenOptions::new().write(true).open(&p).unwrap();
+        f.set_len(HEADER_BYTES - 1).unwrap();
+        let e = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap_err();
+        assert!(e.to_string().contains("cut short inside its header"), "{e}");
     }
 
     #[test]

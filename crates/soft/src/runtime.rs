@@ -79,7 +79,8 @@ pub struct NetStats {
     pub received: u64,
     /// Connections closed because a frame did not parse.
     pub malformed: u64,
-    /// Packets whose source did not match the connection they came on.
+    /// Packets whose source did not match the connection they came on, or whose
+    /// destination is another node.
     pub spoofed: u64,
     /// Socket writes the driver started (one per connection with output at a flush):
     /// how many packets share a write shows the coalescing.
@@ -411,7 +412,9 @@ impl std::fmt::Debug for RtNode {
 
 impl RtNode {
     /// Wraps an RNIC. Call [`drive`](Self::drive) in a local task to make it run.
-    pub fn new(rnic: Rnic) -> Self {
+    pub fn new(mut rnic: Rnic) -> Self {
+        // A message travels in one frame, whose body the peer bounds.
+        rnic.set_max_message(remora_model::wire::MAX_WIRE_BODY as u64);
         RtNode {
             inner: Rc::new(Inner {
                 st: RefCell::new(State {
@@ -515,19 +518,47 @@ impl RtNode {
             in_round: Cell::new(false),
         });
         self.inner.st.borrow_mut().peers.insert(peer, conn.clone());
-        remora_exec::spawn_local(write_loop(conn));
-        let node = self.clone();
+        remora_exec::spawn_local(write_loop(conn.clone()));
+        // The connection's end runs also if the reader unwinds (a bug of the model's,
+        // caught by the executor): its socket and buffers are released, and the peer's
+        // QPs fail, as when the connection ends.
+        let end = ConnEnd {
+            node: self.clone(),
+            peer,
+            conn,
+            on_close: Some(Box::new(on_close)),
+        };
         remora_exec::spawn_local(async move {
-            let _ = node.read_loop(peer, read).await;
-            if let Some(conn) = node.inner.st.borrow_mut().peers.remove(&peer) {
-                conn.closing.set(true);
-                conn.writer.notify_one();
+            if let Err(e) = end.node.read_loop(peer, read).await {
+                eprintln!("peer {peer}: {e}; connection closed");
             }
-            on_close(&node);
-            node.inner.kick();
+            drop(end);
         });
     }
 
+    /// Whether a connection to `peer` is attached and has not ended.
+    pub fn attached(&self, peer: NodeId) -> bool {
+        self.inner.st.borrow().peers.contains_key(&peer)
+    }
+
+    /// Ends the connection to `peer` from this side: what its socket takes now is
+    /// written, then the connection is shut down in both directions (the peer sees its
+    /// end, the reader stops), and the `on_close` given to [`attach`](Self::attach) does
+    /// not run. For a peer whose QP failed: a connection that can carry nothing more
+    /// must not keep the server's socket and buffers. False if the connection had ended
+    /// already.
+    pub fn detach(&self, peer: NodeId) -> bool {
+        let conn = self.inner.st.borrow_mut().peers.remove(&peer);
+        let Some(conn) = conn else { return false };
+        conn.closing.set(true);
+        conn.try_flush();
+        let _ = conn.write.shutdown_both();
+        conn.writer.notify_one();
+        true
+    }
+
+    /// Reads and handles `peer`'s frames until the connection ends (`Ok`) or a frame is
+    /// malformed (the connection is closed: a byte stream cannot be resynchronised).
     async fn read_loop(&self, peer: NodeId, mut read: OwnedReadHalf) -> Result<(), WireError> {
         // Frames are parsed in place; consumed bytes are dropped once per read, not per
         // frame (a 64 KiB buffer of small frames would otherwise be shifted per frame).
@@ -548,12 +579,13 @@ impl RtNode {
                     .inspect_err(|_| self.inner.st.borrow_mut().stats.malformed += 1)?;
                 at += len;
                 let mut st = self.inner.st.borrow_mut();
-                let (src, n) = match &frame {
-                    Frame::Packet(p) => (p.src, 1),
-                    Frame::WriteTrain(t) => (t.src, t.len() as u64),
+                let (src, dst, n) = match &frame {
+                    Frame::Packet(p) => (p.src, p.dst, 1),
+                    Frame::WriteTrain(t) => (t.src, t.dst, t.len() as u64),
                 };
-                if src != peer {
-                    // A peer may only speak for itself; drop, keep the connection.
+                if src != peer || dst != st.rnic.id() {
+                    // A peer may only speak for itself, and to this node; drop, keep the
+                    // connection.
                     st.stats.spoofed += n;
                     continue;
                 }
@@ -577,10 +609,9 @@ impl RtNode {
             if buf.capacity() - buf.len() < 1 << 14 {
                 buf.reserve(1 << 16);
             }
-            let n = read
-                .read_buf(&mut buf)
-                .await
-                .map_err(|_| WireError::Truncated { need: 1, have: 0 })?;
+            // A failed socket (a reset: the peer was killed) ends the connection as its
+            // orderly end does; only a malformed frame is an error.
+            let n = read.read_buf(&mut buf).await.unwrap_or(0);
             if n == 0 {
                 return Ok(());
             }
@@ -867,6 +898,45 @@ impl RtNode {
 /// A connection's writer: sends what the driver could not write at once, waiting for room
 /// in the socket; on close, sends what is left and shuts the connection down (dropping the
 /// write half).
+/// The end of an attached connection (see [`RtNode::attach`]), run when its reader
+/// stops or unwinds: the connection leaves the node's peers, its writer finishes, and
+/// `on_close` runs, unless [`RtNode::detach`] ended the connection first.
+struct ConnEnd {
+    node: RtNode,
+    peer: NodeId,
+    conn: Rc<Conn>,
+    on_close: Option<OnClose>,
+}
+
+/// What runs when an attached connection ends (see [`RtNode::attach`]).
+type OnClose = Box<dyn FnOnce(&RtNode)>;
+
+impl Drop for ConnEnd {
+    fn drop(&mut self) {
+        let mine = {
+            let Ok(mut st) = self.node.inner.st.try_borrow_mut() else {
+                return; // unwinding with the node's state borrowed: nothing safe to do
+            };
+            let mine = st
+                .peers
+                .get(&self.peer)
+                .is_some_and(|c| Rc::ptr_eq(c, &self.conn));
+            if mine {
+                st.peers.remove(&self.peer);
+            }
+            mine
+        };
+        self.conn.closing.set(true);
+        self.conn.writer.notify_one();
+        if mine {
+            if let Some(f) = self.on_close.take() {
+                f(&self.node);
+            }
+        }
+        self.node.inner.kick();
+    }
+}
+
 async fn write_loop(conn: Rc<Conn>) {
     loop {
         conn.writer.notified().await;

@@ -45,8 +45,10 @@ pub enum ServeError {
     #[error(transparent)]
     Pool(#[from] PoolError),
     /// The pool cannot hold one client's region and receive ring.
-    #[error("the pool holds {have} bytes of PM past its header; one client needs {need} (a larger --pool-bytes, or a smaller --region-bytes)")]
+    #[error("pool {}: it holds {have} bytes of PM past its header; one client needs {need} (a larger --pool-bytes, or a smaller --region-bytes); the pool is left as it was", path.display())]
     PoolTooSmall {
+        /// The pool file.
+        path: std::path::PathBuf,
         /// Bytes one connection needs.
         need: u64,
         /// Bytes the pool has for connections.
@@ -100,6 +102,9 @@ impl LiveObjects {
 /// Runs the server until SIGTERM or Ctrl-C (returns `Ok`) or a fatal error. `started` is
 /// called once the socket listens. Must run inside `remora_exec::block_on`.
 pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result<(), ServeError> {
+    // Listening first: a server that cannot listen leaves its pool as it was.
+    let (listener, addr) = bind(&opts.listen).await?;
+    let footprint = opts.setup.footprint(opts.config.rqwrb);
     let PoolNode {
         node,
         created,
@@ -111,10 +116,10 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
         opts.config,
         &opts.profile,
         &layout(&opts),
+        // The slots start where the pool does (the node allocates nothing before them).
+        pm_stride(&footprint),
     )?;
-    let footprint = opts.setup.footprint(opts.config.rqwrb);
-    let slots = Rc::new(Slots::new(&node, footprint, pm_bytes)?);
-    let (listener, addr) = bind(&opts.listen).await?;
+    let slots = Rc::new(Slots::new(&node, footprint, pm_bytes, &opts.pool)?);
     let objects = LiveObjects::default();
     objects.set(node.with(|r, _| r.live_objects()));
     started(&Started {
@@ -164,7 +169,12 @@ struct Slots {
 pub const SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Slots {
-    fn new(node: &RtNode, footprint: Footprint, pm_bytes: u64) -> Result<Slots, ServeError> {
+    fn new(
+        node: &RtNode,
+        footprint: Footprint,
+        pm_bytes: u64,
+        pool: &Path,
+    ) -> Result<Slots, ServeError> {
         let pm_stride = pm_stride(&footprint);
         let dram_stride = footprint.dram.next_multiple_of(4096);
         // A zero-length allocation reads the cursor: where the slots start.
@@ -173,6 +183,7 @@ impl Slots {
         let count = have / pm_stride;
         if count == 0 {
             return Err(ServeError::PoolTooSmall {
+                path: pool.to_path_buf(),
                 need: pm_stride,
                 have,
             });
@@ -322,16 +333,32 @@ fn pm_stride(footprint: &Footprint) -> u64 {
 
 /// Opens (or creates) the pool file, records or checks its `layout` (what the server keeps
 /// where; see [`Pool::claim_layout`]) and starts a server node (node id 0) whose PM is the
-/// pool: what `serve` does before it listens, for servers of other protocols. Must run
-/// inside `remora_exec::block_on`.
+/// pool: what `serve` does once it listens, for servers of other protocols. `need`: the
+/// bytes of PM from the pool's start that the server cannot start without; a pool (or a
+/// size asked for a new one) below it is refused before the file is created or its layout
+/// recorded, so a refused start leaves the pool as it was. Must run inside
+/// `remora_exec::block_on`.
 pub fn open_node(
-    pool: &Path,
+    path: &Path,
     pool_bytes: PoolBytes,
     config: ServerConfig,
     profile: &LatencyProfile,
     layout: &str,
+    need: u64,
 ) -> Result<PoolNode, ServeError> {
-    let mut pool = Pool::open(pool, pool_bytes)?;
+    let too_small = |have| ServeError::PoolTooSmall {
+        path: path.to_path_buf(),
+        need,
+        have,
+    };
+    let missing = matches!(std::fs::symlink_metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+    if missing && pool_bytes.new_len() < need {
+        return Err(too_small(pool_bytes.new_len()));
+    }
+    let mut pool = Pool::open(path, pool_bytes)?;
+    if pool.len() < need {
+        return Err(too_small(pool.len()));
+    }
     pool.claim_layout(layout)?;
     let (created, durability, pm_bytes) = (pool.created(), pool.durability().clone(), pool.len());
     let profile = crate::runtime::real_time_profile(profile);
@@ -470,7 +497,10 @@ async fn handle(
     // Recover the slot's receive ring (what a crash, or the slot's previous connection,
     // left there) before the client can send anything.
     responder.recover().await;
-    stream.write_all(&Cm::Accepted { qp }.emit()).await?;
+    if let Err(e) = stream.write_all(&Cm::Accepted { qp }.emit()).await {
+        close(responder, id);
+        return Err(e);
+    }
     let (read, write) = stream.into_split();
     node.attach(id, read, write, move |n| {
         // The client went away mid-operation: fail its QP so the responder stops.
@@ -478,6 +508,15 @@ async fn handle(
     });
     let _ = node.now();
     responder.serve().await;
+    // The QP failed. If the connection is still up, the client made it fail (a request
+    // its RNIC refused, a bad response): the connection ends too, since it can carry
+    // nothing more, so that it keeps no socket or buffers beyond its slot.
+    if node.detach(id) {
+        eprintln!(
+            "client {id}: its queue pair entered the error state (a request or response \
+             the RNIC refused); connection closed"
+        );
+    }
     close(responder, id);
     Ok(())
 }

@@ -448,6 +448,14 @@ fn bad_requests_get_error_completions_and_lose_nothing() {
             let (opcode, len, remote) = case(h.region_addr, end, h.region_rkey, other_rkey);
             let wc = peer.run(opcode, len, remote).await;
             assert_eq!(wc.status, WcStatus::RemAccessErr, "{what}");
+            // Its queue pair can carry nothing more: the server ends the connection too,
+            // so a client cannot hold sockets and buffers beyond its slot.
+            let mut waited = 0;
+            while peer.node.attached(0) {
+                waited += 1;
+                assert!(waited < 500, "{what}: the server kept the connection");
+                remora_exec::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
         }
 
         // The client connected all along is still served, and nothing durable was lost.
@@ -648,6 +656,52 @@ fn a_client_gives_up_on_a_silent_server() {
     drop(hold.join().unwrap());
 }
 
+/// A server that accepts the connection and then never sends its Hello: the client gives
+/// up with a time-out error (it waited for ever before).
+#[test]
+fn a_client_gives_up_on_a_server_that_accepts_and_never_says_hello() {
+    use remora_soft::cm::{Cm, CM_FRAME};
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let hold = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut b = [0u8; CM_FRAME];
+        s.read_exact(&mut b).unwrap();
+        assert_eq!(Cm::parse(&b), Ok(Cm::Hello));
+        let assign = Cm::Assign {
+            client: 1,
+            server: 0,
+            config: "DMP+noDDIO+PM-RQWRB".parse().unwrap(),
+        };
+        s.write_all(&assign.emit()).unwrap();
+        s.read_exact(&mut b).unwrap();
+        assert!(matches!(Cm::parse(&b), Ok(Cm::Ready { .. })));
+        s.write_all(
+            &Cm::Accepted {
+                qp: remora_model::verbs::QpNum(0),
+            }
+            .emit(),
+        )
+        .unwrap();
+        s // held open, silent
+    });
+    let t0 = wall();
+    let r = run_client(async {
+        remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
+            .await
+            .map(|_| ())
+    });
+    match r {
+        Err(e @ remora_soft::client::ConnectError::Timeout { .. }) => {
+            assert!(e.to_string().contains("Hello"), "{e}")
+        }
+        other => panic!("expected a time-out: {other:?}"),
+    }
+    assert!(t0.elapsed() >= remora_soft::cm::HANDSHAKE_TIMEOUT);
+    drop(hold.join().unwrap());
+}
+
 /// The wall clock: these tests time a real server's time-outs.
 #[allow(clippy::disallowed_methods)]
 fn wall() -> std::time::Instant {
@@ -709,4 +763,66 @@ fn a_client_whose_ack_timeout_means_never_still_runs() {
         },
     ));
     assert_eq!(appended, Ok(20), "the client's appends did not finish");
+}
+
+/// A server that cannot start leaves its pool as it was: one too small for a client is
+/// refused before its layout is recorded (an existing pool keeps its bytes; none is
+/// created at a new path), and one that cannot listen never opens its pool. Before, the
+/// refused start recorded its layout first, and the pool could then be served with no
+/// options at all.
+#[test]
+fn a_refused_start_leaves_the_pool_as_it_was() {
+    use remora_soft::pool::{Pool, PoolBytes, MIN_POOL_BYTES};
+    use remora_soft::server::ServeError;
+    let dir = TestDir::new();
+    let start = |listen: &str, pool: PathBuf, region_len: u64| {
+        let opts = ServeOptions {
+            listen: listen.to_string(),
+            pool,
+            pool_bytes: PoolBytes::AtLeast(MIN_POOL_BYTES),
+            config: "DMP+noDDIO+PM-RQWRB".parse().unwrap(),
+            profile: LatencyProfile::default_profile(),
+            setup: ServerSetup {
+                region_len,
+                ..ServerSetup::default()
+            },
+        };
+        remora_exec::block_on(serve(opts, |_| panic!("it must not start")))
+            .expect_err("the start is refused")
+    };
+    // A new path, a size too small for one client: no file is made.
+    let fresh = dir.pool("fresh");
+    let e = start("127.0.0.1:0", fresh.clone(), 4 << 20);
+    assert!(matches!(e, ServeError::PoolTooSmall { .. }), "{e}");
+    assert!(
+        e.to_string().contains("fresh"),
+        "the error names the pool: {e}"
+    );
+    assert!(!fresh.exists());
+    // An existing pool without a layout record: refused, and byte for byte as it was.
+    let old = dir.pool("old");
+    drop(Pool::open_or_create(&old, MIN_POOL_BYTES).unwrap());
+    let before = std::fs::read(&old).unwrap();
+    let e = start("127.0.0.1:0", old.clone(), 4 << 20);
+    assert!(matches!(e, ServeError::PoolTooSmall { .. }), "{e}");
+    assert!(
+        std::fs::read(&old).unwrap() == before,
+        "the pool was written"
+    );
+    // It still serves with options that fit it.
+    let addr = start_server_on(
+        "127.0.0.1:0",
+        "DMP+noDDIO+PM-RQWRB",
+        old,
+        LogShape::default(),
+        MIN_POOL_BYTES,
+    );
+    assert!(addr.port() > 0);
+    // A server that cannot listen does not touch its pool either.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = taken.local_addr().unwrap().to_string();
+    let unheard = dir.pool("unheard");
+    let e = start(&busy, unheard.clone(), 64 << 10);
+    assert!(matches!(e, ServeError::Listen { .. }), "{e}");
+    assert!(!unheard.exists());
 }

@@ -203,6 +203,34 @@ impl Rnic {
             }
             return;
         };
+        // A response must be of the kind its request asks for (IBTA: an unexpected
+        // response opcode fails the request with a bad-response error). The peer is not
+        // trusted: a READ response for a SEND must not reach `finish_np`. A second
+        // response for a non-posted request already done is a duplicate and is dropped.
+        let w = &q.sq[idx];
+        let op = w.wr.opcode;
+        let fits = match &pkt.body {
+            Body::Ack | Body::Nak(_) => true,
+            Body::ReadResp(_) => op == Opcode::Read,
+            Body::AtomicResp(_) => {
+                matches!(op, Opcode::CompareSwap { .. } | Opcode::FetchAdd { .. })
+            }
+            Body::Done => matches!(
+                op,
+                Opcode::Flush { .. }
+                    | Opcode::AtomicWrite { .. }
+                    | Opcode::NonPostedWrite
+                    | Opcode::SFlush
+            ),
+            _ => false,
+        };
+        if !fits {
+            self.complete_with_error(now, qpn, idx, WcStatus::BadRespErr);
+            return;
+        }
+        if w.done.is_some() && !matches!(pkt.body, Body::Ack | Body::Nak(_)) {
+            return;
+        }
         // Responses come in PSN order, so any response implicitly acknowledges every
         // posted request before it (an ACK also acknowledges its own).
         let acked = if pkt.body == Body::Ack { idx + 1 } else { idx };
@@ -253,7 +281,7 @@ impl Rnic {
                 self.finish_np(now, qpn, idx, Some(Bytes::copy_from(&orig.to_le_bytes())))
             }
             Body::Done => self.finish_np(now, qpn, idx, None),
-            _ => unreachable!("requests are routed to handle_request"),
+            _ => unreachable!("other bodies were refused above"),
         }
         self.retire(now, qpn);
         self.pump(now, qpn);
@@ -340,15 +368,10 @@ impl Rnic {
         let at = at.max(c.last_at);
         c.last_at = at;
         if at <= now && self.cqe_pending.is_empty() {
-            self.event(at, EventKind::Completed, wc.qp, wc.wr_id);
-            let c = &mut self.cqs[cq.0 as usize];
-            assert!(
-                c.entries.len() < c.depth,
-                "completion queue {} overrun (depth {})",
-                cq.0,
-                c.depth
-            );
-            c.entries.push_back(wc);
+            let (qp, wr_id) = (wc.qp, wc.wr_id);
+            if self.deliver_cqe(at, cq.0, wc) {
+                self.event(at, EventKind::Completed, qp, wr_id);
+            }
             return;
         }
         self.seq += 1;

@@ -329,6 +329,9 @@ impl Rnic {
         }
         let done = match &pkt.body {
             Body::Read { addr, rkey, len } => {
+                if *len as u64 > self.max_message {
+                    return self.nak(now, pkt, NakCode::InvalidRequest);
+                }
                 let space =
                     match self.check_remote(qpn, *rkey, *addr, *len as u64, Access::REMOTE_READ) {
                         Ok(s) => s,

@@ -263,6 +263,10 @@ pub async fn serve_durable(
     // Refuse impossible plans (e.g. native SFlush) before touching the pool.
     o.opts.plan(&o.config)?;
     let connections = o.connections.max(1);
+    // Listening first: a server that cannot listen leaves its pool as it was. (Nobody is
+    // accepted before every log is recovered.)
+    let (listener, addr) = remora_soft::server::bind(&o.listen).await?;
+    let need = pm_bytes_needed(&o.opts, connections)?;
     let PoolNode {
         node,
         created,
@@ -275,8 +279,9 @@ pub async fn serve_durable(
         o.config,
         &o.profile,
         &layout(&o.opts, connections)?,
+        // The logs and the store start where the pool does.
+        need,
     )?;
-    let need = pm_bytes_needed(&o.opts, connections)?;
     let base = node.alloc(Space::Pm, need, 4096);
     let have = (remora_model::rnic::PM_BASE + pm_bytes).saturating_sub(base);
     if need > have {
@@ -342,7 +347,6 @@ pub async fn serve_durable(
         logs.push((server.conn_info(), recovery));
         state.slots.borrow_mut()[k].ready = Some(server);
     }
-    let (listener, addr) = remora_soft::server::bind(&o.listen).await?;
     started(&RealStarted {
         addr,
         created,
@@ -496,16 +500,20 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
             });
     }
     let h = remora_exec::spawn_local(server.serve());
+    let node = st.pinned.node().clone();
     // A bug in the protocol code must not leave a server that accepts requests and never
     // processes them: a panic of the connection's threads ends the process.
     remora_exec::spawn_local(async move {
         match h.await {
             Ok(why) => {
-                // Its QP failed. Said only while the TCP connection is open (the client
-                // sees errors and closes, which frees the slot); after a close it is the
-                // expected end.
+                // Its QP failed. Said only while the TCP connection is open; after a
+                // close it is the expected end. The connection then ends from this side
+                // (it can carry nothing more), which counts as its close.
                 if pending.get() == 2 {
-                    eprintln!("durable-RPC connection stopped serving: {why}");
+                    eprintln!("durable-RPC connection stopped serving: {why}; connection closed");
+                    if node.detach(slot_node(k)) {
+                        done(&pending);
+                    }
                 }
             }
             Err(e) => {

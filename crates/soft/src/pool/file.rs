@@ -68,10 +68,41 @@ pub(super) fn create(path: &Path, len: u64) -> Result<Option<File>, PoolError> {
         Err(e) => return Err(io(e)),
     }
     // The new name is durable too (a no-op on file systems in memory).
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
-    }
+    File::open(parent_dir(path))
+        .and_then(|d| d.sync_all())
+        .map_err(io)?;
     Ok(Some(file))
+}
+
+/// The directory `path` is named in (`.` for a bare file name).
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// Whether `path` is a symbolic link whose target does not exist: creating "through" it
+/// would fail for ever (the link's name exists, the file it names does not).
+pub(super) fn dangling_link(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+        && matches!(std::fs::metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+}
+
+/// Whether `file` lives on a file system in memory (tmpfs, ramfs), by the file system's
+/// magic number (`fstatfs`), not by its mount's name: a pool there needs no `msync` (the
+/// mapping is the file), and one anywhere else must never be taken for it.
+pub(super) fn in_memory(file: &File) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `statfs` is plain data, filled by the kernel for an open descriptor.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // linux/magic.h (the libc crate names TMPFS_MAGIC, not RAMFS_MAGIC).
+    const RAMFS_MAGIC: u64 = 0x8584_58f6;
+    let magic = st.f_type as u64;
+    Ok(magic == libc::TMPFS_MAGIC as u64 || magic == RAMFS_MAGIC)
 }
 
 /// The temporary name a creator of the pool at `path` uses: `.<name>.creating-<pid>-<n>`
@@ -93,11 +124,7 @@ pub(super) fn remove_stale_creations(path: &Path) {
     let Some(prefix) = creation_prefix(path) else {
         return;
     };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let Ok(entries) = std::fs::read_dir(dir) else {
+    let Ok(entries) = std::fs::read_dir(parent_dir(path)) else {
         return;
     };
     for entry in entries.flatten() {
@@ -217,14 +244,15 @@ pub(super) fn unsafe_map(file: &File) -> std::io::Result<MmapMut> {
     unsafe { MmapMut::map_mut(file) }
 }
 
-/// The file system a path lives on.
+/// The mount a path lives on. (Whether it is in memory is asked of the file itself:
+/// [`in_memory`].)
 pub(super) struct Mount {
-    pub(super) fs_type: String,
+    /// Mounted with DAX.
     pub(super) dax: bool,
 }
 
 /// The mount `path` lives on (the longest mount point above it, from
-/// /proc/self/mountinfo): its file system type and whether it is mounted with `dax`.
+/// /proc/self/mountinfo): whether it is mounted with `dax`.
 pub(super) fn mount_of(path: &Path) -> Option<Mount> {
     let abs = std::fs::canonicalize(path).ok()?;
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
@@ -234,20 +262,86 @@ pub(super) fn mount_of(path: &Path) -> Option<Mount> {
         if f.len() < 6 {
             continue;
         }
-        let (mount, opts) = (f[4], f[5]);
+        let (mount, opts) = (unescape_mount_field(f[4]), f[5]);
         // After the optional fields, " - " then the file system type and its options.
         let after = f.iter().position(|x| *x == "-").map(|i| &f[i + 1..]);
-        let fs_type = after.and_then(|a| a.first()).copied().unwrap_or("");
         let super_opts = after.and_then(|a| a.get(2)).copied().unwrap_or("");
-        if abs.starts_with(mount) && best.as_ref().is_none_or(|(l, _)| mount.len() > *l) {
+        if abs.starts_with(&mount) && best.as_ref().is_none_or(|(l, _)| mount.len() > *l) {
             best = Some((
                 mount.len(),
                 Mount {
-                    fs_type: fs_type.to_string(),
-                    dax: opts.contains("dax") || super_opts.contains("dax"),
+                    dax: dax_option(opts) || dax_option(super_opts),
                 },
             ));
         }
     }
     best.map(|(_, m)| m)
+}
+
+/// A mountinfo field with its octal escapes (`\040` for a space, `\011` tab, `\012`
+/// newline, `\134` backslash) decoded, as the kernel's `seq_file` writes them.
+fn unescape_mount_field(f: &str) -> String {
+    let b = f.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) if b[i] == b'\\' => {
+                let v = d.iter().fold(0u32, |v, c| v * 8 + (c - b'0') as u32);
+                out.push(v as u8);
+                i += 4;
+            }
+            _ => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether a mount's option list asks for DAX (`dax`, `dax=always`, `dax=inode`; not
+/// `dax=never`).
+fn dax_option(opts: &str) -> bool {
+    opts.split(',')
+        .any(|o| matches!(o, "dax" | "dax=always" | "dax=inode"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_points_are_unescaped_and_dax_options_read_whole() {
+        assert_eq!(unescape_mount_field("/mnt/my\\040disk"), "/mnt/my disk");
+        assert_eq!(unescape_mount_field("/a\\134b\\011c"), "/a\\b\tc");
+        assert_eq!(unescape_mount_field("/plain"), "/plain");
+        assert_eq!(unescape_mount_field("/short\\04"), "/short\\04");
+        assert!(dax_option("rw,dax=always"));
+        assert!(dax_option("dax"));
+        assert!(!dax_option("rw,dax=never"));
+        assert!(!dax_option("rw,relatime"));
+    }
+
+    #[test]
+    fn a_bare_name_is_in_the_current_directory() {
+        assert_eq!(parent_dir(Path::new("pool")), Path::new("."));
+        assert_eq!(parent_dir(Path::new("d/pool")), Path::new("d"));
+        assert_eq!(parent_dir(Path::new("/pool")), Path::new("/"));
+    }
+
+    #[test]
+    fn a_link_to_nothing_is_dangling_and_a_missing_name_is_not() {
+        let dir = std::env::temp_dir().join(format!("pool-link-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let link = dir.join("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(dir.join("nowhere"), &link).unwrap();
+        assert!(dangling_link(&link));
+        assert!(!dangling_link(&dir.join("missing")));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

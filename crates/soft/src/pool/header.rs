@@ -43,6 +43,12 @@ pub enum HeaderError {
 }
 
 impl Header {
+    /// Whether `b` starts with the pool's magic (a file too short for a header may still
+    /// be a pool cut short).
+    pub fn parse_magic(b: &[u8]) -> bool {
+        b.starts_with(MAGIC)
+    }
+
     /// Reads a header from the first [`HEADER_BYTES`] of `b`.
     pub fn parse(b: &[u8]) -> Result<Header, HeaderError> {
         let h = b
@@ -61,6 +67,9 @@ impl Header {
         }
         if u64_at(16) != HEADER_BYTES {
             return Err(HeaderError::Damaged("unknown data offset"));
+        }
+        if !(super::MIN_POOL_BYTES..=super::MAX_POOL_BYTES).contains(&u64_at(24)) {
+            return Err(HeaderError::Damaged("data length out of range"));
         }
         let (len, crc) = (u32_at(LAYOUT_AT) as usize, u32_at(LAYOUT_AT + 4));
         let layout = if (len, crc) == (0, 0) {
