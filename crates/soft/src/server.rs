@@ -433,6 +433,7 @@ pub async fn cm_accept(
     qp: QpNum,
 ) -> std::io::Result<bool> {
     let Some(Cm::Ready { qp: client_qp }) = read_cm(stream).await? else {
+        cm_refuse(stream, RefuseCode::Version).await?;
         return Ok(false);
     };
     if node.connect(qp, client, client_qp).is_err() {
@@ -465,7 +466,11 @@ async fn handle(
         cm_assign(&mut stream, id, config).await?;
         match read_cm(&mut stream).await? {
             Some(Cm::Ready { qp }) => Ok::<_, std::io::Error>(Some(qp)),
-            _ => Ok(None),
+            // Another frame than the handshake's next is another protocol's, as a wrong
+            // first frame is.
+            _ => cm_refuse(&mut stream, RefuseCode::Version)
+                .await
+                .map(|()| None),
         }
     };
     // A silent peer would hold its socket (and this task) for ever.

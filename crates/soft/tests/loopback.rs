@@ -180,6 +180,23 @@ fn bad_peers_lose_their_connection_and_the_server_keeps_serving() {
             remora_soft::cm::Cm::parse(&b),
             Ok(remora_soft::cm::Cm::Refused { .. })
         ));
+        // 1b. The opening right, then another frame where its Ready belongs: refused too
+        // (it was closed without a word).
+        let mut s = remora_exec::net::TcpStream::connect(&addr).await.unwrap();
+        s.write_all(&remora_soft::cm::Cm::Hello.emit())
+            .await
+            .unwrap();
+        s.read_exact(&mut b).await.unwrap();
+        s.write_all(&remora_soft::cm::Cm::Hello.emit())
+            .await
+            .unwrap();
+        s.read_exact(&mut b).await.unwrap();
+        assert!(matches!(
+            remora_soft::cm::Cm::parse(&b),
+            Ok(remora_soft::cm::Cm::Refused {
+                code: remora_soft::cm::RefuseCode::Version
+            })
+        ));
         // 2. A good handshake, then garbage instead of packets: the connection is closed.
         let mut s = remora_exec::net::TcpStream::connect(&addr).await.unwrap();
         s.write_all(&remora_soft::cm::Cm::Hello.emit())
