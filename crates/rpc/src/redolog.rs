@@ -109,6 +109,16 @@ impl LogLayout {
     pub fn watermark_addr(&self) -> u64 {
         self.base + WATERMARK_OFFSET
     }
+    /// Start of the entries: the part of the log a client may write (its memory region
+    /// covers the entries only, so no client can touch the header or the watermark) and
+    /// where its probes READ and its doorbells land.
+    pub fn entries_addr(&self) -> u64 {
+        self.base + ENTRIES_OFFSET
+    }
+    /// Bytes of the entries.
+    pub fn entries_bytes(&self) -> u64 {
+        self.capacity as u64 * self.entry_bytes as u64
+    }
 }
 
 /// The log header: the connection's information (seed 003 §4.2).

@@ -248,7 +248,7 @@ impl<V: Verbs> DurableClient<V> {
                             lkey: self.scratch.lkey,
                         }),
                         Some(Remote {
-                            addr: info.layout.base,
+                            addr: info.layout.entries_addr(),
                             rkey: info.log_rkey,
                         }),
                     ),
@@ -433,7 +433,7 @@ impl<V: Verbs> DurableClient<V> {
                 Opcode::WriteWithImm(imm),
                 Payload::None,
                 Some(Remote {
-                    addr: info.layout.base,
+                    addr: info.layout.entries_addr(),
                     rkey: info.log_rkey,
                 }),
             )

@@ -97,7 +97,16 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
                 let probe = opts.log_layout(0)?;
                 let base = v.alloc(Space::Pm, probe.bytes(), 4096);
                 let layout = opts.log_layout(base)?;
-                let log_mr = o.mr(&v, Space::Pm, base, layout.bytes(), Access::ALL)?;
+                // The client's region is the entries only: the header and the watermark
+                // are the server's, and a client that wrote them could make the log
+                // unrecoverable for every later start.
+                let log_mr = o.mr(
+                    &v,
+                    Space::Pm,
+                    layout.entries_addr(),
+                    layout.entries_bytes(),
+                    Access::ALL,
+                )?;
                 let kv_layout = kv.unwrap_or_else(|| {
                     let l = KvLayout {
                         base: 0,
@@ -155,7 +164,15 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
                     }
                     let mut w = [0u8; 8];
                     v.load(Space::Pm, layout.watermark_addr(), &mut w);
-                    u64::from_le_bytes(w)
+                    let w = u64::from_le_bytes(w);
+                    // Far beyond any run's sequence numbers is damage (and `w + 1`, the
+                    // next entry, must not wrap).
+                    if w > 1 << 62 {
+                        return Err(RpcError::Malformed(format!(
+                            "redo log watermark {w} out of range"
+                        )));
+                    }
+                    w
                 };
                 Ok::<_, RpcError>((layout, log_mr, kv, scratch, rcq, qp, processed))
             })?;
@@ -198,6 +215,12 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
     /// Shares `lock` with the other connections of the same store (see [`StoreLock`]).
     pub fn set_store_lock(&mut self, lock: Rc<StoreLock>) {
         self.store_lock = Some(lock);
+    }
+
+    /// Frees what [`create`](Self::create) made on the RNIC without serving (a
+    /// connection whose handshake failed after its QP was connected); the log in PM stays.
+    pub fn close(self) -> Result<(), VerbsError> {
+        self.owned.free(&self.v)
     }
 
     /// The queue pair to connect to the client's.
@@ -631,6 +654,23 @@ impl<V: Verbs> Core<V> {
             self.bump(|s| s.bad_entries += 1);
             return false;
         }
+        // The whole frame, checksum included, must be this connection's request `seq`
+        // before its operator makes it committed: a corrupt entry acknowledged as durable
+        // would stop recovery there, and with it every entry acknowledged after it.
+        let mut frame = vec![0u8; len as usize];
+        self.v
+            .load(Space::Pm, self.layout.data_addr(seq), &mut frame);
+        match Request::parse(&frame) {
+            Ok((r, used))
+                if used == frame.len()
+                    && r.conn == self.opts.conn
+                    && r.seq == seq
+                    && crate::redolog::op_code(&r.op) == code => {}
+            _ => {
+                self.bump(|s| s.bad_entries += 1);
+                return false;
+            }
+        }
         // The LLC write-back that DDIO makes necessary, before the operator (§4.2, §4.4.2).
         self.v.persist_local(self.layout.data_addr(seq), len).await;
         let op = Operator {
@@ -654,8 +694,24 @@ impl<V: Verbs> Core<V> {
             }
             let seq = match self.plan.carrier {
                 Family::Send => wc.wr_id,
+                // Only a WRITE_WITH_IMM is a doorbell (a SEND with an immediate is not).
+                Family::Write if wc.opcode != WcOpcode::RecvRdmaWithImm => {
+                    return RpcError::Malformed(format!(
+                        "a {:?} where a doorbell (WRITE_WITH_IMM) belongs",
+                        wc.opcode
+                    ));
+                }
                 Family::Write => wc.imm.unwrap_or(0) as u64,
             };
+            // A doorbell names an entry within the ring ahead of what is processed: one
+            // beyond would have the server persist (and wait for) entries that cannot
+            // exist, up to 2^32 of them.
+            let window = self.processed.get() + self.layout.capacity as u64;
+            if seq > window {
+                return RpcError::Malformed(format!(
+                    "doorbell for sequence {seq}, beyond the log's window (up to {window})"
+                ));
+            }
             let again = match self.plan.carrier {
                 Family::Send => wc.wr_id + self.layout.capacity as u64,
                 Family::Write => wc.wr_id,
@@ -674,6 +730,14 @@ impl<V: Verbs> Core<V> {
                     for s in from..=seq {
                         let log = self.work_log.as_ref();
                         ok &= timed(log, &self.v, self.opts.conn, s, self.cpu_persist(s)).await;
+                        if !ok {
+                            // Never acknowledged, and the connection stops: the client
+                            // wrote something that is not its request `s`.
+                            return RpcError::Malformed(format!(
+                                "entry {s} is not a well-formed request of connection {}",
+                                self.opts.conn
+                            ));
+                        }
                     }
                 }
                 if ok {

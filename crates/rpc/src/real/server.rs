@@ -463,12 +463,24 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
         }
         Ok(())
     };
-    match remora_exec::time::timeout(HANDSHAKE_TIMEOUT, accepted).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return failed(e),
-        Err(_) => return failed("handshake timed out".into()),
-    }
+    let broke_off = match remora_exec::time::timeout(HANDSHAKE_TIMEOUT, accepted).await {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e),
+        Err(_) => Some("handshake timed out".into()),
+    };
     let qp = server.qp();
+    if let Some(e) = broke_off {
+        // The connection, recovered and ready, waits for the slot's next client (with the
+        // replies recovery kept for it) unless its QP was connected to this one: then it
+        // is freed, so an aborted handshake leaks nothing.
+        let node = st.pinned.node();
+        if node.with(|r, _| r.qp_peer(qp)).is_none() {
+            st.slots.borrow_mut()[k].ready = Some(server);
+        } else if let Err(err) = server.close() {
+            eprintln!("durable-RPC server: freeing an aborted connection's objects failed: {err}");
+        }
+        return failed(e);
+    }
     // The slot frees once the connection's TCP connection closed and its threads stopped,
     // whichever comes last: a reconnecting client then recovers a log no thread of the
     // old connection still writes, and the old connection's close cannot free a slot a

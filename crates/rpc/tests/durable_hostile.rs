@@ -1,0 +1,182 @@
+//! A durable-RPC client that breaks the protocol stops only its own connection, at once
+//! and with the reason, and cannot damage the log: a doorbell beyond the log's window (it
+//! made the server persist up to 2^32 entries that cannot exist, holding its only
+//! thread), a SEND where a doorbell belongs, a corrupt entry (it was acknowledged as
+//! durable, and recovery then dropped every entry acknowledged after it), and a WRITE to
+//! the log's header or watermark (it made the pool unrecoverable).
+
+use remora_model::profile::LatencyProfile;
+use remora_model::time::Instant;
+use remora_model::verbs::{Opcode, Payload, Remote, SendWr, WcStatus};
+use remora_rpc::durable::{DurableOptions, DurablePair, DurableServer};
+use remora_rpc::harness::dmp;
+use remora_rpc::proto::Request;
+use remora_rpc::{Design, Op, RpcError};
+use remora_verbs::Verbs;
+
+fn opts(design: Design) -> DurableOptions {
+    let mut o = DurableOptions::new(design);
+    o.capacity = 8;
+    o.objects = 4;
+    o.max_value = 64;
+    o
+}
+
+/// A server over a fresh log and the client node's QP connected to it (no library client:
+/// the test speaks for the client).
+fn setup(
+    design: Design,
+) -> (
+    DurablePair,
+    DurableServer<remora_sim::NodeHandle>,
+    remora_model::verbs::QpNum,
+    remora_model::verbs::CqId,
+) {
+    let pair = DurablePair::new(
+        3,
+        LatencyProfile::default_profile(),
+        dmp(false),
+        opts(design),
+    );
+    let server = DurableServer::create(pair.server.clone(), &pair.opts, None).unwrap();
+    let (s2, base) = (pair.server.clone(), server.conn_info().layout.base);
+    pair.sim
+        .block_on(
+            Instant::NEVER,
+            async move { s2.persist_local(base, 128).await },
+        )
+        .unwrap();
+    let c = &pair.client;
+    let pd = c.alloc_pd().unwrap();
+    let cq = c.create_cq(64).unwrap();
+    let qp = c
+        .create_qp(pd, cq, cq, remora_model::rnic::QpAttr::default())
+        .unwrap();
+    pair.sim
+        .connect((&pair.client, qp), (&pair.server, server.qp()))
+        .unwrap();
+    (pair, server, qp, cq)
+}
+
+/// Runs the server with the client's `posts` made first; the server's `serve` result, which
+/// must come within 10 ms of simulated time.
+fn serve_after(
+    pair: &DurablePair,
+    server: DurableServer<remora_sim::NodeHandle>,
+    qp: remora_model::verbs::QpNum,
+    posts: Vec<SendWr>,
+) -> RpcError {
+    let c = pair.client.clone();
+    for wr in posts {
+        c.post_send(qp, wr).unwrap();
+    }
+    let limit = Instant::from_nanos(pair.sim.now().as_nanos() + 10_000_000);
+    pair.sim
+        .block_on(limit, server.serve())
+        .expect("the server stopped within 10 ms")
+}
+
+fn doorbell(seq: u32, info: &remora_rpc::durable::ConnInfo) -> SendWr {
+    SendWr::new(
+        1,
+        Opcode::WriteWithImm(seq),
+        Payload::None,
+        Some(Remote {
+            addr: info.layout.entries_addr(),
+            rkey: info.log_rkey,
+        }),
+    )
+}
+
+#[test]
+fn a_doorbell_beyond_the_window_stops_the_connection_at_once() {
+    for design in [Design::WFlushRpc, Design::WRFlushRpc] {
+        let (pair, server, qp, _) = setup(design);
+        let info = server.conn_info();
+        let e = serve_after(&pair, server, qp, vec![doorbell(0xFFFF_FFF0, &info)]);
+        assert!(
+            e.to_string().contains("beyond the log's window"),
+            "{design}: {e}"
+        );
+    }
+}
+
+#[test]
+fn a_send_where_a_doorbell_belongs_stops_the_connection() {
+    let (pair, server, qp, _) = setup(Design::WRFlushRpc);
+    let send = SendWr::new(1, Opcode::SendWithImm(3), Payload::inline(vec![0; 8]), None);
+    let e = serve_after(&pair, server, qp, vec![send]);
+    assert!(e.to_string().contains("where a doorbell"), "{e}");
+}
+
+#[test]
+fn a_corrupt_entry_is_never_acknowledged() {
+    // W-RFlush-RPC with the emulated RFlush: the server's CPU persists each entry and
+    // writes its operator before acknowledging it.
+    let (pair, server, qp, _) = setup(Design::WRFlushRpc);
+    let info = server.conn_info();
+    let mut frame = Vec::new();
+    Request {
+        conn: pair.opts.conn,
+        seq: 1,
+        op: Op::Put {
+            key: 1,
+            value: vec![7; 16],
+        },
+    }
+    .emit(&mut frame);
+    let last = frame.len() - 1;
+    frame[last] ^= 0xFF; // one value byte off: the frame's checksum no longer holds
+    let write = SendWr::new(
+        2,
+        Opcode::Write,
+        Payload::inline(frame),
+        Some(Remote {
+            addr: info.layout.data_addr(1),
+            rkey: info.log_rkey,
+        }),
+    );
+    let stats = server.stats();
+    let e = serve_after(&pair, server, qp, vec![write, doorbell(1, &info)]);
+    assert!(
+        e.to_string()
+            .contains("entry 1 is not a well-formed request"),
+        "{e}"
+    );
+    assert_eq!(
+        stats.get().cpu_persisted,
+        0,
+        "no operator for the corrupt entry"
+    );
+}
+
+#[test]
+fn the_log_header_and_watermark_are_out_of_a_clients_reach() {
+    for at in ["header", "watermark"] {
+        let (pair, server, qp, cq) = setup(Design::WRFlushRpc);
+        let info = server.conn_info();
+        let addr = match at {
+            "header" => info.layout.base,
+            _ => info.layout.watermark_addr(),
+        };
+        let wr = SendWr::new(
+            3,
+            Opcode::Write,
+            Payload::inline(vec![0xFF; 8]),
+            Some(Remote {
+                addr,
+                rkey: info.log_rkey,
+            }),
+        );
+        let c = pair.client.clone();
+        let wc = pair
+            .sim
+            .block_on(Instant::NEVER, async move {
+                c.post_send(qp, wr).unwrap();
+                remora_verbs::next_completion(&c, cq).await
+            })
+            .unwrap();
+        assert_eq!(wc.status, WcStatus::RemAccessErr, "a WRITE to the {at}");
+        drop(server);
+    }
+}
