@@ -38,14 +38,7 @@ fn setup(
         dmp(false),
         opts(design),
     );
-    let server = DurableServer::create(pair.server.clone(), &pair.opts, None).unwrap();
-    let (s2, base) = (pair.server.clone(), server.conn_info().layout.base);
-    pair.sim
-        .block_on(
-            Instant::NEVER,
-            async move { s2.persist_local(base, 128).await },
-        )
-        .unwrap();
+    let server = pair.fresh_server().unwrap();
     let c = &pair.client;
     let pd = c.alloc_pd().unwrap();
     let cq = c.create_cq(64).unwrap();

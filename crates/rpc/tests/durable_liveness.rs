@@ -49,14 +49,7 @@ fn connect(
     DurableServer<remora_sim::NodeHandle>,
     DurableClient<remora_sim::NodeHandle>,
 ) {
-    let server = DurableServer::create(pair.server.clone(), &pair.opts, None).unwrap();
-    let (s2, base) = (pair.server.clone(), server.conn_info().layout.base);
-    pair.sim
-        .block_on(
-            Instant::NEVER,
-            async move { s2.persist_local(base, 128).await },
-        )
-        .unwrap();
+    let server = pair.fresh_server().unwrap();
     let mut client = DurableClient::create(pair.client.clone(), &pair.opts).unwrap();
     pair.sim
         .connect((&pair.client, client.qp()), (&pair.server, server.qp()))

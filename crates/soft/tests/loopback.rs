@@ -657,20 +657,26 @@ fn a_client_gives_up_on_a_silent_server() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let hold = std::thread::spawn(move || listener.accept().map(|(s, _)| s));
+    connect_times_out(&addr, "did not answer");
+    drop(hold.join().unwrap());
+}
+
+/// Connects to `addr` and expects a time-out error saying `what`, after the handshake's
+/// time-out.
+fn connect_times_out(addr: &str, what: &str) {
     let t0 = wall();
     let r = run_client(async {
-        remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
+        remora_soft::client::connect(addr, &LatencyProfile::default_profile())
             .await
             .map(|_| ())
     });
     match r {
         Err(e @ remora_soft::client::ConnectError::Timeout { .. }) => {
-            assert!(e.to_string().contains("did not answer"), "{e}")
+            assert!(e.to_string().contains(what), "{e}")
         }
         other => panic!("expected a time-out: {other:?}"),
     }
     assert!(t0.elapsed() >= remora_soft::cm::HANDSHAKE_TIMEOUT);
-    drop(hold.join().unwrap());
 }
 
 /// A server that accepts the connection and then never sends its Hello: the client gives
@@ -703,19 +709,7 @@ fn a_client_gives_up_on_a_server_that_accepts_and_never_says_hello() {
         .unwrap();
         s // held open, silent
     });
-    let t0 = wall();
-    let r = run_client(async {
-        remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
-            .await
-            .map(|_| ())
-    });
-    match r {
-        Err(e @ remora_soft::client::ConnectError::Timeout { .. }) => {
-            assert!(e.to_string().contains("Hello"), "{e}")
-        }
-        other => panic!("expected a time-out: {other:?}"),
-    }
-    assert!(t0.elapsed() >= remora_soft::cm::HANDSHAKE_TIMEOUT);
+    connect_times_out(&addr, "Hello");
     drop(hold.join().unwrap());
 }
 

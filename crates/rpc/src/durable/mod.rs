@@ -378,9 +378,9 @@ impl DurablePair {
         }
     }
 
-    /// Sets up a fresh server (log formatted and persisted), connects a new client and
-    /// starts serving. Run the client in a task on [`client`](Self::client).
-    pub fn open(&self) -> Result<DurableClient<NodeHandle>, RpcError> {
+    /// A server over a fresh log, formatted and its header and watermark persisted, not
+    /// yet serving (what [`open`](Self::open) starts with).
+    pub fn fresh_server(&self) -> Result<DurableServer<NodeHandle>, RpcError> {
         let server = DurableServer::create(
             self.server.clone(),
             &self.opts,
@@ -394,6 +394,13 @@ impl DurablePair {
                 s2.persist_local(base, 128).await;
             })
             .ok_or_else(|| RpcError::Connection("server down while formatting".into()))?;
+        Ok(server)
+    }
+
+    /// Sets up a fresh server (log formatted and persisted), connects a new client and
+    /// starts serving. Run the client in a task on [`client`](Self::client).
+    pub fn open(&self) -> Result<DurableClient<NodeHandle>, RpcError> {
+        let server = self.fresh_server()?;
         let mut client = DurableClient::create(self.client.clone(), &self.opts)?;
         self.sim
             .connect((&self.client, client.qp()), (&self.server, server.qp()))?;
