@@ -948,11 +948,26 @@ impl Rnic {
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must next be called.
+    #[inline]
     pub fn poll_timeout(&self) -> Option<Instant> {
         let t = self.timers.peek().map(|Reverse((t, _, _))| *t);
         let c = self.cqe_pending.peek().map(|Reverse(p)| p.at);
+        let next = match (t, c) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if self.overruns.is_empty() {
+            next
+        } else {
+            self.with_overruns(next)
+        }
+    }
+
+    /// [`poll_timeout`](Self::poll_timeout) when a CQ overran (rare: off its path).
+    #[cold]
+    fn with_overruns(&self, next: Option<Instant>) -> Option<Instant> {
         let o = self.overruns.iter().map(|&(t, _)| t).min();
-        [t, c, o].into_iter().flatten().min()
+        [next, o].into_iter().flatten().min()
     }
 
     /// Puts `wc` in CQ `cq` (made available at `at`); false if the CQ is full. A full CQ
@@ -963,15 +978,34 @@ impl Rnic {
     /// learns of it from its next request instead of waiting for ever, and one
     /// connection's overrun never stops the node. Counted in
     /// [`RnicStats::cq_overruns`].
+    #[inline]
     fn deliver_cqe(&mut self, at: Instant, cq: u32, wc: WorkCompletion) -> bool {
         let c = &mut self.cqs[cq as usize];
         if c.entries.len() < c.depth {
             c.entries.push_back(wc);
             return true;
         }
-        self.stats.cq_overruns += 1;
-        self.overruns.push((at, wc.qp));
+        self.overrun(at, wc.qp);
         false
+    }
+
+    /// A completion for `qp` was lost to a full CQ (see `deliver_cqe`).
+    #[cold]
+    fn overrun(&mut self, at: Instant, qp: QpNum) {
+        self.stats.cq_overruns += 1;
+        self.overruns.push((at, qp));
+    }
+
+    /// Moves the QPs whose completions a full CQ lost to the error state (see
+    /// `deliver_cqe`).
+    #[cold]
+    fn fail_overrun_qps(&mut self, now: Instant) {
+        for (_, qp) in std::mem::take(&mut self.overruns) {
+            if self.qp_live(qp) && self.qps[qp.0 as usize].state != QpState::Error {
+                self.enter_error(now, qp);
+                self.retire(now, qp);
+            }
+        }
     }
 
     /// Runs everything due at or before `now`.
@@ -988,11 +1022,8 @@ impl Rnic {
                 self.event(t, EventKind::Completed, qp, wr_id);
             }
         }
-        for (_, qp) in std::mem::take(&mut self.overruns) {
-            if self.qp_live(qp) && self.qps[qp.0 as usize].state != QpState::Error {
-                self.enter_error(now, qp);
-                self.retire(now, qp);
-            }
+        if !self.overruns.is_empty() {
+            self.fail_overrun_qps(now);
         }
         while let Some(&Reverse((t, _, timer))) = self.timers.peek() {
             if t > now {

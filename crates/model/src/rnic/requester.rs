@@ -207,29 +207,30 @@ impl Rnic {
         // response opcode fails the request with a bad-response error). The peer is not
         // trusted: a READ response for a SEND must not reach `finish_np`. A second
         // response for a non-posted request already done is a duplicate and is dropped.
-        let w = &q.sq[idx];
-        let op = w.wr.opcode;
-        let fits = match &pkt.body {
-            Body::Ack | Body::Nak(_) => true,
-            Body::ReadResp(_) => op == Opcode::Read,
-            Body::AtomicResp(_) => {
-                matches!(op, Opcode::CompareSwap { .. } | Opcode::FetchAdd { .. })
+        if !matches!(pkt.body, Body::Ack | Body::Nak(_)) {
+            let w = &q.sq[idx];
+            let op = w.wr.opcode;
+            let fits = match &pkt.body {
+                Body::ReadResp(_) => op == Opcode::Read,
+                Body::AtomicResp(_) => {
+                    matches!(op, Opcode::CompareSwap { .. } | Opcode::FetchAdd { .. })
+                }
+                Body::Done => matches!(
+                    op,
+                    Opcode::Flush { .. }
+                        | Opcode::AtomicWrite { .. }
+                        | Opcode::NonPostedWrite
+                        | Opcode::SFlush
+                ),
+                _ => false,
+            };
+            if !fits {
+                self.complete_with_error(now, qpn, idx, WcStatus::BadRespErr);
+                return;
             }
-            Body::Done => matches!(
-                op,
-                Opcode::Flush { .. }
-                    | Opcode::AtomicWrite { .. }
-                    | Opcode::NonPostedWrite
-                    | Opcode::SFlush
-            ),
-            _ => false,
-        };
-        if !fits {
-            self.complete_with_error(now, qpn, idx, WcStatus::BadRespErr);
-            return;
-        }
-        if w.done.is_some() && !matches!(pkt.body, Body::Ack | Body::Nak(_)) {
-            return;
+            if w.done.is_some() {
+                return;
+            }
         }
         // Responses come in PSN order, so any response implicitly acknowledges every
         // posted request before it (an ACK also acknowledges its own).
