@@ -697,7 +697,7 @@ impl<V: Verbs> Core<V> {
                 // Only a WRITE_WITH_IMM is a doorbell (a SEND with an immediate is not).
                 Family::Write if wc.opcode != WcOpcode::RecvRdmaWithImm => {
                     return RpcError::Malformed(format!(
-                        "a {:?} where a doorbell (WRITE_WITH_IMM) belongs",
+                        "doorbell: a {:?} completion (a SEND), not a WRITE_WITH_IMM",
                         wc.opcode
                     ));
                 }
@@ -734,7 +734,7 @@ impl<V: Verbs> Core<V> {
                             // Never acknowledged, and the connection stops: the client
                             // wrote something that is not its request `s`.
                             return RpcError::Malformed(format!(
-                                "entry {s} is not a well-formed request of connection {}",
+                                "entry {s}: not a well-formed request of connection {}",
                                 self.opts.conn
                             ));
                         }
