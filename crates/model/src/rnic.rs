@@ -970,23 +970,24 @@ impl Rnic {
         [next, o].into_iter().flatten().min()
     }
 
-    /// Puts `wc` in CQ `cq` (made available at `at`); false if the CQ is full. A full CQ
-    /// overruns: its application sized it below what its queues can complete (e.g. a send
-    /// CQ smaller than the send queue a failed connection flushes). As on an RNIC
-    /// (`IBV_EVENT_CQ_ERR`), the completion is lost and the QP it was for moves to the
-    /// error state, at the next [`handle_timeout`](Self::handle_timeout): its application
-    /// learns of it from its next request instead of waiting for ever, and one
-    /// connection's overrun never stops the node. Counted in
+    /// Puts `wc` in CQ `cq` (made available at `at`) and records the completion's event.
+    /// A full CQ overruns: its application sized it below what its queues can complete
+    /// (e.g. a send CQ smaller than the send queue a failed connection flushes). As on an
+    /// RNIC (`IBV_EVENT_CQ_ERR`), the completion is lost and the QP it was for moves to
+    /// the error state, at the next [`handle_timeout`](Self::handle_timeout): its
+    /// application learns of it from its next request instead of waiting for ever, and
+    /// one connection's overrun never stops the node. Counted in
     /// [`RnicStats::cq_overruns`].
     #[inline]
-    fn deliver_cqe(&mut self, at: Instant, cq: u32, wc: WorkCompletion) -> bool {
+    fn deliver_cqe(&mut self, at: Instant, cq: u32, wc: WorkCompletion) {
         let c = &mut self.cqs[cq as usize];
         if c.entries.len() < c.depth {
+            let (qp, wr_id) = (wc.qp, wc.wr_id);
             c.entries.push_back(wc);
-            return true;
+            self.event(at, EventKind::Completed, qp, wr_id);
+        } else {
+            self.overrun(at, wc.qp);
         }
-        self.overrun(at, wc.qp);
-        false
     }
 
     /// A completion for `qp` was lost to a full CQ (see `deliver_cqe`).
@@ -1017,10 +1018,7 @@ impl Rnic {
             .is_some_and(|Reverse(p)| p.at <= now)
         {
             let Reverse(PendingCqe { at: t, cq, wc, .. }) = self.cqe_pending.pop().expect("peeked");
-            let (qp, wr_id) = (wc.qp, wc.wr_id);
-            if self.deliver_cqe(t, cq, wc) {
-                self.event(t, EventKind::Completed, qp, wr_id);
-            }
+            self.deliver_cqe(t, cq, wc);
         }
         if !self.overruns.is_empty() {
             self.fail_overrun_qps(now);

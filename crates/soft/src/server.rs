@@ -119,7 +119,7 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
         // The slots start where the pool does (the node allocates nothing before them).
         pm_stride(&footprint),
     )?;
-    let slots = Rc::new(Slots::new(&node, footprint, pm_bytes, &opts.pool)?);
+    let slots = Rc::new(Slots::new(&node, footprint, pm_bytes));
     let objects = LiveObjects::default();
     objects.set(node.with(|r, _| r.live_objects()));
     started(&Started {
@@ -169,28 +169,18 @@ struct Slots {
 pub const SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Slots {
-    fn new(
-        node: &RtNode,
-        footprint: Footprint,
-        pm_bytes: u64,
-        pool: &Path,
-    ) -> Result<Slots, ServeError> {
+    fn new(node: &RtNode, footprint: Footprint, pm_bytes: u64) -> Slots {
         let pm_stride = pm_stride(&footprint);
         let dram_stride = footprint.dram.next_multiple_of(4096);
         // A zero-length allocation reads the cursor: where the slots start.
         let pm_base = node.alloc(Space::Pm, 0, 4096);
         let have = (remora_model::rnic::PM_BASE + pm_bytes).saturating_sub(pm_base);
         let count = have / pm_stride;
-        if count == 0 {
-            return Err(ServeError::PoolTooSmall {
-                path: pool.to_path_buf(),
-                need: pm_stride,
-                have,
-            });
-        }
+        // `open_node` refused a pool without room for one slot at its start.
+        assert!(count > 0, "the pool holds no connection slot");
         node.alloc(Space::Pm, count * pm_stride, 4096);
         let dram_base = node.alloc(Space::Dram, count * dram_stride, 4096);
-        Ok(Slots {
+        Slots {
             node: node.clone(),
             pm_base,
             pm_stride,
@@ -198,7 +188,7 @@ impl Slots {
             dram_stride,
             busy: RefCell::new(vec![false; count as usize]),
             freed: remora_exec::sync::Notify::new(),
-        })
+        }
     }
 
     fn count(&self) -> usize {

@@ -369,10 +369,7 @@ impl Rnic {
         let at = at.max(c.last_at);
         c.last_at = at;
         if at <= now && self.cqe_pending.is_empty() {
-            let (qp, wr_id) = (wc.qp, wc.wr_id);
-            if self.deliver_cqe(at, cq.0, wc) {
-                self.event(at, EventKind::Completed, qp, wr_id);
-            }
+            self.deliver_cqe(at, cq.0, wc);
             return;
         }
         self.seq += 1;

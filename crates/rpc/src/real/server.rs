@@ -117,14 +117,6 @@ pub enum RealServeError {
         "{0} is not a durable RPC design (SFlush-RPC, WFlush-RPC, S-RFlush-RPC, W-RFlush-RPC)"
     )]
     NotDurable(Design),
-    /// The pool is too small for the logs and the store.
-    #[error("the pool holds {have} bytes of PM past what is allocated; the logs and the store need {need}")]
-    PoolTooSmall {
-        /// Bytes needed.
-        need: u64,
-        /// Bytes available.
-        have: u64,
-    },
     /// The execution journal could not be read or opened.
     #[error("{0}")]
     Journal(String),
@@ -283,10 +275,11 @@ pub async fn serve_durable(
         need,
     )?;
     let base = node.alloc(Space::Pm, need, 4096);
-    let have = (remora_model::rnic::PM_BASE + pm_bytes).saturating_sub(base);
-    if need > have {
-        return Err(RealServeError::PoolTooSmall { need, have });
-    }
+    // `open_node` refused a pool without `need` bytes at its start.
+    assert!(
+        base + need <= remora_model::rnic::PM_BASE + pm_bytes,
+        "the pool holds the logs and the store"
+    );
     let stride = log_stride(&o.opts)?;
     let journal = match &o.journal {
         None => None,
