@@ -16,7 +16,7 @@ use remora_rpc::kv::{parse_object, KvLayout, Stamp};
 use remora_rpc::real::{
     serve_durable, ClientSettings, RealClient, RealConnectError, RealServeOptions,
 };
-use remora_rpc::{Design, FlushForm, Op, RpcClient, RpcError};
+use remora_rpc::{Design, FlushForm, Op, Reply, RpcClient, RpcError};
 use remora_sim::crashcheck;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -246,7 +246,9 @@ pub fn rpc_against(
                     }
                     Op::Get { key } => {
                         gets.record(ns).expect("latency fits");
-                        let got = done.reply.map(|r| r.value).unwrap_or_default();
+                        let got = done.reply.map(Reply::executed).transpose();
+                        let got = got.map_err(|e| e.to_string())?;
+                        let got = got.map(|r| r.value).unwrap_or_default();
                         if let Some(want) = mine.get(&key) {
                             if &got != want {
                                 return Err(format!(
@@ -261,7 +263,12 @@ pub fn rpc_against(
                 }
             }
         }
-        let replies = c.client.drain().await.map_err(|e| e.to_string())?;
+        let replies = c.client.drain().await.and_then(|r| {
+            r.into_iter()
+                .map(Reply::executed)
+                .collect::<Result<Vec<_>, _>>()
+        });
+        let replies = replies.map_err(|e| e.to_string())?;
         let got: BTreeSet<u64> = replies.iter().map(|r| r.seq).collect();
         if let Some(s) = put_seqs.iter().find(|s| !got.contains(s)) {
             return Err(format!("the reply of Put seq {s} never arrived"));
@@ -790,7 +797,10 @@ async fn issue(c: &mut RealClient, h: &mut History) -> Option<Found> {
                 }
                 Op::Get { key } => {
                     h.replied.insert(done.seq);
-                    let got = done.reply.map(|r| r.value).unwrap_or_default();
+                    let got = match done.reply.map(Reply::executed).transpose() {
+                        Ok(r) => r.map(|r| r.value).unwrap_or_default(),
+                        Err(e) => return Some((Finding::Failure, e.to_string())),
+                    };
                     if let Some(v) = h.get_violation(done.seq, key, &got) {
                         return Some((Finding::StaleGet, v));
                     }
@@ -905,7 +915,11 @@ pub fn rpc_real_crash(
                         c
                     }
                 };
-                match timed("drain", c.client.drain()).await {
+                let executed = |r: Vec<Reply>| {
+                    let r: Result<Vec<_>, _> = r.into_iter().map(Reply::executed).collect();
+                    r.map_err(|e| e.to_string())
+                };
+                match timed("drain", c.client.drain()).await.and_then(executed) {
                     Ok(r) => h.replied.extend(r.iter().map(|r| r.seq)),
                     Err(e) => {
                         let v = format!("life {life}: {}{e}", who(h));

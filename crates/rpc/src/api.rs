@@ -29,13 +29,81 @@ pub enum Op {
     },
 }
 
+/// Whether the server executed a request, or why it refused it. A refused request changed
+/// nothing; its reply carries no objects. The reply frame's status byte
+/// ([`crate::proto::ReplyFrame`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReplyStatus {
+    /// Executed.
+    #[error("executed")]
+    Ok,
+    /// A Get or Put named a key outside the store (`key >= objects`).
+    #[error("refused: the key is outside the store")]
+    KeyOutsideStore,
+    /// A Put's value is larger than an object slot holds.
+    #[error("refused: the value is larger than an object slot")]
+    ValueTooLarge,
+}
+
+impl ReplyStatus {
+    /// The status byte on the wire.
+    pub fn code(self) -> u8 {
+        match self {
+            ReplyStatus::Ok => 0,
+            ReplyStatus::KeyOutsideStore => 1,
+            ReplyStatus::ValueTooLarge => 2,
+        }
+    }
+
+    /// The status a byte encodes; `None` for a value this build does not know.
+    pub fn from_code(b: u8) -> Option<ReplyStatus> {
+        Some(match b {
+            0 => ReplyStatus::Ok,
+            1 => ReplyStatus::KeyOutsideStore,
+            2 => ReplyStatus::ValueTooLarge,
+            _ => return None,
+        })
+    }
+}
+
 /// A processed request's result.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reply {
     /// The request's sequence number on its connection.
     pub seq: u64,
-    /// The objects read (empty for a Put).
+    /// Executed, or refused and why.
+    pub status: ReplyStatus,
+    /// The objects read (empty for a Put and for a refused request).
     pub value: Vec<u8>,
+}
+
+impl Reply {
+    /// An executed request's reply.
+    pub fn ok(seq: u64, value: Vec<u8>) -> Reply {
+        Reply {
+            seq,
+            status: ReplyStatus::Ok,
+            value,
+        }
+    }
+
+    /// A refused request's reply.
+    pub fn refused(seq: u64, why: ReplyStatus) -> Reply {
+        Reply {
+            seq,
+            status: why,
+            value: Vec::new(),
+        }
+    }
+
+    /// The reply, or [`RpcError::Refused`] if the server refused the request: for callers
+    /// whose requests the store should always execute.
+    pub fn executed(self) -> Result<Reply, RpcError> {
+        match self.status {
+            ReplyStatus::Ok => Ok(self),
+            why => Err(RpcError::Refused { seq: self.seq, why }),
+        }
+    }
 }
 
 /// What [`RpcClient::call`] returns.
@@ -98,6 +166,14 @@ pub enum RpcError {
         processed: u64,
         /// The first request acknowledged durable beyond that.
         seq: u64,
+    },
+    /// The server refused request `seq` and changed nothing (its reply's status).
+    #[error("the server refused request {seq}: {why}")]
+    Refused {
+        /// The request.
+        seq: u64,
+        /// Why.
+        why: ReplyStatus,
     },
     /// The server did not answer in time.
     #[error("timed out after {0}")]

@@ -17,7 +17,7 @@
 //!
 //! [`ExecutionLog`]: crate::kv::ExecutionLog
 
-use crate::api::{Op, RpcClient};
+use crate::api::{Op, Reply, RpcClient};
 use crate::design::{Design, FlushForm};
 use crate::durable::{DurableClient, DurableOptions, DurablePair, Fault};
 use remora_model::config::ServerConfig;
@@ -305,7 +305,10 @@ fn run_once(
                             if d.durable_at.is_some() {
                                 l.acked.insert(d.seq);
                             }
-                            if d.reply.is_some() {
+                            if let Some(r) = d.reply {
+                                if let Err(e) = r.executed() {
+                                    l.failed = Some(e.to_string());
+                                }
                                 l.replied.insert(d.seq);
                             }
                         }
@@ -318,7 +321,11 @@ fn run_once(
                 }
             }
             if ok {
-                match c.drain().await {
+                match c.drain().await.and_then(|r| {
+                    r.into_iter()
+                        .map(Reply::executed)
+                        .collect::<Result<Vec<_>, _>>()
+                }) {
                     Ok(r) => {
                         let mut l = log.borrow_mut();
                         l.replied.extend(r.iter().map(|r| r.seq));
@@ -380,7 +387,12 @@ fn recover_and_resume(
     let l = log.clone();
     let out = pair.sim.block_on(Instant::NEVER, async move {
         client.resume().await?;
-        let r = client.drain().await?;
+        let r = client
+            .drain()
+            .await?
+            .into_iter()
+            .map(Reply::executed)
+            .collect::<Result<Vec<_>, _>>()?;
         l.borrow_mut().replied.extend(r.iter().map(|r| r.seq));
         Ok::<(), crate::api::RpcError>(())
     });

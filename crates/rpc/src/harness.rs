@@ -253,7 +253,8 @@ impl SimEnv {
                     key: k,
                     value: value_for(k, 0, object_bytes),
                 };
-                kv.apply(PRELOAD_CONN, k + 1, &op).await.expect("preload");
+                let r = kv.apply(PRELOAD_CONN, k + 1, &op).await;
+                assert_eq!(r.status, crate::api::ReplyStatus::Ok, "preload of key {k}");
             }
         });
         assert!(done.is_some(), "the preload finished");

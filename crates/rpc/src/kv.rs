@@ -17,7 +17,7 @@
 //! idempotent (seed 003 §4.2: "the RPC can be re-executed with the operation log"): a Put
 //! whose stamp the object already carries, or passed, was executed and is skipped.
 
-use crate::api::{Op, Reply, RpcError};
+use crate::api::{Op, Reply, ReplyStatus, RpcError};
 use remora_verbs::{Space, Verbs};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -161,53 +161,49 @@ impl<V: Verbs> KvStore<V> {
 
     /// Executes request `seq` of connection `conn` and makes its effect durable (stores,
     /// then `clwb`+`sfence` of the slot) before returning. A Put already executed (the
-    /// object carries this stamp or a later one of the same connection) is skipped.
-    pub async fn apply(&mut self, conn: u32, seq: u64, op: &Op) -> Result<Reply, RpcError> {
+    /// object carries this stamp or a later one of the same connection) is skipped. A
+    /// request the store cannot hold (a key outside it, a value larger than a slot) is
+    /// refused: the reply says why and nothing changes.
+    pub async fn apply(&mut self, conn: u32, seq: u64, op: &Op) -> Reply {
         self.apply_checked(conn, seq, op, true).await
     }
 
     /// [`apply`](Self::apply) without the idempotency check: a Put is executed even when
     /// the object already carries its stamp. Only for checkers' negative controls
     /// ("recovery that ignores the idempotency stamp" must be caught).
-    pub async fn apply_ignoring_stamp(
-        &mut self,
-        conn: u32,
-        seq: u64,
-        op: &Op,
-    ) -> Result<Reply, RpcError> {
+    pub async fn apply_ignoring_stamp(&mut self, conn: u32, seq: u64, op: &Op) -> Reply {
         self.apply_checked(conn, seq, op, false).await
     }
 
-    async fn apply_checked(
-        &mut self,
-        conn: u32,
-        seq: u64,
-        op: &Op,
-        check_stamp: bool,
-    ) -> Result<Reply, RpcError> {
+    async fn apply_checked(&mut self, conn: u32, seq: u64, op: &Op, check_stamp: bool) -> Reply {
+        let outside = |key: u64| key >= self.layout.objects;
         match op {
-            Op::Get { key } => Ok(Reply {
+            Op::Get { key } if outside(*key) => Reply::refused(seq, ReplyStatus::KeyOutsideStore),
+            Op::Get { key } => Reply::ok(
                 seq,
-                value: self.read(*key)?.map(|(_, v)| v).unwrap_or_default(),
-            }),
+                self.read(*key)
+                    .ok()
+                    .flatten()
+                    .map(|(_, v)| v)
+                    .unwrap_or_default(),
+            ),
             Op::Scan { key, count } => {
                 let mut value = Vec::new();
                 for k in *key..key.saturating_add(*count as u64).min(self.layout.objects) {
-                    if let Some((_, v)) = self.read(k)? {
+                    if let Ok(Some((_, v))) = self.read(k) {
                         value.extend_from_slice(&v);
                     }
                 }
-                Ok(Reply { seq, value })
+                Reply::ok(seq, value)
+            }
+            Op::Put { key, .. } if outside(*key) => {
+                Reply::refused(seq, ReplyStatus::KeyOutsideStore)
+            }
+            Op::Put { value, .. } if value.len() as u64 > self.layout.max_value => {
+                Reply::refused(seq, ReplyStatus::ValueTooLarge)
             }
             Op::Put { key, value } => {
-                if value.len() as u64 > self.layout.max_value {
-                    return Err(RpcError::Malformed(format!(
-                        "value of {} bytes exceeds the slot's {}",
-                        value.len(),
-                        self.layout.max_value
-                    )));
-                }
-                if let Some((s, _)) = self.read(*key)?.filter(|_| check_stamp) {
+                if let Some((s, _)) = self.read(*key).ok().flatten().filter(|_| check_stamp) {
                     if s.conn == conn && s.seq >= seq {
                         if s.seq == seq {
                             // An execution whose effect became durable but which a crash
@@ -221,10 +217,10 @@ impl<V: Verbs> KvStore<V> {
                                 }
                             }
                         }
-                        return Ok(Reply { seq, value: vec![] });
+                        return Reply::ok(seq, vec![]);
                     }
                 }
-                let at = self.layout.slot(*key)?;
+                let at = self.layout.base + key * self.layout.slot_bytes();
                 let mut h = [0u8; 20];
                 h[0..4].copy_from_slice(&conn.to_le_bytes());
                 h[4..8].copy_from_slice(&(value.len() as u32).to_le_bytes());
@@ -241,7 +237,7 @@ impl<V: Verbs> KvStore<V> {
                     *log.borrow_mut().entry((conn, seq)).or_default() += 1;
                     self.counted(conn, seq);
                 }
-                Ok(Reply { seq, value: vec![] })
+                Reply::ok(seq, vec![])
             }
         }
     }

@@ -44,5 +44,5 @@ pub mod redolog;
 pub mod workers;
 pub mod workload;
 
-pub use api::{Completion, Op, Reply, RpcClient, RpcError, ServerCosts};
+pub use api::{Completion, Op, Reply, ReplyStatus, RpcClient, RpcError, ServerCosts};
 pub use design::{Design, Family, FlushForm};

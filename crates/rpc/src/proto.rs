@@ -17,10 +17,11 @@
 //! | 24..28 | Put: value length; Scan: object count; Get: 0 |
 //! | 28..32 | CRC-32C of header and value with this field zero |
 //!
-//! Reply layout: magic `RP`, status (0 ok), 1 reserved byte, connection id u32, sequence
-//! u64, value length u32, CRC-32C u32 (24 bytes), then the value.
+//! Reply layout: magic `RP`, status ([`ReplyStatus`]: 0 executed, 1 key outside the store,
+//! 2 value larger than a slot), 1 reserved byte (0), connection id u32, sequence u64, value
+//! length u32, CRC-32C u32 (24 bytes), then the value (none when refused).
 
-use crate::api::{Op, Reply};
+use crate::api::{Op, Reply, ReplyStatus};
 
 /// Request header bytes.
 pub const REQUEST_HEADER: usize = 32;
@@ -188,7 +189,7 @@ impl ReplyFrame {
     pub fn emit(&self, out: &mut Vec<u8>) {
         let start = out.len();
         out.extend_from_slice(b"RP");
-        out.extend_from_slice(&[0, 0]);
+        out.extend_from_slice(&[self.reply.status.code(), 0]);
         out.extend_from_slice(&self.conn.to_le_bytes());
         out.extend_from_slice(&self.reply.seq.to_le_bytes());
         out.extend_from_slice(&(self.reply.value.len() as u32).to_le_bytes());
@@ -211,15 +212,24 @@ impl ReplyFrame {
         if &b[0..2] != b"RP" {
             return Err(FrameError::BadMagic([b[0], b[1]]));
         }
-        if b[2] != 0 || b[3] != 0 {
-            return Err(FrameError::Unknown {
-                what: "reply status",
-                value: u16::from_le_bytes([b[2], b[3]]) as u64,
-            });
-        }
+        let status = match ReplyStatus::from_code(b[2]) {
+            Some(s) if b[3] == 0 => s,
+            _ => {
+                return Err(FrameError::Unknown {
+                    what: "reply status",
+                    value: u16::from_le_bytes([b[2], b[3]]) as u64,
+                })
+            }
+        };
         let conn = u32::from_le_bytes(b[4..8].try_into().unwrap());
         let seq = u64::from_le_bytes(b[8..16].try_into().unwrap());
         let vlen = u32::from_le_bytes(b[16..20].try_into().unwrap()) as usize;
+        if status != ReplyStatus::Ok && vlen != 0 {
+            return Err(FrameError::Unknown {
+                what: "value length of a refusal",
+                value: vlen as u64,
+            });
+        }
         let len = REPLY_HEADER + vlen;
         need(b.len(), len)?;
         let stored = u32::from_le_bytes(b[20..24].try_into().unwrap());
@@ -232,6 +242,7 @@ impl ReplyFrame {
                 conn,
                 reply: Reply {
                     seq,
+                    status,
                     value: b[REPLY_HEADER..len].to_vec(),
                 },
             },
@@ -277,9 +288,14 @@ mod tests {
         #[test]
         fn replies_round_trip_and_reject_flips(
             conn in any::<u32>(), seq in any::<u64>(),
-            value in proptest::collection::vec(any::<u8>(), 0..200), flip in any::<prop::sample::Index>()
+            value in proptest::collection::vec(any::<u8>(), 0..200), flip in any::<prop::sample::Index>(),
+            status in 0u8..3
         ) {
-            let r = ReplyFrame { conn, reply: Reply { seq, value } };
+            let reply = match ReplyStatus::from_code(status).unwrap() {
+                ReplyStatus::Ok => Reply::ok(seq, value),
+                why => Reply::refused(seq, why),
+            };
+            let r = ReplyFrame { conn, reply };
             let b = r.to_bytes();
             prop_assert_eq!(ReplyFrame::parse(&b).unwrap(), (r.clone(), b.len()));
             prop_assert!(ReplyFrame::parse(&b[..b.len() - 1]).is_err());
@@ -288,6 +304,42 @@ mod tests {
             bad[i] ^= 0x01;
             prop_assert!(ReplyFrame::parse(&bad).is_err());
         }
+    }
+
+    /// A reply whose status this build does not know, or a refusal that carries objects,
+    /// is refused even when its checksum is right.
+    #[test]
+    fn unknown_statuses_and_refusals_with_objects_are_rejected() {
+        let resealed = |mut b: Vec<u8>| {
+            let crc = crc_with_zero_field(&b, 20..24);
+            b[20..24].copy_from_slice(&crc.to_le_bytes());
+            b
+        };
+        let ok = ReplyFrame {
+            conn: 3,
+            reply: Reply::ok(9, vec![7; 5]),
+        }
+        .to_bytes();
+        for (at, byte) in [(2, 3u8), (2, 0xff), (3, 1)] {
+            let mut b = ok.clone();
+            b[at] = byte;
+            assert!(matches!(
+                ReplyFrame::parse(&resealed(b)),
+                Err(FrameError::Unknown {
+                    what: "reply status",
+                    ..
+                })
+            ));
+        }
+        let mut b = ok.clone();
+        b[2] = ReplyStatus::KeyOutsideStore.code();
+        assert!(matches!(
+            ReplyFrame::parse(&resealed(b)),
+            Err(FrameError::Unknown {
+                what: "value length of a refusal",
+                value: 5
+            })
+        ));
     }
 
     #[test]

@@ -21,6 +21,7 @@
 //! | 20..24 | offset of the data inside an entry (64) |
 //! | 24..28 | CRC-32C of bytes 0..24 |
 //! | 64..72 | processed watermark: every sequence number up to it is processed (8-byte store) |
+//! | 72..80 | tenancy: how many new clients have taken the log (`rpc-serve`; 8-byte store) |
 //! | 128.. | `capacity` entries |
 //!
 //! An entry for sequence number `s` lives in slot `(s - 1) % capacity`. Its first 8 bytes
@@ -43,6 +44,9 @@ pub const LOG_MAGIC: [u8; 4] = *b"RLOG";
 pub const LOG_VERSION: u16 = 1;
 /// Offset of the watermark word from the log base.
 pub const WATERMARK_OFFSET: u64 = 64;
+/// Offset of the tenancy word from the log base: `rpc-serve` counts there the new clients
+/// that took the log, so a client that reconnects can tell its log was given away.
+pub const TENANCY_OFFSET: u64 = 72;
 /// Offset of entry 0 from the log base.
 pub const ENTRIES_OFFSET: u64 = 128;
 /// Offset of an entry's data from the entry's start (the operator has its own line).
@@ -108,6 +112,10 @@ impl LogLayout {
     /// Address of the watermark word.
     pub fn watermark_addr(&self) -> u64 {
         self.base + WATERMARK_OFFSET
+    }
+    /// Address of the tenancy word ([`TENANCY_OFFSET`]).
+    pub fn tenancy_addr(&self) -> u64 {
+        self.base + TENANCY_OFFSET
     }
     /// Start of the entries: the part of the log a client may write (its memory region
     /// covers the entries only, so no client can touch the header or the watermark) and

@@ -201,3 +201,43 @@ fn durable_but_unprocessed_requests_are_reexecuted_from_the_log() {
         }
     }
 }
+
+/// Recovery counts as cut off only operators that commit an entry past the log's end,
+/// not the operators older laps left in the ring: it counted every one of those.
+#[test]
+fn recovery_of_a_wrapped_log_counts_no_cut_off_entry() {
+    use remora_sim::{CrashAt, FaultPlan};
+    let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
+    let mut opts = DurableOptions::new(Design::WFlushRpc);
+    opts.capacity = 8;
+    let pair = DurablePair::new(3, LatencyProfile::default_profile(), config, opts);
+    let mut c = pair.open().unwrap();
+    let node = pair.client.clone();
+    let done = pair
+        .sim
+        .block_on(remora_model::time::Instant::NEVER, async move {
+            for i in 0..20u64 {
+                c.call(Op::Put {
+                    key: i % 4,
+                    value: vec![i as u8; 32],
+                })
+                .await
+                .unwrap();
+            }
+            c.drain().await.unwrap();
+            remora_verbs::Verbs::now(&node)
+        })
+        .unwrap();
+    pair.sim.set_faults(&FaultPlan::crash(
+        pair.server.id(),
+        CrashAt::Time(done + Duration::from_micros(1)),
+    ));
+    pair.sim.run();
+    assert!(!pair.sim.crashed().is_empty());
+    let (_, report) = pair.recover_server().unwrap();
+    assert_eq!(
+        (report.processed, report.reexecuted, report.truncated),
+        (20, 0, 0),
+        "{report:?}"
+    );
+}

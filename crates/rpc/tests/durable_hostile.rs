@@ -3,15 +3,17 @@
 //! made the server persist up to 2^32 entries that cannot exist, holding its only
 //! thread), a SEND where a doorbell belongs, a corrupt entry (it was acknowledged as
 //! durable, and recovery then dropped every entry acknowledged after it), and a WRITE to
-//! the log's header or watermark (it made the pool unrecoverable).
+//! the log's header or watermark (it made the pool unrecoverable). A request the store
+//! cannot hold is refused in its reply, and a send the client's RNIC refuses ends the
+//! connection under its own name.
 
 use remora_model::profile::LatencyProfile;
 use remora_model::time::Instant;
 use remora_model::verbs::{Opcode, Payload, Remote, SendWr, WcStatus};
-use remora_rpc::durable::{DurableOptions, DurablePair, DurableServer};
+use remora_rpc::durable::{DurableClient, DurableOptions, DurablePair, DurableServer};
 use remora_rpc::harness::dmp;
 use remora_rpc::proto::Request;
-use remora_rpc::{Design, Op, RpcError};
+use remora_rpc::{Design, Op, Reply, ReplyStatus, RpcClient, RpcError};
 use remora_verbs::Verbs;
 
 fn opts(design: Design) -> DurableOptions {
@@ -171,4 +173,139 @@ fn the_log_header_and_watermark_are_out_of_a_clients_reach() {
         assert_eq!(wc.status, WcStatus::RemAccessErr, "a WRITE to the {at}");
         drop(server);
     }
+}
+
+/// A request the store cannot hold (a key outside it) is refused, with the reason in its
+/// reply, and changes nothing. It was answered like an executed request: the client took
+/// a Put the server never ran for done. The library client refuses such a request before
+/// sending it; here a client that believes the store is larger than it is sends them.
+#[test]
+fn a_request_the_store_cannot_hold_is_refused_never_answered_as_done() {
+    for design in [Design::SFlushRpc, Design::WRFlushRpc] {
+        let pair = DurablePair::new(
+            3,
+            LatencyProfile::default_profile(),
+            dmp(false),
+            opts(design),
+        );
+        // The library client with the server's options refuses the key itself.
+        let mut honest = pair.open().unwrap();
+        let put = |key: u64| Op::Put {
+            key,
+            value: vec![key as u8; 16],
+        };
+        let refused = pair
+            .sim
+            .block_on(Instant::NEVER, async move { honest.call(put(9)).await })
+            .unwrap();
+        assert!(
+            matches!(&refused, Err(RpcError::Unsupported { what, .. }) if what.contains("key 9")),
+            "{design}: {refused:?}"
+        );
+
+        let server = pair.fresh_server().unwrap();
+        let mut wide = pair.opts.clone();
+        wide.objects = 16;
+        let mut client = DurableClient::create(pair.client.clone(), &wide).unwrap();
+        pair.sim
+            .connect((&pair.client, client.qp()), (&pair.server, server.qp()))
+            .unwrap();
+        client.attach(server.conn_info()).unwrap();
+        let layout = server.kv_layout();
+        pair.sim.spawn_on(&pair.server, async move {
+            let _why = server.serve().await;
+        });
+        let (got, replies) = pair
+            .sim
+            .block_on(Instant::NEVER, async move {
+                let beyond = client.call(put(9)).await.unwrap();
+                client.call(put(1)).await.unwrap();
+                let get = client.call(Op::Get { key: 12 }).await.unwrap();
+                (
+                    (beyond.durable_at.is_some(), get.reply),
+                    client.drain().await.unwrap(),
+                )
+            })
+            .unwrap();
+        let (logged, get) = got;
+        assert!(logged, "{design}: the request itself is durable in the log");
+        assert_eq!(
+            get,
+            Some(Reply::refused(3, ReplyStatus::KeyOutsideStore)),
+            "{design}"
+        );
+        assert_eq!(
+            replies,
+            vec![
+                Reply::refused(1, ReplyStatus::KeyOutsideStore),
+                Reply::ok(2, vec![])
+            ],
+            "{design}"
+        );
+        assert!(matches!(
+            replies[0].clone().executed(),
+            Err(RpcError::Refused {
+                seq: 1,
+                why: ReplyStatus::KeyOutsideStore
+            })
+        ));
+        let stored = remora_rpc::kv::KvStore::new(pair.server.clone(), layout).read(1);
+        assert_eq!(
+            stored.unwrap().map(|(_, v)| v),
+            Some(vec![1; 16]),
+            "{design}"
+        );
+    }
+}
+
+/// When a send of the server fails (here the client's receive buffer is too small for the
+/// server's acknowledgement, so the client's RNIC NAKs it), the connection's end names
+/// that error, not the flush of the receive queue it caused.
+#[test]
+fn a_failed_send_is_named_as_the_connections_end() {
+    use remora_model::verbs::{Access, RecvWr, Sge};
+    use remora_verbs::Space;
+    let (pair, server, qp, _) = setup(Design::WRFlushRpc);
+    let info = server.conn_info();
+    let c = &pair.client;
+    let at = c.alloc(Space::Dram, 64, 64);
+    let pd = c.alloc_pd().unwrap();
+    let mr = c.reg_mr(pd, Space::Dram, at, 64, Access::ALL).unwrap();
+    c.post_recv(
+        qp,
+        RecvWr {
+            wr_id: 0,
+            sge: Sge {
+                addr: at,
+                len: 4,
+                lkey: mr.lkey,
+            },
+        },
+    )
+    .unwrap();
+    let mut frame = Vec::new();
+    Request {
+        conn: pair.opts.conn,
+        seq: 1,
+        op: Op::Put {
+            key: 1,
+            value: vec![7; 16],
+        },
+    }
+    .emit(&mut frame);
+    let write = SendWr::new(
+        2,
+        Opcode::Write,
+        Payload::inline(frame),
+        Some(Remote {
+            addr: info.layout.data_addr(1),
+            rkey: info.log_rkey,
+        }),
+    );
+    let e = serve_after(&pair, server, qp, vec![write, doorbell(1, &info)]);
+    let e = e.to_string();
+    assert!(
+        e.contains("Send work request 0 completed with RemInvReqErr"),
+        "{e}"
+    );
 }

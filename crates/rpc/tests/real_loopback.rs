@@ -341,3 +341,61 @@ fn clients_get_a_connection_and_a_log_each_and_a_full_server_refuses() {
         assert_eq!(workload(&mut a, 10, 3).await[0], 14);
     });
 }
+
+/// A new client does not take a connection whose log holds replies its previous client
+/// has not come back for (it got them, and its own requests followed the other client's),
+/// and a client whose connection was given away since it left is told so when it comes
+/// back, instead of counting the other client's requests as its own.
+#[test]
+fn a_new_client_never_takes_another_clients_unfinished_log() {
+    let dir = TestDir::new();
+    let mut o = options(Design::WFlushRpc);
+    // The Puts are durable long before they are executed, so a client that leaves right
+    // away leaves them for recovery.
+    o.costs.processing = remora_model::time::Duration::from_millis(300);
+    let s = start("127.0.0.1:0", "DMP+noDDIO+PM-RQWRB", dir.pool("owned"), o).unwrap();
+    let addr = s.addr.to_string();
+    run_client(async {
+        let p = LatencyProfile::default_profile();
+        let settings = ClientSettings::default();
+        let put = |key: u64| Op::Put {
+            key,
+            value: value(key),
+        };
+        let mut a = RealClient::connect(&addr, &p, &settings).await.unwrap();
+        let first = a.hello.tenancy;
+        for key in 0..2 {
+            a.client.call(put(key)).await.unwrap();
+        }
+        // A's connection ends (as if it crashed) with both Puts logged, not executed.
+        assert!(a.node.detach(0), "A was connected");
+        let e = RealClient::connect(&addr, &p, &settings)
+            .await
+            .err()
+            .expect("the only connection holds A's unfinished work");
+        assert!(e.to_string().contains("refused"), "{e}");
+        // A comes back to its log and gets both replies.
+        a.reconnect(&addr).await.unwrap();
+        let replies = a.client.drain().await.unwrap();
+        assert_eq!(
+            replies.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            vec![1, 2],
+            "A's replies, kept for it"
+        );
+        // A finished; its log may go to a new client now, which counts a new tenancy.
+        assert!(a.node.detach(0));
+        let mut b = RealClient::connect(&addr, &p, &settings).await.unwrap();
+        assert_eq!(b.hello.tenancy, first + 1);
+        assert_eq!(workload(&mut b, 2, 2).await[0], 3, "B follows A's log");
+        assert!(b.node.detach(0));
+        let e = a
+            .reconnect(&addr)
+            .await
+            .expect_err("A's log was given away");
+        assert!(
+            e.to_string()
+                .contains("gave connection 1 to another client"),
+            "{e}"
+        );
+    });
+}

@@ -54,6 +54,12 @@ pub enum ServeError {
         /// Bytes the pool has for connections.
         have: u64,
     },
+    /// The client region's size is outside what a pool can hold.
+    #[error(
+        "a client region of {0} bytes: it must be 64 bytes to 16 TiB (MAX_POOL_BYTES); \
+         the pool was not touched"
+    )]
+    RegionBytes(u64),
     /// The listening socket failed.
     #[error("cannot listen on {addr}: {err}")]
     Listen {
@@ -102,6 +108,11 @@ impl LiveObjects {
 /// Runs the server until SIGTERM or Ctrl-C (returns `Ok`) or a fatal error. `started` is
 /// called once the socket listens. Must run inside `remora_exec::block_on`.
 pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result<(), ServeError> {
+    // Sizes beyond any pool would wrap the footprint's sums.
+    let region = opts.setup.region_len;
+    if !(64..=crate::pool::MAX_POOL_BYTES).contains(&region) {
+        return Err(ServeError::RegionBytes(region));
+    }
     // Listening first: a server that cannot listen leaves its pool as it was.
     let (listener, addr) = bind(&opts.listen).await?;
     let footprint = opts.setup.footprint(opts.config.rqwrb);

@@ -810,6 +810,15 @@ fn a_refused_start_leaves_the_pool_as_it_was() {
         "the error names the pool: {e}"
     );
     assert!(!fresh.exists());
+    // A region no pool can hold (its footprint's sums would wrap): refused before any file.
+    for region in [u64::MAX - 100, 8] {
+        let e = start("127.0.0.1:0", fresh.clone(), region);
+        assert!(
+            matches!(e, ServeError::RegionBytes(r) if r == region),
+            "{e}"
+        );
+        assert!(!fresh.exists());
+    }
     // An existing pool without a layout record: refused, and byte for byte as it was.
     let old = dir.pool("old");
     drop(Pool::open_or_create(&old, MIN_POOL_BYTES).unwrap());

@@ -535,14 +535,9 @@ impl<V: Verbs + Clone> BaselineServer<V> {
                 // The CPU copies the object from the message buffer to its slot.
                 self.v.compute(self.cpu.copy(value.len() as u64)).await;
             }
-            let reply = match kv.apply(r.conn, r.seq, &r.op).await {
-                Ok(reply) => reply,
-                Err(e) => {
-                    return self
-                        .reject(ci, expect, Status::Rejected, e.to_string())
-                        .await
-                }
-            };
+            // A refusal (a key outside the store, a value over a slot) is this request's
+            // reply; the message's other requests are executed.
+            let reply = kv.apply(r.conn, r.seq, &r.op).await;
             if !reply.value.is_empty() {
                 // ... and a read's objects into the reply.
                 self.v

@@ -504,6 +504,10 @@ impl<V: Verbs> DurableClient<V> {
             })
         };
         match op {
+            Op::Get { key } | Op::Put { key, .. } if *key >= self.opts.objects => bad(format!(
+                "key {key} (the store holds keys 0..{})",
+                self.opts.objects
+            )),
             Op::Put { value, .. } if value.len() > self.opts.max_value as usize => bad(format!(
                 "a {}-byte value (max {})",
                 value.len(),
@@ -595,8 +599,9 @@ impl<V: Verbs> DurableClient<V> {
             });
         }
         self.processed_known = self.processed_known.max(info.processed.min(issued));
-        // Processed before the crash, reply lost: a Put's reply carries nothing; a read's
-        // caller already saw its call fail.
+        // Processed before the crash, reply lost: a Put's reply carries nothing (and this
+        // client sends no Put the store would refuse: `validate`); a read's caller already
+        // saw its call fail.
         let lost: Vec<u64> = self
             .pending
             .range(..=info.processed_before_recovery)
@@ -604,13 +609,7 @@ impl<V: Verbs> DurableClient<V> {
             .collect();
         for s in lost {
             if let Some(Op::Put { .. }) = self.pending.remove(&s) {
-                self.replies.insert(
-                    s,
-                    Reply {
-                        seq: s,
-                        value: vec![],
-                    },
-                );
+                self.replies.insert(s, Reply::ok(s, vec![]));
             }
         }
         // Recovered from the log: durable now; replies follow on the new connection.

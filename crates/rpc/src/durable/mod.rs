@@ -519,10 +519,7 @@ mod tests {
         assert_eq!(ServerMsg::parse(&d.to_bytes()).unwrap(), d);
         let r = ServerMsg::Reply(ReplyFrame {
             conn: 1,
-            reply: Reply {
-                seq: 4,
-                value: vec![1, 2],
-            },
+            reply: Reply::ok(4, vec![1, 2]),
         });
         assert_eq!(ServerMsg::parse(&r.to_bytes()).unwrap(), r);
         assert!(ServerMsg::parse(&[0u8; 16]).is_err());

@@ -14,7 +14,8 @@ pub struct RecoveryReport {
     /// An entry whose operator is durable but whose data is not (the data-before-operator
     /// invariant broke); it was not executed.
     pub torn: Option<String>,
-    /// Stale operators cleared past the recovered end of the log.
+    /// Operators cleared past the recovered end of the log that committed entries never
+    /// acknowledged (older laps' operators there are cleared too, and not counted).
     pub truncated: u64,
 }
 
@@ -48,6 +49,7 @@ pub struct DurableServer<V: Verbs + Clone + 'static> {
     kv: KvStore<V>,
     qp: QpNum,
     rcq: CqId,
+    scq: CqId,
     processed: u64,
     processed_before: u64,
     /// Entries [`settle`](Self::settle) advanced the watermark over.
@@ -91,7 +93,7 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
         let mut owned = Owned::default();
         // Everything made on the RNIC goes into `owned`: a setup that fails half-way (a
         // refused verb, a redo log in PM that belongs to another connection) frees it.
-        let (layout, log_mr, kv, scratch, rcq, qp, processed) =
+        let (layout, log_mr, kv, scratch, rcq, scq, qp, processed) =
             made_or_freed(&v, &mut owned, |o| {
                 o.pd(&v)?;
                 let probe = opts.log_layout(0)?;
@@ -152,6 +154,7 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
                 v.load(Space::Pm, base, &mut hb);
                 let processed = if hb.iter().all(|&b| b == 0) {
                     // Fresh PM: format. The header is durable before any client connects.
+                    // (The tenancy word, on the watermark's line, reads zero already.)
                     v.store(Space::Pm, base, &want.emit());
                     v.store(Space::Pm, layout.watermark_addr(), &0u64.to_le_bytes());
                     0
@@ -174,7 +177,7 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
                     }
                     w
                 };
-                Ok::<_, RpcError>((layout, log_mr, kv, scratch, rcq, qp, processed))
+                Ok::<_, RpcError>((layout, log_mr, kv, scratch, rcq, scq, qp, processed))
             })?;
         Ok(DurableServer {
             v,
@@ -188,6 +191,7 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             kv,
             qp,
             rcq,
+            scq,
             processed,
             processed_before: processed,
             settled: 0,
@@ -245,6 +249,31 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
         self.stats.clone()
     }
 
+    /// Whether recovery executed requests whose replies wait for the log's client: a new
+    /// client must not take the log then (it would get them, and its own requests would
+    /// follow the previous client's unfinished ones).
+    pub fn holds_recovered_replies(&self) -> bool {
+        !self.recovered.is_empty()
+    }
+
+    /// How many new clients have taken the log ([`crate::redolog::TENANCY_OFFSET`]).
+    pub fn tenancy(&self) -> u64 {
+        let mut w = [0u8; 8];
+        self.v.load(Space::Pm, self.layout.tenancy_addr(), &mut w);
+        u64::from_le_bytes(w)
+    }
+
+    /// Counts a new client taking the log and makes the count durable before returning
+    /// it: a client that reconnects after a server crash still sees its log was given
+    /// away.
+    pub async fn new_tenancy(&self) -> u64 {
+        let t = self.tenancy().wrapping_add(1);
+        let at = self.layout.tenancy_addr();
+        self.v.store(Space::Pm, at, &t.to_le_bytes());
+        self.v.persist_local(at, 8).await;
+        t
+    }
+
     /// What a client needs to connect.
     pub fn conn_info(&self) -> ConnInfo {
         ConnInfo {
@@ -289,11 +318,7 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             Ok(Some((st, _))) if st.conn == self.opts.conn && st.seq == seq => {}
             _ => return Ok(false),
         }
-        let reply = self
-            .kv
-            .apply(self.opts.conn, seq, &r.op)
-            .await
-            .unwrap_or(Reply { seq, value: vec![] });
+        let reply = self.kv.apply(self.opts.conn, seq, &r.op).await;
         self.advance_watermark(seq).await;
         drop(guard);
         self.recovered.push(reply);
@@ -326,7 +351,6 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
                     } else {
                         self.kv.apply(self.opts.conn, seq, &r.op).await
                     };
-                    let reply = reply.unwrap_or(Reply { seq, value: vec![] });
                     self.advance_watermark(seq).await;
                     drop(guard);
                     self.recovered.push(reply);
@@ -346,10 +370,15 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             let at = self.layout.entry_addr(seq);
             let mut w = [0u8; 8];
             self.v.load(Space::Pm, at, &mut w);
-            if u64::from_le_bytes(w) != 0 {
+            let w = u64::from_le_bytes(w);
+            if w != 0 {
                 self.v.store(Space::Pm, at, &[0u8; 8]);
                 self.v.persist_local(at, 8).await;
-                report.truncated += 1;
+                // An older lap's operator (an entry processed long ago) is cleared too,
+                // but only one that commits `seq` was cut off by the crash.
+                if Operator::from_word(w).is_some_and(|o| o.seq_lo == seq as u16) {
+                    report.truncated += 1;
+                }
             } else if frames
                 && matches!(
                     read_entry_with(&self.v, &self.layout, self.opts.conn, seq, true),
@@ -414,13 +443,13 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
                 return e.into();
             }
         }
-        let rcq = self.rcq;
+        let (rcq, scq) = (self.rcq, self.scq);
         core.kv.set(Some(self.kv));
         let pool = self
             .workers
             .unwrap_or_else(|| WorkerPool::new(self.opts.costs.workers));
         let p = core.clone();
-        let mut dispatch = pin!(core.clone().dispatch(rcq));
+        let mut dispatch = pin!(core.clone().dispatch(rcq, scq));
         let mut process = pin!(async move { p.process(pool).await });
         let (why, process_done) = poll_fn(|cx| {
             if let Poll::Ready(x) = dispatch.as_mut().poll(cx) {
@@ -685,12 +714,27 @@ impl<V: Verbs> Core<V> {
         true
     }
 
+    /// Why the queue pair failed, from the receive completion that told: a flush error
+    /// there only follows the error that failed the QP, and when a send failed (a response
+    /// or NAK the RNIC refused) that error is on the send CQ, which holds nothing else
+    /// (the server's sends are unsignaled).
+    fn failure(&self, wc: &WorkCompletion, scq: CqId) -> RpcError {
+        if wc.status == WcStatus::WrFlushErr {
+            let mut sent = Vec::new();
+            self.v.poll_cq(scq, 64, &mut sent);
+            if let Some(cause) = sent.iter().find(|c| c.status != WcStatus::WrFlushErr) {
+                return wc_error(cause);
+            }
+        }
+        wc_error(wc)
+    }
+
     /// The dispatcher thread; returns why it stopped.
-    async fn dispatch(self: Rc<Self>, rcq: CqId) -> RpcError {
+    async fn dispatch(self: Rc<Self>, rcq: CqId, scq: CqId) -> RpcError {
         loop {
             let wc = next_completion(&self.v, rcq).await;
             if wc.status != WcStatus::Success {
-                return wc_error(&wc);
+                return self.failure(&wc, scq);
             }
             let seq = match self.plan.carrier {
                 Family::Send => wc.wr_id,
@@ -851,10 +895,9 @@ impl<V: Verbs> Core<V> {
             .kv
             .take()
             .expect("the store is free on an entry's turn");
-        let reply = kv
-            .apply(self.opts.conn, seq, &r.op)
-            .await
-            .unwrap_or(Reply { seq, value: vec![] });
+        // A refused request (a key outside the store, a value over a slot) is answered
+        // with its refusal; it changed nothing, and its entry is processed like any other.
+        let reply = kv.apply(self.opts.conn, seq, &r.op).await;
         self.kv.set(Some(kv));
         // The per-message CPU work the baselines' servers also pay: handling the request,
         // copying the object from the log to its slot (or a read's objects into the

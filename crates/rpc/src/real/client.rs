@@ -45,6 +45,23 @@ pub enum RealConnectError {
         /// What changed.
         what: String,
     },
+    /// The client's connection was given to a new client since this one last connected
+    /// (its log's tenancy changed): the log now holds the other client's requests, so which
+    /// of this client's unacknowledged requests ran cannot be told.
+    #[error(
+        "{addr} gave connection {node} to another client since this one left (tenancy {was} \
+         then {now}); this client's unacknowledged requests cannot be accounted for"
+    )]
+    TakenOver {
+        /// Server address.
+        addr: String,
+        /// The connection's node id.
+        node: u32,
+        /// The tenancy this client had.
+        was: u64,
+        /// The tenancy now.
+        now: u64,
+    },
     /// Socket I/O during the handshake.
     #[error("{addr}: {err}")]
     Io {
@@ -187,6 +204,14 @@ impl RealClient {
                 return Err(RealConnectError::Changed {
                     addr: addr.to_string(),
                     what: format!("{:?} then {:?}", self.hello.opts, hello.opts),
+                });
+            }
+            if hello.tenancy != self.hello.tenancy {
+                return Err(RealConnectError::TakenOver {
+                    addr: addr.to_string(),
+                    node: self.node.node(),
+                    was: self.hello.tenancy,
+                    now: hello.tenancy,
                 });
             }
             let qp = self.client.reopen()?;

@@ -10,9 +10,9 @@ use remora_model::time::Duration;
 use remora_verbs::*;
 
 /// Bytes of a [`DurableHello`] frame.
-pub const HELLO_BYTES: usize = 96;
-/// Version of the [`DurableHello`] frame.
-pub const HELLO_VERSION: u16 = 2;
+pub const HELLO_BYTES: usize = 104;
+/// Version of the [`DurableHello`] frame (and of the [`DurableClaim`]).
+pub const HELLO_VERSION: u16 = 3;
 const HELLO_MAGIC: &[u8; 4] = b"RDRH";
 /// Bytes of a [`DurableClaim`] frame.
 pub const CLAIM_BYTES: usize = 16;
@@ -21,12 +21,12 @@ const CLAIM_MAGIC: &[u8; 4] = b"RDRC";
 /// What the server tells a connecting client after the connection manager's `Assign`:
 /// the connection options both sides must share and where its redo log is.
 ///
-/// Layout (96 bytes, little-endian):
+/// Layout (104 bytes, little-endian):
 ///
 /// | bytes | field |
 /// |---|---|
 /// | 0..4 | magic `RDRH` |
-/// | 4..6 | version (2: the handshake has a [`DurableClaim`]) |
+/// | 4..6 | version (3: the hello carries the log's tenancy) |
 /// | 6 | design: 1 SFlush-RPC, 2 WFlush-RPC, 3 S-RFlush-RPC, 4 W-RFlush-RPC |
 /// | 7 | Flush form: 1 emulated, 2 native |
 /// | 8..12 | connection id |
@@ -44,8 +44,9 @@ const CLAIM_MAGIC: &[u8; 4] = b"RDRC";
 /// | 64..72 | processed watermark after recovery |
 /// | 72..80 | processed watermark before recovery |
 /// | 80..88 | object store base address (for checkers reading the pool) |
-/// | 88..92 | CRC-32C of bytes 0..88 |
-/// | 92..96 | reserved (0) |
+/// | 88..96 | the log's tenancy ([`crate::redolog::LogLayout::tenancy_addr`]) |
+/// | 96..100 | CRC-32C of bytes 0..96 |
+/// | 100..104 | reserved (0) |
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DurableHello {
     /// The options the server runs (the fields both sides share; the server's costs and
@@ -55,6 +56,10 @@ pub struct DurableHello {
     pub info: ConnInfo,
     /// PM address of the object store.
     pub kv_base: u64,
+    /// How many new clients (claims of node 0) have taken this connection's log. A client
+    /// that reconnects checks it is unchanged: otherwise another client has used the log
+    /// since, and which of its own unacknowledged requests ran cannot be told.
+    pub tenancy: u64,
 }
 
 /// Why bytes are not a durable-RPC handshake frame ([`DurableHello`], [`DurableClaim`]).
@@ -133,8 +138,9 @@ impl DurableHello {
         b[64..72].copy_from_slice(&self.info.processed.to_le_bytes());
         b[72..80].copy_from_slice(&self.info.processed_before_recovery.to_le_bytes());
         b[80..88].copy_from_slice(&self.kv_base.to_le_bytes());
-        let crc = remora::checksum::crc32c(&b[..88]);
-        b[88..92].copy_from_slice(&crc.to_le_bytes());
+        b[88..96].copy_from_slice(&self.tenancy.to_le_bytes());
+        let crc = remora::checksum::crc32c(&b[..96]);
+        b[96..100].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
@@ -152,11 +158,11 @@ impl DurableHello {
         if version != HELLO_VERSION {
             return Err(HelloError::Version(version));
         }
-        if remora::checksum::crc32c(&b[..88]).to_le_bytes() != b[88..92] {
+        if remora::checksum::crc32c(&b[..96]).to_le_bytes() != b[96..100] {
             return Err(HelloError::Checksum);
         }
         let bad = |s: String| Err(HelloError::BadValue(s));
-        if b[46..48] != [0, 0] || b[92..96] != [0; 4] {
+        if b[46..48] != [0, 0] || b[100..104] != [0; 4] {
             return bad("reserved bytes".into());
         }
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
@@ -217,6 +223,7 @@ impl DurableHello {
                 processed_before_recovery: before,
             },
             kv_base: u64_at(80),
+            tenancy: u64_at(88),
         })
     }
 
@@ -312,6 +319,7 @@ mod tests {
                 processed_before_recovery: 7,
             },
             kv_base: 0x1_0000_8000,
+            tenancy: 3,
             opts,
         }
     }
@@ -337,15 +345,15 @@ mod tests {
         // A valid checksum over unknown values is still refused.
         let mut b = hello(Design::WFlushRpc, None).emit();
         b[6] = 9;
-        let crc = remora::checksum::crc32c(&b[..88]);
-        b[88..92].copy_from_slice(&crc.to_le_bytes());
+        let crc = remora::checksum::crc32c(&b[..96]);
+        b[96..100].copy_from_slice(&crc.to_le_bytes());
         assert!(matches!(
             DurableHello::parse(&b),
             Err(HelloError::BadValue(_))
         ));
         let mut b = hello(Design::WFlushRpc, None).emit();
-        b[4] = 3;
-        assert_eq!(DurableHello::parse(&b), Err(HelloError::Version(3)));
+        b[4] = 2;
+        assert_eq!(DurableHello::parse(&b), Err(HelloError::Version(2)));
     }
 
     #[test]
@@ -377,9 +385,9 @@ mod tests {
             Err(HelloError::BadValue(_))
         ));
         let mut b = DurableClaim { node: 2 }.emit();
-        b[4] = 1;
+        b[4] = 2;
         let crc = remora::checksum::crc32c(&b[..12]);
         b[12..16].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(DurableClaim::parse(&b), Err(HelloError::Version(1)));
+        assert_eq!(DurableClaim::parse(&b), Err(HelloError::Version(2)));
     }
 }

@@ -13,6 +13,7 @@ use remora_soft::cm::RefuseCode;
 use remora_soft::server::{PoolNode, ServeError};
 use remora_verbs::*;
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -186,9 +187,9 @@ impl ServerState {
         Ok(s)
     }
 
-    /// Takes the slot `claim` asks for (its node id), or with 0 the first free one,
-    /// waiting up to [`BUSY_WAIT`] for it to free up.
-    async fn take(&self, claim: NodeId) -> Option<usize> {
+    /// Takes the slot `claim` asks for (its node id), or with 0 the first free one not in
+    /// `passed`, waiting up to [`BUSY_WAIT`] for it to free up.
+    async fn take(&self, claim: NodeId, passed: &BTreeSet<usize>) -> Option<usize> {
         let n = self.slots.borrow().len();
         if claim as usize > n {
             return None;
@@ -196,7 +197,7 @@ impl ServerState {
         let free = || {
             let slots = self.slots.borrow();
             match claim {
-                0 => slots.iter().position(|s| !s.busy),
+                0 => (0..slots.len()).find(|k| !slots[*k].busy && !passed.contains(k)),
                 c => Some(c as usize - 1).filter(|&k| !slots[k].busy),
             }
         };
@@ -384,55 +385,82 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
         }
         let mut b = [0u8; CLAIM_BYTES];
         stream.read_exact(&mut b).await.map_err(io)?;
-        let claim = match DurableClaim::parse(&b) {
-            Ok(c) => c,
+        match DurableClaim::parse(&b) {
+            Ok(c) => Ok(Some(c)),
             Err(e) => {
                 let _ = remora_soft::server::cm_refuse(&mut stream, RefuseCode::Version).await;
-                return Err(e.to_string());
+                Err(e.to_string())
             }
-        };
-        let Some(k) = st.take(claim.node).await else {
-            remora_soft::server::cm_refuse(&mut stream, RefuseCode::Resources)
-                .await
-                .map_err(io)?;
+        }
+    };
+    let claim = match remora_exec::time::timeout(HANDSHAKE_TIMEOUT, claimed).await {
+        Ok(Ok(Some(c))) => c,
+        Ok(Ok(None)) => return Ok(()),
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return Err("handshake timed out".into()),
+    };
+    // A new client (claim 0) passes over a free slot whose log holds replies of requests
+    // recovery executed for the slot's previous client: they are that client's, and so is
+    // the log until it comes back for them.
+    let mut passed = BTreeSet::new();
+    let (k, server) = loop {
+        let Some(k) = st.take(claim.node, &passed).await else {
+            let _ = remora_exec::time::timeout(
+                HANDSHAKE_TIMEOUT,
+                remora_soft::server::cm_refuse(&mut stream, RefuseCode::Resources),
+            )
+            .await;
+            let n = st.slots.borrow().len();
             return Err(match claim.node {
+                0 if passed.is_empty() => {
+                    format!("refused a client: all {n} connections are in use")
+                }
                 0 => format!(
-                    "refused a client: all {} connections are in use",
-                    st.slots.borrow().len()
+                    "refused a client: of {n} connections, {} are in use and {} hold \
+                     replies their previous client has not reconnected for",
+                    n - passed.len(),
+                    passed.len()
                 ),
-                n => format!(
-                    "refused a client claiming node {n}: no such connection, or it is in use"
+                c => format!(
+                    "refused a client claiming node {c}: no such connection, or it is in use"
                 ),
             });
         };
         taken.set(Some(k));
-        Ok(Some(k))
-    };
-    let k = match remora_exec::time::timeout(HANDSHAKE_TIMEOUT, claimed).await {
-        Ok(Ok(Some(k))) => k,
-        Ok(Ok(None)) => return Ok(()),
-        Ok(Err(e)) => return failed(e),
-        Err(_) => return failed("handshake timed out".into()),
-    };
-    let ready = st.slots.borrow_mut()[k].ready.take();
-    let server = match ready {
-        Some(s) => Ok(s),
-        // The slot's previous connection's threads have stopped; recover whatever it
-        // logged but did not process, over the same PM.
-        None => match st.build(k) {
-            Ok(mut s) => match s.settle().await {
-                Ok(_) => s.recover().await.map(|_| s),
+        let ready = st.slots.borrow_mut()[k].ready.take();
+        let server = match ready {
+            Some(s) => Ok(s),
+            // The slot's previous connection's threads have stopped; recover whatever it
+            // logged but did not process, over the same PM.
+            None => match st.build(k) {
+                Ok(mut s) => match s.settle().await {
+                    Ok(_) => s.recover().await.map(|_| s),
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             },
-            Err(e) => Err(e),
-        },
-    };
-    let server = match server {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = remora_soft::server::cm_refuse(&mut stream, RefuseCode::Resources).await;
-            return failed(format!("cannot set up the connection: {e}"));
+        };
+        let server = match server {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = remora_soft::server::cm_refuse(&mut stream, RefuseCode::Resources).await;
+                return failed(format!("cannot set up the connection: {e}"));
+            }
+        };
+        if claim.node == 0 && server.holds_recovered_replies() {
+            st.slots.borrow_mut()[k].ready = Some(server);
+            taken.set(None);
+            st.release(k);
+            passed.insert(k);
+            continue;
         }
+        break (k, server);
+    };
+    // A new client's tenancy is durable before it is told: its predecessor, should it
+    // reconnect, even after a server crash, learns its log was given away.
+    let tenancy = match claim.node {
+        0 => server.new_tenancy().await,
+        _ => server.tenancy(),
     };
     let accepted = async {
         let client = slot_node(k);
@@ -446,6 +474,7 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
             },
             info: server.conn_info(),
             kv_base: server.kv_layout().base,
+            tenancy,
         };
         stream.write_all(&hello.emit()).await.map_err(io)?;
         if !remora_soft::server::cm_accept(&mut stream, st.pinned.node(), client, server.qp())
