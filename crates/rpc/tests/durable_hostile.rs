@@ -83,6 +83,32 @@ fn doorbell(seq: u32, info: &remora_rpc::durable::ConnInfo) -> SendWr {
     )
 }
 
+/// Request 1 of the pair's connection: a Put of 16 bytes to key 1.
+fn put_frame(pair: &DurablePair) -> Vec<u8> {
+    Request {
+        conn: pair.opts.conn,
+        seq: 1,
+        op: Op::Put {
+            key: 1,
+            value: vec![7; 16],
+        },
+    }
+    .to_bytes()
+}
+
+/// A WRITE of `frame` to entry 1's data.
+fn entry_write(frame: Vec<u8>, info: &remora_rpc::durable::ConnInfo) -> SendWr {
+    SendWr::new(
+        2,
+        Opcode::Write,
+        Payload::inline(frame),
+        Some(Remote {
+            addr: info.layout.data_addr(1),
+            rkey: info.log_rkey,
+        }),
+    )
+}
+
 #[test]
 fn a_doorbell_beyond_the_window_stops_the_connection_at_once() {
     for design in [Design::WFlushRpc, Design::WRFlushRpc] {
@@ -110,27 +136,10 @@ fn a_corrupt_entry_is_never_acknowledged() {
     // writes its operator before acknowledging it.
     let (pair, server, qp, _) = setup(Design::WRFlushRpc);
     let info = server.conn_info();
-    let mut frame = Vec::new();
-    Request {
-        conn: pair.opts.conn,
-        seq: 1,
-        op: Op::Put {
-            key: 1,
-            value: vec![7; 16],
-        },
-    }
-    .emit(&mut frame);
+    let mut frame = put_frame(&pair);
     let last = frame.len() - 1;
     frame[last] ^= 0xFF; // one value byte off: the frame's checksum no longer holds
-    let write = SendWr::new(
-        2,
-        Opcode::Write,
-        Payload::inline(frame),
-        Some(Remote {
-            addr: info.layout.data_addr(1),
-            rkey: info.log_rkey,
-        }),
-    );
+    let write = entry_write(frame, &info);
     let stats = server.stats();
     let e = serve_after(&pair, server, qp, vec![write, doorbell(1, &info)]);
     assert!(
@@ -283,25 +292,7 @@ fn a_failed_send_is_named_as_the_connections_end() {
         },
     )
     .unwrap();
-    let mut frame = Vec::new();
-    Request {
-        conn: pair.opts.conn,
-        seq: 1,
-        op: Op::Put {
-            key: 1,
-            value: vec![7; 16],
-        },
-    }
-    .emit(&mut frame);
-    let write = SendWr::new(
-        2,
-        Opcode::Write,
-        Payload::inline(frame),
-        Some(Remote {
-            addr: info.layout.data_addr(1),
-            rkey: info.log_rkey,
-        }),
-    );
+    let write = entry_write(put_frame(&pair), &info);
     let e = serve_after(&pair, server, qp, vec![write, doorbell(1, &info)]);
     let e = e.to_string();
     assert!(
