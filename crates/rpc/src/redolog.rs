@@ -21,7 +21,7 @@
 //! | 20..24 | offset of the data inside an entry (64) |
 //! | 24..28 | CRC-32C of bytes 0..24 |
 //! | 64..72 | processed watermark: every sequence number up to it is processed (8-byte store) |
-//! | 72..80 | tenancy: how many new clients have taken the log (`rpc-serve`; 8-byte store) |
+//! | 72..80 | owner key: the key of the client the log belongs to, 0 for none (`rpc-serve`) |
 //! | 128.. | `capacity` entries |
 //!
 //! An entry for sequence number `s` lives in slot `(s - 1) % capacity`. Its first 8 bytes
@@ -44,9 +44,10 @@ pub const LOG_MAGIC: [u8; 4] = *b"RLOG";
 pub const LOG_VERSION: u16 = 1;
 /// Offset of the watermark word from the log base.
 pub const WATERMARK_OFFSET: u64 = 64;
-/// Offset of the tenancy word from the log base: `rpc-serve` counts there the new clients
-/// that took the log, so a client that reconnects can tell its log was given away.
-pub const TENANCY_OFFSET: u64 = 72;
+/// Offset of the owner key from the log base: `rpc-serve` keeps there the key of the client
+/// the log belongs to (0: nobody's yet), which that client presents when it reconnects, so
+/// no other client can take the log and its recovered replies.
+pub const OWNER_KEY_OFFSET: u64 = 72;
 /// Offset of entry 0 from the log base.
 pub const ENTRIES_OFFSET: u64 = 128;
 /// Offset of an entry's data from the entry's start (the operator has its own line).
@@ -113,9 +114,9 @@ impl LogLayout {
     pub fn watermark_addr(&self) -> u64 {
         self.base + WATERMARK_OFFSET
     }
-    /// Address of the tenancy word ([`TENANCY_OFFSET`]).
-    pub fn tenancy_addr(&self) -> u64 {
-        self.base + TENANCY_OFFSET
+    /// Address of the owner key ([`OWNER_KEY_OFFSET`]).
+    pub fn owner_key_addr(&self) -> u64 {
+        self.base + OWNER_KEY_OFFSET
     }
     /// Start of the entries: the part of the log a client may write (its memory region
     /// covers the entries only, so no client can touch the header or the watermark) and

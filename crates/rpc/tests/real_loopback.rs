@@ -5,8 +5,12 @@
 use remora_model::profile::LatencyProfile;
 use remora_model::ServerConfig;
 use remora_rpc::durable::DurableOptions;
-use remora_rpc::real::{serve_durable, ClientSettings, RealClient, RealServeOptions, RealStarted};
+use remora_rpc::real::{
+    serve_durable, ClientSettings, DurableClaim, RealClient, RealServeOptions, RealStarted,
+};
 use remora_rpc::{Design, FlushForm, Op, RpcClient};
+use remora_soft::client::ConnectError;
+use remora_soft::cm::RefuseCode;
 use std::path::PathBuf;
 use std::sync::mpsc;
 
@@ -343,9 +347,10 @@ fn clients_get_a_connection_and_a_log_each_and_a_full_server_refuses() {
 }
 
 /// A new client does not take a connection whose log holds replies its previous client
-/// has not come back for (it got them, and its own requests followed the other client's),
-/// and a client whose connection was given away since it left is told so when it comes
-/// back, instead of counting the other client's requests as its own.
+/// has not come back for (it got them, and its own requests followed the other client's);
+/// a claim of that connection without its key is refused; and a client whose connection
+/// was given away since it left is told so when it comes back, instead of counting the
+/// other client's requests as its own.
 #[test]
 fn a_new_client_never_takes_another_clients_unfinished_log() {
     let dir = TestDir::new();
@@ -363,7 +368,6 @@ fn a_new_client_never_takes_another_clients_unfinished_log() {
             value: value(key),
         };
         let mut a = RealClient::connect(&addr, &p, &settings).await.unwrap();
-        let first = a.hello.tenancy;
         for key in 0..2 {
             a.client.call(put(key)).await.unwrap();
         }
@@ -374,6 +378,20 @@ fn a_new_client_never_takes_another_clients_unfinished_log() {
             .err()
             .expect("the only connection holds A's unfinished work");
         assert!(e.to_string().contains("refused"), "{e}");
+        // Nor does a client that claims A's connection without A's key.
+        let forged = DurableClaim {
+            node: 1,
+            key: a.hello.key ^ 1,
+        };
+        let frame = forged.emit();
+        match remora_soft::client::open_with(&addr, &p, None, &frame).await {
+            Err(ConnectError::Refused {
+                code: RefuseCode::NotOwner,
+                ..
+            }) => {}
+            Err(e) => panic!("a forged claim: {e}"),
+            Ok(_) => panic!("a forged claim was accepted"),
+        }
         // A comes back to its log and gets both replies.
         a.reconnect(&addr).await.unwrap();
         let replies = a.client.drain().await.unwrap();
@@ -382,10 +400,10 @@ fn a_new_client_never_takes_another_clients_unfinished_log() {
             vec![1, 2],
             "A's replies, kept for it"
         );
-        // A finished; its log may go to a new client now, which counts a new tenancy.
+        // A finished; its log may go to a new client now, with a new key.
         assert!(a.node.detach(0));
         let mut b = RealClient::connect(&addr, &p, &settings).await.unwrap();
-        assert_eq!(b.hello.tenancy, first + 1);
+        assert_ne!(b.hello.key, a.hello.key, "a new client, a new key");
         assert_eq!(workload(&mut b, 2, 2).await[0], 3, "B follows A's log");
         assert!(b.node.detach(0));
         let e = a

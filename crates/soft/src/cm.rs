@@ -33,6 +33,9 @@ pub enum RefuseCode {
     Version,
     /// The server could not set up resources (memory, queues).
     Resources,
+    /// The client claimed a connection that belongs to another client (a durable-RPC
+    /// claim whose key is not the connection's).
+    NotOwner,
 }
 
 /// A connection-manager frame.
@@ -114,6 +117,7 @@ impl Cm {
                 p[0] = match code {
                     RefuseCode::Version => 1,
                     RefuseCode::Resources => 2,
+                    RefuseCode::NotOwner => 3,
                 };
                 5
             }
@@ -165,6 +169,7 @@ impl Cm {
                 let code = match p[0] {
                     1 => RefuseCode::Version,
                     2 => RefuseCode::Resources,
+                    3 => RefuseCode::NotOwner,
                     _ => return Err(CmError::BadValue("refusal code")),
                 };
                 (Cm::Refused { code }, 1)

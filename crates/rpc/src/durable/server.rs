@@ -154,7 +154,7 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
                 v.load(Space::Pm, base, &mut hb);
                 let processed = if hb.iter().all(|&b| b == 0) {
                     // Fresh PM: format. The header is durable before any client connects.
-                    // (The tenancy word, on the watermark's line, reads zero already.)
+                    // (The owner key, on the watermark's line, reads zero already.)
                     v.store(Space::Pm, base, &want.emit());
                     v.store(Space::Pm, layout.watermark_addr(), &0u64.to_le_bytes());
                     0
@@ -256,22 +256,20 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
         !self.recovered.is_empty()
     }
 
-    /// How many new clients have taken the log ([`crate::redolog::TENANCY_OFFSET`]).
-    pub fn tenancy(&self) -> u64 {
+    /// The key of the client the log belongs to, 0 for none
+    /// ([`crate::redolog::OWNER_KEY_OFFSET`]).
+    pub fn owner_key(&self) -> u64 {
         let mut w = [0u8; 8];
-        self.v.load(Space::Pm, self.layout.tenancy_addr(), &mut w);
+        self.v.load(Space::Pm, self.layout.owner_key_addr(), &mut w);
         u64::from_le_bytes(w)
     }
 
-    /// Counts a new client taking the log and makes the count durable before returning
-    /// it: a client that reconnects after a server crash still sees its log was given
-    /// away.
-    pub async fn new_tenancy(&self) -> u64 {
-        let t = self.tenancy().wrapping_add(1);
-        let at = self.layout.tenancy_addr();
-        self.v.store(Space::Pm, at, &t.to_le_bytes());
+    /// Gives the log to a new client, whose key is `key`, and makes that durable before
+    /// returning: after a server crash too, only that client can claim the log.
+    pub async fn set_owner_key(&self, key: u64) {
+        let at = self.layout.owner_key_addr();
+        self.v.store(Space::Pm, at, &key.to_le_bytes());
         self.v.persist_local(at, 8).await;
-        t
     }
 
     /// What a client needs to connect.

@@ -45,22 +45,19 @@ pub enum RealConnectError {
         /// What changed.
         what: String,
     },
-    /// The client's connection was given to a new client since this one last connected
-    /// (its log's tenancy changed): the log now holds the other client's requests, so which
+    /// The server refused the client's claim of its connection: the connection's key is
+    /// not the one this client was given, because the server gave the connection to a new
+    /// client since this one left. The log holds the other client's requests now, so which
     /// of this client's unacknowledged requests ran cannot be told.
     #[error(
-        "{addr} gave connection {node} to another client since this one left (tenancy {was} \
-         then {now}); this client's unacknowledged requests cannot be accounted for"
+        "{addr} gave connection {node} to another client since this one left (its key \
+         changed); this client's unacknowledged requests cannot be accounted for"
     )]
     TakenOver {
         /// Server address.
         addr: String,
         /// The connection's node id.
         node: u32,
-        /// The tenancy this client had.
-        was: u64,
-        /// The tenancy now.
-        now: u64,
     },
     /// Socket I/O during the handshake.
     #[error("{addr}: {err}")]
@@ -96,17 +93,31 @@ struct Opened {
     hello: DurableHello,
 }
 
-/// Connects to `addr`, claims `node`'s id (a new node, with the assigned id, when `None`)
-/// and reads the server's hello.
+/// Connects to `addr`, claims `node`'s id with the connection's `key` (a new node, with the
+/// assigned id, when `None`) and reads the server's hello.
 async fn open(
     addr: &str,
     profile: &LatencyProfile,
-    node: Option<RtNode>,
+    node: Option<(RtNode, u64)>,
 ) -> Result<Opened, RealConnectError> {
     let claim = DurableClaim {
-        node: node.as_ref().map_or(0, |n| n.node()),
+        node: node.as_ref().map_or(0, |(n, _)| n.node()),
+        key: node.as_ref().map_or(0, |(_, k)| *k),
     };
-    let mut opening = remora_soft::client::open_with(addr, profile, node, &claim.emit()).await?;
+    let frame = claim.emit();
+    let opening = remora_soft::client::open_with(addr, profile, node.map(|(n, _)| n), &frame);
+    let mut opening = match opening.await {
+        Err(remora_soft::client::ConnectError::Refused {
+            code: remora_soft::cm::RefuseCode::NotOwner,
+            ..
+        }) => {
+            return Err(RealConnectError::TakenOver {
+                addr: addr.to_string(),
+                node: claim.node,
+            })
+        }
+        r => r?,
+    };
     let mut b = [0u8; HELLO_BYTES];
     opening
         .stream()
@@ -198,20 +209,17 @@ impl RealClient {
     /// of requests recovery executed.
     pub async fn reconnect(&mut self, addr: &str) -> Result<(), RealConnectError> {
         let hs = async {
-            let o = open(addr, &self.profile, Some(self.node.clone())).await?;
+            let o = open(
+                addr,
+                &self.profile,
+                Some((self.node.clone(), self.hello.key)),
+            )
+            .await?;
             let hello = o.hello.clone();
             if hello.opts != self.hello.opts || hello.kv_base != self.hello.kv_base {
                 return Err(RealConnectError::Changed {
                     addr: addr.to_string(),
                     what: format!("{:?} then {:?}", self.hello.opts, hello.opts),
-                });
-            }
-            if hello.tenancy != self.hello.tenancy {
-                return Err(RealConnectError::TakenOver {
-                    addr: addr.to_string(),
-                    node: self.node.node(),
-                    was: self.hello.tenancy,
-                    now: hello.tenancy,
                 });
             }
             let qp = self.client.reopen()?;

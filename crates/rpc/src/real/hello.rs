@@ -15,7 +15,7 @@ pub const HELLO_BYTES: usize = 104;
 pub const HELLO_VERSION: u16 = 3;
 const HELLO_MAGIC: &[u8; 4] = b"RDRH";
 /// Bytes of a [`DurableClaim`] frame.
-pub const CLAIM_BYTES: usize = 16;
+pub const CLAIM_BYTES: usize = 24;
 const CLAIM_MAGIC: &[u8; 4] = b"RDRC";
 
 /// What the server tells a connecting client after the connection manager's `Assign`:
@@ -26,7 +26,7 @@ const CLAIM_MAGIC: &[u8; 4] = b"RDRC";
 /// | bytes | field |
 /// |---|---|
 /// | 0..4 | magic `RDRH` |
-/// | 4..6 | version (3: the hello carries the log's tenancy) |
+/// | 4..6 | version (3: the hello carries the connection's key) |
 /// | 6 | design: 1 SFlush-RPC, 2 WFlush-RPC, 3 S-RFlush-RPC, 4 W-RFlush-RPC |
 /// | 7 | Flush form: 1 emulated, 2 native |
 /// | 8..12 | connection id |
@@ -44,7 +44,7 @@ const CLAIM_MAGIC: &[u8; 4] = b"RDRC";
 /// | 64..72 | processed watermark after recovery |
 /// | 72..80 | processed watermark before recovery |
 /// | 80..88 | object store base address (for checkers reading the pool) |
-/// | 88..96 | the log's tenancy ([`crate::redolog::LogLayout::tenancy_addr`]) |
+/// | 88..96 | the connection's key ([`crate::redolog::OWNER_KEY_OFFSET`]) |
 /// | 96..100 | CRC-32C of bytes 0..96 |
 /// | 100..104 | reserved (0) |
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,10 +56,11 @@ pub struct DurableHello {
     pub info: ConnInfo,
     /// PM address of the object store.
     pub kv_base: u64,
-    /// How many new clients (claims of node 0) have taken this connection's log. A client
-    /// that reconnects checks it is unchanged: otherwise another client has used the log
-    /// since, and which of its own unacknowledged requests ran cannot be told.
-    pub tenancy: u64,
+    /// The connection's key: drawn when a new client takes the log, and presented in the
+    /// [`DurableClaim`] of every reconnection. A claim with another key is refused
+    /// (`RefuseCode::NotOwner`), so no other client gets the log, its recovered replies or
+    /// its sequence numbers.
+    pub key: u64,
 }
 
 /// Why bytes are not a durable-RPC handshake frame ([`DurableHello`], [`DurableClaim`]).
@@ -138,7 +139,7 @@ impl DurableHello {
         b[64..72].copy_from_slice(&self.info.processed.to_le_bytes());
         b[72..80].copy_from_slice(&self.info.processed_before_recovery.to_le_bytes());
         b[80..88].copy_from_slice(&self.kv_base.to_le_bytes());
-        b[88..96].copy_from_slice(&self.tenancy.to_le_bytes());
+        b[88..96].copy_from_slice(&self.key.to_le_bytes());
         let crc = remora::checksum::crc32c(&b[..96]);
         b[96..100].copy_from_slice(&crc.to_le_bytes());
         b
@@ -223,7 +224,7 @@ impl DurableHello {
                 processed_before_recovery: before,
             },
             kv_base: u64_at(80),
-            tenancy: u64_at(88),
+            key: u64_at(88),
         })
     }
 
@@ -253,16 +254,19 @@ impl DurableHello {
 /// What a client sends right after the connection manager's `Hello`, before the server
 /// assigns its node id: which connection it is. A new client claims node 0 and gets a
 /// free connection; a client reconnecting after its server restarted claims the node id it
-/// has, and gets that connection's redo log back (its `DurableClient` resumes on it). A
-/// server serves several connections, so it cannot tell them apart otherwise.
+/// has, with the connection's key ([`DurableHello::key`]), and gets that connection's redo
+/// log back (its `DurableClient` resumes on it). A server serves several connections, so
+/// it cannot tell them apart otherwise.
 ///
-/// Layout (16 bytes, little-endian): magic `RDRC` (0..4), version (4..6, the
-/// [`HELLO_VERSION`]), reserved zero (6..8), node id (8..12; 0: a new client), CRC-32C of
-/// bytes 0..12 (12..16).
+/// Layout (24 bytes, little-endian): magic `RDRC` (0..4), version (4..6, the
+/// [`HELLO_VERSION`]), reserved zero (6..8), node id (8..12; 0: a new client), key
+/// (12..20; 0 for a new client), CRC-32C of bytes 0..20 (20..24).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct DurableClaim {
     /// The node id the client has, or 0 for a new client.
     pub node: NodeId,
+    /// The connection's key the client was given, or 0 for a new client.
+    pub key: u64,
 }
 
 impl DurableClaim {
@@ -272,8 +276,9 @@ impl DurableClaim {
         b[0..4].copy_from_slice(CLAIM_MAGIC);
         b[4..6].copy_from_slice(&HELLO_VERSION.to_le_bytes());
         b[8..12].copy_from_slice(&self.node.to_le_bytes());
-        let crc = remora::checksum::crc32c(&b[..12]);
-        b[12..16].copy_from_slice(&crc.to_le_bytes());
+        b[12..20].copy_from_slice(&self.key.to_le_bytes());
+        let crc = remora::checksum::crc32c(&b[..20]);
+        b[20..24].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
@@ -290,15 +295,20 @@ impl DurableClaim {
         if version != HELLO_VERSION {
             return Err(HelloError::Version(version));
         }
-        if remora::checksum::crc32c(&b[..12]).to_le_bytes() != b[12..16] {
+        if remora::checksum::crc32c(&b[..20]).to_le_bytes() != b[20..24] {
             return Err(HelloError::Checksum);
         }
         if b[6..8] != [0, 0] {
             return Err(HelloError::BadValue("reserved bytes".into()));
         }
-        Ok(DurableClaim {
-            node: u32::from_le_bytes(b[8..12].try_into().unwrap()),
-        })
+        let node = u32::from_le_bytes(b[8..12].try_into().unwrap());
+        let key = u64::from_le_bytes(b[12..20].try_into().unwrap());
+        if (node == 0) != (key == 0) {
+            return Err(HelloError::BadValue(format!(
+                "claim of node {node} with key {key:#x} (a new client has neither)"
+            )));
+        }
+        Ok(DurableClaim { node, key })
     }
 }
 
@@ -319,7 +329,7 @@ mod tests {
                 processed_before_recovery: 7,
             },
             kv_base: 0x1_0000_8000,
-            tenancy: 3,
+            key: 0x5eed_0000_0000_0003,
             opts,
         }
     }
@@ -358,8 +368,8 @@ mod tests {
 
     #[test]
     fn claim_round_trips_and_rejects_bad_bytes() {
-        for node in [0, 1, 7, u32::MAX] {
-            let c = DurableClaim { node };
+        for (node, key) in [(0, 0), (1, 9), (7, u64::MAX), (u32::MAX, 1)] {
+            let c = DurableClaim { node, key };
             let b = c.emit();
             assert_eq!(DurableClaim::parse(&b), Ok(c));
             assert_eq!(
@@ -376,18 +386,28 @@ mod tests {
         // A hello is not a claim, and a valid checksum over reserved bytes is refused.
         let h = hello(Design::WFlushRpc, None).emit();
         assert!(DurableClaim::parse(&h[..CLAIM_BYTES]).is_err());
-        let mut b = DurableClaim { node: 2 }.emit();
+        let reseal = |b: &mut [u8; CLAIM_BYTES]| {
+            let crc = remora::checksum::crc32c(&b[..20]);
+            b[20..24].copy_from_slice(&crc.to_le_bytes());
+        };
+        let mut b = DurableClaim { node: 2, key: 5 }.emit();
         b[6] = 1;
-        let crc = remora::checksum::crc32c(&b[..12]);
-        b[12..16].copy_from_slice(&crc.to_le_bytes());
+        reseal(&mut b);
         assert!(matches!(
             DurableClaim::parse(&b),
             Err(HelloError::BadValue(_))
         ));
-        let mut b = DurableClaim { node: 2 }.emit();
+        let mut b = DurableClaim { node: 2, key: 5 }.emit();
         b[4] = 2;
-        let crc = remora::checksum::crc32c(&b[..12]);
-        b[12..16].copy_from_slice(&crc.to_le_bytes());
+        reseal(&mut b);
         assert_eq!(DurableClaim::parse(&b), Err(HelloError::Version(2)));
+        // A new client names no key, and a reconnecting one always does.
+        for (node, key) in [(0, 5), (2, 0)] {
+            let b = DurableClaim { node, key }.emit();
+            assert!(
+                matches!(DurableClaim::parse(&b), Err(HelloError::BadValue(_))),
+                "node {node} key {key}"
+            );
+        }
     }
 }

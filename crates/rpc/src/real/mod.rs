@@ -6,12 +6,15 @@
 //! re-sending the data from the client").
 //!
 //! **Connecting.** The client follows the soft connection manager's `Hello` with a
-//! [`DurableClaim`] (0 for a new client, or the node id it has when it reconnects); the
-//! server answers `Assign` (the claimed or a free connection's node id, and the server's
-//! configuration) and one [`DurableHello`] frame: the options both
+//! [`DurableClaim`] (0 for a new client, or the node id it has and the connection's key
+//! when it reconnects); the server answers `Assign` (the claimed or a free connection's
+//! node id, and the server's configuration) and one [`DurableHello`] frame: the options both
 //! sides must agree on (design, Flush form, connection id, log capacity, object store
 //! shape) and the [`ConnInfo`] of its log (address, remote key, processed watermark before
-//! and after recovery). The client adopts those options, creates its queue pair, and the
+//! and after recovery), and the connection's key. A new client gets a new key, drawn from
+//! the OS and kept in the log's PM ([`crate::redolog::OWNER_KEY_OFFSET`]); a claim of a
+//! connection with another key is refused (`RefuseCode::NotOwner`). The client adopts those
+//! options, creates its queue pair, and the
 //! connection manager's `Ready`/`Accepted` connect the two. On real hardware the same bytes
 //! would travel in RDMA CM's private data.
 //!
@@ -23,9 +26,10 @@
 //! [`DurableServer::recover`] on every log: committed but unprocessed entries are
 //! executed before anyone connects, and their replies go to the next client of that
 //! connection. When a connection closes, its server tasks stop; the
-//! next client of that connection (a reconnecting one claims it; a new one takes the first
-//! free connection) gets a new [`DurableServer`] over the same PM (recovering anything the
-//! old one logged but did not process).
+//! next client of that connection (a reconnecting one claims it with its key; a new one
+//! takes the first free connection whose log holds no recovered replies) gets a new
+//! [`DurableServer`] over the same PM (recovering anything the old one logged but did not
+//! process).
 //!
 //! Connections share the store, and the idempotency stamp of an object names only the
 //! last connection that wrote it. So a Put's object and its connection's watermark become

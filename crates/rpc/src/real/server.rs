@@ -222,6 +222,21 @@ impl ServerState {
     }
 }
 
+/// A new connection key: 64 bits from the OS's random source, never 0 (a log whose key is
+/// 0 belongs to nobody).
+fn fresh_key() -> std::io::Result<u64> {
+    use std::io::Read;
+    let mut urandom = std::fs::File::open("/dev/urandom")?;
+    loop {
+        let mut b = [0u8; 8];
+        urandom.read_exact(&mut b)?;
+        let key = u64::from_le_bytes(b);
+        if key != 0 {
+            return Ok(key);
+        }
+    }
+}
+
 /// The client node id of slot `k` (the server is node 0).
 fn slot_node(k: usize) -> NodeId {
     k as NodeId + 1
@@ -454,13 +469,42 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
             passed.insert(k);
             continue;
         }
+        if claim.node != 0 && server.owner_key() != claim.key {
+            // Another client's connection (or nobody's yet): its log, its recovered replies
+            // and its sequence numbers stay with it.
+            st.slots.borrow_mut()[k].ready = Some(server);
+            taken.set(None);
+            st.release(k);
+            let _ = remora_exec::time::timeout(
+                HANDSHAKE_TIMEOUT,
+                remora_soft::server::cm_refuse(&mut stream, RefuseCode::NotOwner),
+            )
+            .await;
+            return Err(format!(
+                "refused a client claiming node {}: its key is not the connection's (the \
+                 connection was given to another client, or to none yet)",
+                claim.node
+            ));
+        }
         break (k, server);
     };
-    // A new client's tenancy is durable before it is told: its predecessor, should it
-    // reconnect, even after a server crash, learns its log was given away.
-    let tenancy = match claim.node {
-        0 => server.new_tenancy().await,
-        _ => server.tenancy(),
+    // A new client's key is durable before it is told: after a server crash too, only that
+    // client can claim the connection back.
+    let key = match claim.node {
+        0 => match fresh_key() {
+            Ok(key) => {
+                server.set_owner_key(key).await;
+                key
+            }
+            Err(e) => {
+                st.slots.borrow_mut()[k].ready = Some(server);
+                let _ = remora_soft::server::cm_refuse(&mut stream, RefuseCode::Resources).await;
+                return failed(format!(
+                    "cannot draw a connection key from /dev/urandom: {e}"
+                ));
+            }
+        },
+        _ => claim.key,
     };
     let accepted = async {
         let client = slot_node(k);
@@ -474,7 +518,7 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
             },
             info: server.conn_info(),
             kv_base: server.kv_layout().base,
-            tenancy,
+            key,
         };
         stream.write_all(&hello.emit()).await.map_err(io)?;
         if !remora_soft::server::cm_accept(&mut stream, st.pinned.node(), client, server.qp())
