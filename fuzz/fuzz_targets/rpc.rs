@@ -44,7 +44,10 @@ fuzz_target!(|data: &[u8]| {
     }
     if data.len() >= REPLY_HEADER {
         let mut b = data.to_vec();
-        b[..4].copy_from_slice(b"RP\0\0");
+        // Every status, known (0..=2) or not.
+        b[..2].copy_from_slice(b"RP");
+        b[2] %= 4;
+        b[3] = 0;
         let vlen = u32::from_le_bytes(b[16..20].try_into().unwrap()) as usize;
         let len = REPLY_HEADER + vlen;
         if len <= b.len() {

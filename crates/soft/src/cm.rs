@@ -220,10 +220,14 @@ mod tests {
             Cm::Hello,
             Cm::Ready { qp: QpNum(7) },
             Cm::Accepted { qp: QpNum(9) },
-            Cm::Refused {
-                code: RefuseCode::Version,
-            },
         ];
+        for code in [
+            RefuseCode::Version,
+            RefuseCode::Resources,
+            RefuseCode::NotOwner,
+        ] {
+            all.push(Cm::Refused { code });
+        }
         for config in ServerConfig::table1() {
             all.push(Cm::Assign {
                 client: 3,
