@@ -234,6 +234,11 @@ enum Cmd {
         /// counts survive a kill -9).
         #[arg(long, hide = true)]
         execution_journal: Option<PathBuf>,
+        /// Seconds a connection stays its client's after the client left with replies it
+        /// never got (requests recovery executed for it): a new client is given another
+        /// connection meanwhile, and after it this one, without those replies.
+        #[arg(long, default_value_t = 60)]
+        lease_secs: u64,
     },
     /// Durable RPCs against a `remora rpc-serve` server: Puts (returning once durable) and
     /// Gets over the soft RNIC, wall-clock latency.
@@ -815,6 +820,7 @@ fn run(cli: Cli) -> Result<(), String> {
             profile,
             fault,
             execution_journal,
+            lease_secs,
         } => {
             let args = rpcreal::RpcServeArgs {
                 listen,
@@ -833,6 +839,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 ),
                 connections,
                 journal: execution_journal,
+                lease: std::time::Duration::from_secs(lease_secs),
             };
             rpcreal::rpc_serve_blocking(&args)?;
         }

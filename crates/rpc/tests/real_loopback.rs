@@ -13,6 +13,7 @@ use remora_soft::client::ConnectError;
 use remora_soft::cm::RefuseCode;
 use std::path::PathBuf;
 use std::sync::mpsc;
+use std::time::Duration;
 
 const DESIGNS: [Design; 4] = [
     Design::SFlushRpc,
@@ -65,6 +66,25 @@ fn start_n(
     opts: DurableOptions,
     connections: u32,
 ) -> Result<RealStarted, String> {
+    start_leased(
+        listen,
+        config,
+        pool,
+        opts,
+        connections,
+        Duration::from_secs(60),
+    )
+}
+
+/// [`start_n`] with a `lease` for logs whose client left with replies it never got.
+fn start_leased(
+    listen: &str,
+    config: &str,
+    pool: PathBuf,
+    opts: DurableOptions,
+    connections: u32,
+    lease: Duration,
+) -> Result<RealStarted, String> {
     let (tx, rx) = mpsc::channel();
     let config: ServerConfig = config.parse().unwrap();
     let listen = listen.to_string();
@@ -78,6 +98,7 @@ fn start_n(
             opts,
             connections,
             journal: None,
+            lease,
         };
         let tx2 = tx.clone();
         let r = remora_exec::block_on(serve_durable(o, move |s| tx2.send(Ok(s.clone())).unwrap()));
@@ -347,10 +368,10 @@ fn clients_get_a_connection_and_a_log_each_and_a_full_server_refuses() {
 }
 
 /// A new client does not take a connection whose log holds replies its previous client
-/// has not come back for (it got them, and its own requests followed the other client's);
-/// a claim of that connection without its key is refused; and a client whose connection
-/// was given away since it left is told so when it comes back, instead of counting the
-/// other client's requests as its own.
+/// has not come back for (it got them, and its own requests followed the other client's)
+/// until that client has stayed away for the lease; a claim of that connection without its
+/// key is refused, at once; and a client whose connection was given away since it left is
+/// told so when it comes back, instead of counting the other client's requests as its own.
 #[test]
 fn a_new_client_never_takes_another_clients_unfinished_log() {
     let dir = TestDir::new();
@@ -358,7 +379,9 @@ fn a_new_client_never_takes_another_clients_unfinished_log() {
     // The Puts are durable long before they are executed, so a client that leaves right
     // away leaves them for recovery.
     o.costs.processing = remora_model::time::Duration::from_millis(300);
-    let s = start("127.0.0.1:0", "DMP+noDDIO+PM-RQWRB", dir.pool("owned"), o).unwrap();
+    let lease = Duration::from_secs(2);
+    let pool = dir.pool("owned");
+    let s = start_leased("127.0.0.1:0", "DMP+noDDIO+PM-RQWRB", pool, o, 1, lease).unwrap();
     let addr = s.addr.to_string();
     run_client(async {
         let p = LatencyProfile::default_profile();
@@ -400,12 +423,13 @@ fn a_new_client_never_takes_another_clients_unfinished_log() {
             vec![1, 2],
             "A's replies, kept for it"
         );
-        // A finished; its log may go to a new client now, with a new key.
+        // A had everything; its log may go to a new client at once, with a new key.
         assert!(a.node.detach(0));
         let mut b = RealClient::connect(&addr, &p, &settings).await.unwrap();
         assert_ne!(b.hello.key, a.hello.key, "a new client, a new key");
         assert_eq!(workload(&mut b, 2, 2).await[0], 3, "B follows A's log");
-        assert!(b.node.detach(0));
+        // A, back while B holds its old connection, is told so (not that the connection
+        // is busy, after a wait: the key is checked first).
         let e = a
             .reconnect(&addr)
             .await
@@ -415,5 +439,17 @@ fn a_new_client_never_takes_another_clients_unfinished_log() {
                 .contains("gave connection 1 to another client"),
             "{e}"
         );
+        // B leaves with a Put unexecuted; after the lease a new client gets the log, and
+        // none of B's replies.
+        let last = b.client.call(put(1)).await.unwrap().seq;
+        assert!(b.node.detach(0));
+        std::thread::sleep(lease + Duration::from_secs(1));
+        let mut c = RealClient::connect(&addr, &p, &settings).await.unwrap();
+        assert_eq!(c.hello.info.processed, last, "B's Put was recovered");
+        assert!(
+            c.client.drain().await.unwrap().is_empty(),
+            "C gets none of B's replies"
+        );
+        assert_eq!(workload(&mut c, 7, 1).await[0], last + 1);
     });
 }

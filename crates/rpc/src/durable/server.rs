@@ -249,11 +249,26 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
         self.stats.clone()
     }
 
-    /// Whether recovery executed requests whose replies wait for the log's client: a new
-    /// client must not take the log then (it would get them, and its own requests would
-    /// follow the previous client's unfinished ones).
+    /// Whether recovery executed requests whose replies wait for the log's client.
     pub fn holds_recovered_replies(&self) -> bool {
         !self.recovered.is_empty()
+    }
+
+    /// Takes the replies of the requests recovery executed, which [`serve`](Self::serve)
+    /// would send first: to keep them for the log's client when this connection is freed
+    /// before serving (a broken handshake), or to drop them when the log goes to a new
+    /// client (they are the previous client's).
+    pub fn take_recovered(&mut self) -> Vec<Reply> {
+        std::mem::take(&mut self.recovered)
+    }
+
+    /// Gives back replies [`take_recovered`](Self::take_recovered) took from an earlier
+    /// server of the same log; they go before this one's own, in sequence order.
+    pub fn restore_recovered(&mut self, earlier: Vec<Reply>) {
+        if !earlier.is_empty() {
+            let mine = std::mem::replace(&mut self.recovered, earlier);
+            self.recovered.extend(mine);
+        }
     }
 
     /// The key of the client the log belongs to, 0 for none

@@ -84,6 +84,14 @@ pub enum HelloError {
     /// A field holds a value this build does not know, or fields disagree.
     #[error("bad durable-RPC handshake frame: {0}")]
     BadValue(String),
+    /// A claim of a connection without its key, or of no connection with one.
+    #[error("a claim of node {node} with key {key:#x} (a new client claims node 0 with no key)")]
+    ClaimKey {
+        /// The node id claimed.
+        node: u32,
+        /// The key given.
+        key: u64,
+    },
 }
 
 pub(super) fn design_code(d: Design) -> Option<u8> {
@@ -304,9 +312,7 @@ impl DurableClaim {
         let node = u32::from_le_bytes(b[8..12].try_into().unwrap());
         let key = u64::from_le_bytes(b[12..20].try_into().unwrap());
         if (node == 0) != (key == 0) {
-            return Err(HelloError::BadValue(format!(
-                "claim of node {node} with key {key:#x} (a new client has neither)"
-            )));
+            return Err(HelloError::ClaimKey { node, key });
         }
         Ok(DurableClaim { node, key })
     }
@@ -404,9 +410,9 @@ mod tests {
         // A new client names no key, and a reconnecting one always does.
         for (node, key) in [(0, 5), (2, 0)] {
             let b = DurableClaim { node, key }.emit();
-            assert!(
-                matches!(DurableClaim::parse(&b), Err(HelloError::BadValue(_))),
-                "node {node} key {key}"
+            assert_eq!(
+                DurableClaim::parse(&b),
+                Err(HelloError::ClaimKey { node, key })
             );
         }
     }

@@ -27,7 +27,8 @@
 //! executed before anyone connects, and their replies go to the next client of that
 //! connection. When a connection closes, its server tasks stop; the
 //! next client of that connection (a reconnecting one claims it with its key; a new one
-//! takes the first free connection whose log holds no recovered replies) gets a new
+//! takes the first free connection whose log holds no replies waiting for its client, or
+//! whose client has stayed away for [`RealServeOptions::lease`]) gets a new
 //! [`DurableServer`] over the same PM (recovering anything the old one logged but did not
 //! process).
 //!

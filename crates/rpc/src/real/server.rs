@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use super::hello::{design_code, DurableClaim, DurableHello, CLAIM_BYTES};
+use super::hello::{design_code, DurableClaim, DurableHello, HelloError, CLAIM_BYTES};
 use super::pinned::{log_stride, pm_bytes_needed};
 use super::HANDSHAKE_TIMEOUT;
 use remora_soft::pinned::PinnedNode;
@@ -46,6 +46,11 @@ pub struct RealServeOptions {
     /// (a single `write`) each time a Put is executed, and loaded at start-up, so counts
     /// survive a `kill -9` and "executed exactly once" can be judged from outside.
     pub journal: Option<PathBuf>,
+    /// How long a connection's log stays its client's after the client leaves (and after
+    /// start-up): within the lease only that client, with its key, gets the log back, with
+    /// the replies of requests recovery executed for it; after it a new client may take
+    /// the log, and those replies are dropped.
+    pub lease: std::time::Duration,
 }
 
 /// Reads an execution journal in order: one (connection, sequence number) per counted
@@ -132,11 +137,25 @@ const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// One connection's place on the server: its log (at a fixed PM address) and its client's
 /// node id (the slot's index + 1).
-#[derive(Default)]
 struct Slot {
     /// The server built (and recovered) at start-up, for the slot's first connection.
     ready: Option<DurableServer<PinnedNode>>,
     busy: bool,
+    /// The log's owner key, as in its PM (0: the log is nobody's).
+    key: u64,
+    /// Until when the log stays its client's although nobody is connected: the lease after
+    /// the client's last connection ended (or after start-up).
+    reserved_until: remora_exec::time::Instant,
+    /// Replies of requests recovery executed that a broken handshake left undelivered:
+    /// kept for the log's client's next connection.
+    undelivered: Vec<crate::api::Reply>,
+}
+
+/// Why a claim gets no connection (the connection manager's refusal code and the server's
+/// log line).
+struct Refusal {
+    code: RefuseCode,
+    why: String,
 }
 
 struct ServerState {
@@ -154,6 +173,8 @@ struct ServerState {
     idle: remora_exec::sync::Notify,
     /// The connections share the store: their updates are serialised (see [`StoreLock`]).
     store_lock: Rc<StoreLock>,
+    /// How long a log stays its client's after the client leaves.
+    lease: std::time::Duration,
 }
 
 impl ServerState {
@@ -187,17 +208,33 @@ impl ServerState {
         Ok(s)
     }
 
-    /// Takes the slot `claim` asks for (its node id), or with 0 the first free one not in
-    /// `passed`, waiting up to [`BUSY_WAIT`] for it to free up.
-    async fn take(&self, claim: NodeId, passed: &BTreeSet<usize>) -> Option<usize> {
+    /// Takes the slot `claim` asks for: its node id, if the claim has the log's key; or,
+    /// for a new client (node 0), the first free one not in `passed`. Waits up to
+    /// [`BUSY_WAIT`] for one to free up.
+    async fn take(&self, claim: &DurableClaim, passed: &BTreeSet<usize>) -> Result<usize, Refusal> {
         let n = self.slots.borrow().len();
-        if claim as usize > n {
-            return None;
+        if claim.node != 0 {
+            let k = claim.node as usize - 1;
+            if k >= n {
+                return Err(Refusal {
+                    code: RefuseCode::Resources,
+                    why: format!("no connection {} (the server has {n})", claim.node),
+                });
+            }
+            // Before any wait: a stranger learns nothing about the connection's use.
+            if self.slots.borrow()[k].key != claim.key {
+                return Err(Refusal {
+                    code: RefuseCode::NotOwner,
+                    why: "its key is not the connection's (the connection was given to \
+                          another client, or to none yet)"
+                        .into(),
+                });
+            }
         }
         let free = || {
             let slots = self.slots.borrow();
-            match claim {
-                0 => (0..slots.len()).find(|k| !slots[*k].busy && !passed.contains(k)),
+            match claim.node {
+                0 => (0..n).find(|k| !slots[*k].busy && !passed.contains(k)),
                 c => Some(c as usize - 1).filter(|&k| !slots[k].busy),
             }
         };
@@ -211,15 +248,54 @@ impl ServerState {
             }
         })
         .await
-        .ok()?;
+        .map_err(|_| Refusal {
+            code: RefuseCode::Resources,
+            why: match claim.node {
+                0 if passed.is_empty() => format!("all {n} connections are in use"),
+                0 => format!(
+                    "of {n} connections, {} are in use and {} hold replies of requests \
+                     recovery executed for their clients, kept for them (for the lease of \
+                     {:?} after they leave)",
+                    n - passed.len(),
+                    passed.len(),
+                    self.lease
+                ),
+                _ => "its connection is still in use".into(),
+            },
+        })?;
         self.slots.borrow_mut()[k].busy = true;
-        Some(k)
+        Ok(k)
     }
 
+    /// Frees slot `k` after its client's connection; should the log hold work the client
+    /// has not seen the end of, it stays the client's for the lease.
     fn release(&self, k: usize) {
+        self.slots.borrow_mut()[k].reserved_until = wall_now().saturating_add(self.lease);
+        self.unclaim(k);
+    }
+
+    /// Frees slot `k` that no connection used.
+    fn unclaim(&self, k: usize) {
         self.slots.borrow_mut()[k].busy = false;
         self.idle.notify_waiters();
     }
+
+    /// Whether a new client may not take slot `k`'s log, whose server is `server`: the log
+    /// is a client's (it has a key), that client has not had the replies of requests
+    /// recovery executed for it, and the lease since it left has not run out.
+    fn kept_for_its_client(&self, k: usize, server: &DurableServer<PinnedNode>) -> bool {
+        let slots = self.slots.borrow();
+        let s = &slots[k];
+        s.key != 0
+            && (server.holds_recovered_replies() || !s.undelivered.is_empty())
+            && wall_now() < s.reserved_until
+    }
+}
+
+/// The wall clock, for the connections' leases.
+#[allow(clippy::disallowed_methods)] // a real-time server: leases are wall-clock time
+fn wall_now() -> remora_exec::time::Instant {
+    remora_exec::time::now()
 }
 
 /// A new connection key: 64 bits from the OS's random source, never 0 (a log whose key is
@@ -331,9 +407,20 @@ pub async fn serve_durable(
         journal,
         opts: o.opts.clone(),
         config: o.config,
-        slots: RefCell::new((0..connections).map(|_| Slot::default()).collect()),
+        slots: RefCell::new(
+            (0..connections)
+                .map(|_| Slot {
+                    ready: None,
+                    busy: false,
+                    key: 0,
+                    reserved_until: wall_now().saturating_add(o.lease),
+                    undelivered: Vec::new(),
+                })
+                .collect(),
+        ),
         idle: remora_exec::sync::Notify::new(),
         store_lock: Rc::new(StoreLock::default()),
+        lease: o.lease,
     });
     // Every connection's log is recovered before anyone connects: a client that never
     // comes back still has its acknowledged requests executed.
@@ -354,7 +441,9 @@ pub async fn serve_durable(
     for (k, mut server) in servers.into_iter().enumerate() {
         let recovery = server.recover().await?;
         logs.push((server.conn_info(), recovery));
-        state.slots.borrow_mut()[k].ready = Some(server);
+        let mut slots = state.slots.borrow_mut();
+        slots[k].key = server.owner_key();
+        slots[k].ready = Some(server);
     }
     started(&RealStarted {
         addr,
@@ -403,7 +492,12 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
         match DurableClaim::parse(&b) {
             Ok(c) => Ok(Some(c)),
             Err(e) => {
-                let _ = remora_soft::server::cm_refuse(&mut stream, RefuseCode::Version).await;
+                let code = match e {
+                    // A claim of a connection without its key (or of none with one).
+                    HelloError::ClaimKey { .. } => RefuseCode::NotOwner,
+                    _ => RefuseCode::Version,
+                };
+                let _ = remora_soft::server::cm_refuse(&mut stream, code).await;
                 Err(e.to_string())
             }
         }
@@ -414,32 +508,21 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
         Ok(Err(e)) => return Err(e),
         Err(_) => return Err("handshake timed out".into()),
     };
-    // A new client (claim 0) passes over a free slot whose log holds replies of requests
-    // recovery executed for the slot's previous client: they are that client's, and so is
-    // the log until it comes back for them.
     let mut passed = BTreeSet::new();
-    let (k, server) = loop {
-        let Some(k) = st.take(claim.node, &passed).await else {
-            let _ = remora_exec::time::timeout(
-                HANDSHAKE_TIMEOUT,
-                remora_soft::server::cm_refuse(&mut stream, RefuseCode::Resources),
-            )
-            .await;
-            let n = st.slots.borrow().len();
-            return Err(match claim.node {
-                0 if passed.is_empty() => {
-                    format!("refused a client: all {n} connections are in use")
-                }
-                0 => format!(
-                    "refused a client: of {n} connections, {} are in use and {} hold \
-                     replies their previous client has not reconnected for",
-                    n - passed.len(),
-                    passed.len()
-                ),
-                c => format!(
-                    "refused a client claiming node {c}: no such connection, or it is in use"
-                ),
-            });
+    let (k, mut server) = loop {
+        let k = match st.take(&claim, &passed).await {
+            Ok(k) => k,
+            Err(r) => {
+                let _ = remora_exec::time::timeout(
+                    HANDSHAKE_TIMEOUT,
+                    remora_soft::server::cm_refuse(&mut stream, r.code),
+                )
+                .await;
+                return Err(match claim.node {
+                    0 => format!("refused a new client: {}", r.why),
+                    c => format!("refused a client claiming node {c}: {}", r.why),
+                });
+            }
         };
         taken.set(Some(k));
         let ready = st.slots.borrow_mut()[k].ready.take();
@@ -462,38 +545,39 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
                 return failed(format!("cannot set up the connection: {e}"));
             }
         };
-        if claim.node == 0 && server.holds_recovered_replies() {
+        if claim.node == 0 && st.kept_for_its_client(k, &server) {
             st.slots.borrow_mut()[k].ready = Some(server);
             taken.set(None);
-            st.release(k);
+            st.unclaim(k);
             passed.insert(k);
             continue;
         }
-        if claim.node != 0 && server.owner_key() != claim.key {
-            // Another client's connection (or nobody's yet): its log, its recovered replies
-            // and its sequence numbers stay with it.
-            st.slots.borrow_mut()[k].ready = Some(server);
-            taken.set(None);
-            st.release(k);
-            let _ = remora_exec::time::timeout(
-                HANDSHAKE_TIMEOUT,
-                remora_soft::server::cm_refuse(&mut stream, RefuseCode::NotOwner),
-            )
-            .await;
-            return Err(format!(
-                "refused a client claiming node {}: its key is not the connection's (the \
-                 connection was given to another client, or to none yet)",
-                claim.node
-            ));
-        }
         break (k, server);
     };
-    // A new client's key is durable before it is told: after a server crash too, only that
-    // client can claim the connection back.
-    let key = match claim.node {
-        0 => match fresh_key() {
+    let undelivered = std::mem::take(&mut st.slots.borrow_mut()[k].undelivered);
+    let key = if claim.node != 0 {
+        // The log's client is back: it gets the replies a broken handshake left.
+        server.restore_recovered(undelivered);
+        claim.key
+    } else {
+        // A new client: the log is nobody's, its client had everything, or its client has
+        // been gone for the lease. The previous client's replies are its own, never sent
+        // to another.
+        let dropped = server.take_recovered().len() + undelivered.len();
+        if dropped > 0 {
+            eprintln!(
+                "durable-RPC connection {}: given to a new client; {dropped} replies of \
+                     requests recovery executed for its previous client are dropped (the log \
+                     was nobody's, or its client stayed away for the lease)",
+                slot_node(k)
+            );
+        }
+        // The key is durable before the client is told: after a server crash too, only
+        // that client can claim the connection back.
+        match fresh_key() {
             Ok(key) => {
                 server.set_owner_key(key).await;
+                st.slots.borrow_mut()[k].key = key;
                 key
             }
             Err(e) => {
@@ -503,8 +587,7 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
                     "cannot draw a connection key from /dev/urandom: {e}"
                 ));
             }
-        },
-        _ => claim.key,
+        }
     };
     let accepted = async {
         let client = slot_node(k);
@@ -542,7 +625,10 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
         let node = st.pinned.node();
         if node.with(|r, _| r.qp_peer(qp)).is_none() {
             st.slots.borrow_mut()[k].ready = Some(server);
-        } else if let Err(err) = server.close() {
+        } else if let Err(err) = {
+            st.slots.borrow_mut()[k].undelivered = server.take_recovered();
+            server.close()
+        } {
             eprintln!("durable-RPC server: freeing an aborted connection's objects failed: {err}");
         }
         return failed(e);
