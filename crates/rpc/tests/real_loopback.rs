@@ -453,3 +453,63 @@ fn a_new_client_never_takes_another_clients_unfinished_log() {
         assert_eq!(workload(&mut c, 7, 1).await[0], last + 1);
     });
 }
+
+/// Completes the handshake as the client of node 1 with `key` and goes away at once: no
+/// RNIC on this side ever acknowledges what the server sends.
+fn vanish_after_handshake(addr: &str, key: u64) {
+    use remora_soft::cm::{Cm, CM_FRAME};
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(&Cm::Hello.emit()).unwrap();
+    s.write_all(&DurableClaim { node: 1, key }.emit()).unwrap();
+    let mut f = [0u8; CM_FRAME];
+    s.read_exact(&mut f).unwrap();
+    assert!(matches!(Cm::parse(&f), Ok(Cm::Assign { .. })), "{f:?}");
+    let mut hello = [0u8; remora_rpc::real::HELLO_BYTES];
+    s.read_exact(&mut hello).unwrap();
+    let qp = remora_model::verbs::QpNum(77);
+    s.write_all(&Cm::Ready { qp }.emit()).unwrap();
+    s.read_exact(&mut f).unwrap();
+    assert!(matches!(Cm::parse(&f), Ok(Cm::Accepted { .. })), "{f:?}");
+}
+
+/// The replies of requests recovery executed stay the client's until its RNIC acknowledges
+/// them: a client that completes its handshake and vanishes at once gets them on its next
+/// connection, and meanwhile no new client takes its log. (They were taken as delivered
+/// once sent, and the log went to the next new client.)
+#[test]
+fn replies_a_vanished_client_never_acknowledged_stay_its_own() {
+    let dir = TestDir::new();
+    let mut o = options(Design::WFlushRpc);
+    o.costs.processing = remora_model::time::Duration::from_millis(300);
+    let s = start("127.0.0.1:0", "DMP+noDDIO+PM-RQWRB", dir.pool("vanish"), o).unwrap();
+    let addr = s.addr.to_string();
+    run_client(async {
+        let p = LatencyProfile::default_profile();
+        let settings = ClientSettings::default();
+        let mut a = RealClient::connect(&addr, &p, &settings).await.unwrap();
+        for key in 0..2 {
+            let put = Op::Put {
+                key,
+                value: value(key),
+            };
+            a.client.call(put).await.unwrap();
+        }
+        // A leaves with both Puts logged, not executed; then comes back from elsewhere,
+        // is sent their replies, and vanishes before anything acknowledges them.
+        assert!(a.node.detach(0));
+        vanish_after_handshake(&addr, a.hello.key);
+        let e = RealClient::connect(&addr, &p, &settings)
+            .await
+            .err()
+            .expect("the only connection holds A's undelivered replies");
+        assert!(e.to_string().contains("refused"), "{e}");
+        a.reconnect(&addr).await.unwrap();
+        let replies = a.client.drain().await.unwrap();
+        assert_eq!(
+            replies.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            vec![1, 2],
+            "A's replies, kept for it"
+        );
+    });
+}

@@ -426,7 +426,15 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
     /// but not processed stay in the redo log, where [`recover`](Self::recover) executes
     /// them on the next start (or reconnection). Dropping the returned future is a crash,
     /// not a teardown.
-    pub async fn serve(mut self) -> RpcError {
+    pub async fn serve(self) -> RpcError {
+        self.serve_keeping().await.0
+    }
+
+    /// [`serve`](Self::serve), and returns too the replies of requests recovery executed
+    /// that the client's RNIC never acknowledged (the connection ended first): they are
+    /// still the client's, for its next connection
+    /// ([`restore_recovered`](Self::restore_recovered)).
+    pub async fn serve_keeping(mut self) -> (RpcError, Vec<Reply>) {
         let owned = std::mem::take(&mut self.owned);
         let core = Rc::new(Core {
             v: self.v.clone(),
@@ -447,13 +455,15 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             work_log: self.work_log.clone(),
             stopping: Cell::new(false),
             in_store: Cell::new(false),
+            undelivered: RefCell::new(BTreeSet::new()),
         });
         if let Err(e) = core.post_initial_receives() {
-            return e.into();
+            return (e.into(), std::mem::take(&mut self.recovered));
         }
-        for r in &self.recovered {
-            if let Err(e) = core.send(ServerMsg::Reply(r_frame(self.opts.conn, r))) {
-                return e.into();
+        for (i, r) in self.recovered.iter().enumerate() {
+            let msg = ServerMsg::Reply(r_frame(self.opts.conn, r));
+            if let Err(e) = core.send_tagged(msg, RECOVERED_REPLY | i as u64) {
+                return (e.into(), std::mem::take(&mut self.recovered));
             }
         }
         let (rcq, scq) = (self.rcq, self.scq);
@@ -490,18 +500,36 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             })
             .await;
         }
+        // The recovered replies whose SENDs failed (their completions, unsignaled ones
+        // included, are on the send CQ) go back to the caller before the CQ is freed.
+        let mut sent = Vec::new();
+        while core.v.poll_cq(scq, 64, &mut sent) > 0 {
+            core.note_failed_sends(&sent);
+            sent.clear();
+        }
+        let undelivered: Vec<Reply> = {
+            let lost = core.undelivered.borrow();
+            (self.recovered.into_iter().enumerate())
+                .filter(|(i, _)| lost.contains(&(*i as u64)))
+                .map(|(_, r)| r)
+                .collect()
+        };
         // The connection is over: free its queue pair, CQs, regions and protection domain,
         // so a server serving connection after connection does not accumulate them. The
         // PM (log, store) and what it holds stay for the next connection's recovery.
         let freed = owned.free(&core.v);
-        match freed {
+        let why = match freed {
             Ok(()) => why,
             Err(e) => RpcError::Connection(format!(
                 "{why}; then freeing the connection's RNIC objects failed: {e}"
             )),
-        }
+        };
+        (why, undelivered)
     }
 }
+
+/// Tag of a recovered reply's SEND work request id (the low bits: its index).
+const RECOVERED_REPLY: u64 = 1 << 63;
 
 fn r_frame(conn: u32, r: &Reply) -> ReplyFrame {
     ReplyFrame {
@@ -571,6 +599,9 @@ struct Core<V: Verbs> {
     /// An execution is between taking the store lock and releasing it (its object may be
     /// written, its watermark not yet durable): teardown waits for it.
     in_store: Cell<bool>,
+    /// Indexes (in `recovered`) of recovered replies whose SEND failed: the client's RNIC
+    /// never acknowledged them.
+    undelivered: RefCell<BTreeSet<u64>>,
 }
 
 /// Marks [`Core::in_store`] while alive.
@@ -642,6 +673,12 @@ impl<V: Verbs> Core<V> {
     }
 
     fn send(&self, msg: ServerMsg) -> Result<(), VerbsError> {
+        self.send_tagged(msg, 0)
+    }
+
+    /// [`send`](Self::send) with work request id `wr_id`, which a failed SEND's completion
+    /// carries.
+    fn send_tagged(&self, msg: ServerMsg, wr_id: u64) -> Result<(), VerbsError> {
         let notice = self.notice();
         if notice.slow {
             self.bump(|s| s.slow_downs += 1);
@@ -649,7 +686,7 @@ impl<V: Verbs> Core<V> {
         self.v.post_send(
             self.qp,
             SendWr::new(
-                0,
+                wr_id,
                 Opcode::SendWithImm(notice.to_imm()),
                 Payload::inline(msg.to_bytes()),
                 None,
@@ -735,11 +772,23 @@ impl<V: Verbs> Core<V> {
         if wc.status == WcStatus::WrFlushErr {
             let mut sent = Vec::new();
             self.v.poll_cq(scq, 64, &mut sent);
+            self.note_failed_sends(&sent);
             if let Some(cause) = sent.iter().find(|c| c.status != WcStatus::WrFlushErr) {
                 return wc_error(cause);
             }
         }
         wc_error(wc)
+    }
+
+    /// Records which recovered replies' SENDs failed, from send completions (the only
+    /// ones a server's unsignaled SENDs make).
+    fn note_failed_sends(&self, sent: &[WorkCompletion]) {
+        let mut lost = self.undelivered.borrow_mut();
+        for wc in sent {
+            if wc.status != WcStatus::Success && wc.wr_id & RECOVERED_REPLY != 0 {
+                lost.insert(wc.wr_id & !RECOVERED_REPLY);
+            }
+        }
     }
 
     /// The dispatcher thread; returns why it stopped.

@@ -663,13 +663,16 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
                 done(&pending);
             });
     }
-    let h = remora_exec::spawn_local(server.serve());
+    let h = remora_exec::spawn_local(server.serve_keeping());
     let node = st.pinned.node().clone();
     // A bug in the protocol code must not leave a server that accepts requests and never
     // processes them: a panic of the connection's threads ends the process.
     remora_exec::spawn_local(async move {
         match h.await {
-            Ok(why) => {
+            Ok((why, undelivered)) => {
+                // Replies recovery kept for the client that its RNIC never acknowledged
+                // (the client vanished right after the handshake): still the client's.
+                st.slots.borrow_mut()[k].undelivered = undelivered;
                 // Its QP failed. Said only while the TCP connection is open; after a
                 // close it is the expected end. The connection then ends from this side
                 // (it can carry nothing more), which counts as its close.
