@@ -416,13 +416,7 @@ fn a_new_client_never_takes_another_clients_unfinished_log() {
             Ok(_) => panic!("a forged claim was accepted"),
         }
         // A comes back to its log and gets both replies.
-        a.reconnect(&addr).await.unwrap();
-        let replies = a.client.drain().await.unwrap();
-        assert_eq!(
-            replies.iter().map(|r| r.seq).collect::<Vec<_>>(),
-            vec![1, 2],
-            "A's replies, kept for it"
-        );
+        back_for_replies(&mut a, &addr, &[1, 2]).await;
         // A had everything; its log may go to a new client at once, with a new key.
         assert!(a.node.detach(0));
         let mut b = RealClient::connect(&addr, &p, &settings).await.unwrap();
@@ -452,6 +446,14 @@ fn a_new_client_never_takes_another_clients_unfinished_log() {
         );
         assert_eq!(workload(&mut c, 7, 1).await[0], last + 1);
     });
+}
+
+/// `c` reconnects to `addr` and drains: the replies are those of `seqs`, kept for it.
+async fn back_for_replies(c: &mut RealClient, addr: &str, seqs: &[u64]) {
+    c.reconnect(addr).await.unwrap();
+    let replies = c.client.drain().await.unwrap();
+    let got: Vec<u64> = replies.iter().map(|r| r.seq).collect();
+    assert_eq!(got, seqs, "the replies kept for the client");
 }
 
 /// Completes the handshake as the client of node 1 with `key` and goes away at once: no
@@ -504,12 +506,6 @@ fn replies_a_vanished_client_never_acknowledged_stay_its_own() {
             .err()
             .expect("the only connection holds A's undelivered replies");
         assert!(e.to_string().contains("refused"), "{e}");
-        a.reconnect(&addr).await.unwrap();
-        let replies = a.client.drain().await.unwrap();
-        assert_eq!(
-            replies.iter().map(|r| r.seq).collect::<Vec<_>>(),
-            vec![1, 2],
-            "A's replies, kept for it"
-        );
+        back_for_replies(&mut a, &addr, &[1, 2]).await;
     });
 }
