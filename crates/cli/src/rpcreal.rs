@@ -263,11 +263,7 @@ pub fn rpc_against(
                 }
             }
         }
-        let replies = c.client.drain().await.and_then(|r| {
-            r.into_iter()
-                .map(Reply::executed)
-                .collect::<Result<Vec<_>, _>>()
-        });
+        let replies = c.client.drain().await.and_then(Reply::all_executed);
         let replies = replies.map_err(|e| e.to_string())?;
         let got: BTreeSet<u64> = replies.iter().map(|r| r.seq).collect();
         if let Some(s) = put_seqs.iter().find(|s| !got.contains(s)) {
@@ -915,10 +911,7 @@ pub fn rpc_real_crash(
                         c
                     }
                 };
-                let executed = |r: Vec<Reply>| {
-                    let r: Result<Vec<_>, _> = r.into_iter().map(Reply::executed).collect();
-                    r.map_err(|e| e.to_string())
-                };
+                let executed = |r| Reply::all_executed(r).map_err(|e| e.to_string());
                 match timed("drain", c.client.drain()).await.and_then(executed) {
                     Ok(r) => h.replied.extend(r.iter().map(|r| r.seq)),
                     Err(e) => {

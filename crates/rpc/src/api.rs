@@ -104,6 +104,12 @@ impl Reply {
             why => Err(RpcError::Refused { seq: self.seq, why }),
         }
     }
+
+    /// [`executed`](Self::executed) for every reply (what [`RpcClient::drain`] returns):
+    /// the replies, or the first refusal.
+    pub fn all_executed(replies: Vec<Reply>) -> Result<Vec<Reply>, RpcError> {
+        replies.into_iter().map(Reply::executed).collect()
+    }
 }
 
 /// What [`RpcClient::call`] returns.

@@ -321,11 +321,7 @@ fn run_once(
                 }
             }
             if ok {
-                match c.drain().await.and_then(|r| {
-                    r.into_iter()
-                        .map(Reply::executed)
-                        .collect::<Result<Vec<_>, _>>()
-                }) {
+                match c.drain().await.and_then(Reply::all_executed) {
                     Ok(r) => {
                         let mut l = log.borrow_mut();
                         l.replied.extend(r.iter().map(|r| r.seq));
@@ -387,12 +383,7 @@ fn recover_and_resume(
     let l = log.clone();
     let out = pair.sim.block_on(Instant::NEVER, async move {
         client.resume().await?;
-        let r = client
-            .drain()
-            .await?
-            .into_iter()
-            .map(Reply::executed)
-            .collect::<Result<Vec<_>, _>>()?;
+        let r = Reply::all_executed(client.drain().await?)?;
         l.borrow_mut().replied.extend(r.iter().map(|r| r.seq));
         Ok::<(), crate::api::RpcError>(())
     });

@@ -176,17 +176,13 @@ impl<V: Verbs> KvStore<V> {
     }
 
     async fn apply_checked(&mut self, conn: u32, seq: u64, op: &Op, check_stamp: bool) -> Reply {
-        let outside = |key: u64| key >= self.layout.objects;
+        // `KvLayout::slot` is the one check of a key: outside the store, it is refused.
+        let outside = Reply::refused(seq, ReplyStatus::KeyOutsideStore);
         match op {
-            Op::Get { key } if outside(*key) => Reply::refused(seq, ReplyStatus::KeyOutsideStore),
-            Op::Get { key } => Reply::ok(
-                seq,
-                self.read(*key)
-                    .ok()
-                    .flatten()
-                    .map(|(_, v)| v)
-                    .unwrap_or_default(),
-            ),
+            Op::Get { key } => match self.read(*key) {
+                Ok(object) => Reply::ok(seq, object.map(|(_, v)| v).unwrap_or_default()),
+                Err(_) => outside,
+            },
             Op::Scan { key, count } => {
                 let mut value = Vec::new();
                 for k in *key..key.saturating_add(*count as u64).min(self.layout.objects) {
@@ -196,13 +192,13 @@ impl<V: Verbs> KvStore<V> {
                 }
                 Reply::ok(seq, value)
             }
-            Op::Put { key, .. } if outside(*key) => {
-                Reply::refused(seq, ReplyStatus::KeyOutsideStore)
-            }
-            Op::Put { value, .. } if value.len() as u64 > self.layout.max_value => {
-                Reply::refused(seq, ReplyStatus::ValueTooLarge)
-            }
             Op::Put { key, value } => {
+                let Ok(at) = self.layout.slot(*key) else {
+                    return outside;
+                };
+                if value.len() as u64 > self.layout.max_value {
+                    return Reply::refused(seq, ReplyStatus::ValueTooLarge);
+                }
                 if let Some((s, _)) = self.read(*key).ok().flatten().filter(|_| check_stamp) {
                     if s.conn == conn && s.seq >= seq {
                         if s.seq == seq {
@@ -220,7 +216,6 @@ impl<V: Verbs> KvStore<V> {
                         return Reply::ok(seq, vec![]);
                     }
                 }
-                let at = self.layout.base + key * self.layout.slot_bytes();
                 let mut h = [0u8; 20];
                 h[0..4].copy_from_slice(&conn.to_le_bytes());
                 h[4..8].copy_from_slice(&(value.len() as u32).to_le_bytes());

@@ -146,8 +146,8 @@ struct Slot {
     /// Until when the log stays its client's although nobody is connected: the lease after
     /// the client's last connection ended (or after start-up).
     reserved_until: remora_exec::time::Instant,
-    /// Replies of requests recovery executed that a broken handshake left undelivered:
-    /// kept for the log's client's next connection.
+    /// Replies of requests recovery executed that never reached the client (a broken
+    /// handshake, or SENDs its RNIC never acknowledged): kept for its next connection.
     undelivered: Vec<crate::api::Reply>,
 }
 
@@ -556,38 +556,39 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
     };
     let undelivered = std::mem::take(&mut st.slots.borrow_mut()[k].undelivered);
     let key = if claim.node != 0 {
-        // The log's client is back: it gets the replies a broken handshake left.
+        // The log's client is back: it gets the replies that never reached it.
         server.restore_recovered(undelivered);
         claim.key
     } else {
         // A new client: the log is nobody's, its client had everything, or its client has
-        // been gone for the lease. The previous client's replies are its own, never sent
-        // to another.
-        let dropped = server.take_recovered().len() + undelivered.len();
-        if dropped > 0 {
-            eprintln!(
-                "durable-RPC connection {}: given to a new client; {dropped} replies of \
-                     requests recovery executed for its previous client are dropped (the log \
-                     was nobody's, or its client stayed away for the lease)",
-                slot_node(k)
-            );
-        }
-        // The key is durable before the client is told: after a server crash too, only
-        // that client can claim the connection back.
-        match fresh_key() {
-            Ok(key) => {
-                server.set_owner_key(key).await;
-                st.slots.borrow_mut()[k].key = key;
-                key
-            }
+        // been gone for the lease. Its key is drawn first: a failure leaves the log as it
+        // was, the previous client's replies included.
+        let key = match fresh_key() {
+            Ok(key) => key,
             Err(e) => {
+                server.restore_recovered(undelivered);
                 st.slots.borrow_mut()[k].ready = Some(server);
                 let _ = remora_soft::server::cm_refuse(&mut stream, RefuseCode::Resources).await;
                 return failed(format!(
                     "cannot draw a connection key from /dev/urandom: {e}"
                 ));
             }
+        };
+        // The previous client's replies are its own, never sent to another.
+        let dropped = server.take_recovered().len() + undelivered.len();
+        if dropped > 0 {
+            eprintln!(
+                "durable-RPC connection {}: given to a new client; {dropped} replies of \
+                 requests recovery executed for its previous client are dropped (the log \
+                 was nobody's, or its client stayed away for the lease)",
+                slot_node(k)
+            );
         }
+        // The key is durable before the client is told: after a server crash too, only
+        // that client can claim the connection back.
+        server.set_owner_key(key).await;
+        st.slots.borrow_mut()[k].key = key;
+        key
     };
     let accepted = async {
         let client = slot_node(k);
@@ -625,11 +626,13 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
         let node = st.pinned.node();
         if node.with(|r, _| r.qp_peer(qp)).is_none() {
             st.slots.borrow_mut()[k].ready = Some(server);
-        } else if let Err(err) = {
+        } else {
             st.slots.borrow_mut()[k].undelivered = server.take_recovered();
-            server.close()
-        } {
-            eprintln!("durable-RPC server: freeing an aborted connection's objects failed: {err}");
+            if let Err(err) = server.close() {
+                eprintln!(
+                    "durable-RPC server: freeing an aborted connection's objects failed: {err}"
+                );
+            }
         }
         return failed(e);
     }
