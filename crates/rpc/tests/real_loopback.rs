@@ -456,23 +456,87 @@ async fn back_for_replies(c: &mut RealClient, addr: &str, seqs: &[u64]) {
     assert_eq!(got, seqs, "the replies kept for the client");
 }
 
-/// Completes the handshake as the client of node 1 with `key` and goes away at once: no
-/// RNIC on this side ever acknowledges what the server sends.
-fn vanish_after_handshake(addr: &str, key: u64) {
+/// Claims `claim` on a raw socket and reads the server's hello, whose key it returns (a
+/// new client's, or the claim's).
+fn raw_claim(addr: &str, claim: DurableClaim) -> (std::net::TcpStream, u64) {
     use remora_soft::cm::{Cm, CM_FRAME};
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.write_all(&Cm::Hello.emit()).unwrap();
-    s.write_all(&DurableClaim { node: 1, key }.emit()).unwrap();
+    s.write_all(&claim.emit()).unwrap();
     let mut f = [0u8; CM_FRAME];
     s.read_exact(&mut f).unwrap();
     assert!(matches!(Cm::parse(&f), Ok(Cm::Assign { .. })), "{f:?}");
     let mut hello = [0u8; remora_rpc::real::HELLO_BYTES];
     s.read_exact(&mut hello).unwrap();
+    let key = remora_rpc::real::DurableHello::parse(&hello).unwrap().key;
+    (s, key)
+}
+
+/// Completes the handshake as the client of node 1 with `key` and goes away at once: no
+/// RNIC on this side ever acknowledges what the server sends.
+fn vanish_after_handshake(addr: &str, key: u64) {
+    use remora_soft::cm::{Cm, CM_FRAME};
+    use std::io::{Read, Write};
+    let (mut s, _) = raw_claim(addr, DurableClaim { node: 1, key });
     let qp = remora_model::verbs::QpNum(77);
     s.write_all(&Cm::Ready { qp }.emit()).unwrap();
+    let mut f = [0u8; CM_FRAME];
     s.read_exact(&mut f).unwrap();
     assert!(matches!(Cm::parse(&f), Ok(Cm::Accepted { .. })), "{f:?}");
+}
+
+/// A new client whose handshake breaks after the server's hello (a client that crashed
+/// there) takes nothing from the log's previous client: that client's key and the replies
+/// kept for it stay, and the key the hello carried opens nothing. (The log kept the broken
+/// client's key, so its client was told it had been taken over, and the replies were
+/// dropped.)
+#[test]
+fn a_new_clients_broken_handshake_leaves_the_log_as_it_was() {
+    let dir = TestDir::new();
+    let mut o = options(Design::WFlushRpc);
+    o.costs.processing = remora_model::time::Duration::from_millis(300);
+    let lease = Duration::from_secs(1);
+    let pool = dir.pool("broken");
+    let s = start_leased("127.0.0.1:0", "DMP+noDDIO+PM-RQWRB", pool, o, 1, lease).unwrap();
+    let addr = s.addr.to_string();
+    run_client(async {
+        let p = LatencyProfile::default_profile();
+        let settings = ClientSettings::default();
+        let mut a = RealClient::connect(&addr, &p, &settings).await.unwrap();
+        for key in 0..2 {
+            let put = Op::Put {
+                key,
+                value: value(key),
+            };
+            a.client.call(put).await.unwrap();
+        }
+        // A leaves with both Puts logged, not executed, and stays away past its lease: a
+        // new client may take the log.
+        assert!(a.node.detach(0));
+        std::thread::sleep(lease + Duration::from_millis(500));
+        let (mut broken, key) = raw_claim(&addr, DurableClaim { node: 0, key: 0 });
+        assert_ne!(
+            key, a.hello.key,
+            "the new client was given a key of its own"
+        );
+        // It goes away before it is ready; the server's close says it has handled that.
+        {
+            use std::io::Read;
+            broken.shutdown(std::net::Shutdown::Write).unwrap();
+            let _ = broken.read_to_end(&mut Vec::new());
+        }
+        let stolen = DurableClaim { node: 1, key }.emit();
+        match remora_soft::client::open_with(&addr, &p, None, &stolen).await {
+            Err(ConnectError::Refused {
+                code: RefuseCode::NotOwner,
+                ..
+            }) => {}
+            Err(e) => panic!("the broken handshake's key: {e}"),
+            Ok(_) => panic!("the broken handshake's key opened the connection"),
+        }
+        back_for_replies(&mut a, &addr, &[1, 2]).await;
+    });
 }
 
 /// The replies of requests recovery executed stay the client's until its RNIC acknowledges

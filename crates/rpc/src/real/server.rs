@@ -151,6 +151,14 @@ struct Slot {
     undelivered: Vec<crate::api::Reply>,
 }
 
+/// A log's state before a new client took it: its owner key, the replies recovery kept
+/// for that owner, and the owner's lease.
+struct Previous {
+    key: u64,
+    replies: Vec<crate::api::Reply>,
+    reserved_until: remora_exec::time::Instant,
+}
+
 /// Why a claim gets no connection (the connection manager's refusal code and the server's
 /// log line).
 struct Refusal {
@@ -555,6 +563,9 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
         break (k, server);
     };
     let undelivered = std::mem::take(&mut st.slots.borrow_mut()[k].undelivered);
+    // What a new client takes from the log's previous client, given back should its
+    // handshake not complete: a broken handshake changes nothing.
+    let mut previous = None;
     let key = if claim.node != 0 {
         // The log's client is back: it gets the replies that never reached it.
         server.restore_recovered(undelivered);
@@ -575,15 +586,13 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
             }
         };
         // The previous client's replies are its own, never sent to another.
-        let dropped = server.take_recovered().len() + undelivered.len();
-        if dropped > 0 {
-            eprintln!(
-                "durable-RPC connection {}: given to a new client; {dropped} replies of \
-                 requests recovery executed for its previous client are dropped (the log \
-                 was nobody's, or its client stayed away for the lease)",
-                slot_node(k)
-            );
-        }
+        let mut replies = undelivered;
+        replies.extend(server.take_recovered());
+        previous = Some(Previous {
+            key: st.slots.borrow()[k].key,
+            replies,
+            reserved_until: st.slots.borrow()[k].reserved_until,
+        });
         // The key is durable before the client is told: after a server crash too, only
         // that client can claim the connection back.
         server.set_owner_key(key).await;
@@ -624,17 +633,50 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
         // replies recovery kept for it) unless its QP was connected to this one: then it
         // is freed, so an aborted handshake leaks nothing.
         let node = st.pinned.node();
+        let kept = server.take_recovered();
+        if let Some(p) = &previous {
+            // The log goes back to its previous client, durably, as it was.
+            server.set_owner_key(p.key).await;
+        }
         if node.with(|r, _| r.qp_peer(qp)).is_none() {
+            server.restore_recovered(kept);
             st.slots.borrow_mut()[k].ready = Some(server);
         } else {
-            st.slots.borrow_mut()[k].undelivered = server.take_recovered();
+            st.slots.borrow_mut()[k].undelivered = kept;
             if let Err(err) = server.close() {
                 eprintln!(
                     "durable-RPC server: freeing an aborted connection's objects failed: {err}"
                 );
             }
         }
-        return failed(e);
+        let Some(p) = previous else {
+            return failed(e);
+        };
+        // Nor does a new client's broken handshake renew the previous client's lease
+        // (`failed` would): breaking handshakes must not keep a log from new clients.
+        let mut slots = st.slots.borrow_mut();
+        let slot = &mut slots[k];
+        slot.key = p.key;
+        slot.reserved_until = p.reserved_until;
+        let mine = std::mem::replace(&mut slot.undelivered, p.replies);
+        slot.undelivered.extend(mine);
+        drop(slots);
+        st.unclaim(k);
+        return Err(format!(
+            "a new client's handshake failed: {e}; connection {} is left as it was",
+            slot_node(k)
+        ));
+    }
+    if let Some(p) = previous {
+        let dropped = p.replies.len();
+        if dropped > 0 {
+            eprintln!(
+                "durable-RPC connection {}: given to a new client; {dropped} replies of \
+                 requests recovery executed for its previous client are dropped (the log \
+                 was nobody's, or its client stayed away for the lease)",
+                slot_node(k)
+            );
+        }
     }
     // The slot frees once the connection's TCP connection closed and its threads stopped,
     // whichever comes last: a reconnecting client then recovers a log no thread of the
