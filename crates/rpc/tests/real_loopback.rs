@@ -375,12 +375,9 @@ fn clients_get_a_connection_and_a_log_each_and_a_full_server_refuses() {
 #[test]
 fn a_new_client_never_takes_another_clients_unfinished_log() {
     let dir = TestDir::new();
-    let mut o = options(Design::WFlushRpc);
-    // The Puts are durable long before they are executed, so a client that leaves right
-    // away leaves them for recovery.
-    o.costs.processing = remora_model::time::Duration::from_millis(300);
     let lease = Duration::from_secs(2);
     let pool = dir.pool("owned");
+    let o = slow_processing();
     let s = start_leased("127.0.0.1:0", "DMP+noDDIO+PM-RQWRB", pool, o, 1, lease).unwrap();
     let addr = s.addr.to_string();
     run_client(async {
@@ -390,12 +387,8 @@ fn a_new_client_never_takes_another_clients_unfinished_log() {
             key,
             value: value(key),
         };
-        let mut a = RealClient::connect(&addr, &p, &settings).await.unwrap();
-        for key in 0..2 {
-            a.client.call(put(key)).await.unwrap();
-        }
-        // A's connection ends (as if it crashed) with both Puts logged, not executed.
-        assert!(a.node.detach(0), "A was connected");
+        // A's connection ends (as if it crashed) with two Puts logged, not executed.
+        let mut a = leaves_two_puts_unexecuted(&addr).await;
         let e = RealClient::connect(&addr, &p, &settings)
             .await
             .err()
@@ -448,6 +441,32 @@ fn a_new_client_never_takes_another_clients_unfinished_log() {
     });
 }
 
+/// WFlush-RPC whose Puts are durable long before they are executed, so a client that
+/// leaves right away leaves them for recovery.
+fn slow_processing() -> DurableOptions {
+    let mut o = options(Design::WFlushRpc);
+    o.costs.processing = remora_model::time::Duration::from_millis(300);
+    o
+}
+
+/// A client of `addr` that Puts keys 0 and 1 and whose connection then ends (as if it
+/// crashed) with both logged, not executed (a [`slow_processing`] server).
+async fn leaves_two_puts_unexecuted(addr: &str) -> RealClient {
+    let p = LatencyProfile::default_profile();
+    let mut a = RealClient::connect(addr, &p, &ClientSettings::default())
+        .await
+        .unwrap();
+    for key in 0..2 {
+        let put = Op::Put {
+            key,
+            value: value(key),
+        };
+        a.client.call(put).await.unwrap();
+    }
+    assert!(a.node.detach(0), "the client was connected");
+    a
+}
+
 /// `c` reconnects to `addr` and drains: the replies are those of `seqs`, kept for it.
 async fn back_for_replies(c: &mut RealClient, addr: &str, seqs: &[u64]) {
     c.reconnect(addr).await.unwrap();
@@ -494,26 +513,16 @@ fn vanish_after_handshake(addr: &str, key: u64) {
 #[test]
 fn a_new_clients_broken_handshake_leaves_the_log_as_it_was() {
     let dir = TestDir::new();
-    let mut o = options(Design::WFlushRpc);
-    o.costs.processing = remora_model::time::Duration::from_millis(300);
     let lease = Duration::from_secs(1);
     let pool = dir.pool("broken");
+    let o = slow_processing();
     let s = start_leased("127.0.0.1:0", "DMP+noDDIO+PM-RQWRB", pool, o, 1, lease).unwrap();
     let addr = s.addr.to_string();
     run_client(async {
         let p = LatencyProfile::default_profile();
-        let settings = ClientSettings::default();
-        let mut a = RealClient::connect(&addr, &p, &settings).await.unwrap();
-        for key in 0..2 {
-            let put = Op::Put {
-                key,
-                value: value(key),
-            };
-            a.client.call(put).await.unwrap();
-        }
-        // A leaves with both Puts logged, not executed, and stays away past its lease: a
+        // A leaves with two Puts logged, not executed, and stays away past its lease: a
         // new client may take the log.
-        assert!(a.node.detach(0));
+        let mut a = leaves_two_puts_unexecuted(&addr).await;
         std::thread::sleep(lease + Duration::from_millis(500));
         let (mut broken, key) = raw_claim(&addr, DurableClaim { node: 0, key: 0 });
         assert_ne!(
@@ -546,24 +555,15 @@ fn a_new_clients_broken_handshake_leaves_the_log_as_it_was() {
 #[test]
 fn replies_a_vanished_client_never_acknowledged_stay_its_own() {
     let dir = TestDir::new();
-    let mut o = options(Design::WFlushRpc);
-    o.costs.processing = remora_model::time::Duration::from_millis(300);
+    let o = slow_processing();
     let s = start("127.0.0.1:0", "DMP+noDDIO+PM-RQWRB", dir.pool("vanish"), o).unwrap();
     let addr = s.addr.to_string();
     run_client(async {
         let p = LatencyProfile::default_profile();
         let settings = ClientSettings::default();
-        let mut a = RealClient::connect(&addr, &p, &settings).await.unwrap();
-        for key in 0..2 {
-            let put = Op::Put {
-                key,
-                value: value(key),
-            };
-            a.client.call(put).await.unwrap();
-        }
-        // A leaves with both Puts logged, not executed; then comes back from elsewhere,
-        // is sent their replies, and vanishes before anything acknowledges them.
-        assert!(a.node.detach(0));
+        // A leaves with two Puts logged, not executed; then comes back from elsewhere, is
+        // sent their replies, and vanishes before anything acknowledges them.
+        let mut a = leaves_two_puts_unexecuted(&addr).await;
         vanish_after_handshake(&addr, a.hello.key);
         let e = RealClient::connect(&addr, &p, &settings)
             .await
