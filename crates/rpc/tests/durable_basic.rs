@@ -202,6 +202,63 @@ fn durable_but_unprocessed_requests_are_reexecuted_from_the_log() {
     }
 }
 
+/// Replies the client's RNIC received, and so acknowledged (the server counts them
+/// delivered and never sends them again), but the client had not polled when it opened a
+/// new queue pair are not lost with the old one: `reopen` takes them in first. (It left the
+/// old completion queue behind, and the replies with it.)
+#[test]
+fn replies_received_before_a_reopen_are_not_lost_with_the_old_queue_pair() {
+    use remora_sim::{CrashAt, FaultPlan};
+    let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
+    let mut opts = DurableOptions::new(Design::WFlushRpc);
+    opts.capacity = 8;
+    opts.costs.processing = Duration::from_micros(100);
+    let pair = DurablePair::new(3, LatencyProfile::default_profile(), config, opts);
+    let mut client = pair.open().unwrap();
+    // Four Puts acknowledged durable, then the server loses power before processing them.
+    let node = pair.client.clone();
+    let (back, acked) = pair
+        .sim
+        .block_on(remora_model::time::Instant::NEVER, async move {
+            for k in 0..4u64 {
+                let value = vec![k as u8 + 1; 32];
+                client.call(Op::Put { key: k, value }).await.unwrap();
+            }
+            (client, remora_verbs::Verbs::now(&node))
+        })
+        .unwrap();
+    client = back;
+    let crash = acked + Duration::from_micros(1);
+    pair.sim
+        .set_faults(&FaultPlan::crash(pair.server.id(), CrashAt::Time(crash)));
+    pair.sim.run();
+    assert!(!pair.sim.crashed().is_empty());
+    let (server, report) = pair.recover_server().unwrap();
+    assert_eq!(report.processed, 4, "{report:?}");
+    pair.reconnect(server, &mut client).unwrap();
+    let mut client = pair
+        .sim
+        .block_on(remora_model::time::Instant::NEVER, async move {
+            client.resume().await.unwrap();
+            client
+        })
+        .unwrap();
+    // The recovered Puts' replies reach the client's RNIC, unpolled; then the client
+    // opens a new queue pair (its connection broke) and nothing more arrives.
+    pair.sim.run();
+    client.reopen().unwrap();
+    let replies = pair
+        .sim
+        .block_on(remora_model::time::Instant::NEVER, async move {
+            client.drain().await.unwrap()
+        })
+        .unwrap();
+    assert_eq!(
+        replies.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        [1, 2, 3, 4]
+    );
+}
+
 /// Recovery counts as cut off only operators that commit an entry past the log's end,
 /// not the operators older laps left in the ring: it counted every one of those.
 #[test]

@@ -73,13 +73,31 @@ impl<V: Verbs> DurableClient<V> {
             probing: false,
             wr_seq: 0,
         };
-        c.reopen()?;
+        c.open_qp()?;
         Ok(c)
     }
 
     /// A new queue pair (after the old one failed); connect it, then
     /// [`attach`](Self::attach) and [`resume`](Self::resume).
+    ///
+    /// What the old queue pair received before it failed is taken first: its RNIC
+    /// acknowledged those messages, so the server counts them delivered and never sends
+    /// them again (replies of requests recovery executed, say, that arrived after the
+    /// last poll). Then the old queue pair and its completion queue are destroyed.
     pub fn reopen(&mut self) -> Result<QpNum, RpcError> {
+        while let Some(wc) = self.v.poll_one(self.cq) {
+            // Flushed receives and the old connection's sends end with it.
+            if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv {
+                self.received(&wc)?;
+            }
+        }
+        self.v.destroy_qp(self.qp)?;
+        self.v.destroy_cq(self.cq)?;
+        self.open_qp()
+    }
+
+    /// Creates the client's queue pair and its completion queue.
+    fn open_qp(&mut self) -> Result<QpNum, RpcError> {
         let sq = 4 * self.opts.capacity as usize + 64;
         self.cq = self.v.create_cq(sq + self.nrecv as usize + 1)?;
         self.qp = self.v.create_qp(
@@ -158,10 +176,30 @@ impl<V: Verbs> DurableClient<V> {
             return Err(wc_error(&wc));
         }
         match wc.opcode {
-            WcOpcode::Recv if wc.byte_len == 0 => {
+            WcOpcode::Recv => {
+                // The buffer is posted again whatever it held: its bytes are copied out.
+                let taken = self.received(&wc);
+                self.post_recv(wc.wr_id)?;
+                taken
+            }
+            _ if wc.wr_id == WR_PROBE => {
+                self.probing = false;
+                Ok(())
+            }
+            _ => {
+                self.done.insert(wc.wr_id);
+                Ok(())
+            }
+        }
+    }
+
+    /// Takes in a message a successful receive completion `wc` placed in its buffer (which
+    /// is not posted again here).
+    fn received(&mut self, wc: &WorkCompletion) -> Result<(), RpcError> {
+        match wc.byte_len {
+            0 => {
                 // A native RFlush's notification: the immediate is the low 32 bits of the
                 // last durable sequence number (no backlog notice; replies carry it).
-                self.post_recv(wc.wr_id)?;
                 let issued = self.next_seq - 1;
                 let low = wc.imm.unwrap_or(0) as u64;
                 let mut upto = (issued & !0xffff_ffff) | low;
@@ -170,12 +208,11 @@ impl<V: Verbs> DurableClient<V> {
                 }
                 self.durable_known = self.durable_known.max(upto.min(issued));
             }
-            WcOpcode::Recv => {
+            len => {
                 let b = self.opts.recv_bytes();
-                let mut buf = vec![0u8; wc.byte_len as usize];
+                let mut buf = vec![0u8; len as usize];
                 self.v
                     .load(Space::Dram, self.recv.addr + wc.wr_id * b, &mut buf);
-                self.post_recv(wc.wr_id)?;
                 let notice = Notice::from_imm(wc.imm.unwrap_or(0));
                 self.slow = notice.slow;
                 match ServerMsg::parse(&buf)? {
@@ -190,10 +227,6 @@ impl<V: Verbs> DurableClient<V> {
                         }
                     }
                 }
-            }
-            _ if wc.wr_id == WR_PROBE => self.probing = false,
-            _ => {
-                self.done.insert(wc.wr_id);
             }
         }
         Ok(())
