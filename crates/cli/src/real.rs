@@ -99,7 +99,14 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
             if served.is_ok() {
                 eprintln!("executor waits: {}", remora_exec::wait_stats());
                 if let Some(node) = node.borrow().as_ref() {
-                    eprintln!("soft RNIC: {}", node.net_stats());
+                    // The RNIC drops a packet as hardware does, unanswered: for a queue pair
+                    // that is gone or failed, or out of sequence. Said here, not per packet.
+                    let dropped = node.with(|r, _| r.stats().dropped);
+                    eprintln!(
+                        "soft RNIC: {}; {dropped} packets dropped (for no live queue pair, or \
+                         out of sequence)",
+                        node.net_stats()
+                    );
                 }
             }
             served
