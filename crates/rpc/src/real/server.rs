@@ -282,6 +282,21 @@ impl ServerState {
         self.unclaim(k);
     }
 
+    /// Frees slot `k`, which a new client took and whose handshake broke, as it was before:
+    /// the previous client's key, the replies kept for it, and its lease, not renewed
+    /// ([`release`](Self::release) would renew it: breaking handshakes must not keep a log
+    /// from new clients). The key in PM is the caller's to restore.
+    fn give_back(&self, k: usize, previous: Previous) {
+        let mut slots = self.slots.borrow_mut();
+        let slot = &mut slots[k];
+        slot.key = previous.key;
+        slot.reserved_until = previous.reserved_until;
+        let mine = std::mem::replace(&mut slot.undelivered, previous.replies);
+        slot.undelivered.extend(mine);
+        drop(slots);
+        self.unclaim(k);
+    }
+
     /// Frees slot `k` that no connection used.
     fn unclaim(&self, k: usize) {
         self.slots.borrow_mut()[k].busy = false;
@@ -652,16 +667,7 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
         let Some(p) = previous else {
             return failed(e);
         };
-        // Nor does a new client's broken handshake renew the previous client's lease
-        // (`failed` would): breaking handshakes must not keep a log from new clients.
-        let mut slots = st.slots.borrow_mut();
-        let slot = &mut slots[k];
-        slot.key = p.key;
-        slot.reserved_until = p.reserved_until;
-        let mine = std::mem::replace(&mut slot.undelivered, p.replies);
-        slot.undelivered.extend(mine);
-        drop(slots);
-        st.unclaim(k);
+        st.give_back(k, p);
         return Err(format!(
             "a new client's handshake failed: {e}; connection {} is left as it was",
             slot_node(k)
