@@ -2,7 +2,8 @@
 //!
 //! Application code (the persistence library, RemoteLog, the systems of the seeds) is
 //! ordinary `async` Rust, generic over [`Verbs`], so the same code runs on the simulator
-//! (`remora_sim::NodeHandle`) and on real backends. The names follow rdma-core's
+//! (`remora_sim::NodeHandle`) and on the soft RNIC (`remora_soft::runtime::RtNode`), as it
+//! would on an rdma-core backend. The names follow rdma-core's
 //! `libibverbs` (`ibv_post_send`, `ibv_poll_cq`, ...); the types are those of
 //! [`remora_model::verbs`], re-exported here.
 
