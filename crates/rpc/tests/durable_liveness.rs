@@ -173,6 +173,44 @@ fn serve_returns_with_the_reason_when_its_queue_pair_fails() {
     }
 }
 
+/// A connection whose queue pair failed before `serve` started (its client went away
+/// right after the handshake, as the soft RNIC sees it) frees its RNIC objects too: `serve`
+/// returned at once and left them all behind, a leak per such connection.
+#[test]
+fn serve_frees_a_connection_whose_queue_pair_failed_before_it_started() {
+    for design in DESIGNS {
+        let pair = DurablePair::new(
+            4,
+            LatencyProfile::default_profile(),
+            dmp(false),
+            opts(design),
+        );
+        let live = || {
+            pair.sim
+                .with_rnic(pair.server.id(), |r, _| r.live_objects())
+        };
+        let before = live();
+        let (server, _client) = connect(&pair);
+        let qp = server.qp();
+        pair.sim
+            .with_rnic(pair.server.id(), |r, now| r.fail_qp(now, qp))
+            .unwrap();
+        let why = pair
+            .sim
+            .block_on(Instant::NEVER, async move { server.serve().await })
+            .expect("serve returned");
+        assert!(
+            matches!(why, RpcError::Verbs(_) | RpcError::Connection(_)),
+            "{design}: {why:?}"
+        );
+        assert_eq!(
+            live(),
+            before,
+            "{design}: serve freed what the connection had"
+        );
+    }
+}
+
 #[test]
 fn serve_returns_when_the_client_dies_while_a_reply_is_due() {
     // The client's node loses power with a read queued behind 100 µs of processing: the

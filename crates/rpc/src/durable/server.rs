@@ -457,14 +457,19 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             in_store: Cell::new(false),
             undelivered: RefCell::new(BTreeSet::new()),
         });
-        if let Err(e) = core.post_initial_receives() {
-            return (e.into(), std::mem::take(&mut self.recovered));
-        }
-        for (i, r) in self.recovered.iter().enumerate() {
-            let msg = ServerMsg::Reply(r_frame(self.opts.conn, r));
-            if let Err(e) = core.send_tagged(msg, RECOVERED_REPLY | i as u64) {
-                return (e.into(), std::mem::take(&mut self.recovered));
+        let started = core.post_initial_receives().and_then(|()| {
+            for (i, r) in self.recovered.iter().enumerate() {
+                let msg = ServerMsg::Reply(r_frame(self.opts.conn, r));
+                core.send_tagged(msg, RECOVERED_REPLY | i as u64)?;
             }
+            Ok(())
+        });
+        if let Err(e) = started {
+            // The queue pair failed before the connection could start (its client went
+            // away at once): no recovered reply is known delivered, and the connection's
+            // objects are freed all the same.
+            let why = freed_after(owned.free(&core.v), e.into());
+            return (why, std::mem::take(&mut self.recovered));
         }
         let (rcq, scq) = (self.rcq, self.scq);
         core.kv.set(Some(self.kv));
@@ -517,14 +522,17 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
         // The connection is over: free its queue pair, CQs, regions and protection domain,
         // so a server serving connection after connection does not accumulate them. The
         // PM (log, store) and what it holds stay for the next connection's recovery.
-        let freed = owned.free(&core.v);
-        let why = match freed {
-            Ok(()) => why,
-            Err(e) => RpcError::Connection(format!(
-                "{why}; then freeing the connection's RNIC objects failed: {e}"
-            )),
-        };
-        (why, undelivered)
+        (freed_after(owned.free(&core.v), why), undelivered)
+    }
+}
+
+/// Why a connection ended, `why`, and then how freeing its RNIC objects went (`freed`).
+fn freed_after(freed: Result<(), remora_verbs::VerbsError>, why: RpcError) -> RpcError {
+    match freed {
+        Ok(()) => why,
+        Err(e) => RpcError::Connection(format!(
+            "{why}; then freeing the connection's RNIC objects failed: {e}"
+        )),
     }
 }
 
