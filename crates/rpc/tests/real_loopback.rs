@@ -492,6 +492,71 @@ fn raw_claim(addr: &str, claim: DurableClaim) -> (std::net::TcpStream, u64) {
     (s, key)
 }
 
+/// A client's reconnection that waits for its busy connection is refused if, meanwhile,
+/// the log went to a new client: its key is checked again when it gets the connection.
+/// (It was checked once, before the wait, so the client got the log the new client had
+/// used, as its own: told its key still held, it took the other client's requests for
+/// its own.)
+#[test]
+fn a_reconnection_that_waited_while_its_log_went_to_a_new_client_is_refused() {
+    use remora_soft::cm::{Cm, CM_FRAME};
+    use std::io::{Read, Write};
+    let dir = TestDir::new();
+    let o = options(Design::WFlushRpc);
+    let s = start("127.0.0.1:0", "DMP+noDDIO+PM-RQWRB", dir.pool("rewait"), o).unwrap();
+    let addr = s.addr.to_string();
+    run_client(async {
+        let p = LatencyProfile::default_profile();
+        let mut a = RealClient::connect(&addr, &p, &ClientSettings::default())
+            .await
+            .unwrap();
+        let put = Op::Put {
+            key: 1,
+            value: value(1),
+        };
+        a.client.call(put).await.unwrap();
+        a.client.drain().await.unwrap();
+        // While A still holds its connection: a new client B waits for one, then A's
+        // reconnection (from elsewhere, with A's key) waits for it too.
+        let b = {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let (mut s, key) = raw_claim(&addr, DurableClaim { node: 0, key: 0 });
+                let qp = remora_model::verbs::QpNum(77);
+                s.write_all(&Cm::Ready { qp }.emit()).unwrap();
+                let mut f = [0u8; CM_FRAME];
+                s.read_exact(&mut f).unwrap();
+                assert!(matches!(Cm::parse(&f), Ok(Cm::Accepted { .. })), "{f:?}");
+                key
+            })
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        let back = {
+            let (addr, key) = (addr.clone(), a.hello.key);
+            std::thread::spawn(move || {
+                let mut s = std::net::TcpStream::connect(&addr).unwrap();
+                s.write_all(&Cm::Hello.emit()).unwrap();
+                s.write_all(&DurableClaim { node: 1, key }.emit()).unwrap();
+                let mut f = [0u8; CM_FRAME];
+                s.read_exact(&mut f).unwrap();
+                Cm::parse(&f).unwrap()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        // A's connection ends: B, first in line, gets the log (A had everything), with a
+        // key of its own, and goes away; then A's reconnection gets the connection.
+        assert!(a.node.detach(0));
+        let key_b = b.join().unwrap();
+        assert_ne!(key_b, a.hello.key);
+        match back.join().unwrap() {
+            Cm::Refused {
+                code: RefuseCode::NotOwner,
+            } => {}
+            other => panic!("A's waiting reconnection, after B had the log: {other:?}"),
+        }
+    });
+}
+
 /// Completes the handshake as the client of node 1 with `key` and goes away at once: no
 /// RNIC on this side ever acknowledges what the server sends.
 fn vanish_after_handshake(addr: &str, key: u64) {

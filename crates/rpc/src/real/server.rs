@@ -230,14 +230,7 @@ impl ServerState {
                 });
             }
             // Before any wait: a stranger learns nothing about the connection's use.
-            if self.slots.borrow()[k].key != claim.key {
-                return Err(Refusal {
-                    code: RefuseCode::NotOwner,
-                    why: "its key is not the connection's (the connection was given to \
-                          another client, or to none yet)"
-                        .into(),
-                });
-            }
+            self.check_key(k, claim)?;
         }
         let free = || {
             let slots = self.slots.borrow();
@@ -271,8 +264,25 @@ impl ServerState {
                 _ => "its connection is still in use".into(),
             },
         })?;
+        // And again now: while the claim waited, the log may have gone to a new client.
+        if claim.node != 0 {
+            self.check_key(k, claim)?;
+        }
         self.slots.borrow_mut()[k].busy = true;
         Ok(k)
+    }
+
+    /// Whether `claim` has the key of slot `k`'s log.
+    fn check_key(&self, k: usize, claim: &DurableClaim) -> Result<(), Refusal> {
+        if self.slots.borrow()[k].key == claim.key {
+            return Ok(());
+        }
+        Err(Refusal {
+            code: RefuseCode::NotOwner,
+            why: "its key is not the connection's (the connection was given to another \
+                  client, or to none yet)"
+                .into(),
+        })
     }
 
     /// Frees slot `k` after its client's connection; should the log hold work the client
