@@ -557,6 +557,54 @@ fn a_reconnection_that_waited_while_its_log_went_to_a_new_client_is_refused() {
     });
 }
 
+/// A new client's key reaches the log's PM only once the client is ready, just before it
+/// is told the connection is its own: a server killed between its hello and the client's
+/// `Ready` (what the pool file holds is what a SIGKILL leaves) keeps the log its previous
+/// client's. (The key was made durable before the hello, so such a crash left the log
+/// with a key nobody held, and its client, back, was told it had been taken over.)
+#[test]
+fn a_new_clients_key_is_durable_only_once_the_client_is_ready() {
+    use remora_soft::cm::{Cm, CM_FRAME};
+    use std::io::{Read, Write};
+    let dir = TestDir::new();
+    let pool = dir.pool("key-at-ready");
+    let o = options(Design::WFlushRpc);
+    let s = start("127.0.0.1:0", "DMP+noDDIO+PM-RQWRB", pool.clone(), o).unwrap();
+    let addr = s.addr.to_string();
+    let durable = |key: u64| {
+        let b = std::fs::read(&pool).unwrap();
+        b.windows(8).any(|w| w == key.to_le_bytes())
+    };
+    run_client(async {
+        let p = LatencyProfile::default_profile();
+        let mut a = RealClient::connect(&addr, &p, &ClientSettings::default())
+            .await
+            .unwrap();
+        let put = Op::Put {
+            key: 1,
+            value: value(1),
+        };
+        a.client.call(put).await.unwrap();
+        a.client.drain().await.unwrap();
+        assert!(a.node.detach(0));
+        // A had everything: a new client B may take its log.
+        let (mut b, key_b) = raw_claim(&addr, DurableClaim { node: 0, key: 0 });
+        assert!(
+            durable(a.hello.key) && !durable(key_b),
+            "B has its hello, not yet its Ready: the log's durable key is still A's"
+        );
+        let qp = remora_model::verbs::QpNum(77);
+        b.write_all(&Cm::Ready { qp }.emit()).unwrap();
+        let mut f = [0u8; CM_FRAME];
+        b.read_exact(&mut f).unwrap();
+        assert!(matches!(Cm::parse(&f), Ok(Cm::Accepted { .. })), "{f:?}");
+        assert!(
+            durable(key_b) && !durable(a.hello.key),
+            "B was accepted: the log's durable key is B's"
+        );
+    });
+}
+
 /// Completes the handshake as the client of node 1 with `key` and goes away at once: no
 /// RNIC on this side ever acknowledges what the server sends.
 fn vanish_after_handshake(addr: &str, key: u64) {

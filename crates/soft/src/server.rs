@@ -423,11 +423,12 @@ pub async fn cm_assign(
         .await
 }
 
-/// Step 3: reads the client's `Ready`, connects `qp` to the client's QP and answers
-/// `Accepted`. Gives `false` (after `Refused`, where it can) if the client sent anything
-/// else or the QP cannot be connected. Then exchange application frames, if any, and
-/// [`RtNode::attach`] the stream.
-pub async fn cm_accept(
+/// Step 3: reads the client's `Ready` and connects `qp` to the client's QP. Gives `false`
+/// (after `Refused`, where it can) if the client sent anything else or the QP cannot be
+/// connected. The client counts itself connected only once [`cm_accepted`] answers, so
+/// what the server must have done before the client may rely on the connection goes
+/// between the two.
+pub async fn cm_ready(
     stream: &mut TcpStream,
     node: &RtNode,
     client: NodeId,
@@ -441,8 +442,13 @@ pub async fn cm_accept(
         cm_refuse(stream, RefuseCode::Resources).await?;
         return Ok(false);
     }
-    stream.write_all(&Cm::Accepted { qp }.emit()).await?;
     Ok(true)
+}
+
+/// Step 4: answers `Accepted` with the server's `qp`. Then exchange application frames, if
+/// any, and [`RtNode::attach`] the stream.
+pub async fn cm_accepted(stream: &mut TcpStream, qp: QpNum) -> std::io::Result<()> {
+    stream.write_all(&Cm::Accepted { qp }.emit()).await
 }
 
 async fn read_cm(s: &mut TcpStream) -> std::io::Result<Option<Cm>> {

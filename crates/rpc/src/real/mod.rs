@@ -12,10 +12,12 @@
 //! sides must agree on (design, Flush form, connection id, log capacity, object store
 //! shape) and the [`ConnInfo`] of its log (address, remote key, processed watermark before
 //! and after recovery), and the connection's key. A new client gets a new key, drawn from
-//! the OS and kept in the log's PM ([`crate::redolog::OWNER_KEY_OFFSET`]); a claim of a
-//! connection with another key is refused (`RefuseCode::NotOwner`). Should a new client's
-//! handshake break after that, the log goes back to its previous client as it was: its key
-//! (in PM too), the replies kept for it and its lease. The client adopts those
+//! the OS and made durable in the log's PM ([`crate::redolog::OWNER_KEY_OFFSET`]) once the
+//! client is `Ready`, before it is `Accepted`; a claim of a connection with another key is
+//! refused (`RefuseCode::NotOwner`), when it arrives and again when it gets the connection
+//! (it may have waited while the log went to a new client). Should a new client's
+//! handshake break, the log goes back to its previous client as it was: its key (in PM
+//! too), the replies kept for it and its lease. The client adopts those
 //! options, creates its queue pair, and the
 //! connection manager's `Ready`/`Accepted` connect the two. On real hardware the same bytes
 //! would travel in RDMA CM's private data.

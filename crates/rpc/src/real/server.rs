@@ -618,10 +618,6 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
             replies,
             reserved_until: st.slots.borrow()[k].reserved_until,
         });
-        // The key is durable before the client is told: after a server crash too, only
-        // that client can claim the connection back.
-        server.set_owner_key(key).await;
-        st.slots.borrow_mut()[k].key = key;
         key
     };
     let accepted = async {
@@ -639,12 +635,23 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
             key,
         };
         stream.write_all(&hello.emit()).await.map_err(io)?;
-        if !remora_soft::server::cm_accept(&mut stream, st.pinned.node(), client, server.qp())
+        if !remora_soft::server::cm_ready(&mut stream, st.pinned.node(), client, server.qp())
             .await
             .map_err(io)?
         {
             return Err("client broke off the handshake".into());
         }
+        if claim.node == 0 {
+            // A new client's key is durable before the client is told the connection is
+            // its own: after a server crash too, only that client can claim it back. Not
+            // before its Ready: a client that breaks off earlier (or a crash then) leaves
+            // the log its previous client's.
+            server.set_owner_key(key).await;
+            st.slots.borrow_mut()[k].key = key;
+        }
+        remora_soft::server::cm_accepted(&mut stream, server.qp())
+            .await
+            .map_err(io)?;
         Ok(())
     };
     let broke_off = match remora_exec::time::timeout(HANDSHAKE_TIMEOUT, accepted).await {
