@@ -83,7 +83,9 @@ impl<V: Verbs> DurableClient<V> {
     /// What the old queue pair received before it failed is taken first: its RNIC
     /// acknowledged those messages, so the server counts them delivered and never sends
     /// them again (replies of requests recovery executed, say, that arrived after the
-    /// last poll). Then the old queue pair and its completion queue are destroyed.
+    /// last poll). Then the new queue pair is made, and only then the old one and its
+    /// completion queue destroyed: a failure leaves the client with a queue pair, and a
+    /// later `reopen` can try again.
     pub fn reopen(&mut self) -> Result<QpNum, RpcError> {
         while let Some(wc) = self.v.poll_one(self.cq) {
             // Flushed receives and the old connection's sends end with it.
@@ -91,25 +93,31 @@ impl<V: Verbs> DurableClient<V> {
                 self.received(&wc)?;
             }
         }
-        self.v.destroy_qp(self.qp)?;
-        self.v.destroy_cq(self.cq)?;
-        self.open_qp()
+        let (old_qp, old_cq) = (self.qp, self.cq);
+        self.open_qp()?;
+        self.v.destroy_qp(old_qp)?;
+        self.v.destroy_cq(old_cq)?;
+        Ok(self.qp)
     }
 
-    /// Creates the client's queue pair and its completion queue.
+    /// Creates the client's queue pair and its completion queue (both or neither).
     fn open_qp(&mut self) -> Result<QpNum, RpcError> {
         let sq = 4 * self.opts.capacity as usize + 64;
-        self.cq = self.v.create_cq(sq + self.nrecv as usize + 1)?;
-        self.qp = self.v.create_qp(
-            self.pd,
-            self.cq,
-            self.cq,
-            QpAttr {
-                sq_depth: sq,
-                rq_depth: self.nrecv as usize,
-                ..QpAttr::default()
-            },
-        )?;
+        let cq = self.v.create_cq(sq + self.nrecv as usize + 1)?;
+        let attr = QpAttr {
+            sq_depth: sq,
+            rq_depth: self.nrecv as usize,
+            ..QpAttr::default()
+        };
+        let qp = match self.v.create_qp(self.pd, cq, cq, attr) {
+            Ok(qp) => qp,
+            Err(e) => {
+                // Nothing uses the new CQ yet, so it goes; the error is the one to tell.
+                let _ = self.v.destroy_cq(cq);
+                return Err(e.into());
+            }
+        };
+        (self.qp, self.cq) = (qp, cq);
         self.done.clear();
         self.probing = false;
         self.slow = false;
