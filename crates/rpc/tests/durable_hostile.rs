@@ -300,3 +300,60 @@ fn a_failed_send_is_named_as_the_connections_end() {
         "{e}"
     );
 }
+
+/// Replies of requests recovery executed whose SENDs were still unacknowledged when the
+/// client broke the protocol come back from `serve_keeping` as undelivered, kept for the
+/// client's next connection: the teardown flushes them onto the send CQ before it reads
+/// it. (They had no completion yet, so they counted as delivered, and the client's next
+/// connection got none of them.)
+#[test]
+fn recovered_replies_unacknowledged_when_a_client_breaks_the_protocol_stay_undelivered() {
+    use remora_sim::{CrashAt, FaultPlan};
+    let mut o = opts(Design::WFlushRpc);
+    o.costs.processing = remora_model::time::Duration::from_micros(100);
+    let pair = DurablePair::new(3, LatencyProfile::default_profile(), dmp(false), o);
+    let mut client = pair.open().unwrap();
+    let node = pair.client.clone();
+    let acked = pair
+        .sim
+        .block_on(Instant::NEVER, async move {
+            for key in 0..4u64 {
+                let value = vec![key as u8 + 1; 16];
+                client.call(Op::Put { key, value }).await.unwrap();
+            }
+            node.now()
+        })
+        .unwrap();
+    // The server loses power with the Puts logged, not processed; recovery executes them.
+    let crash = Instant::from_nanos(acked.as_nanos() + 1_000);
+    pair.sim
+        .set_faults(&FaultPlan::crash(pair.server.id(), CrashAt::Time(crash)));
+    pair.sim.run();
+    let (server, report) = pair.recover_server().unwrap();
+    assert!(report.reexecuted >= 3, "{report:?}");
+    // A client that posts no receive (so the replies' SENDs wait, unacknowledged) and
+    // rings a doorbell beyond the log's window at once.
+    let c = &pair.client;
+    let pd = c.alloc_pd().unwrap();
+    let cq = c.create_cq(64).unwrap();
+    let qp = c
+        .create_qp(pd, cq, cq, remora_model::rnic::QpAttr::default())
+        .unwrap();
+    pair.sim
+        .connect((&pair.client, qp), (&pair.server, server.qp()))
+        .unwrap();
+    c.post_send(qp, doorbell(0xFFFF_FFF0, &server.conn_info()))
+        .unwrap();
+    let limit = Instant::from_nanos(pair.sim.now().as_nanos() + 10_000_000);
+    let (why, undelivered) = pair
+        .sim
+        .block_on(limit, server.serve_keeping())
+        .expect("the server stopped within 10 ms");
+    assert!(why.to_string().contains("beyond the log's window"), "{why}");
+    let seqs: Vec<u64> = undelivered.iter().map(|r| r.seq).collect();
+    let recovered: Vec<u64> = (5 - report.reexecuted..=4).collect();
+    assert_eq!(
+        seqs, recovered,
+        "every recovered reply is still the client's"
+    );
+}

@@ -221,17 +221,30 @@ impl Owned {
         self.qps.push(qp);
         Ok(qp)
     }
+    /// Destroys the set's queue pairs, and only those: their outstanding work requests
+    /// are flushed onto their completion queues, still there to be read. Every queue pair
+    /// is tried; the first error is returned.
+    pub fn free_qps<V: Verbs>(&mut self, v: &V) -> Result<(), VerbsError> {
+        let mut first = Ok(());
+        for q in self.qps.drain(..) {
+            let r = v.destroy_qp(q);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+
     /// Frees everything, dependents first (queue pairs, then completion queues, memory
     /// regions and the protection domain). Every object is tried; the first error is
     /// returned.
-    pub fn free<V: Verbs>(self, v: &V) -> Result<(), VerbsError> {
-        let mut first = Ok(());
+    pub fn free<V: Verbs>(mut self, v: &V) -> Result<(), VerbsError> {
+        let mut first = self.free_qps(v);
         let mut note = |r: Result<(), VerbsError>| {
             if first.is_ok() {
                 first = r;
             }
         };
-        self.qps.iter().for_each(|&q| note(v.destroy_qp(q)));
         self.cqs.iter().for_each(|&c| note(v.destroy_cq(c)));
         self.mrs.iter().for_each(|m| note(v.dereg_mr(m)));
         if let Some(pd) = self.pd {

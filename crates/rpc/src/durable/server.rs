@@ -435,7 +435,7 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
     /// still the client's, for its next connection
     /// ([`restore_recovered`](Self::restore_recovered)).
     pub async fn serve_keeping(mut self) -> (RpcError, Vec<Reply>) {
-        let owned = std::mem::take(&mut self.owned);
+        let mut owned = std::mem::take(&mut self.owned);
         let core = Rc::new(Core {
             v: self.v.clone(),
             opts: self.opts.clone(),
@@ -505,8 +505,15 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             })
             .await;
         }
-        // The recovered replies whose SENDs failed (their completions, unsignaled ones
-        // included, are on the send CQ) go back to the caller before the CQ is freed.
+        // The queue pair goes first: destroying it flushes the SENDs still unacknowledged
+        // onto the send CQ, whatever ended the connection (a failed queue pair, or the
+        // client's protocol violation while its QP still worked). The recovered replies
+        // whose SENDs failed (their completions, unsignaled ones included, are on the
+        // send CQ) go back to the caller before the CQ is freed.
+        let qps_freed = owned.free_qps(&core.v);
+        // A flush completes after the RNIC's processing time: wait for that, within a
+        // bound (a connection whose SENDs were all acknowledged has none to wait for).
+        remora_verbs::wait_cq_or(&core.v, scq, FLUSHED_WITHIN).await;
         let mut sent = Vec::new();
         while core.v.poll_cq(scq, 64, &mut sent) > 0 {
             core.note_failed_sends(&sent);
@@ -522,7 +529,8 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
         // The connection is over: free its queue pair, CQs, regions and protection domain,
         // so a server serving connection after connection does not accumulate them. The
         // PM (log, store) and what it holds stay for the next connection's recovery.
-        (freed_after(owned.free(&core.v), why), undelivered)
+        let freed = owned.free(&core.v);
+        (freed_after(qps_freed.and(freed), why), undelivered)
     }
 }
 
@@ -538,6 +546,10 @@ fn freed_after(freed: Result<(), remora_verbs::VerbsError>, why: RpcError) -> Rp
 
 /// Tag of a recovered reply's SEND work request id (the low bits: its index).
 const RECOVERED_REPLY: u64 = 1 << 63;
+
+/// How long a connection's teardown waits for the send CQ after destroying its queue pair,
+/// for the completions of the SENDs it flushed: far beyond an RNIC's processing time.
+const FLUSHED_WITHIN: Duration = Duration::from_micros(50);
 
 fn r_frame(conn: u32, r: &Reply) -> ReplyFrame {
     ReplyFrame {
