@@ -604,8 +604,10 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
             Err(e) => {
                 server.restore_recovered(undelivered);
                 st.slots.borrow_mut()[k].ready = Some(server);
+                // Freed without `release`: the previous client's lease is not renewed.
+                st.unclaim(k);
                 let _ = remora_soft::server::cm_refuse(&mut stream, RefuseCode::Resources).await;
-                return failed(format!(
+                return Err(format!(
                     "cannot draw a connection key from /dev/urandom: {e}"
                 ));
             }
