@@ -41,6 +41,16 @@ fn setup(
         opts(design),
     );
     let server = pair.fresh_server().unwrap();
+    let (qp, cq) = raw_qp(&pair, &server);
+    (pair, server, qp, cq)
+}
+
+/// A queue pair (and its CQ) of the pair's client node, with no receive posted, connected
+/// to `server`'s.
+fn raw_qp(
+    pair: &DurablePair,
+    server: &DurableServer<remora_sim::NodeHandle>,
+) -> (remora_model::verbs::QpNum, remora_model::verbs::CqId) {
     let c = &pair.client;
     let pd = c.alloc_pd().unwrap();
     let cq = c.create_cq(64).unwrap();
@@ -50,7 +60,7 @@ fn setup(
     pair.sim
         .connect((&pair.client, qp), (&pair.server, server.qp()))
         .unwrap();
-    (pair, server, qp, cq)
+    (qp, cq)
 }
 
 /// Runs the server with the client's `posts` made first; the server's `serve` result, which
@@ -333,16 +343,9 @@ fn recovered_replies_unacknowledged_when_a_client_breaks_the_protocol_stay_undel
     assert!(report.reexecuted >= 3, "{report:?}");
     // A client that posts no receive (so the replies' SENDs wait, unacknowledged) and
     // rings a doorbell beyond the log's window at once.
-    let c = &pair.client;
-    let pd = c.alloc_pd().unwrap();
-    let cq = c.create_cq(64).unwrap();
-    let qp = c
-        .create_qp(pd, cq, cq, remora_model::rnic::QpAttr::default())
-        .unwrap();
-    pair.sim
-        .connect((&pair.client, qp), (&pair.server, server.qp()))
-        .unwrap();
-    c.post_send(qp, doorbell(0xFFFF_FFF0, &server.conn_info()))
+    let (qp, _) = raw_qp(&pair, &server);
+    pair.client
+        .post_send(qp, doorbell(0xFFFF_FFF0, &server.conn_info()))
         .unwrap();
     let limit = Instant::from_nanos(pair.sim.now().as_nanos() + 10_000_000);
     let (why, undelivered) = pair

@@ -117,6 +117,12 @@ fn a_client_whose_server_threads_died_fails_within_its_reply_timeout() {
     }
 }
 
+/// The RNIC objects alive on `pair`'s server.
+fn server_objects(pair: &DurablePair) -> remora_model::rnic::Objects {
+    pair.sim
+        .with_rnic(pair.server.id(), |r, _| r.live_objects())
+}
+
 /// `serve` returns with the reason when its queue pair fails, and as it returns frees the
 /// connection's queue pair, CQs and regions.
 #[test]
@@ -128,10 +134,7 @@ fn serve_returns_with_the_reason_when_its_queue_pair_fails() {
             dmp(false),
             opts(design),
         );
-        let live = || {
-            pair.sim
-                .with_rnic(pair.server.id(), |r, _| r.live_objects())
-        };
+        let live = || server_objects(&pair);
         let before = live();
         let (server, mut client) = connect(&pair);
         assert_ne!(live(), before, "{design}: the connection has RNIC objects");
@@ -185,10 +188,7 @@ fn serve_frees_a_connection_whose_queue_pair_failed_before_it_started() {
             dmp(false),
             opts(design),
         );
-        let live = || {
-            pair.sim
-                .with_rnic(pair.server.id(), |r, _| r.live_objects())
-        };
+        let live = || server_objects(&pair);
         let before = live();
         let (server, _client) = connect(&pair);
         let qp = server.qp();

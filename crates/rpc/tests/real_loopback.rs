@@ -467,6 +467,22 @@ async fn leaves_two_puts_unexecuted(addr: &str) -> RealClient {
     a
 }
 
+/// A client of `addr` whose one Put is done and whose reply it has: it leaves nothing
+/// unfinished on its log.
+async fn finished_client(addr: &str) -> RealClient {
+    let p = LatencyProfile::default_profile();
+    let mut a = RealClient::connect(addr, &p, &ClientSettings::default())
+        .await
+        .unwrap();
+    let put = Op::Put {
+        key: 1,
+        value: value(1),
+    };
+    a.client.call(put).await.unwrap();
+    a.client.drain().await.unwrap();
+    a
+}
+
 /// `c` reconnects to `addr` and drains: the replies are those of `seqs`, kept for it.
 async fn back_for_replies(c: &mut RealClient, addr: &str, seqs: &[u64]) {
     c.reconnect(addr).await.unwrap();
@@ -506,16 +522,7 @@ fn a_reconnection_that_waited_while_its_log_went_to_a_new_client_is_refused() {
     let s = start("127.0.0.1:0", "DMP+noDDIO+PM-RQWRB", dir.pool("rewait"), o).unwrap();
     let addr = s.addr.to_string();
     run_client(async {
-        let p = LatencyProfile::default_profile();
-        let mut a = RealClient::connect(&addr, &p, &ClientSettings::default())
-            .await
-            .unwrap();
-        let put = Op::Put {
-            key: 1,
-            value: value(1),
-        };
-        a.client.call(put).await.unwrap();
-        a.client.drain().await.unwrap();
+        let a = finished_client(&addr).await;
         // While A still holds its connection: a new client B waits for one, then A's
         // reconnection (from elsewhere, with A's key) waits for it too.
         let b = {
@@ -576,16 +583,7 @@ fn a_new_clients_key_is_durable_only_once_the_client_is_ready() {
         b.windows(8).any(|w| w == key.to_le_bytes())
     };
     run_client(async {
-        let p = LatencyProfile::default_profile();
-        let mut a = RealClient::connect(&addr, &p, &ClientSettings::default())
-            .await
-            .unwrap();
-        let put = Op::Put {
-            key: 1,
-            value: value(1),
-        };
-        a.client.call(put).await.unwrap();
-        a.client.drain().await.unwrap();
+        let a = finished_client(&addr).await;
         assert!(a.node.detach(0));
         // A had everything: a new client B may take its log.
         let (mut b, key_b) = raw_claim(&addr, DurableClaim { node: 0, key: 0 });
