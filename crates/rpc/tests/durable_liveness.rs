@@ -117,6 +117,16 @@ fn a_client_whose_server_threads_died_fails_within_its_reply_timeout() {
     }
 }
 
+/// A client and server of `design` on DMP without DDIO (seed 4), nothing made yet.
+fn pair_on_dmp(design: Design) -> DurablePair {
+    DurablePair::new(
+        4,
+        LatencyProfile::default_profile(),
+        dmp(false),
+        opts(design),
+    )
+}
+
 /// The RNIC objects alive on `pair`'s server.
 fn server_objects(pair: &DurablePair) -> remora_model::rnic::Objects {
     pair.sim
@@ -128,12 +138,7 @@ fn server_objects(pair: &DurablePair) -> remora_model::rnic::Objects {
 #[test]
 fn serve_returns_with_the_reason_when_its_queue_pair_fails() {
     for design in DESIGNS {
-        let pair = DurablePair::new(
-            4,
-            LatencyProfile::default_profile(),
-            dmp(false),
-            opts(design),
-        );
+        let pair = pair_on_dmp(design);
         let live = || server_objects(&pair);
         let before = live();
         let (server, mut client) = connect(&pair);
@@ -182,12 +187,7 @@ fn serve_returns_with_the_reason_when_its_queue_pair_fails() {
 #[test]
 fn serve_frees_a_connection_whose_queue_pair_failed_before_it_started() {
     for design in DESIGNS {
-        let pair = DurablePair::new(
-            4,
-            LatencyProfile::default_profile(),
-            dmp(false),
-            opts(design),
-        );
+        let pair = pair_on_dmp(design);
         let live = || server_objects(&pair);
         let before = live();
         let (server, _client) = connect(&pair);
@@ -329,16 +329,8 @@ fn an_operator_that_never_comes_is_polled_for_a_bounded_time() {
 /// `serve_returns_with_the_reason_when_its_queue_pair_fails`).
 #[test]
 fn a_refused_server_leaves_no_rnic_objects() {
-    let pair = DurablePair::new(
-        4,
-        LatencyProfile::default_profile(),
-        dmp(false),
-        opts(Design::WFlushRpc),
-    );
-    let live = || {
-        pair.sim
-            .with_rnic(pair.server.id(), |r, _| r.live_objects())
-    };
+    let pair = pair_on_dmp(Design::WFlushRpc);
+    let live = || server_objects(&pair);
     // A log for connection 0, made durable; then a power cycle (allocation starts over).
     let (server, _client) = connect(&pair);
     drop(server);

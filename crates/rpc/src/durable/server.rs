@@ -511,8 +511,9 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
         // whose SENDs failed (their completions, unsignaled ones included, are on the
         // send CQ) go back to the caller before the CQ is freed.
         let qps_freed = owned.free_qps(&core.v);
-        // A flush completes after the RNIC's processing time: wait for that, within a
-        // bound (a connection whose SENDs were all acknowledged has none to wait for).
+        // A flush completes after the RNIC's processing time: wait for the first, within a
+        // bound (flushes of a QP that failed earlier are there already; a connection with
+        // no SEND outstanding waits out the bound, once, at its end).
         remora_verbs::wait_cq_or(&core.v, scq, FLUSHED_WITHIN).await;
         let mut sent = Vec::new();
         while core.v.poll_cq(scq, 64, &mut sent) > 0 {

@@ -667,16 +667,15 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
         // replies recovery kept for it) unless its QP was connected to this one: then it
         // is freed, so an aborted handshake leaks nothing.
         let node = st.pinned.node();
-        let kept = server.take_recovered();
         if let Some(p) = &previous {
-            // The log goes back to its previous client, durably, as it was.
+            // The log goes back to its previous client, durably, as it was: whether or not
+            // the new key got there (the time-out may have cut its store short).
             server.set_owner_key(p.key).await;
         }
         if node.with(|r, _| r.qp_peer(qp)).is_none() {
-            server.restore_recovered(kept);
             st.slots.borrow_mut()[k].ready = Some(server);
         } else {
-            st.slots.borrow_mut()[k].undelivered = kept;
+            st.slots.borrow_mut()[k].undelivered = server.take_recovered();
             if let Err(err) = server.close() {
                 eprintln!(
                     "durable-RPC server: freeing an aborted connection's objects failed: {err}"
