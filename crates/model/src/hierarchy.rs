@@ -133,6 +133,33 @@ struct Channel {
     banks: Vec<(Instant, u64)>, // (free at, open row)
 }
 
+/// A write waiting in the RNIC buffer under WSP (see [`MemoryHierarchy::hold`]).
+#[derive(Clone, Debug)]
+struct Held {
+    key: u64,
+    addr: u64,
+    data: Vec<u8>,
+    /// What the medium holds under `data` without any held write: put back when the write
+    /// leaves the buffer.
+    base: Vec<u8>,
+}
+
+impl Held {
+    /// The overlap of `self` with `addr..addr+len`, as offsets into `self` and into the
+    /// other range.
+    fn overlap(&self, addr: u64, len: usize) -> Option<(usize, usize, usize)> {
+        let lo = self.addr.max(addr);
+        let hi = (self.addr + self.data.len() as u64).min(addr + len as u64);
+        (lo < hi).then(|| {
+            (
+                (lo - self.addr) as usize,
+                (lo - addr) as usize,
+                (hi - lo) as usize,
+            )
+        })
+    }
+}
+
 /// A record's slot and sequence number (the sequence detects a reused slot).
 type RecRef = (u32, u64);
 
@@ -163,6 +190,9 @@ pub struct MemoryHierarchy {
     lines: LineMap<LineState>,
     llc_fifo: VecDeque<(u32, u64)>,
     llc_count: u64,
+    /// Writes waiting in the RNIC buffer under WSP (see [`hold`](Self::hold)), in arrival
+    /// order. Almost always empty.
+    held: Vec<Held>,
     /// Reused by `clwb` for the records it writes back (no allocation per line).
     clwb_scratch: Vec<RecRef>,
     /// Emptied LLC groups kept for reuse (no allocation per dirty line).
@@ -266,6 +296,7 @@ impl MemoryHierarchy {
             lines: LineMap::default(),
             llc_fifo: VecDeque::new(),
             llc_count: 0,
+            held: Vec::new(),
             clwb_scratch: Vec::new(),
             spare_groups: Vec::new(),
             channels,
@@ -487,6 +518,57 @@ impl MemoryHierarchy {
         t + self.p.pcie
     }
 
+    /// A write that reached the RNIC buffer and waits there to execute (a non-posted write
+    /// behind an earlier non-posted request of its QP), identified by `key`. Under WSP the
+    /// RNIC buffer is in the persistence domain, and a power failure writes such a write
+    /// out after everything else (`Rnic::power_fail`), so the medium holds it, over every
+    /// later write of the same bytes, from now until [`release_held`](Self::release_held): then a
+    /// real-time runtime's pool file is what a power failure would keep at every instant.
+    /// It is not visible until it executes. Only PM writes under WSP are held; elsewhere
+    /// this does nothing.
+    pub fn hold(&mut self, key: u64, space: Space, addr: u64, data: &[u8]) {
+        if self.domain != PersistenceDomain::Wsp || space != Space::Pm || data.is_empty() {
+            return;
+        }
+        // Loads keep seeing the old bytes (the visible image copies its page from the
+        // medium before the medium changes).
+        let mut old = vec![0u8; data.len()];
+        self.pm_visible.read_over(addr, &mut old, &*self.media);
+        self.pm_visible.write_over(addr, &old, &*self.media);
+        // Under the earlier held writes the medium's base is theirs, not what it shows.
+        let mut base = vec![0u8; data.len()];
+        self.media.read(addr, &mut base);
+        for h in &self.held {
+            if let Some((i, j, n)) = h.overlap(addr, data.len()) {
+                base[j..j + n].copy_from_slice(&h.base[i..i + n]);
+            }
+        }
+        self.media.write(addr, data);
+        self.held.push(Held {
+            key,
+            addr,
+            data: data.to_vec(),
+            base,
+        });
+    }
+
+    /// The held write `key` leaves the RNIC buffer: it executed (and reached the medium as
+    /// any write does) or it never will (its queue pair failed, its region went). The medium
+    /// gets back what lies under it, with the other held writes over that.
+    pub fn release_held(&mut self, key: u64) {
+        let Some(at) = self.held.iter().position(|h| h.key == key) else {
+            return;
+        };
+        let h = self.held.remove(at);
+        self.media.write(h.addr, &h.base);
+        self.lay_held_over(h.addr, h.data.len());
+    }
+
+    /// Keys of the held writes, in arrival order.
+    pub fn held_keys(&self) -> Vec<u64> {
+        self.held.iter().map(|h| h.key).collect()
+    }
+
     /// An RDMA READ the RNIC starts at `now`: the PCIe read is ordered after every earlier
     /// inbound write and pushes it to memory (seed 000 §3.4), so it doubles as a FLUSH.
     /// Returns the data and when the response leaves the RNIC.
@@ -576,17 +658,21 @@ impl MemoryHierarchy {
                             if r.in_media {
                                 let (addr, bytes) = (r.addr(), r.bytes().to_vec());
                                 self.media.write(addr, &bytes);
+                                self.under_held(addr, &bytes);
                             }
                         }
                     }
-                    let bypass = inflight.iter().rev().find_map(|&dma| {
+                    // The oldest in-flight DMA that bypasses the cache: the first to commit.
+                    let bypass = inflight.iter().find_map(|&dma| {
                         let r = self.records[dma as usize].as_ref().unwrap();
                         (!r.in_llc).then_some(r.t_wpq)
                     });
                     match bypass {
-                        // The in-flight DMA's commit snoops this store's line out of the
-                        // cache ahead of its own data: both reach the WPQ together, the
+                        // The first in-flight DMA's commit snoops this store's line out of
+                        // the cache ahead of its own data: both reach the WPQ together, the
                         // store first (the heap orders same-instant entries by visibility).
+                        // Taking a later DMA's time would let the store persist after, and
+                        // over, an earlier DMA of other bytes of the line.
                         Some(t_wpq) => {
                             self.records[id as usize].as_mut().unwrap().t_wpq = t_wpq;
                             self.schedule_persist(t_wpq, id);
@@ -688,6 +774,10 @@ impl MemoryHierarchy {
         for (_, r) in self.survivors(at) {
             img.write(r.addr(), r.bytes());
         }
+        // Held writes go out last (they are in the medium already, over what it held).
+        for h in &self.held {
+            img.write(h.addr, &h.data);
+        }
         img
     }
 
@@ -703,6 +793,10 @@ impl MemoryHierarchy {
             .collect();
         for (addr, bytes) in survivors {
             self.media.write(addr, &bytes);
+        }
+        // The RNIC buffer's held writes are written out last, and stay.
+        for h in std::mem::take(&mut self.held) {
+            self.media.write(h.addr, &h.data);
         }
         // The machine restarts with what the medium holds; nothing else is visible.
         self.pm_visible.clear();
@@ -789,8 +883,32 @@ impl MemoryHierarchy {
                 self.pm_visible.read_over(addr, old, &*self.media);
                 self.pm_visible.write_over(addr, old, &*self.media);
             }
-            let r = self.records[id as usize].as_ref().unwrap();
-            self.media.write(addr, r.bytes());
+            let bytes = self.records[id as usize].as_ref().unwrap().bytes();
+            self.media.write(addr, bytes);
+            if !self.held.is_empty() {
+                let bytes = bytes.to_vec();
+                self.under_held(addr, &bytes);
+            }
+        }
+    }
+
+    /// `addr..` was just written with `bytes` in the medium: where a held write covers it,
+    /// that is its base now, and the held write goes back over it.
+    fn under_held(&mut self, addr: u64, bytes: &[u8]) {
+        for h in &mut self.held {
+            if let Some((i, j, n)) = h.overlap(addr, bytes.len()) {
+                h.base[i..i + n].copy_from_slice(&bytes[j..j + n]);
+            }
+        }
+        self.lay_held_over(addr, bytes.len());
+    }
+
+    /// Writes the held writes' bytes over `addr..addr+len` in the medium, in arrival order.
+    fn lay_held_over(&mut self, addr: u64, len: usize) {
+        for h in &self.held {
+            if let Some((i, j, n)) = h.overlap(addr, len) {
+                self.media.write(addr + j as u64, &h.data[i..i + n]);
+            }
         }
     }
 
@@ -799,16 +917,29 @@ impl MemoryHierarchy {
         let Some(ls) = self.lines.get(&line) else {
             return Vec::new();
         };
-        let mut out: Vec<(u64, u32)> = ls
-            .llc
-            .iter()
-            .chain(ls.last_dma.iter())
-            .filter_map(|&(id, seq)| {
-                self.rec(id, seq)
-                    .filter(|r| r.t_visible > now)
-                    .map(|_| (seq, id))
-            })
-            .collect();
+        let in_flight = |&(id, seq): &RecRef| {
+            self.rec(id, seq)
+                .filter(|r| r.t_visible > now)
+                .map(|_| (seq, id))
+        };
+        let mut out: Vec<(u64, u32)> = ls.llc.iter().filter_map(in_flight).collect();
+        // The line keeps only its latest DMA that bypasses the cache (one entry per line on
+        // the streaming path). Visibility is in IIO order, so if that one is in flight the
+        // line's earlier ones may be too, and the records waiting to become visible (a
+        // suffix of `vis_fifo`: those after `now`) hold them all; two partial-line DMAs of
+        // other bytes of the line can be. Else none is.
+        if ls.last_dma.iter().any(|d| in_flight(d).is_some()) {
+            out.extend(
+                self.vis_fifo
+                    .iter()
+                    .rev()
+                    .take_while(|&&(t, _, _)| t > now)
+                    .filter_map(|&(_, id, seq)| {
+                        let r = self.rec(id, seq)?;
+                        (r.space == Space::Pm && r.line == line && !r.in_llc).then_some((seq, id))
+                    }),
+            );
+        }
         out.sort_unstable();
         out.dedup();
         out.into_iter().map(|(_, id)| id).collect()

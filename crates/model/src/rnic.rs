@@ -572,8 +572,9 @@ impl Rnic {
     pub fn dereg_mr(&mut self, key: u32) -> Result<(), VerbsError> {
         self.mrs
             .remove(&key)
-            .map(|_| ())
-            .ok_or(VerbsError::NoSuch("memory region"))
+            .ok_or(VerbsError::NoSuch("memory region"))?;
+        self.recheck_held();
+        Ok(())
     }
 
     /// `ibv_create_cq`.
@@ -1085,30 +1086,10 @@ impl Rnic {
     /// that under WSP requests that reached the RNIC buffer but were not yet executed are
     /// written out too (the whole system is flushed on power failure).
     pub fn power_fail(&mut self, now: Instant) {
-        if self.config.domain == PersistenceDomain::Wsp {
-            let pending: Vec<Packet> = self
-                .qps
-                .iter()
-                .flat_map(|q| q.deferred.iter().cloned())
-                .collect();
-            for p in pending {
-                if let Body::NonPostedWrite {
-                    addr, rkey, data, ..
-                } = &p.body
-                {
-                    if let Ok(space) = self.check_remote(
-                        p.dst_qp,
-                        *rkey,
-                        *addr,
-                        data.len() as u64,
-                        Access::REMOTE_WRITE,
-                    ) {
-                        self.hier.dma_write(now, space, *addr, data);
-                    }
-                }
-            }
-        }
-        // Under WSP the RNIC and IIO are inside the domain: everything that arrived is kept.
+        // Under WSP the RNIC and IIO are inside the domain: everything that arrived is kept,
+        // the non-posted writes waiting in the RNIC buffer too (the hierarchy holds them
+        // from their arrival, so the medium, and a real-time runtime's pool file, has them
+        // at every instant: `MemoryHierarchy::hold`).
         self.hier.power_fail(now);
         self.up = false;
         self.mrs.clear();

@@ -482,6 +482,47 @@ fn a_cpu_store_racing_a_dma_persists_in_visibility_order() {
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
+/// The same race with two partial-line DMAs of other bytes of the line, both crossing PCIe
+/// when the store lands over both: loads end with the two DMAs' bytes, and so must what a
+/// power failure keeps. A line remembers only its latest DMA that bypasses the cache; the
+/// store used to persist with that one (after, and over, the first) under DMP, and under
+/// WSP only the latest was laid over the store again. Whole-line writes (the proptests')
+/// cannot show it: the latest DMA covers the first. Several seeds, since the mesh's jitter
+/// decides whether the first DMA reaches the WPQ before the store's write-back.
+#[test]
+fn a_cpu_store_racing_two_partial_line_dmas_persists_in_visibility_order() {
+    let mut wrong = Vec::new();
+    for (domain, ddio) in ALL_CONFIGS {
+        for seed in 0..20 {
+            let mut h = hier(domain, ddio, seed);
+            let t0 = ns(1_000);
+            h.dma_write(t0, Space::Pm, A, &[0xaa; 8]);
+            let vis = h.dma_write(t0, Space::Pm, A + 8, &[0xbb; 8]).visible;
+            let ts = t0 + Duration::from_nanos(1);
+            assert!(ts < vis, "both DMAs still in flight");
+            h.cpu_store(ts, Space::Pm, A, &[0x55; 16]);
+            let quiet = vis + Duration::from_millis(1);
+            let mut expect = vec![0xaa; 8];
+            expect.extend([0xbb; 8]);
+            assert_eq!(
+                load(&mut h, quiet, Space::Pm, A, 16),
+                expect,
+                "the DMAs committed last"
+            );
+            let issue = h.clwb(quiet, A, LINE);
+            let end = h.sfence(quiet + issue) + Duration::from_millis(1);
+            let durable = h.crash_image(end).read_vec(A, 16);
+            if durable != expect {
+                wrong.push(format!(
+                    "{domain:?} ddio={ddio} seed {seed}: durable {durable:02x?}"
+                ));
+                break;
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
 /// Under WSP a write is durable from its arrival, but it must not be *visible* before the IIO
 /// commits it: visibility is in order, so a load must never see a later write without an
 /// earlier one.

@@ -412,8 +412,14 @@ impl Rnic {
         let at = now + self.proc;
         let q = &mut self.qps[qpn.0 as usize];
         q.state = QpState::Error;
-        q.deferred.clear();
+        let deferred = std::mem::take(&mut q.deferred);
         q.deferred_nak = None;
+        // Requests waiting in the RNIC buffer are dropped, held writes with them.
+        for p in &deferred {
+            self.hier
+                .release_held(super::responder::held_key(qpn, p.psn));
+        }
+        let q = &mut self.qps[qpn.0 as usize];
         for w in q.sq.iter_mut() {
             if w.done.is_none() {
                 w.done = Some((WcStatus::WrFlushErr, at));

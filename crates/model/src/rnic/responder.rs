@@ -189,6 +189,13 @@ impl Rnic {
                     q.deferred_timer_armed = true;
                     self.push_timer(at.max(now), Timer::Deferred(qpn));
                 }
+                // Under WSP the RNIC buffer is in the persistence domain: a write waiting
+                // there is durable, so the medium holds it until it leaves the buffer.
+                if self.config.domain == PersistenceDomain::Wsp {
+                    if let Some((space, addr, data)) = self.deferred_write(qpn, pkt) {
+                        self.hier.hold(held_key(qpn, pkt.psn), space, addr, data);
+                    }
+                }
             } else {
                 self.execute_np(now, pkt);
             }
@@ -307,7 +314,61 @@ impl Rnic {
                 return;
             }
             let pkt = q.deferred.pop_front().unwrap();
+            // Executed now, it reaches the medium as any write does (or is refused).
+            self.hier.release_held(held_key(qpn, pkt.psn));
             self.execute_np(now, &pkt);
+        }
+    }
+
+    /// Where a deferred non-posted write of `qpn` would write if it executed now: `None`
+    /// if it is no write or would be refused (the checks of [`execute_np`](Self::execute_np)).
+    pub(super) fn deferred_write<'p>(
+        &self,
+        qpn: QpNum,
+        pkt: &'p Packet,
+    ) -> Option<(Space, u64, &'p [u8])> {
+        let Body::NonPostedWrite {
+            addr,
+            rkey,
+            data,
+            atomic,
+        } = &pkt.body
+        else {
+            return None;
+        };
+        let caps = self.config.caps;
+        let supported = if *atomic {
+            caps.atomic_write && data.len() == 8 && addr % 8 == 0
+        } else {
+            caps.non_posted_write
+        };
+        if !supported {
+            return None;
+        }
+        let space = self
+            .check_remote(qpn, *rkey, *addr, data.len() as u64, Access::REMOTE_WRITE)
+            .ok()?;
+        Some((space, *addr, &data[..]))
+    }
+
+    /// Lets go of the held writes (see [`MemoryHierarchy::hold`]) that would no longer
+    /// execute: their region went. (A failed queue pair lets go of its own.)
+    pub(super) fn recheck_held(&mut self) {
+        let held = self.hier.held_keys();
+        if held.is_empty() {
+            return;
+        }
+        let mut gone = Vec::new();
+        for (n, q) in self.qps.iter().enumerate() {
+            for p in &q.deferred {
+                let key = held_key(QpNum(n as u32), p.psn);
+                if held.contains(&key) && self.deferred_write(QpNum(n as u32), p).is_none() {
+                    gone.push(key);
+                }
+            }
+        }
+        for key in gone {
+            self.hier.release_held(key);
         }
     }
 
@@ -422,4 +483,10 @@ impl Rnic {
         self.stats.requests_executed += 1;
         self.event(now, EventKind::Executed, qpn, pkt.psn as u64);
     }
+}
+
+/// The key a deferred request is held by in the hierarchy: its QP and PSN (unique while it
+/// waits).
+pub(super) fn held_key(qpn: QpNum, psn: Psn) -> u64 {
+    (qpn.0 as u64) << 32 | psn as u64
 }
