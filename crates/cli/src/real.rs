@@ -154,6 +154,24 @@ pub fn remotelog_against(
     profile: &LatencyProfile,
     only: Option<&str>,
 ) -> Result<(ServerConfig, Vec<RealRow>), String> {
+    remotelog_against_within(addr, appends, profile, only, APPEND_TIMEOUT)
+}
+
+/// How long [`remotelog_against`] waits for one append: the transport's own time-out
+/// catches a server that stops answering packets, not one whose transport answers but
+/// whose method's acknowledgement never comes (a two-sided method's Ack), or one that
+/// refuses every message as not ready (an RNR NAK is retried for ever, as InfiniBand's
+/// `rnr_retry` 7 is).
+pub const APPEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// [`remotelog_against`] with another wait per append.
+pub fn remotelog_against_within(
+    addr: &str,
+    appends: u64,
+    profile: &LatencyProfile,
+    only: Option<&str>,
+    append_timeout: std::time::Duration,
+) -> Result<(ServerConfig, Vec<RealRow>), String> {
     let (addr, profile, only) = (addr.to_string(), profile.clone(), only.map(str::to_string));
     crate::killloop::run_client(async move {
         let mut rows = Vec::new();
@@ -184,9 +202,20 @@ pub fn remotelog_against(
                 }
                 let mut log = LogClient::new(client, shape, update);
                 let mut h = hdrhistogram::Histogram::<u64>::new(3).expect("histogram");
-                for _ in 0..appends {
+                for n in 0..appends {
                     let t0 = wall();
-                    log.append().await.map_err(|e| e.to_string())?;
+                    remora_exec::time::timeout(append_timeout, log.append())
+                        .await
+                        .map_err(|_| {
+                            format!(
+                                "{update} {primitive} append {n} ({method}): {addr} did not \
+                                 complete it within {append_timeout:?} (its transport \
+                                 answers; the method's acknowledgement never came)",
+                                update = update.name(),
+                                primitive = primitive.name()
+                            )
+                        })?
+                        .map_err(|e| e.to_string())?;
                     h.record(t0.elapsed().as_nanos() as u64)
                         .expect("latency fits");
                 }

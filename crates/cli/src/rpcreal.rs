@@ -876,6 +876,8 @@ pub fn rpc_real_crash(
                     None => {
                         let settings = ClientSettings {
                             design: Some(target.design),
+                            // A negative control's clients join it (some are client-side).
+                            fault: target.fault,
                             ..ClientSettings::default()
                         };
                         let c = timed(

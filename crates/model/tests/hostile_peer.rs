@@ -263,3 +263,45 @@ fn a_message_beyond_the_largest_is_refused() {
     let wr = SendWr::new(2, Opcode::Send, Payload::inline(vec![0; 1024]), None);
     a.rnic.post_send(t, a.qp, wr).unwrap();
 }
+
+/// A request the node refuses (a key it never registered) fails the QP, and the node's own
+/// requests still outstanding on it complete with an error, as on every other way into the
+/// error state: an application waiting for one of them learns of the failure. (They used
+/// to be flushed without a completion, and a client waiting for its FLUSH waited for ever.)
+#[test]
+fn a_refused_request_completes_the_nodes_own_outstanding_requests() {
+    let (mut a, b) = pair(64);
+    let t = Instant::from_nanos(1_000);
+    let remote = Remote {
+        addr: b.mr.addr,
+        rkey: b.mr.rkey,
+    };
+    let wr = SendWr::new(7, Opcode::Write, Payload::inline(vec![1; 8]), Some(remote));
+    a.rnic.post_send(t, a.qp, wr.signaled(true)).unwrap();
+    assert_eq!(sent(&mut a, t).len(), 1, "the WRITE left, unacknowledged");
+    let bad = Packet {
+        src: B,
+        dst: A,
+        src_qp: b.qp,
+        dst_qp: a.qp,
+        psn: 0,
+        body: Body::Write {
+            addr: a.mr.addr,
+            rkey: a.mr.rkey ^ 0x5a5a,
+            data: remora_model::bytes::Bytes::copy_from(&[9u8; 8]),
+            imm: None,
+            ack_req: true,
+        },
+    };
+    a.rnic.handle_packet(t, &bad);
+    settle(&mut a, t + Duration::from_micros(50));
+    let naks: Vec<Body> = std::iter::from_fn(|| a.rnic.poll_transmit().map(|(_, p)| p.body))
+        .filter(|b| matches!(b, Body::Nak(_)))
+        .collect();
+    assert_eq!(naks, vec![Body::Nak(NakCode::RemoteAccess)]);
+    let done: Vec<(u64, WcStatus)> = completions(&mut a)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(done, vec![(7, WcStatus::WrFlushErr)]);
+}

@@ -49,6 +49,19 @@ pub enum PersistError {
     /// [`Client::connect`] has not run.
     #[error("not connected")]
     NotConnected,
+    /// The server's Hello names another configuration than the one it announced when the
+    /// connection was made ([`Client::expect_config`]): the methods picked for one are not
+    /// correct for the other, so the client goes no further.
+    #[error(
+        "the server announced configuration {announced} when connecting but {hello} in its \
+         Hello; refusing to pick a persistence method for either"
+    )]
+    ConfigMismatch {
+        /// What the connection handshake said.
+        announced: ServerConfig,
+        /// What the Hello says.
+        hello: ServerConfig,
+    },
 }
 
 /// A FLUSH posted by [`Client::post_flush_writes`], to wait for with
@@ -78,6 +91,8 @@ pub struct Client<V: Verbs> {
     two_sided_write: Option<String>,
     seq: u64,
     next_wr: u64,
+    /// See [`expect_config`](Self::expect_config).
+    announced: Option<ServerConfig>,
 }
 
 impl<V: Verbs> Client<V> {
@@ -106,6 +121,7 @@ impl<V: Verbs> Client<V> {
             two_sided_write: None,
             seq: 1,
             next_wr: 1,
+            announced: None,
         };
         for i in 0..ACK_SLOTS {
             c.post_ack_slot(i)?;
@@ -116,6 +132,13 @@ impl<V: Verbs> Client<V> {
     /// The queue pair to connect to the server's.
     pub fn qp(&self) -> QpNum {
         self.qp
+    }
+
+    /// The configuration the server announced when the connection was made (a real
+    /// backend's connection manager sends it before the Hello): [`connect`](Self::connect)
+    /// refuses a Hello that names another.
+    pub fn expect_config(&mut self, announced: ServerConfig) {
+        self.announced = Some(announced);
     }
 
     /// The completion queue the server's messages arrive on (its Hello first).
@@ -145,6 +168,12 @@ impl<V: Verbs> Client<V> {
             return Err(PersistError::Protocol("expected Hello"));
         };
         let config = hello.config;
+        if let Some(announced) = self.announced.filter(|a| *a != config) {
+            return Err(PersistError::ConfigMismatch {
+                announced,
+                hello: config,
+            });
+        }
         self.methods = Some([
             Arc::new(
                 self.taxonomy

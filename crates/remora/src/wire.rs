@@ -56,6 +56,10 @@ pub struct Hello {
     pub seq_base: u64,
 }
 
+/// The largest first sequence number a [`Hello`] may give: a connection counts up from
+/// it, and 2^62 leaves more room than any connection uses.
+pub const MAX_SEQ_BASE: u64 = 1 << 62;
+
 /// A library frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame {
@@ -457,7 +461,7 @@ impl<'a> FrameRef<'a> {
             KIND_HELLO => {
                 let bytes: [u8; 5] = body.take(5)?.try_into().expect("5 bytes");
                 let config = ServerConfig::from_bytes(bytes).map_err(FrameError::BadValue)?;
-                FrameRef::Hello(Hello {
+                let hello = Hello {
                     config,
                     region_addr: body.u64()?,
                     region_len: body.u64()?,
@@ -465,7 +469,16 @@ impl<'a> FrameRef<'a> {
                     rq_slots: body.u32()?,
                     rq_slot_bytes: body.u32()?,
                     seq_base: body.u64()?,
-                })
+                };
+                // A region that wraps the address space, or sequence numbers with no room
+                // left to count up, would make the client's arithmetic overflow.
+                if hello.region_addr.checked_add(hello.region_len).is_none() {
+                    return Err(FrameError::BadValue("region (its end overflows)"));
+                }
+                if hello.seq_base == 0 || hello.seq_base > MAX_SEQ_BASE {
+                    return Err(FrameError::BadValue("first sequence number"));
+                }
+                FrameRef::Hello(hello)
             }
             KIND_APPLY => {
                 // Checked here, entry by entry, so iterating them cannot fail.
@@ -548,14 +561,16 @@ mod tests {
                 let mut config = ServerConfig::table1()[i];
                 config.transport = remora_model::config::Transport::IWarp;
                 config.caps.atomic_write = k % 2 == 0;
+                // Any region whose end is in the address space, any first sequence
+                // number in 1..=MAX_SEQ_BASE.
                 Frame::Hello(Hello {
                     config,
-                    region_addr: a,
-                    region_len: a / 2,
+                    region_addr: a >> 1,
+                    region_len: a >> 2,
                     region_rkey: k,
                     rq_slots: 64,
                     rq_slot_bytes: 256,
-                    seq_base: a ^ 5,
+                    seq_base: (a >> 2) % MAX_SEQ_BASE + 1,
                 })
             }),
         ]

@@ -865,6 +865,15 @@ fn a_server_restarted_at_the_instant_of_its_crash_can_send() {
 /// A server QP built by hand that sends `bytes` as its first message to a library client;
 /// returns what `Client::connect` made of it.
 fn handshake_with(bytes: Vec<u8>) -> (Result<Hello, PersistError>, Client<NodeHandle>) {
+    handshake_announced(bytes, None)
+}
+
+/// [`handshake_with`] by a client that was told the server's configuration when the
+/// connection was made (`Client::expect_config`), as a real backend's client is.
+fn handshake_announced(
+    bytes: Vec<u8>,
+    announced: Option<ServerConfig>,
+) -> (Result<Hello, PersistError>, Client<NodeHandle>) {
     let config = cfg("MHP+noDDIO+PM-RQWRB");
     let sim = Sim::new(2, profile());
     let server = sim.add_node("server", config);
@@ -872,7 +881,10 @@ fn handshake_with(bytes: Vec<u8>) -> (Result<Hello, PersistError>, Client<NodeHa
     let pd = server.alloc_pd().unwrap();
     let cq = server.create_cq(16).unwrap();
     let sqp = server.create_qp(pd, cq, cq, QpAttr::default()).unwrap();
-    let client = Client::create(node.clone()).unwrap();
+    let mut client = Client::create(node.clone()).unwrap();
+    if let Some(c) = announced {
+        client.expect_config(c);
+    }
     sim.connect((&node, client.qp()), (&server, sqp)).unwrap();
     let s = server.clone();
     sim.spawn_on(&server, async move {
@@ -925,6 +937,55 @@ fn a_hello_of_another_wire_version_is_refused() {
         client.method(Update::Singleton).unwrap().name,
         "write-flush"
     );
+}
+
+/// The connection manager of a real backend announces the server's configuration before
+/// the Hello; a Hello that names another is refused, since the methods correct for one are
+/// not for the other (a server announcing DMP whose Hello said WSP had the client run
+/// WSP's methods, which are not durable under DMP).
+#[test]
+fn a_hello_that_contradicts_the_announced_configuration_is_refused() {
+    let announced = cfg("DMP+noDDIO+PM-RQWRB");
+    let (r, client) = handshake_announced(Frame::Hello(a_hello()).emit(), Some(announced));
+    assert_eq!(
+        r,
+        Err(PersistError::ConfigMismatch {
+            announced,
+            hello: a_hello().config
+        })
+    );
+    assert!(client.hello().is_none() && client.method(Update::Singleton).is_none());
+    // Control: the configuration the Hello names.
+    let (r, _) = handshake_announced(Frame::Hello(a_hello()).emit(), Some(a_hello().config));
+    assert_eq!(r, Ok(a_hello()));
+}
+
+/// A region whose end lies past the address space, or a first sequence number with no
+/// room to count up from, is refused before the client computes with it.
+#[test]
+fn a_hello_with_a_wrapping_region_or_sequence_is_refused() {
+    let bad = [
+        Hello {
+            region_addr: u64::MAX - 100,
+            ..a_hello()
+        },
+        Hello {
+            seq_base: 0,
+            ..a_hello()
+        },
+        Hello {
+            seq_base: u64::MAX,
+            ..a_hello()
+        },
+    ];
+    for h in bad {
+        let (r, client) = handshake_with(Frame::Hello(h).emit());
+        assert!(
+            matches!(r, Err(PersistError::BadFrame(FrameError::BadValue(_)))),
+            "{h:?}: {r:?}"
+        );
+        assert!(client.hello().is_none());
+    }
 }
 
 #[test]

@@ -360,3 +360,56 @@ fn recovered_replies_unacknowledged_when_a_client_breaks_the_protocol_stay_undel
         "every recovered reply is still the client's"
     );
 }
+
+/// The other way round: a server that says more than it can know. A `Durable` notice for
+/// requests never sent (a client that took it would report its next requests durable at
+/// once, though the server never saw them) and a reply for a request never sent each end
+/// the client's call with `Malformed`.
+#[test]
+fn a_server_cannot_vouch_for_requests_never_sent() {
+    use remora_rpc::durable::ServerMsg;
+    use remora_rpc::proto::ReplyFrame;
+    let lies = [
+        ServerMsg::Durable { upto: 1_000_000 }.to_bytes(),
+        ServerMsg::Reply(ReplyFrame {
+            conn: 1,
+            reply: Reply::ok(2, vec![]),
+        })
+        .to_bytes(),
+    ];
+    for lie in lies {
+        let pair = DurablePair::new(
+            3,
+            LatencyProfile::default_profile(),
+            dmp(false),
+            opts(Design::SFlushRpc),
+        );
+        let server = pair.fresh_server().unwrap();
+        let mut client = DurableClient::create(pair.client.clone(), &pair.opts).unwrap();
+        // The server side is a bare queue pair the test speaks for.
+        let s = &pair.server;
+        let pd = s.alloc_pd().unwrap();
+        let cq = s.create_cq(64).unwrap();
+        let qp = s
+            .create_qp(pd, cq, cq, remora_model::rnic::QpAttr::default())
+            .unwrap();
+        pair.sim
+            .connect((&pair.client, client.qp()), (s, qp))
+            .unwrap();
+        client.attach(server.conn_info()).unwrap();
+        let send = SendWr::new(1, Opcode::Send, Payload::inline(lie.clone()), None);
+        s.post_send(qp, send).unwrap();
+        let put = Op::Put {
+            key: 1,
+            value: vec![1; 16],
+        };
+        let got = pair
+            .sim
+            .block_on(Instant::NEVER, async move { client.call(put).await })
+            .unwrap();
+        assert!(
+            matches!(&got, Err(RpcError::Malformed(why)) if why.contains("were sent")),
+            "{lie:02x?}: {got:?}"
+        );
+    }
+}

@@ -4,9 +4,10 @@
 
 use remora_model::profile::LatencyProfile;
 use remora_model::ServerConfig;
-use remora_rpc::durable::DurableOptions;
+use remora_rpc::durable::{DurableOptions, Fault};
 use remora_rpc::real::{
-    serve_durable, ClientSettings, DurableClaim, RealClient, RealServeOptions, RealStarted,
+    serve_durable, ClientSettings, DurableClaim, RealClient, RealConnectError, RealServeOptions,
+    RealStarted,
 };
 use remora_rpc::{Design, FlushForm, Op, RpcClient};
 use remora_soft::client::ConnectError;
@@ -185,6 +186,42 @@ fn every_durable_design_runs_over_tcp_on_dmp_with_and_without_ddio() {
             });
         }
     }
+}
+
+/// A server running a negative control (a deliberate protocol error the crash checker
+/// must catch; some are the client's, such as acknowledging a Put once its WRITE completes)
+/// announces it in its hello. A client joins it only when asked: it used to take the fault
+/// on silently and report Puts durable that were not.
+#[test]
+fn a_client_refuses_a_negative_control_it_was_not_asked_to_join() {
+    let dir = TestDir::new();
+    let mut o = options(Design::WFlushRpc);
+    o.fault = Some(Fault::AckOnWriteCompletion);
+    let s = start("127.0.0.1:0", "DMP+noDDIO+PM-RQWRB", dir.pool("fault"), o).unwrap();
+    let addr = s.addr.to_string();
+    let p = LatencyProfile::default_profile();
+    run_client(async {
+        let e = RealClient::connect(&addr, &p, &ClientSettings::default())
+            .await
+            .err();
+        assert!(
+            matches!(
+                e,
+                Some(RealConnectError::Fault {
+                    fault: Fault::AckOnWriteCompletion,
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+        // Asked to, it joins (the crash checker's negative control).
+        let settings = ClientSettings {
+            fault: Some(Fault::AckOnWriteCompletion),
+            ..ClientSettings::default()
+        };
+        let mut c = RealClient::connect(&addr, &p, &settings).await.unwrap();
+        workload(&mut c, 0, 3).await;
+    });
 }
 
 #[test]

@@ -75,7 +75,9 @@ pub async fn connect(
 ) -> Result<(RtNode, ServerConfig, Client<RtNode>), ConnectError> {
     let opening = open(addr, profile, None).await?;
     let config = opening.config();
-    let lib = Client::create(opening.node().clone())?;
+    let mut lib = Client::create(opening.node().clone())?;
+    // The library's Hello must name the configuration the connection manager announced.
+    lib.expect_config(config);
     let node = opening.finish(lib.qp()).await?;
     // The server's first message, its Hello, is what `Client::connect` waits for: a server
     // that accepted and then never sends it is a time-out here, not a hang there.

@@ -55,10 +55,21 @@ const COALESCE_BYTES: usize = 16 << 10;
 /// microsecond-scale model value would misfire whenever the host is busy.
 pub const REAL_ACK_TIMEOUT: Duration = Duration::from_millis(2_000);
 
-/// The profile a real-time node runs with: the model's, with [`REAL_ACK_TIMEOUT`].
+/// Receiver-not-ready retry delay on TCP: InfiniBand's `min_rnr_timer` runs from 0.01 to
+/// 655 ms, and the model's 10 µs, shorter than the driver's jump over short waits, made a
+/// requester refused for ever (a receiver that never posts) resend at once, back to back,
+/// a CPU spinning; 1 ms is a value of the range a peer waits on the wall clock.
+pub const REAL_RNR_RETRY_DELAY: Duration = Duration::from_millis(1);
+
+/// The profile a real-time node runs with: the model's, with [`REAL_ACK_TIMEOUT`] and
+/// [`REAL_RNR_RETRY_DELAY`].
 pub fn real_time_profile(p: &remora_model::LatencyProfile) -> remora_model::LatencyProfile {
     let mut p = p.clone();
     p.rnic.ack_timeout_ns = p.rnic.ack_timeout_ns.max(REAL_ACK_TIMEOUT.as_nanos());
+    p.rnic.rnr_retry_delay_ns = p
+        .rnic
+        .rnr_retry_delay_ns
+        .max(REAL_RNR_RETRY_DELAY.as_nanos());
     p
 }
 

@@ -159,8 +159,11 @@ impl Rnic {
         self.event(now, kind, req.dst_qp, req.psn as u64);
         self.respond(now + self.proc, req, Body::Nak(code));
         if code != NakCode::Rnr {
-            // A responder that NAKs an access violation also stops executing the QP.
+            // A responder that NAKs an access violation also stops executing the QP, and
+            // the QP's own outstanding requests complete in error, as on every way into the
+            // error state.
             self.enter_error(now, req.dst_qp);
+            self.retire(now, req.dst_qp);
         }
     }
 

@@ -223,12 +223,26 @@ impl<V: Verbs> DurableClient<V> {
                     .load(Space::Dram, self.recv.addr + wc.wr_id * b, &mut buf);
                 let notice = Notice::from_imm(wc.imm.unwrap_or(0));
                 self.slow = notice.slow;
+                // A server cannot have made durable, or answered, a request not yet sent:
+                // taken as true, that would tell a caller a request is durable that the
+                // server never saw.
+                let issued = self.next_seq - 1;
                 match ServerMsg::parse(&buf)? {
                     ServerMsg::Durable { upto } => {
+                        if upto > issued {
+                            return Err(RpcError::Malformed(format!(
+                                "the server says requests up to {upto} are durable; {issued} were sent"
+                            )));
+                        }
                         self.durable_known = self.durable_known.max(upto);
                     }
                     ServerMsg::Reply(f) => {
                         let seq = f.reply.seq;
+                        if seq > issued {
+                            return Err(RpcError::Malformed(format!(
+                                "a reply for request {seq}; {issued} were sent"
+                            )));
+                        }
                         self.processed_known = self.processed_known.max(seq);
                         if self.pending.remove(&seq).is_some() {
                             self.replies.insert(seq, f.reply);

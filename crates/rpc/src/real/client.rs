@@ -3,7 +3,8 @@
 
 use crate::api::{RpcError, ServerCosts};
 use crate::design::{Design, FlushForm};
-use crate::durable::{DurableClient, DurableOptions};
+use crate::durable::{DurableClient, DurableOptions, Fault};
+use remora_model::config::ServerConfig;
 use remora_model::profile::LatencyProfile;
 use remora_model::time::Duration;
 use remora_soft::client::{ConnectError, Opening};
@@ -70,6 +71,33 @@ pub enum RealConnectError {
     /// The handshake took too long.
     #[error("{0}: handshake timed out")]
     Timeout(String),
+    /// The server's hello names another configuration than its connection manager
+    /// announced: the Flush plan of one is not correct for the other.
+    #[error(
+        "{addr} announced configuration {announced} when connecting but {hello} in its \
+         durable-RPC hello"
+    )]
+    ConfigMismatch {
+        /// Server address.
+        addr: String,
+        /// The connection manager's.
+        announced: ServerConfig,
+        /// The hello's.
+        hello: ServerConfig,
+    },
+    /// The server runs a negative control (a deliberate protocol error, for the crash
+    /// checker) the client was not told to expect: it would make the client take requests
+    /// as durable that are not.
+    #[error(
+        "{addr} runs the negative control {fault:?}, a deliberate protocol error; a client \
+         joins one only when asked to (ClientSettings::fault)"
+    )]
+    Fault {
+        /// Server address.
+        addr: String,
+        /// The fault the server announced.
+        fault: Fault,
+    },
     /// The durable-RPC client failed to set up or resume.
     #[error(transparent)]
     Rpc(#[from] RpcError),
@@ -99,6 +127,7 @@ async fn open(
     addr: &str,
     profile: &LatencyProfile,
     node: Option<(RtNode, u64)>,
+    fault: Option<Fault>,
 ) -> Result<Opened, RealConnectError> {
     let claim = DurableClaim {
         node: node.as_ref().map_or(0, |(n, _)| n.node()),
@@ -131,6 +160,19 @@ async fn open(
         addr: addr.to_string(),
         err,
     })?;
+    if hello.info.config != opening.config() {
+        return Err(RealConnectError::ConfigMismatch {
+            addr: addr.to_string(),
+            announced: opening.config(),
+            hello: hello.info.config,
+        });
+    }
+    if let Some(announced) = hello.opts.fault.filter(|f| Some(*f) != fault) {
+        return Err(RealConnectError::Fault {
+            addr: addr.to_string(),
+            fault: announced,
+        });
+    }
     Ok(Opened { opening, hello })
 }
 
@@ -145,6 +187,9 @@ pub struct ClientSettings {
     pub probe_interval: Duration,
     /// Idle time after which a wait fails.
     pub reply_timeout: Duration,
+    /// The negative control the client joins (the crash checker's), or `None`: a server
+    /// that announces another is refused.
+    pub fault: Option<Fault>,
 }
 
 impl Default for ClientSettings {
@@ -156,6 +201,7 @@ impl Default for ClientSettings {
             batch: 1,
             probe_interval: Duration::from_millis(1),
             reply_timeout: Duration::from_millis(10_000),
+            fault: None,
         }
     }
 }
@@ -170,7 +216,7 @@ impl RealClient {
         settings: &ClientSettings,
     ) -> Result<RealClient, RealConnectError> {
         let hs = async {
-            let o = open(addr, profile, None).await?;
+            let o = open(addr, profile, None, settings.fault).await?;
             let hello = o.hello.clone();
             if let Some(asked) = settings.design {
                 if asked != hello.opts.design {
@@ -213,6 +259,7 @@ impl RealClient {
                 addr,
                 &self.profile,
                 Some((self.node.clone(), self.hello.key)),
+                self.hello.opts.fault,
             )
             .await?;
             let hello = o.hello.clone();
@@ -220,6 +267,15 @@ impl RealClient {
                 return Err(RealConnectError::Changed {
                     addr: addr.to_string(),
                     what: format!("{:?} then {:?}", self.hello.opts, hello.opts),
+                });
+            }
+            if hello.info.config != self.hello.info.config {
+                return Err(RealConnectError::Changed {
+                    addr: addr.to_string(),
+                    what: format!(
+                        "configuration {} then {}",
+                        self.hello.info.config, hello.info.config
+                    ),
                 });
             }
             let qp = self.client.reopen()?;

@@ -94,6 +94,10 @@ pub enum HelloError {
     },
 }
 
+/// The largest processed watermark a [`DurableHello`] may carry (2^62: more requests than
+/// any connection makes).
+pub const MAX_WATERMARK: u64 = 1 << 62;
+
 pub(super) fn design_code(d: Design) -> Option<u8> {
     Some(match d {
         Design::SFlushRpc => 1,
@@ -217,6 +221,11 @@ impl DurableHello {
             ));
         }
         let (processed, before) = (u64_at(64), u64_at(72));
+        // A connection numbers its requests from `processed + 1` up: no watermark near the
+        // top of the range is real, and one there would wrap the client's count.
+        if processed > MAX_WATERMARK {
+            return bad(format!("watermark {processed} (at most {MAX_WATERMARK})"));
+        }
         if before > processed {
             return bad(format!(
                 "watermark {before} before recovery past {processed} after"
@@ -370,6 +379,18 @@ mod tests {
         let mut b = hello(Design::WFlushRpc, None).emit();
         b[4] = 2;
         assert_eq!(DurableHello::parse(&b), Err(HelloError::Version(2)));
+        // A watermark with no room above it (a client counts up from it) is refused: at
+        // u64::MAX the client's next sequence number wrapped to 0 and it panicked.
+        for (processed, ok) in [
+            (MAX_WATERMARK, true),
+            (MAX_WATERMARK + 1, false),
+            (u64::MAX, false),
+        ] {
+            let mut h = hello(Design::WFlushRpc, None);
+            h.info.processed = processed;
+            let parsed = DurableHello::parse(&h.emit());
+            assert_eq!(parsed.is_ok(), ok, "{processed}: {parsed:?}");
+        }
     }
 
     #[test]
