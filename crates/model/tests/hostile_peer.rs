@@ -305,3 +305,45 @@ fn a_refused_request_completes_the_nodes_own_outstanding_requests() {
         .collect();
     assert_eq!(done, vec![(7, WcStatus::WrFlushErr)]);
 }
+
+/// A READ's response carries exactly the bytes asked for. A shorter one (it completed the
+/// READ with success, the buffer's tail never read) or a longer one fails the READ with
+/// `BadRespErr`, and the buffer keeps what it held.
+#[test]
+fn a_read_response_of_another_length_fails_the_read() {
+    for n in [0usize, 7, 9] {
+        let (mut a, b) = pair(64);
+        let t = Instant::from_nanos(1_000);
+        let sge = Sge {
+            addr: a.mr.addr,
+            len: 8,
+            lkey: a.mr.lkey,
+        };
+        let remote = Remote {
+            addr: b.mr.addr,
+            rkey: b.mr.rkey,
+        };
+        let read = SendWr::new(1, Opcode::Read, Payload::Sge(sge), Some(remote));
+        a.rnic.post_send(t, a.qp, read).unwrap();
+        let req = sent(&mut a, t).pop().unwrap();
+        let resp = answer(
+            &req,
+            Body::ReadResp(remora_model::bytes::Bytes::copy_from(&vec![5u8; n])),
+        );
+        a.rnic.handle_packet(t, &resp);
+        settle(&mut a, t + Duration::from_micros(10));
+        let wcs: Vec<(u64, WcStatus)> = completions(&mut a)
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect();
+        assert_eq!(wcs, vec![(1, WcStatus::BadRespErr)], "{n} bytes");
+        let mut got = [0u8; 8];
+        a.rnic.cpu_load(
+            t + Duration::from_micros(10),
+            Space::Pm,
+            a.mr.addr,
+            &mut got,
+        );
+        assert_eq!(got, [0u8; 8], "{n} bytes");
+    }
+}

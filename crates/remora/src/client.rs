@@ -546,6 +546,18 @@ impl<V: Verbs> Client<V> {
 
     async fn next_frame(&mut self) -> Result<Frame, PersistError> {
         let wc = next_completion(&self.v, self.rcq).await;
+        if wc.status == WcStatus::WrFlushErr {
+            // The connection failed; a flushed receive says only that. The send that failed
+            // it (the server unreachable, a request it refused) says why.
+            while let Some(s) = self.v.poll_one(self.scq) {
+                if !matches!(s.status, WcStatus::Success | WcStatus::WrFlushErr) {
+                    return Err(PersistError::Completion {
+                        what: "a request (the connection failed)",
+                        status: s.status,
+                    });
+                }
+            }
+        }
         if wc.status != WcStatus::Success {
             return Err(PersistError::Completion {
                 what: "receive",

@@ -1057,3 +1057,31 @@ fn a_responder_that_fails_to_set_up_or_closes_leaves_nothing_behind() {
     r.close().unwrap();
     assert_eq!(live(), Default::default());
 }
+
+/// A two-sided method whose server is gone: the client's SEND is never acknowledged, the
+/// connection fails, and the error names why (the transport's retries ran out), not the
+/// flushed receive the client was waiting on.
+#[test]
+fn a_failed_connection_is_reported_by_its_cause() {
+    let pair = SimPair::new(4, profile(), cfg("DMP+DDIO+DRAM-RQWRB"), SMALL);
+    let (client, _) = pair.open().unwrap();
+    let (sim, server) = (pair.sim.clone(), pair.server.id());
+    let r = drive(&pair.sim, async move {
+        let mut client = client;
+        client
+            .connect(Primitive::Write, Shape::default())
+            .await
+            .unwrap();
+        assert_eq!(client.method(Update::Singleton).unwrap().name, "write-msg");
+        client.persist(0, &[1; 8]).await.unwrap();
+        sim.crash_now(server);
+        client.persist(0, &[2; 8]).await
+    });
+    assert_eq!(
+        r,
+        Err(PersistError::Completion {
+            what: "a request (the connection failed)",
+            status: WcStatus::RetryExcErr
+        })
+    );
+}

@@ -211,7 +211,9 @@ impl Rnic {
             let w = &q.sq[idx];
             let op = w.wr.opcode;
             let fits = match &pkt.body {
-                Body::ReadResp(_) => op == Opcode::Read,
+                // A READ's response carries exactly the bytes asked for: a short one would
+                // complete the READ with bytes it never read.
+                Body::ReadResp(d) => op == Opcode::Read && d.len() as u64 == w.len,
                 Body::AtomicResp(_) => {
                     matches!(op, Opcode::CompareSwap { .. } | Opcode::FetchAdd { .. })
                 }
