@@ -164,6 +164,59 @@ pub fn remotelog_against(
 /// `rnr_retry` 7 is).
 pub const APPEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Runs `work` unless `done` (a count of finished operations it keeps) stays the same for
+/// a whole `stall`: then gives that count, the operation left unfinished. The clock is
+/// watched by a task of its own, which wakes once per `stall` and, on a stall, wakes
+/// `work`'s task: a time-out around each append cost the client about 1,000 instructions
+/// per append, and a timer polled beside `work` about 100. A stall is noticed after
+/// `stall` to twice that.
+async fn unless_stalled<T>(
+    done: std::rc::Rc<std::cell::Cell<u64>>,
+    stall: std::time::Duration,
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, u64> {
+    use std::cell::{Cell, RefCell};
+    use std::rc::Rc;
+    use std::task::{Poll, Waker};
+    let (stalled, finished) = (Rc::new(Cell::new(false)), Rc::new(Cell::new(false)));
+    let waker: Rc<RefCell<Option<Waker>>> = Rc::default();
+    {
+        let (done, stalled, finished, waker) =
+            (done.clone(), stalled.clone(), finished.clone(), waker.clone());
+        remora_exec::spawn_local(async move {
+            loop {
+                let seen = done.get();
+                remora_exec::time::sleep(stall).await;
+                if finished.get() {
+                    return;
+                }
+                if done.get() == seen {
+                    stalled.set(true);
+                    if let Some(w) = waker.borrow_mut().take() {
+                        w.wake();
+                    }
+                    return;
+                }
+            }
+        });
+    }
+    let mut work = std::pin::pin!(work);
+    let r = std::future::poll_fn(|cx| {
+        if stalled.get() {
+            return Poll::Ready(Err(done.get()));
+        }
+        let mut w = waker.borrow_mut();
+        if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            *w = Some(cx.waker().clone());
+        }
+        drop(w);
+        work.as_mut().poll(cx).map(Ok)
+    })
+    .await;
+    finished.set(true);
+    r
+}
+
 /// [`remotelog_against`] with another wait per append.
 pub fn remotelog_against_within(
     addr: &str,
@@ -202,23 +255,28 @@ pub fn remotelog_against_within(
                 }
                 let mut log = LogClient::new(client, shape, update);
                 let mut h = hdrhistogram::Histogram::<u64>::new(3).expect("histogram");
-                for n in 0..appends {
-                    let t0 = wall();
-                    remora_exec::time::timeout(append_timeout, log.append())
-                        .await
-                        .map_err(|_| {
-                            format!(
-                                "{update} {primitive} append {n} ({method}): {addr} did not \
-                                 complete it within {append_timeout:?} (its transport \
-                                 answers; the method's acknowledgement never came)",
-                                update = update.name(),
-                                primitive = primitive.name()
-                            )
-                        })?
-                        .map_err(|e| e.to_string())?;
-                    h.record(t0.elapsed().as_nanos() as u64)
-                        .expect("latency fits");
-                }
+                let done = std::rc::Rc::new(std::cell::Cell::new(0u64));
+                let appending = async {
+                    for _ in 0..appends {
+                        let t0 = wall();
+                        log.append().await.map_err(|e| e.to_string())?;
+                        h.record(t0.elapsed().as_nanos() as u64)
+                            .expect("latency fits");
+                        done.set(done.get() + 1);
+                    }
+                    Ok::<(), String>(())
+                };
+                unless_stalled(done.clone(), append_timeout, appending)
+                    .await
+                    .map_err(|n| {
+                        format!(
+                            "{update} {primitive} append {n} ({method}): {addr} did not \
+                             complete it within {append_timeout:?} (its transport answers; \
+                             the method's acknowledgement never came)",
+                            update = update.name(),
+                            primitive = primitive.name()
+                        )
+                    })??;
                 rows.push(RealRow {
                     update,
                     primitive,

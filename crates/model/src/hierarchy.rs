@@ -560,8 +560,14 @@ impl MemoryHierarchy {
             return;
         };
         let h = self.held.remove(at);
-        self.media.write(h.addr, &h.base);
-        self.lay_held_over(h.addr, h.data.len());
+        // What lies under it, with the other held writes still on top, in one write.
+        let mut merged = h.base;
+        for o in &self.held {
+            if let Some((i, j, n)) = o.overlap(h.addr, merged.len()) {
+                merged[j..j + n].copy_from_slice(&o.data[i..i + n]);
+            }
+        }
+        self.media.write(h.addr, &merged);
     }
 
     /// Keys of the held writes, in arrival order.
@@ -657,8 +663,7 @@ impl MemoryHierarchy {
                             let r = self.records[dma as usize].as_ref().unwrap();
                             if r.in_media {
                                 let (addr, bytes) = (r.addr(), r.bytes().to_vec());
-                                self.media.write(addr, &bytes);
-                                self.under_held(addr, &bytes);
+                                self.media_write(addr, &bytes);
                             }
                         }
                     }
@@ -883,33 +888,41 @@ impl MemoryHierarchy {
                 self.pm_visible.read_over(addr, old, &*self.media);
                 self.pm_visible.write_over(addr, old, &*self.media);
             }
-            let bytes = self.records[id as usize].as_ref().unwrap().bytes();
-            self.media.write(addr, bytes);
-            if !self.held.is_empty() {
-                let bytes = bytes.to_vec();
-                self.under_held(addr, &bytes);
+            let r = self.records[id as usize].as_ref().unwrap();
+            if self.held.is_empty() {
+                self.media.write(addr, r.bytes());
+            } else {
+                let bytes = r.bytes().to_vec();
+                self.write_under_held(addr, &bytes);
             }
         }
     }
 
-    /// `addr..` was just written with `bytes` in the medium: where a held write covers it,
-    /// that is its base now, and the held write goes back over it.
-    fn under_held(&mut self, addr: u64, bytes: &[u8]) {
+    /// Writes `bytes` at `addr` into the medium.
+    fn media_write(&mut self, addr: u64, bytes: &[u8]) {
+        if self.held.is_empty() {
+            self.media.write(addr, bytes);
+        } else {
+            self.write_under_held(addr, bytes);
+        }
+    }
+
+    /// [`media_write`](Self::media_write) under held writes: where one covers `addr..`,
+    /// `bytes` become its base and it stays on top. One write of the medium, the held
+    /// bytes already in it, so that a SIGKILL between two writes never leaves the medium
+    /// without a held write. Out of line: held writes are rare, and the streaming path
+    /// writes the medium once per line.
+    #[cold]
+    #[inline(never)]
+    fn write_under_held(&mut self, addr: u64, bytes: &[u8]) {
+        let mut merged = bytes.to_vec();
         for h in &mut self.held {
             if let Some((i, j, n)) = h.overlap(addr, bytes.len()) {
                 h.base[i..i + n].copy_from_slice(&bytes[j..j + n]);
+                merged[j..j + n].copy_from_slice(&h.data[i..i + n]);
             }
         }
-        self.lay_held_over(addr, bytes.len());
-    }
-
-    /// Writes the held writes' bytes over `addr..addr+len` in the medium, in arrival order.
-    fn lay_held_over(&mut self, addr: u64, len: usize) {
-        for h in &self.held {
-            if let Some((i, j, n)) = h.overlap(addr, len) {
-                self.media.write(addr + j as u64, &h.data[i..i + n]);
-            }
-        }
+        self.media.write(addr, &merged);
     }
 
     /// Inbound DMA records of `line` not yet visible at `now`, oldest first.

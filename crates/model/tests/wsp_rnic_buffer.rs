@@ -16,14 +16,19 @@ use remora_model::verbs::*;
 use remora_model::wire::Packet;
 use std::sync::{Arc, Mutex};
 
-/// A medium the test can read while the RNIC owns it: the pool file's stand-in.
+/// A medium the test can read while the RNIC owns it: the pool file's stand-in. It also
+/// keeps every write, in order.
 #[derive(Debug, Clone, Default)]
-struct Shared(Arc<Mutex<SparseMem>>);
+struct Shared(Arc<Mutex<SparseMem>>, Arc<Mutex<Writes>>);
+
+/// Every write of a medium, in order: (address, bytes).
+type Writes = Vec<(u64, Vec<u8>)>;
 impl PmMedia for Shared {
     fn read(&self, addr: u64, buf: &mut [u8]) {
         self.0.lock().unwrap().read(addr, buf)
     }
     fn write(&mut self, addr: u64, data: &[u8]) {
+        self.1.lock().unwrap().push((addr, data.to_vec()));
         self.0.lock().unwrap().write(addr, data)
     }
     fn snapshot(&self) -> SparseMem {
@@ -160,6 +165,24 @@ fn a_later_write_of_the_same_bytes_stays_under_the_waiting_one() {
         b.rnic.handle_timeout(t);
     }
     let end = t + remora_model::time::Duration::from_millis(1);
+    // From its arrival on, the medium held the ATOMIC WRITE at every instant: no write
+    // put anything else there afterwards for good (a SIGKILL between two writes of the
+    // medium keeps what the first left).
+    let writes = b.media.1.lock().unwrap().clone();
+    let first = writes
+        .iter()
+        .position(|(a, d)| *a == target && d[..] == ATOMIC.to_le_bytes())
+        .expect("the ATOMIC WRITE reached the medium");
+    for (i, (a, d)) in writes.iter().enumerate().skip(first + 1) {
+        if *a <= target && target < *a + d.len() as u64 {
+            let o = (target - a) as usize;
+            assert_eq!(
+                &d[o..o + 8],
+                &ATOMIC.to_le_bytes(),
+                "write {i}: {writes:02x?}"
+            );
+        }
+    }
     let (medium, image, seen, _) = kept(&mut b, target, end);
     assert_eq!((medium, image, seen), (ATOMIC, ATOMIC, ATOMIC));
 }

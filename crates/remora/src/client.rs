@@ -93,6 +93,9 @@ pub struct Client<V: Verbs> {
     next_wr: u64,
     /// See [`expect_config`](Self::expect_config).
     announced: Option<ServerConfig>,
+    /// Send completions taken off their CQ while looking for why the connection failed,
+    /// in order, for `wait_wr` to see first.
+    taken_sends: std::collections::VecDeque<WorkCompletion>,
 }
 
 impl<V: Verbs> Client<V> {
@@ -122,6 +125,7 @@ impl<V: Verbs> Client<V> {
             seq: 1,
             next_wr: 1,
             announced: None,
+            taken_sends: std::collections::VecDeque::new(),
         };
         for i in 0..ACK_SLOTS {
             c.post_ack_slot(i)?;
@@ -531,7 +535,10 @@ impl<V: Verbs> Client<V> {
 
     async fn wait_wr(&mut self, wr_id: u64, what: &'static str) -> Result<(), PersistError> {
         loop {
-            let wc = next_completion(&self.v, self.scq).await;
+            let wc = match self.taken_sends.pop_front() {
+                Some(wc) => wc,
+                None => next_completion(&self.v, self.scq).await,
+            };
             if wc.status != WcStatus::Success {
                 return Err(PersistError::Completion {
                     what,
@@ -548,14 +555,21 @@ impl<V: Verbs> Client<V> {
         let wc = next_completion(&self.v, self.rcq).await;
         if wc.status == WcStatus::WrFlushErr {
             // The connection failed; a flushed receive says only that. The send that failed
-            // it (the server unreachable, a request it refused) says why.
+            // it (the server unreachable, a request it refused) says why. What is taken off
+            // the send queue's CQ to find it stays for `wait_wr` (a FLUSH that completed
+            // before the failure still proves its writes persistent).
             while let Some(s) = self.v.poll_one(self.scq) {
-                if !matches!(s.status, WcStatus::Success | WcStatus::WrFlushErr) {
-                    return Err(PersistError::Completion {
-                        what: "a request (the connection failed)",
-                        status: s.status,
-                    });
-                }
+                self.taken_sends.push_back(s);
+            }
+            let cause = self
+                .taken_sends
+                .iter()
+                .find(|s| !matches!(s.status, WcStatus::Success | WcStatus::WrFlushErr));
+            if let Some(cause) = cause {
+                return Err(PersistError::Completion {
+                    what: "a request (the connection failed)",
+                    status: cause.status,
+                });
             }
         }
         if wc.status != WcStatus::Success {

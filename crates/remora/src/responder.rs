@@ -5,7 +5,7 @@
 //! application's recovery subsystem can be designed to access these messages and persist
 //! their effects").
 
-use crate::wire::{imm, Frame, FrameRef, Hello};
+use crate::wire::{imm, Frame, FrameRef, Hello, MAX_SEQ_BASE};
 use remora_model::config::{PersistenceDomain, RqwrbPlacement, ServerConfig};
 use remora_model::time::Duration;
 use remora_verbs::*;
@@ -198,7 +198,7 @@ impl<V: Verbs> Responder<V> {
             if let Ok(Frame::Apply { seq, entries, .. }) =
                 Frame::parse(&self.read_slot(i, self.setup.rq_slot_bytes as usize))
             {
-                if seq > applied {
+                if seq > applied && seq < MAX_SEQ_BASE {
                     found.push((seq, i, entries));
                 }
             }
@@ -354,6 +354,12 @@ impl<V: Verbs> Responder<V> {
                     self.v.load(self.ring.space, self.slot_addr(slot), bytes);
                     // Read in place: the data is copied from the slot, not from here.
                     match FrameRef::parse(bytes) {
+                        // A sequence number past the Hello's range would, once recorded as
+                        // applied, give every later client of this slot a first sequence
+                        // number it must refuse.
+                        Ok(FrameRef::Apply { seq, .. }) if seq >= MAX_SEQ_BASE => {
+                            self.stats.bad_frames += 1
+                        }
                         Ok(FrameRef::Apply { seq, ack, entries }) => {
                             if self.apply(slot, entries.map(|(o, d)| (o, d.len()))).await {
                                 self.mark_applied(seq).await;

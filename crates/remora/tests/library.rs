@@ -534,6 +534,16 @@ fn bad_messages_get_no_effect_and_the_responder_keeps_serving() {
         .emit();
         *torn.last_mut().unwrap() ^= 0x40;
         raw.send(6, torn);
+        // Sequence numbers past any Hello's range: recorded as applied in a PM ring, one
+        // made the slot's next Hello one that every client must refuse.
+        for (i, seq) in [(60, remora::wire::MAX_SEQ_BASE), (61, u64::MAX)] {
+            let far = Frame::Apply {
+                seq,
+                ack: true,
+                entries: vec![(768, vec![0xAB; 8])],
+            };
+            raw.send(i, far.emit());
+        }
         // (c) a valid Apply.
         let good = Frame::Apply {
             seq: s + 4,
@@ -1084,4 +1094,39 @@ fn a_failed_connection_is_reported_by_its_cause() {
             status: WcStatus::RetryExcErr
         })
     );
+}
+
+/// The cause is found by taking the send CQ's completions, which stay for whoever waits
+/// for them: a FLUSH that completed before the connection failed still proves its writes
+/// persistent (a review found the search dropping it, and `wait_flush` then reported the
+/// FLUSH failed, or waited for ever).
+#[test]
+fn a_flush_completed_before_the_connection_failed_is_still_waited_for() {
+    let pair = SimPair::new(4, profile(), cfg("DMP+DDIO+DRAM-RQWRB"), SMALL);
+    let (client, _) = pair.open().unwrap();
+    let (sim, server, node) = (pair.sim.clone(), pair.server.id(), pair.client.clone());
+    let r = drive(&pair.sim, async move {
+        let mut client = client;
+        client
+            .connect(Primitive::Write, Shape::default())
+            .await
+            .unwrap();
+        assert_eq!(client.method(Update::Singleton).unwrap().name, "write-msg");
+        let ticket = client.post_flush_writes().unwrap();
+        node.compute(Duration::from_millis(1)).await;
+        sim.crash_now(server);
+        let failed = client.persist(0, &[2; 8]).await;
+        assert!(
+            matches!(
+                failed,
+                Err(PersistError::Completion {
+                    status: WcStatus::RetryExcErr,
+                    ..
+                })
+            ),
+            "{failed:?}"
+        );
+        client.wait_flush(ticket).await
+    });
+    assert_eq!(r, Ok(()));
 }

@@ -139,6 +139,8 @@ impl Rnic {
         self.push_cqe(now, visible + self.proc, cq, wc);
     }
 
+    #[cold]
+    #[inline(never)]
     pub(super) fn nak(&mut self, now: Instant, req: &Packet, code: NakCode) {
         let q = &mut self.qps[req.dst_qp.0 as usize];
         // Only a request *behind* the waiting ones waits (PSNs compared modulo 2^32); a
@@ -192,12 +194,8 @@ impl Rnic {
                     q.deferred_timer_armed = true;
                     self.push_timer(at.max(now), Timer::Deferred(qpn));
                 }
-                // Under WSP the RNIC buffer is in the persistence domain: a write waiting
-                // there is durable, so the medium holds it until it leaves the buffer.
                 if self.config.domain == PersistenceDomain::Wsp {
-                    if let Some((space, addr, data)) = self.deferred_write(qpn, pkt) {
-                        self.hier.hold(held_key(qpn, pkt.psn), space, addr, data);
-                    }
+                    self.hold_deferred(qpn, pkt);
                 }
             } else {
                 self.execute_np(now, pkt);
@@ -317,9 +315,21 @@ impl Rnic {
                 return;
             }
             let pkt = q.deferred.pop_front().unwrap();
-            // Executed now, it reaches the medium as any write does (or is refused).
-            self.hier.release_held(held_key(qpn, pkt.psn));
+            // Executed now, it reaches the medium as any write does (or is refused); only
+            // then does the hierarchy let it go, so the medium holds it throughout.
             self.execute_np(now, &pkt);
+            self.hier.release_held(held_key(qpn, pkt.psn));
+        }
+    }
+
+    /// Under WSP the RNIC buffer is in the persistence domain: a write waiting there is
+    /// durable, so the medium holds it until it leaves the buffer. Out of line: it is rare,
+    /// and the request path is every packet's.
+    #[cold]
+    #[inline(never)]
+    fn hold_deferred(&mut self, qpn: QpNum, pkt: &Packet) {
+        if let Some((space, addr, data)) = self.deferred_write(qpn, pkt) {
+            self.hier.hold(held_key(qpn, pkt.psn), space, addr, data);
         }
     }
 
