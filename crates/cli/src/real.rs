@@ -181,8 +181,12 @@ async fn unless_stalled<T>(
     let (stalled, finished) = (Rc::new(Cell::new(false)), Rc::new(Cell::new(false)));
     let waker: Rc<RefCell<Option<Waker>>> = Rc::default();
     {
-        let (done, stalled, finished, waker) =
-            (done.clone(), stalled.clone(), finished.clone(), waker.clone());
+        let (done, stalled, finished, waker) = (
+            done.clone(),
+            stalled.clone(),
+            finished.clone(),
+            waker.clone(),
+        );
         remora_exec::spawn_local(async move {
             loop {
                 let seen = done.get();

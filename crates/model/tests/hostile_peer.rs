@@ -57,6 +57,23 @@ fn completions(n: &mut Node) -> Vec<WorkCompletion> {
     out
 }
 
+/// Posts an 8-byte READ of `b`'s region into `a`'s (work request 1) and returns its
+/// request as it left `a`.
+fn post_read(a: &mut Node, b: &Node, t: Instant) -> Packet {
+    let sge = Sge {
+        addr: a.mr.addr,
+        len: 8,
+        lkey: a.mr.lkey,
+    };
+    let remote = Remote {
+        addr: b.mr.addr,
+        rkey: b.mr.rkey,
+    };
+    let read = SendWr::new(1, Opcode::Read, Payload::Sge(sge), Some(remote));
+    a.rnic.post_send(t, a.qp, read).unwrap();
+    sent(a, t).pop().unwrap()
+}
+
 /// Runs `n`'s timers until nothing is due before `until`.
 fn settle(n: &mut Node, until: Instant) {
     while let Some(t) = n.rnic.poll_timeout().filter(|&t| t <= until) {
@@ -117,23 +134,7 @@ fn a_response_of_the_wrong_kind_fails_the_request_not_the_node() {
 fn a_duplicate_read_response_is_dropped() {
     let (mut a, mut b) = pair(64);
     let t = Instant::from_nanos(1_000);
-    let sge = Sge {
-        addr: a.mr.addr,
-        len: 8,
-        lkey: a.mr.lkey,
-    };
-    let remote = Remote {
-        addr: b.mr.addr,
-        rkey: b.mr.rkey,
-    };
-    a.rnic
-        .post_send(
-            t,
-            a.qp,
-            SendWr::new(1, Opcode::Read, Payload::Sge(sge), Some(remote)),
-        )
-        .unwrap();
-    let req = sent(&mut a, t).pop().unwrap();
+    let req = post_read(&mut a, &b, t);
     let resp = answer(
         &req,
         Body::ReadResp(remora_model::bytes::Bytes::copy_from(&[5u8; 8])),
@@ -314,18 +315,7 @@ fn a_read_response_of_another_length_fails_the_read() {
     for n in [0usize, 7, 9] {
         let (mut a, b) = pair(64);
         let t = Instant::from_nanos(1_000);
-        let sge = Sge {
-            addr: a.mr.addr,
-            len: 8,
-            lkey: a.mr.lkey,
-        };
-        let remote = Remote {
-            addr: b.mr.addr,
-            rkey: b.mr.rkey,
-        };
-        let read = SendWr::new(1, Opcode::Read, Payload::Sge(sge), Some(remote));
-        a.rnic.post_send(t, a.qp, read).unwrap();
-        let req = sent(&mut a, t).pop().unwrap();
+        let req = post_read(&mut a, &b, t);
         let resp = answer(
             &req,
             Body::ReadResp(remora_model::bytes::Bytes::copy_from(&vec![5u8; n])),
