@@ -530,11 +530,7 @@ impl MemoryHierarchy {
         if self.domain != PersistenceDomain::Wsp || space != Space::Pm || data.is_empty() {
             return;
         }
-        // Loads keep seeing the old bytes (the visible image copies its page from the
-        // medium before the medium changes).
-        let mut old = vec![0u8; data.len()];
-        self.pm_visible.read_over(addr, &mut old, &*self.media);
-        self.pm_visible.write_over(addr, &old, &*self.media);
+        self.pin_visible(addr, data.len());
         // Under the earlier held writes the medium's base is theirs, not what it shows.
         let mut base = vec![0u8; data.len()];
         self.media.read(addr, &mut base);
@@ -881,12 +877,8 @@ impl MemoryHierarchy {
             r.in_media = true;
             let (addr, len, early) = (r.addr(), r.len as usize, r.t_visible > now);
             if early {
-                // Durable before visible (WSP): pin the visible copy of the bytes first,
-                // so loads keep seeing the old value until the write commits.
-                let mut old = [0u8; LINE as usize];
-                let old = &mut old[..len];
-                self.pm_visible.read_over(addr, old, &*self.media);
-                self.pm_visible.write_over(addr, old, &*self.media);
+                // Durable before visible (WSP).
+                self.pin_visible(addr, len);
             }
             let r = self.records[id as usize].as_ref().unwrap();
             if self.held.is_empty() {
@@ -895,6 +887,22 @@ impl MemoryHierarchy {
                 let bytes = r.bytes().to_vec();
                 self.write_under_held(addr, &bytes);
             }
+        }
+    }
+
+    /// Copies what is visible at `addr..addr+len` into the visible image, so that loads
+    /// keep seeing those bytes while the medium below takes bytes not yet visible (the
+    /// image copies a page from the medium only when it first writes it). One line at a
+    /// time, through a buffer on the stack.
+    fn pin_visible(&mut self, addr: u64, len: usize) {
+        let mut buf = [0u8; LINE as usize];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(LINE as usize);
+            let (a, old) = (addr + done as u64, &mut buf[..n]);
+            self.pm_visible.read_over(a, old, &*self.media);
+            self.pm_visible.write_over(a, old, &*self.media);
+            done += n;
         }
     }
 

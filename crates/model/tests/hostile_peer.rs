@@ -74,6 +74,18 @@ fn post_read(a: &mut Node, b: &Node, t: Instant) -> Packet {
     sent(a, t).pop().unwrap()
 }
 
+/// The completions `n`'s CQ holds, as (work request id, status).
+fn outcomes(n: &mut Node) -> Vec<(u64, WcStatus)> {
+    completions(n).iter().map(|c| (c.wr_id, c.status)).collect()
+}
+
+/// The first 8 bytes of `n`'s region, as a load at `at` sees them (where READs land).
+fn region_head(n: &mut Node, at: Instant) -> [u8; 8] {
+    let mut got = [0u8; 8];
+    n.rnic.cpu_load(at, Space::Pm, n.mr.addr, &mut got);
+    got
+}
+
 /// Runs `n`'s timers until nothing is due before `until`.
 fn settle(n: &mut Node, until: Instant) {
     while let Some(t) = n.rnic.poll_timeout().filter(|&t| t <= until) {
@@ -111,9 +123,8 @@ fn a_response_of_the_wrong_kind_fails_the_request_not_the_node() {
         let req = sent(&mut a, t).pop().expect("the SEND left");
         a.rnic.handle_packet(t, &answer(&req, body.clone()));
         settle(&mut a, t + Duration::from_micros(10));
-        let wcs = completions(&mut a);
         assert_eq!(
-            wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+            outcomes(&mut a),
             vec![(9, WcStatus::BadRespErr)],
             "{body:?}"
         );
@@ -150,14 +161,7 @@ fn a_duplicate_read_response_is_dropped() {
     let wcs = completions(&mut a);
     assert_eq!(wcs.len(), 1);
     assert_eq!(wcs[0].status, WcStatus::Success);
-    let mut got = [0u8; 8];
-    a.rnic.cpu_load(
-        t + Duration::from_micros(10),
-        Space::Pm,
-        a.mr.addr,
-        &mut got,
-    );
-    assert_eq!(got, [5u8; 8]);
+    assert_eq!(region_head(&mut a, t + Duration::from_micros(10)), [5u8; 8]);
 }
 
 /// A CQ smaller than what its queues complete overruns when a failed connection flushes
@@ -300,11 +304,7 @@ fn a_refused_request_completes_the_nodes_own_outstanding_requests() {
         .filter(|b| matches!(b, Body::Nak(_)))
         .collect();
     assert_eq!(naks, vec![Body::Nak(NakCode::RemoteAccess)]);
-    let done: Vec<(u64, WcStatus)> = completions(&mut a)
-        .iter()
-        .map(|c| (c.wr_id, c.status))
-        .collect();
-    assert_eq!(done, vec![(7, WcStatus::WrFlushErr)]);
+    assert_eq!(outcomes(&mut a), vec![(7, WcStatus::WrFlushErr)]);
 }
 
 /// A READ's response carries exactly the bytes asked for. A shorter one (it completed the
@@ -322,18 +322,12 @@ fn a_read_response_of_another_length_fails_the_read() {
         );
         a.rnic.handle_packet(t, &resp);
         settle(&mut a, t + Duration::from_micros(10));
-        let wcs: Vec<(u64, WcStatus)> = completions(&mut a)
-            .iter()
-            .map(|c| (c.wr_id, c.status))
-            .collect();
-        assert_eq!(wcs, vec![(1, WcStatus::BadRespErr)], "{n} bytes");
-        let mut got = [0u8; 8];
-        a.rnic.cpu_load(
-            t + Duration::from_micros(10),
-            Space::Pm,
-            a.mr.addr,
-            &mut got,
+        assert_eq!(
+            outcomes(&mut a),
+            vec![(1, WcStatus::BadRespErr)],
+            "{n} bytes"
         );
+        let got = region_head(&mut a, t + Duration::from_micros(10));
         assert_eq!(got, [0u8; 8], "{n} bytes");
     }
 }

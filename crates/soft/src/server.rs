@@ -509,7 +509,7 @@ async fn handle(
     // Recover the slot's receive ring (what a crash, or the slot's previous connection,
     // left there) before the client can send anything.
     responder.recover().await;
-    if let Err(e) = stream.write_all(&Cm::Accepted { qp }.emit()).await {
+    if let Err(e) = cm_accepted(&mut stream, qp).await {
         close(responder, id);
         return Err(e);
     }

@@ -349,19 +349,40 @@ impl Rnic {
         else {
             return None;
         };
-        let caps = self.config.caps;
-        let supported = if *atomic {
-            caps.atomic_write && data.len() == 8 && addr % 8 == 0
-        } else {
-            caps.non_posted_write
-        };
-        if !supported {
+        if !self.implements(&pkt.body) {
             return None;
         }
-        let space = self
-            .check_remote(qpn, *rkey, *addr, data.len() as u64, Access::REMOTE_WRITE)
-            .ok()?;
+        let space = self.check_np_write(qpn, *addr, *rkey, data, *atomic).ok()?;
         Some((space, *addr, &data[..]))
+    }
+
+    /// Whether this RNIC implements the request's operation (FLUSH, ATOMIC WRITE and the
+    /// non-posted write are extensions; a legacy responder refuses them).
+    fn implements(&self, body: &Body) -> bool {
+        let caps = self.config.caps;
+        match body {
+            Body::Flush { .. } | Body::SFlush { .. } => caps.native_flush,
+            Body::NonPostedWrite { atomic: true, .. } => caps.atomic_write,
+            Body::NonPostedWrite { atomic: false, .. } => caps.non_posted_write,
+            _ => true,
+        }
+    }
+
+    /// The checks of a non-posted write of `data` to `addr`: an ATOMIC WRITE is one
+    /// aligned 8-byte word, and the region must grant remote writes. Returns the target's
+    /// space, or the NAK code.
+    fn check_np_write(
+        &self,
+        qpn: QpNum,
+        addr: u64,
+        rkey: u32,
+        data: &[u8],
+        atomic: bool,
+    ) -> Result<Space, NakCode> {
+        if atomic && (data.len() != 8 || !addr.is_multiple_of(8)) {
+            return Err(NakCode::RemoteAccess);
+        }
+        self.check_remote(qpn, rkey, addr, data.len() as u64, Access::REMOTE_WRITE)
     }
 
     /// Lets go of the held writes (see [`MemoryHierarchy::hold`]) that would no longer
@@ -391,14 +412,7 @@ impl Rnic {
         // The responder's own RNIC must implement the operation: a requester that assumed
         // FLUSH or ATOMIC WRITE of a legacy responder gets NAK invalid request (IBTA),
         // never a silent success.
-        let caps = self.config.caps;
-        let supported = match &pkt.body {
-            Body::Flush { .. } | Body::SFlush { .. } => caps.native_flush,
-            Body::NonPostedWrite { atomic: true, .. } => caps.atomic_write,
-            Body::NonPostedWrite { atomic: false, .. } => caps.non_posted_write,
-            _ => true,
-        };
-        if !supported {
+        if !self.implements(&pkt.body) {
             return self.nak(now, pkt, NakCode::InvalidRequest);
         }
         let done = match &pkt.body {
@@ -469,16 +483,7 @@ impl Rnic {
                 data,
                 atomic,
             } => {
-                if *atomic && (data.len() != 8 || addr % 8 != 0) {
-                    return self.nak(now, pkt, NakCode::RemoteAccess);
-                }
-                let space = match self.check_remote(
-                    qpn,
-                    *rkey,
-                    *addr,
-                    data.len() as u64,
-                    Access::REMOTE_WRITE,
-                ) {
+                let space = match self.check_np_write(qpn, *addr, *rkey, data, *atomic) {
                     Ok(s) => s,
                     Err(code) => return self.nak(now, pkt, code),
                 };
