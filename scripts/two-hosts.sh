@@ -64,9 +64,11 @@ ip netns exec "$NS_C" "$REMORA" rpc-crashcheck --targets correct --kills "${KILL
 echo "== a client host that vanishes: the server notices (TCP keepalive) and frees its slot"
 # A pool with one connection slot; the client on the other host holds it, then its host is
 # cut off (its end of the veth goes down: no FIN, no RST, as when a machine crashes). A
-# client on the server's host must be served within a minute.
+# client on the server's host must be served within a minute. No lease: the slot goes to
+# the next client as soon as the server notices the vanished one (with a lease it would be
+# kept for the vanished client that long).
 ip netns exec "$NS_S" "$REMORA" serve --listen 10.77.0.1:7473 --pool "$WORK/one.pm" \
-  --pool-bytes $((6 << 20)) --config DMP+noDDIO+PM-RQWRB > "$WORK/one.log" 2>&1 &
+  --pool-bytes $((6 << 20)) --config DMP+noDDIO+PM-RQWRB --lease-secs 0 > "$WORK/one.log" 2>&1 &
 ONE=$!
 for _ in $(seq 1 100); do grep -q "listening on" "$WORK/one.log" 2>/dev/null && break; sleep 0.05; done
 grep -q "^1 connection slots" "$WORK/one.log" || { echo "expected one slot:"; cat "$WORK/one.log"; exit 1; }

@@ -88,6 +88,12 @@ enum Cmd {
         #[arg(long, default_value_t = 4 << 20,
               value_parser = clap::value_parser!(u64).range(64..=remora_soft::pool::MAX_POOL_BYTES))]
         region_bytes: u64,
+        /// Seconds a client's slot (its region and receive ring) stays its own after its
+        /// connection ends, and after the server starts: meanwhile a new client is given
+        /// another slot, and the client comes back to its own with its key. After it a new
+        /// client may take the slot (when no unused one is free).
+        #[arg(long, default_value_t = 60)]
+        lease_secs: u64,
     },
     /// Print seed 000 Tables 2 and 3 (every method of remote persistence), generated from
     /// taxonomy/methods.toml, in Markdown.
@@ -654,6 +660,7 @@ fn run(cli: Cli) -> Result<(), String> {
             config_file,
             profile,
             region_bytes,
+            lease_secs,
         } => {
             let config = match (config, config_file) {
                 (Some(c), _) => c,
@@ -677,6 +684,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 config,
                 profile: profiles::load(&profile)?,
                 region_bytes,
+                lease: std::time::Duration::from_secs(lease_secs),
             };
             real::serve_blocking(&args)?;
         }

@@ -33,6 +33,8 @@ pub struct ServeArgs {
     pub profile: LatencyProfile,
     /// Bytes of PM each connection gets to update.
     pub region_bytes: u64,
+    /// How long a slot stays its client's after the client leaves (and after start-up).
+    pub lease: std::time::Duration,
 }
 
 /// What the platform says about its persistent memory: `/sys/bus/nd/devices/region*/
@@ -71,6 +73,7 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
             region_len: args.region_bytes,
             ..ServerSetup::default()
         },
+        lease: args.lease,
     };
     let config = args.config;
     let node = std::cell::RefCell::new(None);
@@ -82,7 +85,7 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
             let _ = writeln!(o, "listening on {}", s.addr);
             let _ = writeln!(o, "pool {}: {}; {}", args.pool.display(), if s.created { "created" } else { "reopened" }, s.durability);
             let _ = writeln!(o, "server configuration {config}");
-            let _ = writeln!(o, "{} connection slots of {} KiB of PM: as many clients at once; a closed connection's slot serves the next client", s.slots, s.slot_bytes / 1024);
+            let _ = writeln!(o, "{} connection slots of {} KiB of PM: as many clients at once; a client's slot is kept for it for {:?} after it leaves (and after this start), and it comes back to it with its key", s.slots, s.slot_bytes / 1024, args.lease);
             let domains = platform_persistence_domains();
             if domains.is_empty() {
                 let _ = writeln!(o, "platform: no persistent-memory regions under /sys/bus/nd; the configured domain is modeled");
@@ -234,12 +237,19 @@ pub fn remotelog_against_within(
         let mut rows = Vec::new();
         let mut config = None;
         let mut skipped = Vec::new();
+        // One client: every scenario's connection comes back to the slot of the first.
+        let mut key = 0;
         for update in Update::ALL {
             for primitive in Primitive::ALL {
-                let (node, cfg, mut client) = remora_soft::client::connect(&addr, &profile)
+                let remora_soft::client::Connection {
+                    node,
+                    config: cfg,
+                    mut client,
+                    key: k,
+                } = remora_soft::client::connect_as(&addr, &profile, key)
                     .await
                     .map_err(|e| e.to_string())?;
-                config = Some(cfg);
+                (config, key) = (Some(cfg), k);
                 let hello = client
                     .connect(primitive, Shape::default())
                     .await
@@ -428,15 +438,18 @@ pub fn real_crash(
         example: None,
     };
     let mut acked: Vec<u64> = Vec::new();
+    // The client's key: after each restart it comes back to its own slot.
+    let mut key = 0;
     for life in 0..=args.kills {
         let mut server = start_server(exe, &pool, &target.config, region, pool_bytes, args)?;
         // A fresh executor per life: the last life's client tasks end with it.
         let rt = runtime()?;
         let (verdict, next_acked, killed) = rt.block_on(async {
-            let (_node, _cfg, mut client) =
-                remora_soft::client::connect(&server.addr, &args.profile)
-                    .await
-                    .map_err(|e| e.to_string())?;
+            let c = remora_soft::client::connect_as(&server.addr, &args.profile, key)
+                .await
+                .map_err(|e| e.to_string())?;
+            let (_node, mut client) = (c.node, c.client);
+            key = c.key;
             client
                 .connect(target.primitive, Shape::default())
                 .await

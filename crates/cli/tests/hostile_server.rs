@@ -39,7 +39,7 @@ fn silent_server(receives: bool) -> String {
             let node = RtNode::new(Rnic::new(0, config, &profile, Prng::from_seed(1)));
             remora_exec::spawn_local(node.clone().drive());
             let (mut stream, _) = listener.accept().await.unwrap();
-            assert!(cm_hello(&mut stream).await.unwrap());
+            assert_eq!(cm_hello(&mut stream).await.unwrap(), Some(0));
             cm_assign(&mut stream, 1, config).await.unwrap();
             let pd = node.alloc_pd().unwrap();
             let a = node.alloc(Space::Pm, 1 << 16, 4096);
@@ -61,7 +61,7 @@ fn silent_server(receives: bool) -> String {
                     node.post_recv(qp, RecvWr { wr_id: i, sge }).unwrap();
                 }
             }
-            cm_accepted(&mut stream, qp).await.unwrap();
+            cm_accepted(&mut stream, qp, 0).await.unwrap();
             let (r, w) = stream.into_split();
             node.attach(1, r, w, |_| {});
             let hello = Hello {

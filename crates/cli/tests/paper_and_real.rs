@@ -441,6 +441,59 @@ fn streamed_writes_survive_a_sigkill_once_their_flush_completed() {
     }
 }
 
+/// After a SIGKILL of the server with two clients connected, each client that comes back
+/// with its key gets its own region, whichever comes back first, and a new client gets a
+/// slot of its own (before, slots went by connection order: the first client back was given
+/// the first client's region).
+#[test]
+fn after_a_sigkill_each_client_comes_back_to_its_own_region() {
+    use remora::{Primitive, Shape};
+    use remora_model::profile::LatencyProfile;
+    let dir = scratch("own-slot");
+    let pool = dir.path().join("pool.pm");
+    let profile = LatencyProfile::default_profile();
+    // Connects as `key` (0: new), reads offset 64 of its region, makes `mark` durable there.
+    let mark = |addr: String, key: u64, mark: u8| {
+        let profile = profile.clone();
+        async move {
+            let mut c = remora_soft::client::connect_as(&addr, &profile, key)
+                .await
+                .unwrap();
+            c.client
+                .connect(Primitive::Write, Shape::default())
+                .await
+                .unwrap();
+            let before = c.client.read(64, 64).await.unwrap()[0];
+            c.client.persist(64, &[mark; 64]).await.unwrap();
+            (c.node, before, c.key)
+        }
+    };
+    let mut server = Server::start(&pool, "DMP+noDDIO+PM-RQWRB");
+    let (ka, kb) = remora_exec::block_on(async {
+        let (_a, _, ka) = mark(server.1.clone(), 0, 0xa1).await;
+        let (_b, _, kb) = mark(server.1.clone(), 0, 0xb2).await;
+        // Killed with both connected.
+        server.0.kill().unwrap();
+        (ka, kb)
+    });
+    let _ = server.0.wait();
+    drop(server);
+    let server = Server::start(&pool, "DMP+noDDIO+PM-RQWRB");
+    remora_exec::block_on(async {
+        let (_b, before, key) = mark(server.1.clone(), kb, 0xb3).await;
+        assert_eq!(
+            (before, key),
+            (0xb2, kb),
+            "b came back first, to its own region"
+        );
+        let (_a, before, key) = mark(server.1.clone(), ka, 0xa2).await;
+        assert_eq!((before, key), (0xa1, ka));
+        let (_c, before, key) = mark(server.1.clone(), 0, 0xc1).await;
+        assert_eq!(before, 0, "a new client has a region of its own");
+        assert!(key != ka && key != kb);
+    });
+}
+
 #[test]
 fn bench_soft_streams_side_by_side() {
     let dir = scratch("bench-soft-stream");

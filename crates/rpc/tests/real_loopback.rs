@@ -534,7 +534,7 @@ fn raw_claim(addr: &str, claim: DurableClaim) -> (std::net::TcpStream, u64) {
     use remora_soft::cm::{Cm, CM_FRAME};
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(&Cm::Hello.emit()).unwrap();
+    s.write_all(&Cm::Hello { key: 0 }.emit()).unwrap();
     s.write_all(&claim.emit()).unwrap();
     let mut f = [0u8; CM_FRAME];
     s.read_exact(&mut f).unwrap();
@@ -543,6 +543,27 @@ fn raw_claim(addr: &str, claim: DurableClaim) -> (std::net::TcpStream, u64) {
     s.read_exact(&mut hello).unwrap();
     let key = remora_rpc::real::DurableHello::parse(&hello).unwrap().key;
     (s, key)
+}
+
+/// The durable RPCs identify clients by their claim: a connection-manager key (`remora
+/// serve`'s identity) is refused with `NotOwner`, not ignored.
+#[test]
+fn a_connection_manager_key_is_refused() {
+    use remora_soft::cm::{Cm, RefuseCode, CM_FRAME};
+    use std::io::{Read, Write};
+    let dir = TestDir::new();
+    let o = options(Design::WFlushRpc);
+    let s = start("127.0.0.1:0", "DMP+noDDIO+PM-RQWRB", dir.pool("cmkey"), o).unwrap();
+    let mut c = std::net::TcpStream::connect(s.addr).unwrap();
+    c.write_all(&Cm::Hello { key: 7 }.emit()).unwrap();
+    let mut f = [0u8; CM_FRAME];
+    c.read_exact(&mut f).unwrap();
+    assert_eq!(
+        Cm::parse(&f),
+        Ok(Cm::Refused {
+            code: RefuseCode::NotOwner
+        })
+    );
 }
 
 /// A client's reconnection that waits for its busy connection is refused if, meanwhile,
@@ -579,7 +600,7 @@ fn a_reconnection_that_waited_while_its_log_went_to_a_new_client_is_refused() {
             let (addr, key) = (addr.clone(), a.hello.key);
             std::thread::spawn(move || {
                 let mut s = std::net::TcpStream::connect(&addr).unwrap();
-                s.write_all(&Cm::Hello.emit()).unwrap();
+                s.write_all(&Cm::Hello { key: 0 }.emit()).unwrap();
                 s.write_all(&DurableClaim { node: 1, key }.emit()).unwrap();
                 let mut f = [0u8; CM_FRAME];
                 s.read_exact(&mut f).unwrap();

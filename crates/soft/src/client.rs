@@ -44,7 +44,7 @@ pub enum ConnectError {
     #[error("unexpected handshake step from {0}")]
     Protocol(String),
     /// The server refused.
-    #[error("{addr} refused the connection: {code:?}")]
+    #[error("{addr} refused the connection ({code:?}): {code}")]
     Refused {
         /// Server address.
         addr: String,
@@ -61,24 +61,61 @@ pub enum ConnectError {
         /// The node's id.
         have: NodeId,
     },
+    /// A returning client was accepted under another key than the one it claimed.
+    #[error("{addr} accepted the client that claimed key {claimed:#018x} under key {given:#018x}")]
+    WrongKey {
+        /// Server address.
+        addr: String,
+        /// The key the client claimed.
+        claimed: u64,
+        /// The key the server answered.
+        given: u64,
+    },
     /// Local verbs failed.
     #[error(transparent)]
     Verbs(#[from] remora_verbs::VerbsError),
 }
 
-/// Connects to `addr` (`host:port`; IPv4, IPv6 or a name). Returns the local node, the
-/// server's configuration, and a library client whose QP is connected; call
-/// [`Client::connect`] next. Must run inside `remora_exec::block_on`.
+/// A connection made by [`connect_as`].
+pub struct Connection {
+    /// The local node.
+    pub node: RtNode,
+    /// The server's configuration.
+    pub config: ServerConfig,
+    /// A library client whose QP is connected; call [`Client::connect`] next.
+    pub client: Client<RtNode>,
+    /// The client's key on the server: pass it to [`connect_as`] to come back to the same
+    /// slot (and region) after this connection, or the server, went down. 0 from a server
+    /// that does not identify clients by key.
+    pub key: u64,
+}
+
+/// Connects to `addr` (`host:port`; IPv4, IPv6 or a name) as a new client. Returns the
+/// local node, the server's configuration, and a library client whose QP is connected;
+/// call [`Client::connect`] next. Must run inside `remora_exec::block_on`.
 pub async fn connect(
     addr: &str,
     profile: &LatencyProfile,
 ) -> Result<(RtNode, ServerConfig, Client<RtNode>), ConnectError> {
-    let opening = open(addr, profile, None).await?;
+    let c = connect_as(addr, profile, 0).await?;
+    Ok((c.node, c.config, c.client))
+}
+
+/// [`connect`], as the client whose key is `key` (0: a new client, which the server gives
+/// a key). A `remora serve` server gives a returning client its own slot, its region as
+/// the client (or a crash) left it; a key the server does not know is refused
+/// ([`RefuseCode::NotOwner`]).
+pub async fn connect_as(
+    addr: &str,
+    profile: &LatencyProfile,
+    key: u64,
+) -> Result<Connection, ConnectError> {
+    let opening = open_as(addr, profile, None, key, &[]).await?;
     let config = opening.config();
     let mut lib = Client::create(opening.node().clone())?;
     // The library's Hello must name the configuration the connection manager announced.
     lib.expect_config(config);
-    let node = opening.finish(lib.qp()).await?;
+    let (node, key) = opening.finish_keyed(lib.qp()).await?;
     // The server's first message, its Hello, is what `Client::connect` waits for: a server
     // that accepted and then never sends it is a time-out here, not a hang there.
     within(
@@ -87,7 +124,12 @@ pub async fn connect(
         remora_verbs::Verbs::wait_cq(&node, lib.recv_cq()),
     )
     .await?;
-    Ok((node, config, lib))
+    Ok(Connection {
+        node,
+        config,
+        client: lib,
+        key,
+    })
 }
 
 /// A connection halfway through the connection manager's handshake: the server assigned
@@ -101,6 +143,8 @@ pub struct Opening {
     config: ServerConfig,
     server: NodeId,
     stream: TcpStream,
+    /// The key claimed in `Hello`.
+    claimed: u64,
 }
 
 impl Opening {
@@ -123,7 +167,12 @@ impl Opening {
 
     /// Sends the client's QP (`Ready`), waits for the server's (`Accepted`), connects the
     /// two and starts exchanging packets over the connection; when it closes, `qp` fails.
-    pub async fn finish(mut self, qp: QpNum) -> Result<RtNode, ConnectError> {
+    pub async fn finish(self, qp: QpNum) -> Result<RtNode, ConnectError> {
+        Ok(self.finish_keyed(qp).await?.0)
+    }
+
+    /// [`finish`](Self::finish), also giving the client's key (see [`Connection::key`]).
+    pub async fn finish_keyed(mut self, qp: QpNum) -> Result<(RtNode, u64), ConnectError> {
         let addr = self.addr.clone();
         self.stream
             .write_all(&Cm::Ready { qp }.emit())
@@ -132,15 +181,22 @@ impl Opening {
                 addr: addr.clone(),
                 err,
             })?;
-        let Cm::Accepted { qp: server_qp } = next_cm(&mut self.stream, &addr).await? else {
+        let Cm::Accepted { qp: server_qp, key } = next_cm(&mut self.stream, &addr).await? else {
             return Err(ConnectError::Protocol(addr));
         };
+        if self.claimed != 0 && key != self.claimed {
+            return Err(ConnectError::WrongKey {
+                addr,
+                claimed: self.claimed,
+                given: key,
+            });
+        }
         self.node.connect(qp, self.server, server_qp)?;
         let (read, write) = self.stream.into_split();
         self.node.attach(self.server, read, write, move |n| {
             let _ = n.with(|r, now| r.fail_qp(now, qp));
         });
-        Ok(self.node)
+        Ok((self.node, key))
     }
 }
 
@@ -207,6 +263,17 @@ pub async fn open_with(
     node: Option<RtNode>,
     after_hello: &[u8],
 ) -> Result<Opening, ConnectError> {
+    open_as(addr, profile, node, 0, after_hello).await
+}
+
+/// [`open_with`], claiming `key` in `Hello` (0: a new client).
+pub async fn open_as(
+    addr: &str,
+    profile: &LatencyProfile,
+    node: Option<RtNode>,
+    key: u64,
+    after_hello: &[u8],
+) -> Result<Opening, ConnectError> {
     let io = |err| ConnectError::Io {
         addr: addr.to_string(),
         err,
@@ -216,7 +283,7 @@ pub async fn open_with(
         .map_err(io)?;
     s.set_nodelay(true).map_err(io)?;
     crate::cm::watch_peer(&s).map_err(io)?;
-    let mut first = Cm::Hello.emit().to_vec();
+    let mut first = Cm::Hello { key }.emit().to_vec();
     first.extend_from_slice(after_hello);
     s.write_all(&first).await.map_err(io)?;
     let Cm::Assign {
@@ -259,5 +326,6 @@ pub async fn open_with(
         config,
         server,
         stream: s,
+        claimed: key,
     })
 }

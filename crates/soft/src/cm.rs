@@ -2,15 +2,21 @@
 //! connection before RDMA packets flow (the role RDMA CM plays on real fabrics).
 //!
 //! ```text
-//! client → server  Hello    { version }
+//! client → server  Hello    { key }
 //! server → client  Assign   { client node, server node, server configuration }
 //! client → server  Ready    { client QP }
-//! server → client  Accepted { server QP }        (or Refused { code } at any point)
+//! server → client  Accepted { server QP, key }   (or Refused { code } at any point)
 //! ```
 //!
 //! Every frame is 24 bytes: magic `RMCM`, version (u16), kind (u8), a reserved zero byte,
 //! then 16 bytes of kind-specific payload (unused bytes zero). `parse` refuses any other
 //! magic, version, kind or a non-zero unused byte.
+//!
+//! The key is a client's identity on a `remora serve` server: `Hello { key: 0 }` is a new
+//! client, which `Accepted` gives a key; a client that comes back (after its connection, or
+//! the server, went down) says its key in `Hello` and is given its own slot of the pool, its
+//! log where it left it. Servers that identify clients otherwise (the durable RPCs' claim)
+//! take key 0 only and answer key 0.
 
 use remora_model::config::ServerConfig;
 use remora_model::verbs::{NodeId, QpNum};
@@ -22,7 +28,7 @@ const MAGIC: &[u8; 4] = b"RMCM";
 /// gives up on a server that never answers (e.g. another service on that port).
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Connection-manager protocol version.
-pub const CM_VERSION: u16 = 1;
+pub const CM_VERSION: u16 = 2;
 /// Bytes of every CM frame.
 pub const CM_FRAME: usize = 24;
 
@@ -34,15 +40,34 @@ pub enum RefuseCode {
     /// The server could not set up resources (memory, queues).
     Resources,
     /// The client claimed a connection that belongs to another client (a durable-RPC
-    /// claim whose key is not the connection's).
+    /// claim whose key is not the connection's), or a key no slot of the pool has.
     NotOwner,
+}
+
+impl std::fmt::Display for RefuseCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RefuseCode::Version => "it speaks another protocol or version",
+            RefuseCode::Resources => {
+                "it has no free connection slot (all in use, or kept for clients that may \
+                 come back), or could not set one up; the server's log says which"
+            }
+            RefuseCode::NotOwner => {
+                "the key this client claimed is not one of its slots' (the slot went to \
+                 another client after its lease ran out, or this is another pool)"
+            }
+        })
+    }
 }
 
 /// A connection-manager frame.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Cm {
     /// Client's opening.
-    Hello,
+    Hello {
+        /// The key a returning client was given (its identity), or 0 for a new client.
+        key: u64,
+    },
     /// The server's node ids and configuration.
     Assign {
         /// Node id the client must use.
@@ -61,6 +86,9 @@ pub enum Cm {
     Accepted {
         /// Its number.
         qp: QpNum,
+        /// The client's key: the one it claimed, a new one for a new client, or 0 from a
+        /// server that does not identify clients by key.
+        key: u64,
     },
     /// No connection.
     Refused {
@@ -94,7 +122,10 @@ impl Cm {
         b[4..6].copy_from_slice(&CM_VERSION.to_le_bytes());
         let p = &mut b[8..];
         b[6] = match self {
-            Cm::Hello => 1,
+            Cm::Hello { key } => {
+                p[..8].copy_from_slice(&key.to_le_bytes());
+                1
+            }
             Cm::Assign {
                 client,
                 server,
@@ -109,8 +140,9 @@ impl Cm {
                 p[..4].copy_from_slice(&qp.0.to_le_bytes());
                 3
             }
-            Cm::Accepted { qp } => {
+            Cm::Accepted { qp, key } => {
                 p[..4].copy_from_slice(&qp.0.to_le_bytes());
+                p[8..16].copy_from_slice(&key.to_le_bytes());
                 4
             }
             Cm::Refused { code } => {
@@ -142,8 +174,9 @@ impl Cm {
         }
         let p = &b[8..];
         let u32_at = |i: usize| u32::from_le_bytes(p[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_le_bytes(p[i..i + 8].try_into().expect("8 bytes"));
         let (frame, used) = match b[6] {
-            1 => (Cm::Hello, 0),
+            1 => (Cm::Hello { key: u64_at(0) }, 8),
             2 => (
                 Cm::Assign {
                     client: u32_at(0),
@@ -159,12 +192,18 @@ impl Cm {
                 },
                 4,
             ),
-            4 => (
-                Cm::Accepted {
-                    qp: QpNum(u32_at(0)),
-                },
-                4,
-            ),
+            4 => {
+                if u32_at(4) != 0 {
+                    return Err(CmError::BadValue("unused bytes"));
+                }
+                (
+                    Cm::Accepted {
+                        qp: QpNum(u32_at(0)),
+                        key: u64_at(8),
+                    },
+                    16,
+                )
+            }
             5 => {
                 let code = match p[0] {
                     1 => RefuseCode::Version,
@@ -180,6 +219,22 @@ impl Cm {
             return Err(CmError::BadValue("unused bytes"));
         }
         Ok(frame)
+    }
+}
+
+/// A new client key: 64 bits from the OS's random source, never 0 (0 is a new client's
+/// claim, and a slot whose key is 0 belongs to nobody). Not from the model's seeded PRNG:
+/// a key must not be guessable by another client, nor repeat across servers.
+pub fn fresh_key() -> std::io::Result<u64> {
+    use std::io::Read;
+    let mut urandom = std::fs::File::open("/dev/urandom")?;
+    loop {
+        let mut b = [0u8; 8];
+        urandom.read_exact(&mut b)?;
+        let key = u64::from_le_bytes(b);
+        if key != 0 {
+            return Ok(key);
+        }
     }
 }
 
@@ -217,9 +272,15 @@ mod tests {
     #[test]
     fn frames_round_trip_and_bad_ones_are_refused() {
         let mut all = vec![
-            Cm::Hello,
+            Cm::Hello { key: 0 },
+            Cm::Hello {
+                key: 0x0123_4567_89ab_cdef,
+            },
             Cm::Ready { qp: QpNum(7) },
-            Cm::Accepted { qp: QpNum(9) },
+            Cm::Accepted {
+                qp: QpNum(9),
+                key: u64::MAX,
+            },
         ];
         for code in [
             RefuseCode::Version,
@@ -246,12 +307,23 @@ mod tests {
                 assert!(Cm::parse(&x).is_err(), "{f:?}: byte {i}");
             }
             // Neither does the payload past its fields.
-            let mut x = b;
-            x[CM_FRAME - 1] = 1;
-            assert!(Cm::parse(&x).is_err(), "{f:?}: unused byte");
+            if !matches!(f, Cm::Accepted { .. }) {
+                let mut x = b;
+                x[CM_FRAME - 1] = 1;
+                assert!(Cm::parse(&x).is_err(), "{f:?}: unused byte");
+            }
         }
-        let mut b = Cm::Hello.emit();
-        b[4] = 2;
-        assert_eq!(Cm::parse(&b), Err(CmError::Version(2)));
+        // Accepted's unused bytes lie between its QP and its key.
+        let mut x = Cm::Accepted {
+            qp: QpNum(1),
+            key: 2,
+        }
+        .emit();
+        x[8 + 5] = 1;
+        assert!(Cm::parse(&x).is_err(), "Accepted: unused byte");
+        // Version 1's frames (no keys) are refused by their version, not misread.
+        let mut b = Cm::Hello { key: 0 }.emit();
+        b[4] = 1;
+        assert_eq!(Cm::parse(&b), Err(CmError::Version(1)));
     }
 }

@@ -1,7 +1,13 @@
 //! `remora serve`: a server process that owns a PM pool file and runs, for each client
 //! connection, the library's responder (receive, copy, flush, acknowledge) in a slot of
-//! the pool: the lowest free one, recovered (the messages a crash or the slot's previous
-//! connection left in a PM receive ring are applied) before the client may send.
+//! the pool, recovered (the messages a crash or the slot's previous connection left in a
+//! PM receive ring are applied) before the client may send.
+//!
+//! A slot is its client's: a new client is given a key, kept in the slot's PM, and a
+//! client that comes back with its key (after its connection or the server went down) is
+//! given its own slot again, its region as it left it. A slot stays reserved for its
+//! client for a lease after the client's connection ends and after the server starts;
+//! after that a new client may take it (when no slot without a client is free).
 
 use crate::cm::{Cm, RefuseCode, CM_FRAME, HANDSHAKE_TIMEOUT};
 use crate::pinned::PinnedNode;
@@ -36,6 +42,10 @@ pub struct ServeOptions {
     pub profile: LatencyProfile,
     /// Per-connection setup.
     pub setup: ServerSetup,
+    /// How long a slot stays reserved for its client after the client's connection ends
+    /// (and, for every slot that has a client, after start-up): meanwhile a new client is
+    /// given another slot, or refused if none is free.
+    pub lease: std::time::Duration,
 }
 
 /// Why the server stopped.
@@ -130,7 +140,7 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
         // The slots start where the pool does (the node allocates nothing before them).
         pm_stride(&footprint),
     )?;
-    let slots = Rc::new(Slots::new(&node, footprint, pm_bytes));
+    let slots = Rc::new(Slots::new(&node, footprint, pm_bytes, opts.lease));
     let objects = LiveObjects::default();
     objects.set(node.with(|r, _| r.live_objects()));
     started(&Started {
@@ -159,28 +169,55 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
     Ok(())
 }
 
-/// The pool's connection slots, one responder's [`Footprint`] each, reserved at start-up
-/// after what the node allocated before. A connection takes the lowest free slot and
-/// gives it back when it ends, so the first connection of every life of the server has
-/// slot 0 (its region and PM receive ring at the addresses they had before a crash), and a
-/// server serves any number of clients in turn, as many at once as there are slots.
+/// The pool's connection slots, one responder's [`Footprint`] and its client's key each,
+/// reserved at start-up after what the node allocated before. A server serves any number of
+/// clients in turn, as many at once as there are slots; a client that comes back with its
+/// key gets its own slot (its region and PM receive ring where a crash, or its last
+/// connection, left them).
 struct Slots {
     node: RtNode,
     pm_base: u64,
     pm_stride: u64,
     dram_base: u64,
     dram_stride: u64,
-    busy: RefCell<Vec<bool>>,
+    state: RefCell<Vec<SlotState>>,
+    /// How long a slot stays its client's after the client left (see [`ServeOptions`]).
+    lease: std::time::Duration,
     /// Woken when a slot is given back.
     freed: remora_exec::sync::Notify,
+}
+
+/// A slot's use, in memory (the key is also in the slot's PM).
+#[derive(Copy, Clone, Debug)]
+struct SlotState {
+    busy: bool,
+    /// The slot's client's key, as in its PM (0: the slot has had no client).
+    key: u64,
+    /// Until when only its client may take the slot.
+    reserved_until: remora_exec::time::Instant,
 }
 
 /// How long a connection waits for a slot before it is refused: a client that reconnects
 /// as soon as its last connection closed races the server's noticing the close.
 pub const SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// Bytes at the end of each slot's PM holding its client's key (a line of its own, out of
+/// the responder's reach: no client's RDMA can write it).
+const OWNER_LINE: u64 = 64;
+
+/// Why a connection gets no slot: the refusal code and the server's log line.
+struct NoSlot {
+    code: RefuseCode,
+    why: String,
+}
+
 impl Slots {
-    fn new(node: &RtNode, footprint: Footprint, pm_bytes: u64) -> Slots {
+    fn new(
+        node: &RtNode,
+        footprint: Footprint,
+        pm_bytes: u64,
+        lease: std::time::Duration,
+    ) -> Slots {
         let pm_stride = pm_stride(&footprint);
         let dram_stride = footprint.dram.next_multiple_of(4096);
         // A zero-length allocation reads the cursor: where the slots start.
@@ -191,71 +228,193 @@ impl Slots {
         assert!(count > 0, "the pool holds no connection slot");
         node.alloc(Space::Pm, count * pm_stride, 4096);
         let dram_base = node.alloc(Space::Dram, count * dram_stride, 4096);
-        Slots {
+        let mut slots = Slots {
             node: node.clone(),
             pm_base,
             pm_stride,
             dram_base,
             dram_stride,
-            busy: RefCell::new(vec![false; count as usize]),
+            state: RefCell::new(Vec::new()),
+            lease,
             freed: remora_exec::sync::Notify::new(),
-        }
+        };
+        // Every slot that has a client is kept for it for a lease from start-up: after a
+        // crash its client comes back for it.
+        let until = wall_now() + lease;
+        let state = (0..count as usize)
+            .map(|i| {
+                let key = slots.key_in_pm(i);
+                SlotState {
+                    busy: false,
+                    key,
+                    reserved_until: if key == 0 { wall_now() } else { until },
+                }
+            })
+            .collect();
+        slots.state = RefCell::new(state);
+        slots
     }
 
     fn count(&self) -> usize {
-        self.busy.borrow().len()
+        self.state.borrow().len()
     }
 
-    /// The lowest free slot, now busy until the returned guard is dropped.
-    fn take(self: &Rc<Self>) -> Option<Slot> {
-        let mut busy = self.busy.borrow_mut();
-        let i = busy.iter().position(|b| !b)?;
-        busy[i] = true;
-        Some(Slot {
-            slots: self.clone(),
-            i,
-        })
+    /// Where slot `i`'s key is in PM: the last line of the slot.
+    fn owner_addr(&self, i: usize) -> u64 {
+        self.pm_base + (i as u64 + 1) * self.pm_stride - OWNER_LINE
     }
 
-    /// [`Slots::take`], waiting up to `wait` for a slot to be given back.
-    async fn take_within(self: &Rc<Self>, wait: std::time::Duration) -> Option<Slot> {
-        remora_exec::time::timeout(wait, async {
+    fn key_in_pm(&self, i: usize) -> u64 {
+        let mut b = [0u8; 8];
+        self.node.load(Space::Pm, self.owner_addr(i), &mut b);
+        u64::from_le_bytes(b)
+    }
+
+    /// The slot a client with `key` (0: a new client) may take now: its own; or, for a new
+    /// client, a free slot that has had no client, else the free slot whose lease ran out
+    /// first. `Err` if no slot has `key`.
+    fn pick(&self, key: u64) -> Result<Option<usize>, ()> {
+        let state = self.state.borrow();
+        if key != 0 {
+            let i = state.iter().position(|s| s.key == key).ok_or(())?;
+            return Ok((!state[i].busy).then_some(i));
+        }
+        let now = wall_now();
+        let unused = state.iter().position(|s| !s.busy && s.key == 0);
+        Ok(unused.or_else(|| {
+            (0..state.len())
+                .filter(|&i| !state[i].busy && state[i].reserved_until <= now)
+                .min_by_key(|&i| state[i].reserved_until)
+        }))
+    }
+
+    /// When the next lease of a free slot runs out, if one is running.
+    fn next_expiry(&self) -> Option<remora_exec::time::Instant> {
+        let now = wall_now();
+        self.state
+            .borrow()
+            .iter()
+            .filter(|s| !s.busy && s.key != 0 && s.reserved_until > now)
+            .map(|s| s.reserved_until)
+            .min()
+    }
+
+    /// The slot a client with `key` (0: a new client) is given, now busy until the returned
+    /// guard is dropped; waits up to `wait` for one to be given back (or for a lease to
+    /// run out).
+    async fn take_within(
+        self: &Rc<Self>,
+        key: u64,
+        wait: std::time::Duration,
+    ) -> Result<Slot, NoSlot> {
+        let not_owner = || NoSlot {
+            code: RefuseCode::NotOwner,
+            why: "no slot of the pool has the key it claimed (its slot went to another \
+                  client after its lease ran out, or the pool is not the one it used)"
+                .into(),
+        };
+        let waited = remora_exec::time::timeout(wait, async {
             loop {
                 // Begun before the check, so a slot freed in between still wakes us.
                 let freed = self.freed.notified();
-                if let Some(slot) = self.take() {
-                    return slot;
+                if let Some(i) = self.pick(key)? {
+                    self.state.borrow_mut()[i].busy = true;
+                    return Ok(Slot {
+                        slots: self.clone(),
+                        i,
+                        leased: false,
+                    });
                 }
-                freed.await;
+                match self.next_expiry().filter(|_| key == 0) {
+                    Some(t) => {
+                        let d = t.saturating_duration_since(wall_now());
+                        remora_exec::first(freed, remora_exec::time::sleep(d)).await;
+                    }
+                    None => freed.await,
+                }
             }
         })
-        .await
-        .ok()
+        .await;
+        match waited {
+            Ok(Ok(slot)) => Ok(slot),
+            Ok(Err(())) => Err(not_owner()),
+            Err(_) if key != 0 => Err(NoSlot {
+                code: RefuseCode::Resources,
+                why: format!(
+                    "its slot stayed in use for {wait:?} (its last connection still open)"
+                ),
+            }),
+            Err(_) => {
+                let held = self.state.borrow().iter().filter(|s| !s.busy).count();
+                Err(NoSlot {
+                    code: RefuseCode::Resources,
+                    why: format!(
+                        "of the pool's {} connection slots ({} bytes of PM each), {} stayed \
+                         in use and {held} kept for their clients (a lease of {:?} after \
+                         they leave or the server starts) for {wait:?}",
+                        self.count(),
+                        self.pm_stride,
+                        self.count() - held,
+                        self.lease,
+                    ),
+                })
+            }
+        }
     }
+}
+
+/// The wall clock, for the slots' leases.
+#[allow(clippy::disallowed_methods)] // a real-time server: leases are wall-clock time
+fn wall_now() -> remora_exec::time::Instant {
+    remora_exec::time::now()
 }
 
 /// A connection's slot; free again when dropped.
 struct Slot {
     slots: Rc<Slots>,
     i: usize,
+    /// Whether its client has it (was told its key): then the slot is kept for it for the
+    /// lease once the connection ends.
+    leased: bool,
 }
 
 impl Slot {
-    /// The server node, allocating from this slot only.
+    /// The server node, allocating from this slot only (its owner line excluded).
     fn node(&self) -> PinnedNode {
         let s = &self.slots;
         let (i, pm, dram) = (self.i as u64, s.pm_stride, s.dram_stride);
         PinnedNode::new(
             s.node.clone(),
-            s.pm_base + i * pm..s.pm_base + (i + 1) * pm,
+            s.pm_base + i * pm..s.pm_base + (i + 1) * pm - OWNER_LINE,
             Some(s.dram_base + i * dram..s.dram_base + (i + 1) * dram),
         )
+    }
+
+    /// The slot's client's key: `claimed`, or for a new client (0) a fresh one, durable in
+    /// the slot's PM before this returns (so that after a server crash too only that
+    /// client gets the slot back).
+    async fn own(&mut self, claimed: u64) -> std::io::Result<u64> {
+        if claimed != 0 {
+            return Ok(claimed);
+        }
+        let key = crate::cm::fresh_key()?;
+        let (node, at) = (&self.slots.node, self.slots.owner_addr(self.i));
+        node.store(Space::Pm, at, &key.to_le_bytes());
+        node.persist_local(at, 8).await;
+        self.slots.state.borrow_mut()[self.i].key = key;
+        Ok(key)
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.slots.busy.borrow_mut()[self.i] = false;
+        let mut state = self.slots.state.borrow_mut();
+        let s = &mut state[self.i];
+        s.busy = false;
+        if self.leased {
+            s.reserved_until = wall_now() + self.slots.lease;
+        }
+        drop(state);
         self.slots.freed.notify_waiters();
     }
 }
@@ -319,7 +478,7 @@ pub fn layout(opts: &ServeOptions) -> String {
         RqwrbPlacement::Dram => "in DRAM",
     };
     format!(
-        "serve: a slot per connection of a {}-byte region and a {} x {}-byte receive ring {ring} ({} bytes of PM)",
+        "serve: a slot per client of a {}-byte region, a {} x {}-byte receive ring {ring} and the client's key ({} bytes of PM)",
         s.region_len,
         s.rq_slots,
         s.rq_slot_bytes,
@@ -327,9 +486,10 @@ pub fn layout(opts: &ServeOptions) -> String {
     )
 }
 
-/// Bytes of PM a connection's slot takes: its footprint's PM, in whole pages.
+/// Bytes of PM a connection's slot takes: its footprint's PM and its owner line, in whole
+/// pages.
 fn pm_stride(footprint: &Footprint) -> u64 {
-    footprint.pm.next_multiple_of(4096).max(4096)
+    (footprint.pm + OWNER_LINE).next_multiple_of(4096)
 }
 
 /// Opens (or creates) the pool file, records or checks its `layout` (what the server keeps
@@ -386,17 +546,17 @@ pub async fn bind(listen: &str) -> Result<(TcpListener, SocketAddr), ServeError>
     Ok((listener, addr))
 }
 
-/// Server side of the connection manager, step 1: reads the client's `Hello`. Anything
-/// else (another protocol or version) is answered with `Refused { Version }` and gives
-/// `false`.
-pub async fn cm_hello(stream: &mut TcpStream) -> std::io::Result<bool> {
+/// Server side of the connection manager, step 1: reads the client's `Hello` and gives
+/// the key it claims (0: a new client). Anything else (another protocol or version) is
+/// answered with `Refused { Version }` and gives `None`.
+pub async fn cm_hello(stream: &mut TcpStream) -> std::io::Result<Option<u64>> {
     stream.set_nodelay(true)?;
     crate::cm::watch_peer(stream)?;
-    if let Some(Cm::Hello) = read_cm(stream).await? {
-        return Ok(true);
+    if let Some(Cm::Hello { key }) = read_cm(stream).await? {
+        return Ok(Some(key));
     }
     cm_refuse(stream, RefuseCode::Version).await?;
-    Ok(false)
+    Ok(None)
 }
 
 /// Refuses the connection with `code`.
@@ -445,10 +605,11 @@ pub async fn cm_ready(
     Ok(true)
 }
 
-/// Step 4: answers `Accepted` with the server's `qp`. Then exchange application frames, if
+/// Step 4: answers `Accepted` with the server's `qp` and the client's `key` (0 from a
+/// server that does not identify clients by key). Then exchange application frames, if
 /// any, and [`RtNode::attach`] the stream.
-pub async fn cm_accepted(stream: &mut TcpStream, qp: QpNum) -> std::io::Result<()> {
-    stream.write_all(&Cm::Accepted { qp }.emit()).await
+pub async fn cm_accepted(stream: &mut TcpStream, qp: QpNum, key: u64) -> std::io::Result<()> {
+    stream.write_all(&Cm::Accepted { qp, key }.emit()).await
 }
 
 async fn read_cm(s: &mut TcpStream) -> std::io::Result<Option<Cm>> {
@@ -467,12 +628,12 @@ async fn handle(
     slots: Rc<Slots>,
 ) -> std::io::Result<()> {
     let handshake = async {
-        if !cm_hello(&mut stream).await? {
+        let Some(key) = cm_hello(&mut stream).await? else {
             return Ok(None);
-        }
+        };
         cm_assign(&mut stream, id, config).await?;
         match read_cm(&mut stream).await? {
-            Some(Cm::Ready { qp }) => Ok::<_, std::io::Error>(Some(qp)),
+            Some(Cm::Ready { qp }) => Ok::<_, std::io::Error>(Some((key, qp))),
             // Another frame than the handshake's next is another protocol's, as a wrong
             // first frame is.
             _ => cm_refuse(&mut stream, RefuseCode::Version)
@@ -485,18 +646,24 @@ async fn handle(
         eprintln!("client {id}: no handshake within {HANDSHAKE_TIMEOUT:?}; connection closed");
         return Ok(());
     };
-    let Some(client_qp) = step? else {
+    let Some((claimed, client_qp)) = step? else {
         return Ok(());
     };
     // Declared before the responder, so it is freed after the responder is gone.
-    let Some(slot) = slots.take_within(SLOT_WAIT).await else {
-        eprintln!(
-            "client {id} refused: all {} connection slots of the pool ({} bytes of PM each) stayed in use for {:?}",
-            slots.count(),
-            slots.pm_stride,
-            SLOT_WAIT
-        );
-        return cm_refuse(&mut stream, RefuseCode::Resources).await;
+    let mut slot = match slots.take_within(claimed, SLOT_WAIT).await {
+        Ok(slot) => slot,
+        Err(NoSlot { code, why }) => {
+            let who = if claimed == 0 { "new" } else { "returning" };
+            eprintln!("client {id} ({who}) refused: {why}");
+            return cm_refuse(&mut stream, code).await;
+        }
+    };
+    let key = match slot.own(claimed).await {
+        Ok(key) => key,
+        Err(e) => {
+            eprintln!("client {id} refused: cannot draw a client key from /dev/urandom: {e}");
+            return cm_refuse(&mut stream, RefuseCode::Resources).await;
+        }
     };
     let Ok(mut responder) = Responder::create(slot.node(), setup, costs) else {
         return cm_refuse(&mut stream, RefuseCode::Resources).await;
@@ -509,10 +676,12 @@ async fn handle(
     // Recover the slot's receive ring (what a crash, or the slot's previous connection,
     // left there) before the client can send anything.
     responder.recover().await;
-    if let Err(e) = cm_accepted(&mut stream, qp).await {
+    if let Err(e) = cm_accepted(&mut stream, qp, key).await {
         close(responder, id);
         return Err(e);
     }
+    // The client knows its key: the slot is kept for it once this connection ends.
+    slot.leased = true;
     let (read, write) = stream.into_split();
     node.attach(id, read, write, move |n| {
         // The client went away mid-operation: fail its QP so the responder stops.

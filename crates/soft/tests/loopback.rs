@@ -37,7 +37,7 @@ fn start_server_on(
     shape: LogShape,
     pool_bytes: u64,
 ) -> std::net::SocketAddr {
-    start_server_watched(listen, config, pool, shape, pool_bytes).0
+    start_server_watched(listen, config, pool, shape, pool_bytes, LEASE).0
 }
 
 /// [`start_server_on`], also giving the server's live RNIC objects.
@@ -47,6 +47,7 @@ fn start_server_watched(
     pool: PathBuf,
     shape: LogShape,
     pool_bytes: u64,
+    lease: std::time::Duration,
 ) -> (std::net::SocketAddr, remora_soft::server::LiveObjects) {
     let listen = listen.to_string();
     let (tx, rx) = mpsc::channel();
@@ -62,6 +63,7 @@ fn start_server_watched(
                 region_len: shape.region_len(),
                 ..ServerSetup::default()
             },
+            lease,
         };
         if let Err(e) = remora_exec::block_on(serve(opts, |s| {
             tx.send((s.addr, s.objects.clone())).unwrap()
@@ -71,6 +73,9 @@ fn start_server_watched(
     });
     rx.recv().unwrap()
 }
+
+/// The servers' lease: `remora serve`'s default.
+const LEASE: std::time::Duration = std::time::Duration::from_secs(60);
 
 fn run_client<T>(f: impl std::future::Future<Output = T>) -> T {
     remora_exec::block_on(f)
@@ -183,11 +188,11 @@ fn bad_peers_lose_their_connection_and_the_server_keeps_serving() {
         // 1b. The opening right, then another frame where its Ready belongs: refused too
         // (it was closed without a word).
         let mut s = remora_exec::net::TcpStream::connect(&addr).await.unwrap();
-        s.write_all(&remora_soft::cm::Cm::Hello.emit())
+        s.write_all(&remora_soft::cm::Cm::Hello { key: 0 }.emit())
             .await
             .unwrap();
         s.read_exact(&mut b).await.unwrap();
-        s.write_all(&remora_soft::cm::Cm::Hello.emit())
+        s.write_all(&remora_soft::cm::Cm::Hello { key: 0 }.emit())
             .await
             .unwrap();
         s.read_exact(&mut b).await.unwrap();
@@ -199,7 +204,7 @@ fn bad_peers_lose_their_connection_and_the_server_keeps_serving() {
         ));
         // 2. A good handshake, then garbage instead of packets: the connection is closed.
         let mut s = remora_exec::net::TcpStream::connect(&addr).await.unwrap();
-        s.write_all(&remora_soft::cm::Cm::Hello.emit())
+        s.write_all(&remora_soft::cm::Cm::Hello { key: 0 }.emit())
             .await
             .unwrap();
         s.read_exact(&mut b).await.unwrap();
@@ -519,20 +524,35 @@ async fn connect_and_mark(
     addr: &str,
     mark: u8,
 ) -> Result<(remora_soft::runtime::RtNode, Vec<u8>), remora_soft::client::ConnectError> {
-    let (node, _c, mut client) =
-        remora_soft::client::connect(addr, &LatencyProfile::default_profile()).await?;
-    client
-        .connect(Primitive::Write, Shape::default())
-        .await
-        .unwrap();
-    let before = client.read(64, 64).await.unwrap();
-    client.persist(64, &[mark; 64]).await.unwrap();
+    let (node, before, _key) = claim_and_mark(addr, 0, mark).await?;
     Ok((node, before))
 }
 
+/// [`connect_and_mark`] as the client whose key is `key` (0: a new client); also gives the
+/// client's key.
+async fn claim_and_mark(
+    addr: &str,
+    key: u64,
+    mark: u8,
+) -> Result<(remora_soft::runtime::RtNode, Vec<u8>, u64), remora_soft::client::ConnectError> {
+    let mut c =
+        remora_soft::client::connect_as(addr, &LatencyProfile::default_profile(), key).await?;
+    c.client
+        .connect(Primitive::Write, Shape::default())
+        .await
+        .unwrap();
+    let before = c.client.read(64, 64).await.unwrap();
+    c.client.persist(64, &[mark; 64]).await.unwrap();
+    Ok((c.node, before, c.key))
+}
+
 /// A server whose pool holds exactly two clients' regions (`DMP+noDDIO+PM-RQWRB`), and its
-/// live RNIC objects.
-fn two_slot_server(dir: &TestDir, name: &str) -> (String, remora_soft::server::LiveObjects) {
+/// live RNIC objects; a slot is kept for its client for `lease` after the client leaves.
+fn two_slot_server(
+    dir: &TestDir,
+    name: &str,
+    lease: std::time::Duration,
+) -> (String, remora_soft::server::LiveObjects) {
     // Regions large enough that two and a half fill a pool of the smallest size.
     let shape = LogShape {
         capacity: 6400,
@@ -543,9 +563,11 @@ fn two_slot_server(dir: &TestDir, name: &str) -> (String, remora_soft::server::L
         ..ServerSetup::default()
     };
     let config = "DMP+noDDIO+PM-RQWRB";
-    let slot = setup
+    // A slot: the footprint and the line of its client's key, in pages.
+    let slot = (setup
         .footprint(config.parse::<ServerConfig>().unwrap().rqwrb)
         .pm
+        + 64)
         .next_multiple_of(4096);
     assert!(2 * slot + slot / 2 >= remora_soft::pool::MIN_POOL_BYTES);
     let (addr, objects) = start_server_watched(
@@ -554,18 +576,20 @@ fn two_slot_server(dir: &TestDir, name: &str) -> (String, remora_soft::server::L
         dir.pool(name),
         shape,
         2 * slot + slot / 2,
+        lease,
     );
     (addr.to_string(), objects)
 }
 
 /// A pool with room for two clients' regions serves two at once, refuses a third with a
-/// clear error (the connection manager's `Resources`), and serves any number in turn: a
-/// closed connection's slot goes to the next client, whose region holds what the last one
-/// made durable (as after a restart), instead of the server running out of PM.
+/// clear error (the connection manager's `Resources`), and serves any number in turn: with
+/// no lease, a closed connection's slot goes to the next new client, whose region holds
+/// what the last one made durable (as after a restart), instead of the server running out
+/// of PM.
 #[test]
 fn a_pool_serves_clients_in_turn_and_refuses_one_too_many_at_once() {
     let dir = TestDir::new();
-    let (addr, objects) = two_slot_server(&dir, "slots");
+    let (addr, objects) = two_slot_server(&dir, "slots", std::time::Duration::ZERO);
     let (stop_a, a) = hold_client(&addr);
     let (stop_b, b) = hold_client(&addr);
     match mark_in_turn(&addr, 1) {
@@ -627,7 +651,7 @@ fn a_silent_peer_is_dropped_after_the_handshake_timeout() {
     let silent = std::net::TcpStream::connect(addr).unwrap();
     let mut halfway = std::net::TcpStream::connect(addr).unwrap();
     halfway
-        .write_all(&remora_soft::cm::Cm::Hello.emit())
+        .write_all(&remora_soft::cm::Cm::Hello { key: 0 }.emit())
         .unwrap();
     // Others are served meanwhile.
     let before = mark_in_turn(&addr.to_string(), 1).expect("a client is served");
@@ -691,7 +715,7 @@ fn a_client_gives_up_on_a_server_that_accepts_and_never_says_hello() {
         let (mut s, _) = listener.accept().unwrap();
         let mut b = [0u8; CM_FRAME];
         s.read_exact(&mut b).unwrap();
-        assert_eq!(Cm::parse(&b), Ok(Cm::Hello));
+        assert_eq!(Cm::parse(&b), Ok(Cm::Hello { key: 0 }));
         let assign = Cm::Assign {
             client: 1,
             server: 0,
@@ -703,6 +727,7 @@ fn a_client_gives_up_on_a_server_that_accepts_and_never_says_hello() {
         s.write_all(
             &Cm::Accepted {
                 qp: remora_model::verbs::QpNum(0),
+                key: 0,
             }
             .emit(),
         )
@@ -726,7 +751,7 @@ fn wall() -> std::time::Instant {
 #[test]
 fn a_client_node_closed_frees_its_slot_within_one_process() {
     let dir = TestDir::new();
-    let (addr, objects) = two_slot_server(&dir, "close");
+    let (addr, objects) = two_slot_server(&dir, "close", std::time::Duration::ZERO);
     let marks = run_client(async {
         let mut marks = Vec::new();
         for mark in 1..=6u8 {
@@ -746,6 +771,81 @@ fn a_client_node_closed_frees_its_slot_within_one_process() {
         assert!(m as usize <= i, "connection {} found mark {m}", i + 1);
     }
     assert_eq!(settled(&objects, |o| o.qps == 0), Objects::default());
+}
+
+/// A slot is its client's: a client that comes back with its key gets its own region back,
+/// whichever client comes back first; a new client meanwhile gets a slot nobody holds, and
+/// is refused (`Resources`) while every free slot is kept for its client; a key the server
+/// never gave is refused (`NotOwner`). Before, slots went by connection order, and a
+/// returning client could be given another client's region.
+#[test]
+fn a_returning_client_gets_its_own_slot_and_others_wait_for_the_lease() {
+    use remora_soft::client::ConnectError;
+    use remora_soft::cm::RefuseCode;
+    let dir = TestDir::new();
+    let (addr, _) = two_slot_server(&dir, "owned", LEASE);
+    let refused = |r: Result<(remora_soft::runtime::RtNode, Vec<u8>, u64), ConnectError>| match r {
+        Err(ConnectError::Refused { code, .. }) => code,
+        Ok(_) => panic!("connected"),
+        Err(e) => panic!("{e}"),
+    };
+    run_client(async {
+        let (a, _, ka) = claim_and_mark(&addr, 0, 1).await.unwrap();
+        let (b, before, kb) = claim_and_mark(&addr, 0, 2).await.unwrap();
+        assert_eq!(before, vec![0; 64], "b has a slot of its own");
+        assert!(ka != 0 && kb != 0 && ka != kb);
+        a.close();
+        b.close();
+        // Both slots are kept for their clients: a new client waits, and is refused.
+        let t0 = wall();
+        assert_eq!(
+            refused(claim_and_mark(&addr, 0, 3).await),
+            RefuseCode::Resources
+        );
+        assert!(t0.elapsed() >= remora_soft::server::SLOT_WAIT);
+        // A key the server never gave is refused at once, whatever the slots' state.
+        assert_eq!(
+            refused(claim_and_mark(&addr, !ka, 3).await),
+            RefuseCode::NotOwner
+        );
+        // b comes back first, and finds its own mark, not a's; then a finds its own.
+        let (b, before, key) = claim_and_mark(&addr, kb, 4).await.unwrap();
+        assert_eq!((before[0], key), (2, kb));
+        let (a, before, key) = claim_and_mark(&addr, ka, 5).await.unwrap();
+        assert_eq!((before[0], key), (1, ka));
+        a.close();
+        b.close();
+    });
+}
+
+/// After its lease, a slot goes to a new client (the one whose lease ran out first), and its
+/// old client's key is refused from then on (`NotOwner`): its region is another's.
+#[test]
+fn after_the_lease_a_new_client_takes_the_slot_and_its_old_key_is_refused() {
+    use remora_soft::client::ConnectError;
+    use remora_soft::cm::RefuseCode;
+    let dir = TestDir::new();
+    let (addr, _) = two_slot_server(&dir, "lease", std::time::Duration::from_millis(300));
+    run_client(async {
+        let (a, _, ka) = claim_and_mark(&addr, 0, 1).await.unwrap();
+        a.close();
+        remora_exec::time::sleep(std::time::Duration::from_millis(100)).await;
+        let (b, _, kb) = claim_and_mark(&addr, 0, 2).await.unwrap();
+        b.close();
+        // Both kept; the new client waits until a's lease, the first, runs out, and gets
+        // a's region (with a's mark) under a key of its own.
+        let (c, before, kc) = claim_and_mark(&addr, 0, 3).await.unwrap();
+        assert_eq!(before[0], 1);
+        assert!(kc != ka && kc != kb);
+        c.close();
+        match claim_and_mark(&addr, ka, 4).await {
+            Err(ConnectError::Refused { code, .. }) => assert_eq!(code, RefuseCode::NotOwner),
+            Ok(_) => panic!("a's old key got a slot"),
+            Err(e) => panic!("{e}"),
+        }
+        let (_b, before, _) = claim_and_mark(&addr, kb, 5).await.unwrap();
+        assert_eq!(before[0], 2);
+    });
 }
 
 #[test]
@@ -797,6 +897,7 @@ fn a_refused_start_leaves_the_pool_as_it_was() {
                 region_len,
                 ..ServerSetup::default()
             },
+            lease: LEASE,
         };
         remora_exec::block_on(serve(opts, |_| panic!("it must not start")))
             .expect_err("the start is refused")

@@ -331,21 +331,6 @@ fn wall_now() -> remora_exec::time::Instant {
     remora_exec::time::now()
 }
 
-/// A new connection key: 64 bits from the OS's random source, never 0 (a log whose key is
-/// 0 belongs to nobody).
-fn fresh_key() -> std::io::Result<u64> {
-    use std::io::Read;
-    let mut urandom = std::fs::File::open("/dev/urandom")?;
-    loop {
-        let mut b = [0u8; 8];
-        urandom.read_exact(&mut b)?;
-        let key = u64::from_le_bytes(b);
-        if key != 0 {
-            return Ok(key);
-        }
-    }
-}
-
 /// The client node id of slot `k` (the server is node 0).
 fn slot_node(k: usize) -> NodeId {
     k as NodeId + 1
@@ -514,11 +499,19 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
     // them has none: dropped mid-Put, it would free the store lock between the Put's
     // object and its watermark (see `DurableServer::serve`).
     let claimed = async {
-        if !remora_soft::server::cm_hello(&mut stream)
+        match remora_soft::server::cm_hello(&mut stream)
             .await
             .map_err(io)?
         {
-            return Ok(None);
+            None => return Ok(None),
+            Some(0) => {}
+            // The durable RPCs identify a client by its claim, below, not by a CM key.
+            Some(_) => {
+                remora_soft::server::cm_refuse(&mut stream, RefuseCode::NotOwner)
+                    .await
+                    .map_err(io)?;
+                return Ok(None);
+            }
         }
         let mut b = [0u8; CLAIM_BYTES];
         stream.read_exact(&mut b).await.map_err(io)?;
@@ -599,7 +592,7 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
         // A new client: the log is nobody's, its client had everything, or its client has
         // been gone for the lease. Its key is drawn first: a failure leaves the log as it
         // was, the previous client's replies included.
-        let key = match fresh_key() {
+        let key = match remora_soft::cm::fresh_key() {
             Ok(key) => key,
             Err(e) => {
                 server.restore_recovered(undelivered);
@@ -651,7 +644,7 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
             server.set_owner_key(key).await;
             st.slots.borrow_mut()[k].key = key;
         }
-        remora_soft::server::cm_accepted(&mut stream, server.qp())
+        remora_soft::server::cm_accepted(&mut stream, server.qp(), 0)
             .await
             .map_err(io)?;
         Ok(())
