@@ -94,6 +94,9 @@ enum Cmd {
         /// client may take the slot (when no unused one is free).
         #[arg(long, default_value_t = 60)]
         lease_secs: u64,
+        /// A negative control (for the crash checker only).
+        #[arg(long, hide = true)]
+        fault: Option<remora_soft::server::ServeFault>,
     },
     /// Print seed 000 Tables 2 and 3 (every method of remote persistence), generated from
     /// taxonomy/methods.toml, in Markdown.
@@ -188,6 +191,10 @@ enum Cmd {
         /// With --real: address the servers listen on.
         #[arg(long, default_value = "127.0.0.1:0")]
         server_listen: String,
+        /// With --real: clients appending at once, each to its own log; after each restart
+        /// they come back in a random order, each to its own slot by its key.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+        clients: u32,
     },
     /// Serve seed 003's durable RPCs on the soft RNIC: the redo log and the key-value
     /// store live in the PM pool file; start-up recovery re-executes logged requests.
@@ -661,6 +668,7 @@ fn run(cli: Cli) -> Result<(), String> {
             profile,
             region_bytes,
             lease_secs,
+            fault,
         } => {
             let config = match (config, config_file) {
                 (Some(c), _) => c,
@@ -685,6 +693,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 profile: profiles::load(&profile)?,
                 region_bytes,
                 lease: std::time::Duration::from_secs(lease_secs),
+                fault,
             };
             real::serve_blocking(&args)?;
         }
@@ -749,6 +758,7 @@ fn run(cli: Cli) -> Result<(), String> {
             seed,
             only,
             profile,
+            clients,
             ..
         } => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -762,15 +772,17 @@ fn run(cli: Cli) -> Result<(), String> {
                 &server_prefix,
                 server_listen,
             )?;
-            let mut targets = real::real_targets(true);
+            let mut targets = real::real_targets(true, clients);
             killloop::select(
                 &mut targets,
                 &targets_sel,
                 only.as_deref(),
-                |t| t.wrong,
-                |t| &t.name,
+                |t| t.t.wrong,
+                |t| &t.t.name,
             )?;
-            let reports = run_with_bar(&targets, |t, i| real::real_crash(t, &args, &exe, i))?;
+            let reports = run_with_bar(&targets, |t, i| {
+                real::real_crash(t, &args, &exe, i, clients)
+            })?;
             drop(scratch);
             print!("{}", real::real_table_crash(&reports));
             let failed = reports.iter().filter(|r| !r.passed()).count();

@@ -12,7 +12,7 @@ use remora_remotelog::check::{log_violation, negative_controls, LogViolation, Ta
 use remora_remotelog::log::{read_records, recover, LogClient, LogShape, RECORDS_OFF};
 use remora_sim::crashcheck;
 use remora_soft::pool::PoolBytes;
-use remora_soft::server::{serve, ServeOptions};
+use remora_soft::server::{serve, ServeFault, ServeOptions};
 use remora_verbs::FlushMethod;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -35,6 +35,8 @@ pub struct ServeArgs {
     pub region_bytes: u64,
     /// How long a slot stays its client's after the client leaves (and after start-up).
     pub lease: std::time::Duration,
+    /// A negative control (for the crash checker only).
+    pub fault: Option<ServeFault>,
 }
 
 /// What the platform says about its persistent memory: `/sys/bus/nd/devices/region*/
@@ -74,6 +76,7 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
             ..ServerSetup::default()
         },
         lease: args.lease,
+        fault: args.fault,
     };
     let config = args.config;
     let node = std::cell::RefCell::new(None);
@@ -343,6 +346,7 @@ fn start_server(
     region: u64,
     pool_bytes: u64,
     args: &KillArgs,
+    fault: Option<ServeFault>,
 ) -> Result<ServerProc, String> {
     let mut cmd = server_command(exe, &args.server_prefix);
     cmd.args(["serve", "--listen", &args.server_listen, "--pool"])
@@ -356,6 +360,9 @@ fn start_server(
             "--pool-bytes",
             &pool_bytes.to_string(),
         ]);
+    if fault == Some(ServeFault::SlotsByConnectionOrder) {
+        cmd.args(["--fault", "slots-by-connection-order"]);
+    }
     ServerProc::start(&mut cmd, exe, "server", 0)
 }
 
@@ -387,7 +394,7 @@ impl RealCrashReport {
 
 /// The targets of the real loop: one correct method per configuration and update kind
 /// (the WRITE column of the tables, as the library picks it), plus the negative controls.
-pub fn real_targets(negative: bool) -> Vec<Target> {
+pub fn real_targets(negative: bool, clients: u32) -> Vec<RealTarget> {
     let t = remora::Taxonomy::shipped();
     let mut v: Vec<Target> = Vec::new();
     for config in ServerConfig::table1() {
@@ -411,22 +418,74 @@ pub fn real_targets(negative: bool) -> Vec<Target> {
     if negative {
         v.extend(negative_controls());
     }
+    let mut v: Vec<RealTarget> = v
+        .into_iter()
+        .map(|t| RealTarget {
+            t,
+            serve_fault: None,
+        })
+        .collect();
+    // With several clients, a server that gives slots by connection order must be caught
+    // (with one, the order is the client's own slot).
+    if negative && clients > 1 {
+        let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().expect("a Table 1 name");
+        let (update, primitive) = (Update::Singleton, Primitive::Write);
+        v.push(RealTarget {
+            t: Target {
+                name: format!(
+                    "slots-by-connection-order/{}/{}/{}",
+                    update.name(),
+                    config.name(),
+                    primitive.name()
+                ),
+                config,
+                update,
+                primitive,
+                method: t
+                    .method_for(&config, primitive, update, Shape::default())
+                    .clone(),
+                flush: FlushMethod::for_caps(config.caps),
+                wrong: true,
+            },
+            serve_fault: Some(ServeFault::SlotsByConnectionOrder),
+        });
+    }
     v
 }
 
+/// A client's mark on its region in a several-client crash loop: this, with the client's
+/// index in the low bits.
+const OWNER_TAG: u64 = 0x6f77_6e65_7200_0000;
+
+/// A target of the real crash loop: a RemoteLog target, and the server's negative control
+/// if it is one of the server's (the client's method is then correct).
+#[derive(Clone, Debug)]
+pub struct RealTarget {
+    /// The RemoteLog target.
+    pub t: Target,
+    /// A wrong server (`serve --fault`).
+    pub serve_fault: Option<ServeFault>,
+}
+
 /// Runs the real crash loop on one target: start a server, append until a SIGKILL lands,
-/// restart on the same pool, reconnect, check every acknowledged append, repeat.
+/// restart on the same pool, reconnect, check every acknowledged append, repeat. With
+/// `clients` above 1, that many clients append at once, each to its own log; after each
+/// restart they come back in a seeded random order, each with its key, and each checks its
+/// own appends (a client given another's slot would find its appends lost).
 pub fn real_crash(
-    target: &Target,
+    real: &RealTarget,
     args: &KillArgs,
     exe: &Path,
     index: u64,
+    clients: u32,
 ) -> Result<RealCrashReport, String> {
+    let target = &real.t;
     let pool = args.dir.join(format!("pool-{index}.pm"));
     let _ = std::fs::remove_file(&pool);
     let region: u64 = 16 << 20;
-    let pool_bytes = region + (4 << 20);
-    let shape = shape_for(region);
+    // A slot per client: its region, its receive ring and its key fit in 4 MiB more.
+    let pool_bytes = u64::from(clients.max(1)) * (region + (4 << 20));
+    let mut shape = shape_for(region);
     let mut rng = Prng::from_seed(args.seed ^ index);
     let mut report = RealCrashReport {
         name: target.name.clone(),
@@ -437,75 +496,151 @@ pub fn real_crash(
         violations: 0,
         example: None,
     };
-    let mut acked: Vec<u64> = Vec::new();
-    // The client's key: after each restart it comes back to its own slot.
-    let mut key = 0;
+    // Each client's key (0 until the server gives it one) and acknowledged appends.
+    let mut who: Vec<(u64, Vec<u64>)> = vec![(0, Vec::new()); clients.max(1) as usize];
+    let many = who.len() > 1;
+    // With several clients, each marks its region as its own in the region's last 64 bytes
+    // (a record's place, 64-byte aligned as WRITE-with-immediate methods need), which the
+    // log then leaves alone.
+    let mark_off = shape.slot(shape.capacity - 1);
+    if many {
+        shape.capacity -= 1;
+    }
     for life in 0..=args.kills {
-        let mut server = start_server(exe, &pool, &target.config, region, pool_bytes, args)?;
+        let mut server = start_server(
+            exe,
+            &pool,
+            &target.config,
+            region,
+            pool_bytes,
+            args,
+            real.serve_fault,
+        )?;
+        // The order the clients come back in (seeded; with one client no draw is made).
+        let mut order: Vec<usize> = (0..who.len()).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.range_inclusive(0, i as u64) as usize);
+        }
         // A fresh executor per life: the last life's client tasks end with it.
         let rt = runtime()?;
-        let (verdict, next_acked, killed) = rt.block_on(async {
-            let c = remora_soft::client::connect_as(&server.addr, &args.profile, key)
-                .await
-                .map_err(|e| e.to_string())?;
-            let (_node, mut client) = (c.node, c.client);
-            key = c.key;
-            client
-                .connect(target.primitive, Shape::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            client.use_method(target.update, target.method.clone());
-            client.use_flush_method(target.flush);
-            // Check what survived the previous life.
-            // Read what the log can hold so far: every acknowledged record and room for
-            // records that persisted without an acknowledgement.
-            let upto = acked.last().map_or(0, |i| i + 1) + 256;
-            let image = read_records(&mut client, &shape, upto)
-                .await
-                .map_err(|e| e.to_string())?;
-            let read = |off: u64, len: u64| image[off as usize..(off + len) as usize].to_vec();
-            let rec = recover(read, &shape, target.update);
-            let verdict =
-                log_violation(&read, &shape, target.update, &rec, &acked).map(|v| match v {
-                    LogViolation::Lost(i) => format!("life {life}: acknowledged append {i} lost"),
-                    LogViolation::BeyondTail(i) => format!(
-                        "life {life}: acknowledged append {i} beyond recovered tail {}",
-                        rec.tail
-                    ),
-                    LogViolation::PastLost(j) => format!(
-                        "life {life}: tail pointer {} points past lost record {j}",
-                        rec.tail_pointer
-                    ),
-                });
-            if life == args.kills {
-                return Ok::<_, String>((verdict, Vec::new(), false));
-            }
-            // Append until the server dies; the kill lands at a random moment.
-            let life_ms = life_ms(&mut rng, args.max_life_ms);
-            let next = rec.tail.max(acked.last().map_or(0, |i| i + 1));
-            let mut log = LogClient::resume(client, shape, target.update, next, rec.head);
-            let mut now_acked = Vec::new();
-            let killer = server.kill_after(life_ms);
-            // Append until the server is gone (its connection closes, the append fails).
-            while log.next_index() < shape.capacity {
-                match log.append().await {
-                    Ok(i) => now_acked.push(i),
-                    Err(_) => break,
+        let (verdicts, next_acked, killed) = rt.block_on(async {
+            let mut verdicts = Vec::new();
+            let mut logs = Vec::new();
+            // The nodes, each with its connection, live until the life ends.
+            let mut nodes = Vec::new();
+            for &c in &order {
+                let (key, acked) = &mut who[c];
+                let conn = remora_soft::client::connect_as(&server.addr, &args.profile, *key)
+                    .await
+                    .map_err(|e| format!("client {c}: {e}"))?;
+                let mut client = conn.client;
+                *key = conn.key;
+                client
+                    .connect(target.primitive, Shape::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                // With several clients each marks its region as its own (by the library's
+                // correct method) before its first append, and checks the mark whenever it
+                // comes back: its records alone would not tell its log from another's.
+                let mut tag = [0u8; 64];
+                tag[..8].copy_from_slice(&(OWNER_TAG | c as u64).to_le_bytes());
+                let mut found = tag.to_vec();
+                if many && life == 0 {
+                    client
+                        .persist(mark_off, &tag)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                } else if many {
+                    found = client
+                        .read(mark_off, 64)
+                        .await
+                        .map_err(|e| e.to_string())?;
                 }
+                client.use_method(target.update, target.method.clone());
+                client.use_flush_method(target.flush);
+                // Check what survived the previous life.
+                // Read what the log can hold so far: every acknowledged record and room for
+                // records that persisted without an acknowledgement.
+                let upto = acked.last().map_or(0, |i| i + 1) + 256;
+                let image = read_records(&mut client, &shape, upto)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let read = |off: u64, len: u64| image[off as usize..(off + len) as usize].to_vec();
+                let rec = recover(read, &shape, target.update);
+                let client_name = if many {
+                    format!("client {c}, ")
+                } else {
+                    String::new()
+                };
+                if found != tag {
+                    verdicts.push(format!(
+                        "{client_name}life {life}: given a region not its own (its mark reads {:#018x})",
+                        u64::from_le_bytes(found[..8].try_into().expect("8 bytes"))
+                    ));
+                } else if let Some(v) = log_violation(&read, &shape, target.update, &rec, acked) {
+                    verdicts.push(match v {
+                        LogViolation::Lost(i) => {
+                            format!("{client_name}life {life}: acknowledged append {i} lost")
+                        }
+                        LogViolation::BeyondTail(i) => format!(
+                            "{client_name}life {life}: acknowledged append {i} beyond recovered tail {}",
+                            rec.tail
+                        ),
+                        LogViolation::PastLost(j) => format!(
+                            "{client_name}life {life}: tail pointer {} points past lost record {j}",
+                            rec.tail_pointer
+                        ),
+                    });
+                }
+                let next = rec.tail.max(acked.last().map_or(0, |i| i + 1));
+                nodes.push(conn.node);
+                logs.push((
+                    c,
+                    LogClient::resume(client, shape, target.update, next, rec.head),
+                ));
+            }
+            if life == args.kills {
+                return Ok::<_, String>((verdicts, Vec::new(), false));
+            }
+            // Append until the server dies; the kill lands at a random moment. Every
+            // client appends until the server is gone (its connection closes, the append
+            // fails).
+            let life_ms = life_ms(&mut rng, args.max_life_ms);
+            let killer = server.kill_after(life_ms);
+            let tasks: Vec<_> = logs
+                .into_iter()
+                .map(|(c, mut log)| {
+                    remora_exec::spawn_local(async move {
+                        let mut now_acked = Vec::new();
+                        while log.next_index() < shape.capacity {
+                            match log.append().await {
+                                Ok(i) => now_acked.push(i),
+                                Err(_) => break,
+                            }
+                        }
+                        (c, now_acked)
+                    })
+                })
+                .collect();
+            let mut next_acked = Vec::new();
+            for t in tasks {
+                next_acked.push(t.await.map_err(|e| format!("a client's appends: {e:?}"))?);
             }
             let killed = killer.join();
-            Ok((verdict, now_acked, killed))
+            Ok((verdicts, next_acked, killed))
         })?;
-        if let Some(v) = verdict {
+        if !verdicts.is_empty() {
             report.violations += 1;
-            report.example.get_or_insert(v);
+            report.example.get_or_insert(verdicts.join("; "));
         }
         drop(server);
         if killed {
             report.kills += 1;
         }
-        report.acked += next_acked.len() as u64;
-        acked.extend(next_acked);
+        for (c, now) in next_acked {
+            report.acked += now.len() as u64;
+            who[c].1.extend(now);
+        }
         // A lost acknowledged append stays lost; keep only what a correct log must still hold.
         if report.violations > 0 && target.wrong {
             break;

@@ -312,6 +312,50 @@ fn real_sigkill_loop_loses_no_acknowledged_append() {
 }
 
 #[test]
+fn several_clients_come_back_to_their_own_logs_after_each_sigkill() {
+    // Three clients append at once; after each restart they come back in a random order,
+    // each by its key, and each checks its own appends and its region's mark. The negative
+    // control (a server giving slots by connection order, as serve did before keys) is
+    // caught.
+    let correct = remora(&[
+        "crashcheck",
+        "--real",
+        "--targets",
+        "correct",
+        "--clients",
+        "3",
+        "--kills",
+        "3",
+        "--only",
+        "DMP+noDDIO+PM-RQWRB",
+    ]);
+    let s = text(&correct.stdout);
+    assert!(correct.status.success(), "{s}\n{}", text(&correct.stderr));
+    assert!(
+        s.matches("| pass |").count() == 6 && !s.contains("FAIL"),
+        "{s}"
+    );
+    let negative = remora(&[
+        "crashcheck",
+        "--real",
+        "--targets",
+        "negative",
+        "--clients",
+        "3",
+        "--kills",
+        "200",
+        "--only",
+        "slots-by-connection-order",
+    ]);
+    let s = text(&negative.stdout);
+    assert!(negative.status.success(), "{s}\n{}", text(&negative.stderr));
+    assert!(
+        s.contains("caught:") && s.contains("given a region not its own"),
+        "{s}"
+    );
+}
+
+#[test]
 fn real_loops_refuse_a_selection_that_matches_no_target() {
     // A typo in --only must fail, not pass with an empty table; both loops share the rule.
     for cmd in [&["crashcheck", "--real"][..], &["rpc-crashcheck"][..]] {

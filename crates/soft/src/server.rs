@@ -46,6 +46,30 @@ pub struct ServeOptions {
     /// (and, for every slot that has a client, after start-up): meanwhile a new client is
     /// given another slot, or refused if none is free.
     pub lease: std::time::Duration,
+    /// A negative control, for the crash checker only.
+    pub fault: Option<ServeFault>,
+}
+
+/// A deliberately wrong server: the crash checker's negative control for client identity
+/// (`crashcheck --real --clients N` must catch it).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ServeFault {
+    /// Slots go by connection order (the lowest free one), whatever key a client claims:
+    /// what `serve` did before clients had keys. After a crash with several clients, a
+    /// client may be given another's slot.
+    SlotsByConnectionOrder,
+}
+
+impl std::str::FromStr for ServeFault {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "slots-by-connection-order" => Ok(ServeFault::SlotsByConnectionOrder),
+            _ => Err(format!(
+                "unknown serve fault {s:?} (the one there is: slots-by-connection-order)"
+            )),
+        }
+    }
 }
 
 /// Why the server stopped.
@@ -140,7 +164,9 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
         // The slots start where the pool does (the node allocates nothing before them).
         pm_stride(&footprint),
     )?;
-    let slots = Rc::new(Slots::new(&node, footprint, pm_bytes, opts.lease));
+    let slots = Rc::new(Slots::new(
+        &node, footprint, pm_bytes, opts.lease, opts.fault,
+    ));
     let objects = LiveObjects::default();
     objects.set(node.with(|r, _| r.live_objects()));
     started(&Started {
@@ -183,6 +209,7 @@ struct Slots {
     state: RefCell<Vec<SlotState>>,
     /// How long a slot stays its client's after the client left (see [`ServeOptions`]).
     lease: std::time::Duration,
+    fault: Option<ServeFault>,
     /// Woken when a slot is given back.
     freed: remora_exec::sync::Notify,
 }
@@ -217,6 +244,7 @@ impl Slots {
         footprint: Footprint,
         pm_bytes: u64,
         lease: std::time::Duration,
+        fault: Option<ServeFault>,
     ) -> Slots {
         let pm_stride = pm_stride(&footprint);
         let dram_stride = footprint.dram.next_multiple_of(4096);
@@ -236,6 +264,7 @@ impl Slots {
             dram_stride,
             state: RefCell::new(Vec::new()),
             lease,
+            fault,
             freed: remora_exec::sync::Notify::new(),
         };
         // Every slot that has a client is kept for it for a lease from start-up: after a
@@ -275,6 +304,9 @@ impl Slots {
     /// first. `Err` if no slot has `key`.
     fn pick(&self, key: u64) -> Result<Option<usize>, ()> {
         let state = self.state.borrow();
+        if self.fault == Some(ServeFault::SlotsByConnectionOrder) {
+            return Ok(state.iter().position(|s| !s.busy));
+        }
         if key != 0 {
             let i = state.iter().position(|s| s.key == key).ok_or(())?;
             return Ok((!state[i].busy).then_some(i));

@@ -64,6 +64,7 @@ fn start_server_watched(
                 ..ServerSetup::default()
             },
             lease,
+            fault: None,
         };
         if let Err(e) = remora_exec::block_on(serve(opts, |s| {
             tx.send((s.addr, s.objects.clone())).unwrap()
@@ -898,6 +899,7 @@ fn a_refused_start_leaves_the_pool_as_it_was() {
                 ..ServerSetup::default()
             },
             lease: LEASE,
+            fault: None,
         };
         remora_exec::block_on(serve(opts, |_| panic!("it must not start")))
             .expect_err("the start is refused")
