@@ -105,10 +105,13 @@ pub enum PoolError {
         /// Bytes the file system has free for this user.
         free: u64,
     },
-    /// The pool was laid out by a server with other options (or another protocol's server).
+    /// The pool was laid out by a server with other options (or another protocol's server,
+    /// or an older version of this one).
     #[error(
         "pool {path}: laid out for \"{found}\"; this server would lay it out for \"{want}\". \
-         Its data is kept: serve it with the options it was made with, or use another pool file"
+         Its data is kept: serve it with the options it was made with (by the version of \
+         remora that made it, if no options of this one give that layout), or use another \
+         pool file"
     )]
     Layout {
         /// The pool file.

@@ -161,8 +161,9 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
         opts.config,
         &opts.profile,
         &layout(&opts),
-        // The slots start where the pool does (the node allocates nothing before them).
-        pm_stride(&footprint),
+        // The keys' table and the slots start where the pool does (the node allocates
+        // nothing before them): one page of keys and one slot at least.
+        KEY_PAGE + pm_stride(&footprint),
     )?;
     let slots = Rc::new(Slots::new(
         &node, footprint, pm_bytes, opts.lease, opts.fault,
@@ -202,6 +203,9 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
 /// connection, left them).
 struct Slots {
     node: RtNode,
+    /// Where the slots' keys are in PM: 8 bytes a slot, in slot order, before the slots
+    /// (one table, so that start-up reads a page per 512 slots, not one per slot).
+    keys_at: u64,
     pm_base: u64,
     pm_stride: u64,
     dram_base: u64,
@@ -228,9 +232,14 @@ struct SlotState {
 /// as soon as its last connection closed races the server's noticing the close.
 pub const SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Bytes at the end of each slot's PM holding its client's key (a line of its own, out of
-/// the responder's reach: no client's RDMA can write it).
-const OWNER_LINE: u64 = 64;
+/// The keys' table is allocated in whole pages of this size (out of every slot, so out of
+/// any client's reach: no client's RDMA can write it).
+const KEY_PAGE: u64 = 4096;
+
+/// Bytes of the keys' table for `count` slots.
+fn keys_bytes(count: u64) -> u64 {
+    (count * 8).next_multiple_of(KEY_PAGE)
+}
 
 /// Why a connection gets no slot: the refusal code and the server's log line.
 struct NoSlot {
@@ -248,16 +257,26 @@ impl Slots {
     ) -> Slots {
         let pm_stride = pm_stride(&footprint);
         let dram_stride = footprint.dram.next_multiple_of(4096);
-        // A zero-length allocation reads the cursor: where the slots start.
-        let pm_base = node.alloc(Space::Pm, 0, 4096);
-        let have = (remora_model::rnic::PM_BASE + pm_bytes).saturating_sub(pm_base);
-        let count = have / pm_stride;
-        // `open_node` refused a pool without room for one slot at its start.
+        // A zero-length allocation reads the cursor: where the keys' table starts, the slots
+        // after it.
+        let keys_at = node.alloc(Space::Pm, 0, KEY_PAGE);
+        let have = (remora_model::rnic::PM_BASE + pm_bytes).saturating_sub(keys_at);
+        let fits = |n: u64| keys_bytes(n) + n * pm_stride <= have;
+        let mut count = have / (pm_stride + 8);
+        while fits(count + 1) {
+            count += 1;
+        }
+        while count > 0 && !fits(count) {
+            count -= 1;
+        }
+        // `open_node` refused a pool without room for a page of keys and one slot.
         assert!(count > 0, "the pool holds no connection slot");
-        node.alloc(Space::Pm, count * pm_stride, 4096);
+        node.alloc(Space::Pm, keys_bytes(count), KEY_PAGE);
+        let pm_base = node.alloc(Space::Pm, count * pm_stride, 4096);
         let dram_base = node.alloc(Space::Dram, count * dram_stride, 4096);
         let mut slots = Slots {
             node: node.clone(),
+            keys_at,
             pm_base,
             pm_stride,
             dram_base,
@@ -269,10 +288,13 @@ impl Slots {
         };
         // Every slot that has a client is kept for it for a lease from start-up: after a
         // crash its client comes back for it.
-        let until = wall_now() + lease;
-        let state = (0..count as usize)
-            .map(|i| {
-                let key = slots.key_in_pm(i);
+        let until = wall_now().saturating_add(lease);
+        let mut keys = vec![0u8; count as usize * 8];
+        node.load(Space::Pm, keys_at, &mut keys);
+        let state = keys
+            .chunks_exact(8)
+            .map(|b| {
+                let key = u64::from_le_bytes(b.try_into().expect("8 bytes"));
                 SlotState {
                     busy: false,
                     key,
@@ -288,15 +310,10 @@ impl Slots {
         self.state.borrow().len()
     }
 
-    /// Where slot `i`'s key is in PM: the last line of the slot.
-    fn owner_addr(&self, i: usize) -> u64 {
-        self.pm_base + (i as u64 + 1) * self.pm_stride - OWNER_LINE
-    }
-
-    fn key_in_pm(&self, i: usize) -> u64 {
-        let mut b = [0u8; 8];
-        self.node.load(Space::Pm, self.owner_addr(i), &mut b);
-        u64::from_le_bytes(b)
+    /// Where slot `i`'s key is in PM (an aligned 8-byte word: a crash keeps all of it or
+    /// none).
+    fn key_addr(&self, i: usize) -> u64 {
+        self.keys_at + i as u64 * 8
     }
 
     /// The slot a client with `key` (0: a new client) may take now: its own; or, for a new
@@ -359,8 +376,7 @@ impl Slots {
                 }
                 match self.next_expiry().filter(|_| key == 0) {
                     Some(t) => {
-                        let d = t.saturating_duration_since(wall_now());
-                        remora_exec::first(freed, remora_exec::time::sleep(d)).await;
+                        remora_exec::first(freed, remora_exec::time::sleep_until(t)).await;
                     }
                     None => freed.await,
                 }
@@ -411,13 +427,13 @@ struct Slot {
 }
 
 impl Slot {
-    /// The server node, allocating from this slot only (its owner line excluded).
+    /// The server node, allocating from this slot only.
     fn node(&self) -> PinnedNode {
         let s = &self.slots;
         let (i, pm, dram) = (self.i as u64, s.pm_stride, s.dram_stride);
         PinnedNode::new(
             s.node.clone(),
-            s.pm_base + i * pm..s.pm_base + (i + 1) * pm - OWNER_LINE,
+            s.pm_base + i * pm..s.pm_base + (i + 1) * pm,
             Some(s.dram_base + i * dram..s.dram_base + (i + 1) * dram),
         )
     }
@@ -430,10 +446,13 @@ impl Slot {
             return Ok(claimed);
         }
         let key = crate::cm::fresh_key()?;
-        let (node, at) = (&self.slots.node, self.slots.owner_addr(self.i));
+        let (node, at) = (&self.slots.node, self.slots.key_addr(self.i));
         node.store(Space::Pm, at, &key.to_le_bytes());
         node.persist_local(at, 8).await;
         self.slots.state.borrow_mut()[self.i].key = key;
+        // A returning client waiting for this slot under its old key learns now that the
+        // slot is no longer its own (refused with NotOwner, not after the wait).
+        self.slots.freed.notify_waiters();
         Ok(key)
     }
 }
@@ -444,7 +463,7 @@ impl Drop for Slot {
         let s = &mut state[self.i];
         s.busy = false;
         if self.leased {
-            s.reserved_until = wall_now() + self.slots.lease;
+            s.reserved_until = wall_now().saturating_add(self.slots.lease);
         }
         drop(state);
         self.slots.freed.notify_waiters();
@@ -510,7 +529,7 @@ pub fn layout(opts: &ServeOptions) -> String {
         RqwrbPlacement::Dram => "in DRAM",
     };
     format!(
-        "serve: a slot per client of a {}-byte region, a {} x {}-byte receive ring {ring} and the client's key ({} bytes of PM)",
+        "serve: a table of client keys, then a slot per client of a {}-byte region and a {} x {}-byte receive ring {ring} ({} bytes of PM)",
         s.region_len,
         s.rq_slots,
         s.rq_slot_bytes,
@@ -518,10 +537,9 @@ pub fn layout(opts: &ServeOptions) -> String {
     )
 }
 
-/// Bytes of PM a connection's slot takes: its footprint's PM and its owner line, in whole
-/// pages.
+/// Bytes of PM a connection's slot takes: its footprint's PM, in whole pages.
 fn pm_stride(footprint: &Footprint) -> u64 {
-    (footprint.pm + OWNER_LINE).next_multiple_of(4096)
+    footprint.pm.next_multiple_of(4096).max(4096)
 }
 
 /// Opens (or creates) the pool file, records or checks its `layout` (what the server keeps
