@@ -849,6 +849,21 @@ fn after_the_lease_a_new_client_takes_the_slot_and_its_old_key_is_refused() {
     });
 }
 
+/// A lease too long for the clock (`--lease-secs` takes any u64) means "for ever": the
+/// server starts, and a client leaves and comes back (the sum panicked before).
+#[test]
+fn a_lease_past_the_clocks_range_means_for_ever() {
+    let dir = TestDir::new();
+    let (addr, _) = two_slot_server(&dir, "forever", std::time::Duration::from_secs(u64::MAX));
+    run_client(async {
+        let (a, _, ka) = claim_and_mark(&addr, 0, 1).await.unwrap();
+        a.close();
+        let (a, before, _) = claim_and_mark(&addr, ka, 2).await.unwrap();
+        assert_eq!(before[0], 1);
+        a.close();
+    });
+}
+
 #[test]
 fn a_client_whose_ack_timeout_means_never_still_runs() {
     // A profile may set the ACK time-out to u64::MAX nanoseconds ("never"): the model's
