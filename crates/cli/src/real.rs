@@ -8,7 +8,7 @@ use remora::{Method, Primitive, ServerSetup, Shape, Update};
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::ServerConfig;
-use remora_remotelog::check::{log_violation, negative_controls, LogViolation, Target};
+use remora_remotelog::check::{log_violation, negative_controls, Target};
 use remora_remotelog::log::{read_records, recover, LogClient, LogShape, RECORDS_OFF};
 use remora_sim::crashcheck;
 use remora_soft::pool::PoolBytes;
@@ -578,19 +578,7 @@ pub fn real_crash(
                         u64::from_le_bytes(found[..8].try_into().expect("8 bytes"))
                     ));
                 } else if let Some(v) = log_violation(&read, &shape, target.update, &rec, acked) {
-                    verdicts.push(match v {
-                        LogViolation::Lost(i) => {
-                            format!("{client_name}life {life}: acknowledged append {i} lost")
-                        }
-                        LogViolation::BeyondTail(i) => format!(
-                            "{client_name}life {life}: acknowledged append {i} beyond recovered tail {}",
-                            rec.tail
-                        ),
-                        LogViolation::PastLost(j) => format!(
-                            "{client_name}life {life}: tail pointer {} points past lost record {j}",
-                            rec.tail_pointer
-                        ),
-                    });
+                    verdicts.push(format!("{client_name}life {life}: {}", v.describe(&rec)));
                 }
                 let next = rec.tail.max(acked.last().map_or(0, |i| i + 1));
                 nodes.push(conn.node);

@@ -287,17 +287,8 @@ fn run_once(
         pair.recover_server().map_err(|e| e.to_string())?;
         let read = |off: u64, len: u64| pair.server_read(region.addr + off, len as usize);
         let rec = recover(read, &shape, update);
-        violation = log_violation(&read, &shape, update, &rec, &acked.borrow()).map(|v| match v {
-            LogViolation::Lost(i) => format!("acknowledged append {i} is lost or torn"),
-            LogViolation::BeyondTail(i) => format!(
-                "acknowledged append {i} is beyond the recovered tail {}",
-                rec.tail
-            ),
-            LogViolation::PastLost(j) => format!(
-                "tail pointer {} points past record {j}, which did not survive",
-                rec.tail_pointer
-            ),
-        });
+        violation =
+            log_violation(&read, &shape, update, &rec, &acked.borrow()).map(|v| v.describe(&rec));
     }
     Ok(Run {
         events,
@@ -343,6 +334,23 @@ pub enum LogViolation {
     BeyondTail(u64),
     /// A compound log's tail pointer points past this record, which did not survive.
     PastLost(u64),
+}
+
+impl LogViolation {
+    /// What broke, in words, with the recovered log `rec` it was found in.
+    pub fn describe(&self, rec: &Recovered) -> String {
+        match *self {
+            LogViolation::Lost(i) => format!("acknowledged append {i} is lost or torn"),
+            LogViolation::BeyondTail(i) => format!(
+                "acknowledged append {i} is beyond the recovered tail {}",
+                rec.tail
+            ),
+            LogViolation::PastLost(j) => format!(
+                "tail pointer {} points past record {j}, which did not survive",
+                rec.tail_pointer
+            ),
+        }
+    }
 }
 
 /// Judges a recovered log from outside: every acknowledged append (`acked`, in order) is
