@@ -819,6 +819,75 @@ fn a_returning_client_gets_its_own_slot_and_others_wait_for_the_lease() {
     });
 }
 
+/// Handshakes at once never share a slot: of four new clients on a two-slot server, two
+/// get a slot each (fresh regions, distinct keys) and two are refused (`Resources`); when
+/// both come back at once, each twice, each key gets its own region and its second copy is
+/// refused while the first holds it.
+#[test]
+fn handshakes_at_once_never_share_a_slot() {
+    use remora_soft::client::ConnectError;
+    use remora_soft::cm::RefuseCode;
+    let dir = TestDir::new();
+    let (addr, _) = two_slot_server(&dir, "race", LEASE);
+    // Runs `claims` (key, mark) at once; gives each one's node, what it read, its key and
+    // mark, or its refusal code.
+    async fn at_once(
+        addr: &str,
+        claims: &[(u64, u8)],
+    ) -> Vec<Result<(remora_soft::runtime::RtNode, u8, u64, u8), RefuseCode>> {
+        let tasks: Vec<_> = claims
+            .iter()
+            .map(|&(key, mark)| {
+                let addr = addr.to_string();
+                remora_exec::spawn_local(async move {
+                    match claim_and_mark(&addr, key, mark).await {
+                        Ok((node, before, key)) => Ok((node, before[0], key, mark)),
+                        Err(ConnectError::Refused { code, .. }) => Err(code),
+                        Err(e) => panic!("{e}"),
+                    }
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    }
+    run_client(async {
+        let first = at_once(&addr, &[(0, 1), (0, 2), (0, 3), (0, 4)]).await;
+        let won: Vec<_> = first.iter().filter_map(|r| r.as_ref().ok()).collect();
+        let refused: Vec<_> = first.iter().filter_map(|r| r.as_ref().err()).collect();
+        assert_eq!(won.len(), 2, "two slots");
+        assert_eq!(refused, vec![&RefuseCode::Resources; 2]);
+        assert!(won.iter().all(|w| w.1 == 0), "each found a fresh region");
+        assert_ne!(won[0].2, won[1].2);
+        let owners: Vec<(u64, u8)> = won.iter().map(|w| (w.2, w.3)).collect();
+        for w in &won {
+            w.0.close();
+        }
+        let back = at_once(
+            &addr,
+            &[
+                (owners[0].0, 11),
+                (owners[1].0, 12),
+                (owners[0].0, 13),
+                (owners[1].0, 14),
+            ],
+        )
+        .await;
+        let mut found: Vec<(u64, u8)> = back
+            .iter()
+            .filter_map(|r| r.as_ref().ok().map(|w| (w.2, w.1)))
+            .collect();
+        found.sort();
+        let mut want = owners.clone();
+        want.sort();
+        assert_eq!(found, want, "each key found its own mark");
+        assert_eq!(back.iter().filter(|r| r.is_err()).count(), 2);
+    });
+}
+
 /// After its lease, a slot goes to a new client (the one whose lease ran out first), and its
 /// old client's key is refused from then on (`NotOwner`): its region is another's.
 #[test]
