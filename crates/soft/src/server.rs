@@ -218,7 +218,7 @@ struct Slots {
     freed: remora_exec::sync::Notify,
 }
 
-/// A slot's use, in memory (the key is also in the slot's PM).
+/// A slot's use, in memory (its key is also in the keys' table in PM).
 #[derive(Copy, Clone, Debug)]
 struct SlotState {
     busy: bool,
@@ -274,21 +274,9 @@ impl Slots {
         node.alloc(Space::Pm, keys_bytes(count), KEY_PAGE);
         let pm_base = node.alloc(Space::Pm, count * pm_stride, 4096);
         let dram_base = node.alloc(Space::Dram, count * dram_stride, 4096);
-        let mut slots = Slots {
-            node: node.clone(),
-            keys_at,
-            pm_base,
-            pm_stride,
-            dram_base,
-            dram_stride,
-            state: RefCell::new(Vec::new()),
-            lease,
-            fault,
-            freed: remora_exec::sync::Notify::new(),
-        };
         // Every slot that has a client is kept for it for a lease from start-up: after a
         // crash its client comes back for it.
-        let until = wall_now().saturating_add(lease);
+        let (now, until) = (wall_now(), wall_now().saturating_add(lease));
         let mut keys = vec![0u8; count as usize * 8];
         node.load(Space::Pm, keys_at, &mut keys);
         let state = keys
@@ -298,12 +286,22 @@ impl Slots {
                 SlotState {
                     busy: false,
                     key,
-                    reserved_until: if key == 0 { wall_now() } else { until },
+                    reserved_until: if key == 0 { now } else { until },
                 }
             })
             .collect();
-        slots.state = RefCell::new(state);
-        slots
+        Slots {
+            node: node.clone(),
+            keys_at,
+            pm_base,
+            pm_stride,
+            dram_base,
+            dram_stride,
+            state: RefCell::new(state),
+            lease,
+            fault,
+            freed: remora_exec::sync::Notify::new(),
+        }
     }
 
     fn count(&self) -> usize {
