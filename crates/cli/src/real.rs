@@ -4,16 +4,15 @@
 //! append was lost.
 
 use crate::killloop::{self, life_ms, runtime, server_command, KillArgs, ServerProc};
-use remora::{Method, Primitive, ServerSetup, Shape, Update};
+use remora::{Primitive, Scenario, ServerSetup, Shape, Update};
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::ServerConfig;
-use remora_remotelog::check::{log_violation, negative_controls, Target};
+use remora_remotelog::check::{log_violation, negative_controls, scenario_target, Target};
 use remora_remotelog::log::{read_records, recover, LogClient, LogShape, RECORDS_OFF};
 use remora_sim::crashcheck;
 use remora_soft::pool::PoolBytes;
 use remora_soft::server::{serve, ServeFault, ServeOptions};
-use remora_verbs::FlushMethod;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -400,18 +399,12 @@ pub fn real_targets(negative: bool, clients: u32) -> Vec<RealTarget> {
     for config in ServerConfig::table1() {
         for update in Update::ALL {
             for primitive in Primitive::ALL {
-                let m: Method = t
-                    .method_for(&config, primitive, update, Shape::default())
-                    .clone();
-                v.push(Target {
-                    name: format!("{}/{}/{}", update.name(), config.name(), primitive.name()),
+                let sc = Scenario {
                     config,
-                    update,
                     primitive,
-                    method: m,
-                    flush: FlushMethod::for_caps(config.caps),
-                    wrong: false,
-                });
+                    update,
+                };
+                v.push(scenario_target(&t, sc));
             }
         }
     }
@@ -428,24 +421,17 @@ pub fn real_targets(negative: bool, clients: u32) -> Vec<RealTarget> {
     // With several clients, a server that gives slots by connection order must be caught
     // (with one, the order is the client's own slot).
     if negative && clients > 1 {
-        let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().expect("a Table 1 name");
-        let (update, primitive) = (Update::Singleton, Primitive::Write);
+        let sc = Scenario {
+            config: "DMP+noDDIO+PM-RQWRB".parse().expect("a Table 1 name"),
+            primitive: Primitive::Write,
+            update: Update::Singleton,
+        };
+        let correct = scenario_target(&t, sc);
         v.push(RealTarget {
             t: Target {
-                name: format!(
-                    "slots-by-connection-order/{}/{}/{}",
-                    update.name(),
-                    config.name(),
-                    primitive.name()
-                ),
-                config,
-                update,
-                primitive,
-                method: t
-                    .method_for(&config, primitive, update, Shape::default())
-                    .clone(),
-                flush: FlushMethod::for_caps(config.caps),
+                name: format!("slots-by-connection-order/{}", correct.name),
                 wrong: true,
+                ..correct
             },
             serve_fault: Some(ServeFault::SlotsByConnectionOrder),
         });
@@ -544,18 +530,22 @@ pub fn real_crash(
                 // comes back: its records alone would not tell its log from another's.
                 let mut tag = [0u8; 64];
                 tag[..8].copy_from_slice(&(OWNER_TAG | c as u64).to_le_bytes());
-                let mut found = tag.to_vec();
-                if many && life == 0 {
-                    client
-                        .persist(mark_off, &tag)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                } else if many {
-                    found = client
-                        .read(mark_off, 64)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                }
+                let found = match (many, life) {
+                    (false, _) => None,
+                    (true, 0) => {
+                        client
+                            .persist(mark_off, &tag)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        None
+                    }
+                    (true, _) => Some(
+                        client
+                            .read(mark_off, 64)
+                            .await
+                            .map_err(|e| e.to_string())?,
+                    ),
+                };
                 client.use_method(target.update, target.method.clone());
                 client.use_flush_method(target.flush);
                 // Check what survived the previous life.
@@ -572,7 +562,7 @@ pub fn real_crash(
                 } else {
                     String::new()
                 };
-                if found != tag {
+                if let Some(found) = found.filter(|f| f[..] != tag[..]) {
                     verdicts.push(format!(
                         "{client_name}life {life}: given a region not its own (its mark reads {:#018x})",
                         u64::from_le_bytes(found[..8].try_into().expect("8 bytes"))

@@ -79,18 +79,23 @@ pub fn scenario_targets() -> Vec<Target> {
     let t = Taxonomy::shipped();
     Scenario::all()
         .into_iter()
-        .map(|sc| Target {
-            name: sc.name(),
-            config: sc.config,
-            update: sc.update,
-            primitive: sc.primitive,
-            method: t
-                .method_for(&sc.config, sc.primitive, sc.update, Shape::default())
-                .clone(),
-            flush: FlushMethod::for_caps(sc.config.caps),
-            wrong: false,
-        })
+        .map(|sc| scenario_target(&t, sc))
         .collect()
+}
+
+/// Scenario `sc` with the method the library picks for it (from taxonomy `t`).
+pub fn scenario_target(t: &Taxonomy, sc: Scenario) -> Target {
+    Target {
+        name: sc.name(),
+        config: sc.config,
+        update: sc.update,
+        primitive: sc.primitive,
+        method: t
+            .method_for(&sc.config, sc.primitive, sc.update, Shape::default())
+            .clone(),
+        flush: FlushMethod::for_caps(sc.config.caps),
+        wrong: false,
+    }
 }
 
 /// Other correct variants the library may run: the text's alternatives, and FLUSH

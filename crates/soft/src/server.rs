@@ -276,7 +276,8 @@ impl Slots {
         let dram_base = node.alloc(Space::Dram, count * dram_stride, 4096);
         // Every slot that has a client is kept for it for a lease from start-up: after a
         // crash its client comes back for it.
-        let (now, until) = (wall_now(), wall_now().saturating_add(lease));
+        let now = wall_now();
+        let until = now.saturating_add(lease);
         let mut keys = vec![0u8; count as usize * 8];
         node.load(Space::Pm, keys_at, &mut keys);
         let state = keys
@@ -409,9 +410,9 @@ impl Slots {
     }
 }
 
-/// The wall clock, for the slots' leases.
+/// The wall clock, for leases of connection slots (`serve`'s, and `rpc-serve`'s).
 #[allow(clippy::disallowed_methods)] // a real-time server: leases are wall-clock time
-fn wall_now() -> remora_exec::time::Instant {
+pub fn wall_now() -> remora_exec::time::Instant {
     remora_exec::time::now()
 }
 

@@ -22,6 +22,7 @@ use super::hello::{design_code, DurableClaim, DurableHello, HelloError, CLAIM_BY
 use super::pinned::{log_stride, pm_bytes_needed};
 use super::HANDSHAKE_TIMEOUT;
 use remora_soft::pinned::PinnedNode;
+use remora_soft::server::wall_now;
 
 /// How to run a durable-RPC server on the soft RNIC.
 #[derive(Clone, Debug)]
@@ -323,12 +324,6 @@ impl ServerState {
             && (server.holds_recovered_replies() || !s.undelivered.is_empty())
             && wall_now() < s.reserved_until
     }
-}
-
-/// The wall clock, for the connections' leases.
-#[allow(clippy::disallowed_methods)] // a real-time server: leases are wall-clock time
-fn wall_now() -> remora_exec::time::Instant {
-    remora_exec::time::now()
 }
 
 /// The client node id of slot `k` (the server is node 0).
