@@ -87,7 +87,7 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
             let _ = writeln!(o, "listening on {}", s.addr);
             let _ = writeln!(o, "pool {}: {}; {}", args.pool.display(), if s.created { "created" } else { "reopened" }, s.durability);
             let _ = writeln!(o, "server configuration {config}");
-            let _ = writeln!(o, "{} connection slots of {} KiB of PM: as many clients at once; a client's slot is kept for it for {:?} after it leaves (and after this start), and it comes back to it with its key", s.slots, s.slot_bytes / 1024, args.lease);
+            let _ = writeln!(o, "{} connection slots of {} KiB of PM: as many clients at once; a client's slot is kept for it for {:?} after it leaves (and after this start), and it comes back to it with its key; then a new client may have it, cleared", s.slots, s.slot_bytes / 1024, args.lease);
             let domains = platform_persistence_domains();
             if domains.is_empty() {
                 let _ = writeln!(o, "platform: no persistent-memory regions under /sys/bus/nd; the configured domain is modeled");

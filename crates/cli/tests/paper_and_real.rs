@@ -538,6 +538,72 @@ fn after_a_sigkill_each_client_comes_back_to_its_own_region() {
     });
 }
 
+/// A slot that a crash left marked as being cleared (the server had begun to clear it for a
+/// new client) is nobody's after a restart: its old client's key is refused, and the next
+/// new client gets it at once (no lease keeps it), cleared of the old client's bytes, while
+/// the other client's slot stays its own.
+#[test]
+fn a_slot_a_crash_left_being_cleared_goes_cleared_to_a_new_client() {
+    use remora::{Primitive, Shape};
+    use remora_model::profile::LatencyProfile;
+    use remora_soft::client::ConnectError;
+    use remora_soft::cm::{RefuseCode, CLEARING_KEY};
+    let dir = scratch("clearing-slot");
+    let pool = dir.path().join("pool.pm");
+    let profile = LatencyProfile::default_profile();
+    // Connects as `key` (0: new), reads offset 64 of its region, makes `mark` durable there.
+    let mark = |addr: String, key: u64, mark: u8| {
+        let profile = profile.clone();
+        async move {
+            let mut c = remora_soft::client::connect_as(&addr, &profile, key).await?;
+            c.client
+                .connect(Primitive::Write, Shape::default())
+                .await
+                .unwrap();
+            let before = c.client.read(64, 64).await.unwrap()[0];
+            c.client.persist(64, &[mark; 64]).await.unwrap();
+            Ok::<_, ConnectError>((c.node, before, c.key))
+        }
+    };
+    // Two slots (of about 4 MiB each).
+    let flags = ["--pool-bytes", "12582912"];
+    let mut server = Server::start_with(&pool, "DMP+noDDIO+PM-RQWRB", &flags);
+    let (ka, kb) = remora_exec::block_on(async {
+        let (_a, _, ka) = mark(server.1.clone(), 0, 0xa1).await.unwrap();
+        let (_b, _, kb) = mark(server.1.clone(), 0, 0xb2).await.unwrap();
+        server.0.kill().unwrap();
+        (ka, kb)
+    });
+    let _ = server.0.wait();
+    drop(server);
+    // What a crash between marking a's slot and clearing it leaves: its key in the keys'
+    // table replaced by the clearing mark, its region as it was.
+    let mut bytes = std::fs::read(&pool).unwrap();
+    let at: Vec<usize> = (0..bytes.len() - 8)
+        .filter(|&i| bytes[i..i + 8] == ka.to_le_bytes())
+        .collect();
+    assert_eq!(at.len(), 1, "a's key is in the pool once");
+    bytes[at[0]..at[0] + 8].copy_from_slice(&CLEARING_KEY.to_le_bytes());
+    std::fs::write(&pool, &bytes).unwrap();
+    let server = Server::start_with(&pool, "DMP+noDDIO+PM-RQWRB", &flags);
+    remora_exec::block_on(async {
+        for key in [ka, CLEARING_KEY] {
+            match mark(server.1.clone(), key, 0xa2).await {
+                Err(ConnectError::Refused { code, .. }) => assert_eq!(code, RefuseCode::NotOwner),
+                Err(e) => panic!("{e}"),
+                Ok(_) => panic!("a claim of {key:#x} got a slot"),
+            }
+        }
+        let (_c, before, kc) = mark(server.1.clone(), 0, 0xc1)
+            .await
+            .expect("the slot being cleared is free for a new client");
+        assert_eq!(before, 0, "cleared of a's bytes");
+        assert!(kc != ka && kc != kb && kc != CLEARING_KEY);
+        let (_b, before, _) = mark(server.1.clone(), kb, 0xb3).await.unwrap();
+        assert_eq!(before, 0xb2, "b's slot is b's");
+    });
+}
+
 #[test]
 fn bench_soft_streams_side_by_side() {
     let dir = scratch("bench-soft-stream");

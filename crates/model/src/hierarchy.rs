@@ -43,6 +43,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 
+mod clear;
 mod held;
 mod persist_queue;
 use held::Held;

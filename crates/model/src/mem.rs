@@ -40,6 +40,8 @@ pub struct SparseMem {
     /// Page number to its slot in `pages`.
     index: HashMap<u64, u32, BuildHasherDefault<U64Hasher>>,
     pages: Vec<Page>,
+    /// Each slot's page number (so a dropped page's slot can be refilled by the last).
+    numbers: Vec<u64>,
     /// The page written last (number, slot): the simulator writes rings and logs line by
     /// line, so most writes land in the page before and skip the hash lookup.
     last: (u64, u32),
@@ -50,6 +52,7 @@ impl Default for SparseMem {
         SparseMem {
             index: HashMap::default(),
             pages: Vec::new(),
+            numbers: Vec::new(),
             last: NO_PAGE,
         }
     }
@@ -99,6 +102,7 @@ impl SparseMem {
                 None => {
                     let slot = self.pages.len() as u32;
                     self.pages.push(init());
+                    self.numbers.push(number);
                     self.index.insert(number, slot);
                     slot
                 }
@@ -202,10 +206,44 @@ impl SparseMem {
         self.index.len() as u64 * PAGE_BYTES
     }
 
+    /// Makes `addr..addr+len` read as zero, and, for an overlay, read through to its base:
+    /// whole pages in the range are dropped (freeing their memory), the parts of pages at
+    /// its ends are zeroed. Costs a lookup per page of the range, nothing per byte.
+    pub fn zero_range(&mut self, addr: u64, len: u64) {
+        let end = addr.saturating_add(len);
+        let mut a = addr;
+        while a < end {
+            let number = a >> PAGE_SHIFT;
+            let page_end = (number + 1) << PAGE_SHIFT;
+            let n = (page_end.min(end) - a) as usize;
+            if let Some(&slot) = self.index.get(&number) {
+                if n == PAGE_BYTES as usize {
+                    self.drop_page(number, slot);
+                } else {
+                    let off = (a & (PAGE_BYTES - 1)) as usize;
+                    self.pages[slot as usize][off..off + n].fill(0);
+                }
+            }
+            a += n as u64;
+        }
+    }
+
+    /// Removes page `number` (in `slot`): the last page takes its slot.
+    fn drop_page(&mut self, number: u64, slot: u32) {
+        self.index.remove(&number);
+        self.pages.swap_remove(slot as usize);
+        self.numbers.swap_remove(slot as usize);
+        if let Some(&moved) = self.numbers.get(slot as usize) {
+            *self.index.get_mut(&moved).expect("every page is indexed") = slot;
+        }
+        self.last = NO_PAGE;
+    }
+
     /// Forgets everything (a DRAM power loss).
     pub fn clear(&mut self) {
         self.index.clear();
         self.pages.clear();
+        self.numbers.clear();
         self.last = NO_PAGE;
     }
 
@@ -291,6 +329,32 @@ mod tests {
     }
 
     proptest! {
+        /// Zeroed ranges (whole pages dropped, ends zeroed) read as zero, over a base too,
+        /// and everything else keeps its bytes, with writes before and after.
+        #[test]
+        fn a_zeroed_range_reads_as_zero_and_nothing_else_moves(
+            ops in prop::collection::vec((0u64..40_000, 0usize..9_000, any::<u8>(), any::<bool>()), 0..40)
+        ) {
+            let mut base = SparseMem::new();
+            base.write(0, &[0x5a; 50_000]);
+            let mut m = SparseMem::new();
+            let mut flat = vec![0x5a; 50_000];
+            for (addr, len, byte, zero) in ops {
+                let (a, n) = (addr as usize, len);
+                if zero {
+                    m.zero_range(addr, len as u64);
+                    base.write(addr, &vec![0; n]);
+                    flat[a..a + n].fill(0);
+                } else {
+                    m.write_over(addr, &vec![byte; n], &base);
+                    flat[a..a + n].fill(byte);
+                }
+                let mut got = vec![0u8; flat.len()];
+                m.read_over(0, &mut got, &base);
+                prop_assert_eq!(&got, &flat);
+            }
+        }
+
         #[test]
         fn behaves_like_a_flat_array(ops in prop::collection::vec((0u64..20_000, prop::collection::vec(any::<u8>(), 0..300)), 0..40)) {
             let mut m = SparseMem::new();

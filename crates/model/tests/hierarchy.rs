@@ -706,3 +706,45 @@ fn pm_geometry_interleaves_two_channels_and_eight_banks() {
         assert_eq!((l2.channel, l2.bank), (0, 1));
     }
 }
+
+// ------------------------------------------------------------------ clearing a range
+
+/// `zero_idle` refuses (and changes nothing) while a write to the range is in flight, in
+/// any configuration; once nothing is, it zeroes the range in the visible image, in what a
+/// crash keeps and in DRAM, leaving the bytes around it alone.
+#[test]
+fn zero_idle_waits_for_writes_in_flight_then_clears_only_its_range() {
+    for (domain, ddio) in ALL_CONFIGS {
+        let mut h = hier(domain, ddio, 7);
+        let t0 = ns(1_000);
+        // Around the range, and in it (a DMA and a CPU store, PM and DRAM).
+        h.dma_write(t0, Space::Pm, A - 64, &[1; 64]);
+        h.dma_write(t0, Space::Pm, A + 4096, &[2; 64]);
+        h.dma_write(t0, Space::Pm, A + 100, &[3; 200]);
+        h.cpu_store(t0, Space::Pm, A + 1000, &[4; 8]);
+        h.dma_write(t0, Space::Dram, 0x9000, &[5; 64]);
+        let busy = h
+            .zero_idle(t0, Space::Pm, A, 4096)
+            .expect_err("writes to the range are in flight");
+        assert!(busy > t0, "{domain:?} ddio {ddio}");
+        assert_eq!(load(&mut h, busy, Space::Pm, A + 1000, 8), vec![4; 8]);
+        // Once every write is where it ends (the CPU store's line written back too).
+        let late = ns(100_000_000);
+        let fence = h.clwb(late, A, 4096);
+        let done = h.sfence(late + fence);
+        h.zero_idle(done, Space::Pm, A, 4096)
+            .unwrap_or_else(|t| panic!("{domain:?} ddio {ddio}: still busy until {t:?}"));
+        h.zero_idle(done, Space::Dram, 0x9000, 64).unwrap();
+        assert_eq!(load(&mut h, done, Space::Pm, A, 4096), vec![0; 4096]);
+        assert_eq!(load(&mut h, done, Space::Dram, 0x9000, 64), vec![0; 64]);
+        assert_eq!(load(&mut h, done, Space::Pm, A - 64, 64), vec![1; 64]);
+        assert_eq!(load(&mut h, done, Space::Pm, A + 4096, 64), vec![2; 64]);
+        let img = h.crash_image(done);
+        assert_eq!(
+            img.read_vec(A, 4096),
+            vec![0; 4096],
+            "{domain:?} ddio {ddio}"
+        );
+        assert_eq!(img.read_vec(A + 4096, 64), vec![2; 64]);
+    }
+}

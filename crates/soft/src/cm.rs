@@ -222,9 +222,16 @@ impl Cm {
     }
 }
 
+/// The key a server keeps for a slot while it clears the slot for a new client (so that a
+/// crash in the middle leaves the slot nobody's, to be cleared again, never a half-cleared
+/// region to its old client). [`fresh_key`] never draws it, and a server refuses a claim
+/// of it.
+pub const CLEARING_KEY: u64 = u64::MAX;
+
 /// A new client key: 64 bits from the OS's random source, never 0 (0 is a new client's
-/// claim, and a slot whose key is 0 belongs to nobody). Not from the model's seeded PRNG:
-/// a key must not be guessable by another client, nor repeat across servers.
+/// claim, and a slot whose key is 0 belongs to nobody) nor [`CLEARING_KEY`]. Not from the
+/// model's seeded PRNG: a key must not be guessable by another client, nor repeat across
+/// servers.
 pub fn fresh_key() -> std::io::Result<u64> {
     use std::io::Read;
     let mut urandom = std::fs::File::open("/dev/urandom")?;
@@ -232,7 +239,7 @@ pub fn fresh_key() -> std::io::Result<u64> {
         let mut b = [0u8; 8];
         urandom.read_exact(&mut b)?;
         let key = u64::from_le_bytes(b);
-        if key != 0 {
+        if key != 0 && key != CLEARING_KEY {
             return Ok(key);
         }
     }

@@ -7,9 +7,10 @@
 //! client that comes back with its key (after its connection or the server went down) is
 //! given its own slot again, its region as it left it. A slot stays reserved for its
 //! client for a lease after the client's connection ends and after the server starts;
-//! after that a new client may take it (when no slot without a client is free).
+//! after that a new client may take it (when no slot without a client is free), cleared:
+//! no client sees another's region or receive ring.
 
-use crate::cm::{Cm, RefuseCode, CM_FRAME, HANDSHAKE_TIMEOUT};
+use crate::cm::{Cm, RefuseCode, CLEARING_KEY, CM_FRAME, HANDSHAKE_TIMEOUT};
 use crate::pinned::PinnedNode;
 use crate::pool::{Durability, Pool, PoolBytes, PoolError};
 use crate::runtime::RtNode;
@@ -232,6 +233,11 @@ struct SlotState {
 /// as soon as its last connection closed races the server's noticing the close.
 pub const SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// How long clearing a slot for a new client waits for writes still in flight to it.
+const CLEAR_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often it looks again, at least.
+const CLEAR_POLL: std::time::Duration = std::time::Duration::from_micros(100);
+
 /// The keys' table is allocated in whole pages of this size (out of every slot, so out of
 /// any client's reach: no client's RDMA can write it).
 const KEY_PAGE: u64 = 4096;
@@ -284,10 +290,13 @@ impl Slots {
             .chunks_exact(8)
             .map(|b| {
                 let key = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+                // A slot being cleared when the server stopped is nobody's, and is cleared
+                // again before a new client gets it.
+                let nobodys = key == 0 || key == CLEARING_KEY;
                 SlotState {
                     busy: false,
                     key,
-                    reserved_until: if key == 0 { now } else { until },
+                    reserved_until: if nobodys { now } else { until },
                 }
             })
             .collect();
@@ -322,6 +331,9 @@ impl Slots {
         let state = self.state.borrow();
         if self.fault == Some(ServeFault::SlotsByConnectionOrder) {
             return Ok(state.iter().position(|s| !s.busy));
+        }
+        if key == CLEARING_KEY {
+            return Err(());
         }
         if key != 0 {
             let i = state.iter().position(|s| s.key == key).ok_or(())?;
@@ -439,12 +451,22 @@ impl Slot {
 
     /// The slot's client's key: `claimed`, or for a new client (0) a fresh one, durable in
     /// the slot's PM before this returns (so that after a server crash too only that
-    /// client gets the slot back).
-    async fn own(&mut self, claimed: u64) -> std::io::Result<u64> {
+    /// client gets the slot back). A slot that had another client is cleared first.
+    async fn own(&mut self, claimed: u64) -> Result<u64, String> {
         if claimed != 0 {
             return Ok(claimed);
         }
-        let key = crate::cm::fresh_key()?;
+        let key = crate::cm::fresh_key()
+            .map_err(|e| format!("cannot draw a client key from /dev/urandom: {e}"))?;
+        if self.slots.state.borrow()[self.i].key != 0 {
+            self.clear().await?;
+        }
+        self.set_key(key).await;
+        Ok(key)
+    }
+
+    /// Writes `key` into the keys' table, durably, and into the slot's state.
+    async fn set_key(&mut self, key: u64) {
         let (node, at) = (&self.slots.node, self.slots.key_addr(self.i));
         node.store(Space::Pm, at, &key.to_le_bytes());
         node.persist_local(at, 8).await;
@@ -452,7 +474,43 @@ impl Slot {
         // A returning client waiting for this slot under its old key learns now that the
         // slot is no longer its own (refused with NotOwner, not after the wait).
         self.slots.freed.notify_waiters();
-        Ok(key)
+    }
+
+    /// Zeroes the slot's PM and DRAM (its region and receive ring, so neither the old
+    /// client's data nor its unapplied messages reach the new one), with the slot marked
+    /// as being cleared in the keys' table meanwhile: a crash in the middle leaves the slot
+    /// to be cleared again, never a half-cleared region to its old client. Waits for
+    /// writes the old connection left in flight (the model's stages take microseconds;
+    /// an LLC residency of a slow profile, milliseconds) for up to [`CLEAR_WAIT`].
+    async fn clear(&mut self) -> Result<(), String> {
+        self.set_key(CLEARING_KEY).await;
+        let s = self.slots.clone();
+        let i = self.i as u64;
+        let ranges = [
+            (Space::Pm, s.pm_base + i * s.pm_stride, s.pm_stride),
+            (Space::Dram, s.dram_base + i * s.dram_stride, s.dram_stride),
+        ];
+        let give_up = wall_now().saturating_add(CLEAR_WAIT);
+        for (space, at, len) in ranges {
+            loop {
+                let cleared = s.node.with(|r, now| {
+                    r.hierarchy()
+                        .zero_idle(now, space, at, len)
+                        .map_err(|t| (t, now))
+                });
+                let Err((t, now)) = cleared else { break };
+                if wall_now() >= give_up {
+                    return Err(format!(
+                        "its slot (the lease of its last client ran out) still had writes in \
+                         flight to clear after {CLEAR_WAIT:?}"
+                    ));
+                }
+                let wait = std::time::Duration::from_nanos((t - now).as_nanos());
+                remora_exec::time::sleep(wait.clamp(CLEAR_POLL, CLEAR_POLL * 100)).await;
+            }
+        }
+        s.node.with(|r, _| r.sync_media());
+        Ok(())
     }
 }
 
@@ -709,8 +767,8 @@ async fn handle(
     };
     let key = match slot.own(claimed).await {
         Ok(key) => key,
-        Err(e) => {
-            eprintln!("client {id} refused: cannot draw a client key from /dev/urandom: {e}");
+        Err(why) => {
+            eprintln!("client {id} refused: {why}");
             return cm_refuse(&mut stream, RefuseCode::Resources).await;
         }
     };

@@ -584,9 +584,8 @@ fn two_slot_server(
 
 /// A pool with room for two clients' regions serves two at once, refuses a third with a
 /// clear error (the connection manager's `Resources`), and serves any number in turn: with
-/// no lease, a closed connection's slot goes to the next new client, whose region holds
-/// what the last one made durable (as after a restart), instead of the server running out
-/// of PM.
+/// no lease, a closed connection's slot goes to the next new client, cleared (it finds
+/// none of its predecessor's bytes), instead of the server running out of PM.
 #[test]
 fn a_pool_serves_clients_in_turn_and_refuses_one_too_many_at_once() {
     let dir = TestDir::new();
@@ -605,15 +604,12 @@ fn a_pool_serves_clients_in_turn_and_refuses_one_too_many_at_once() {
     let one_client = settled(&objects, |o| o.qps == 1);
     assert_eq!((one_client.cqs, one_client.mrs, one_client.pds), (2, 2, 1));
     // Many more clients than slots, one after another, each connecting as soon as the last
-    // closed (the server waits for the closed connection's slot): each finds its
-    // predecessor's mark (the first finds whatever b left, nothing of a's).
-    let mut last = None;
+    // closed (the server waits for the closed connection's slot, and for the last
+    // connection's writes in flight to it): each finds its slot cleared of its
+    // predecessor's mark (the first, of b's).
     for mark in 1..12u8 {
         let before = mark_in_turn(&addr, mark).expect("a free slot");
-        if let Some(prev) = last {
-            assert_eq!(before, vec![prev; 64], "client {mark}");
-        }
-        last = Some(mark);
+        assert_eq!(before, vec![0; 64], "client {mark}");
     }
     // Each of them freed its queue pair, CQs, regions and protection domain as it ended.
     assert_eq!(settled(&objects, |o| o == one_client), one_client);
@@ -888,8 +884,9 @@ fn handshakes_at_once_never_share_a_slot() {
     });
 }
 
-/// After its lease, a slot goes to a new client (the one whose lease ran out first), and its
-/// old client's key is refused from then on (`NotOwner`): its region is another's.
+/// After its lease, a slot goes to a new client (the one whose lease ran out first),
+/// cleared, and its old client's key is refused from then on (`NotOwner`): its region is
+/// another's. A claim of the key that marks a slot being cleared is refused too.
 #[test]
 fn after_the_lease_a_new_client_takes_the_slot_and_its_old_key_is_refused() {
     use remora_soft::client::ConnectError;
@@ -903,9 +900,9 @@ fn after_the_lease_a_new_client_takes_the_slot_and_its_old_key_is_refused() {
         let (b, _, kb) = claim_and_mark(&addr, 0, 2).await.unwrap();
         b.close();
         // Both kept; the new client waits until a's lease, the first, runs out, and gets
-        // a's region (with a's mark) under a key of its own.
+        // a's slot, cleared of a's mark, under a key of its own.
         let (c, before, kc) = claim_and_mark(&addr, 0, 3).await.unwrap();
-        assert_eq!(before[0], 1);
+        assert_eq!(before, vec![0; 64], "a's region was cleared for c");
         assert!(kc != ka && kc != kb);
         c.close();
         match claim_and_mark(&addr, ka, 4).await {
@@ -913,6 +910,14 @@ fn after_the_lease_a_new_client_takes_the_slot_and_its_old_key_is_refused() {
             Ok(_) => panic!("a's old key got a slot"),
             Err(e) => panic!("{e}"),
         }
+        match claim_and_mark(&addr, remora_soft::cm::CLEARING_KEY, 4).await {
+            Err(ConnectError::Refused { code, .. }) => assert_eq!(code, RefuseCode::NotOwner),
+            Ok(_) => panic!("the clearing key got a slot"),
+            Err(e) => panic!("{e}"),
+        }
+        // c's slot, which had a's mark, keeps c's.
+        let (_c, before, _) = claim_and_mark(&addr, kc, 6).await.unwrap();
+        assert_eq!(before[0], 3);
         let (_b, before, _) = claim_and_mark(&addr, kb, 5).await.unwrap();
         assert_eq!(before[0], 2);
     });
