@@ -304,6 +304,10 @@ pub struct RnicStats {
     pub ud_bad_qkey: u64,
     /// Completions lost to a full completion queue (an overrun: see `deliver_cqe`).
     pub cq_overruns: u64,
+    /// Successful receive completions discarded with their completion queue (destroyed
+    /// before they were polled, or before they reached it): messages the RNIC
+    /// acknowledged that no application took.
+    pub messages_discarded: u64,
 }
 
 /// One node's RNIC and memory system.
@@ -596,7 +600,8 @@ impl Rnic {
     }
 
     /// `ibv_destroy_cq`: refused while a queue pair uses the CQ (as `EBUSY`); completions
-    /// still in it or on their way to it are discarded, and its number may be reused.
+    /// still in it or on their way to it are discarded (the messages among them counted
+    /// in [`RnicStats::messages_discarded`]), and its number may be reused.
     pub fn destroy_cq(&mut self, cq: CqId) -> Result<(), VerbsError> {
         if !self.cq_live(cq) {
             return Err(VerbsError::NoSuch("completion queue"));
@@ -610,6 +615,17 @@ impl Rnic {
                 "completion queue in use by a queue pair: destroy the queue pair first",
             ));
         }
+        let message =
+            |wc: &WorkCompletion| wc.opcode == WcOpcode::Recv && wc.status == WcStatus::Success;
+        let polled_never = self.cqs[cq.0 as usize]
+            .entries
+            .iter()
+            .filter(|wc| message(wc));
+        let on_the_way = self
+            .cqe_pending
+            .iter()
+            .filter(|Reverse(p)| p.cq == cq.0 && message(&p.wc));
+        self.stats.messages_discarded += (polled_never.count() + on_the_way.count()) as u64;
         self.cqe_pending.retain(|Reverse(p)| p.cq != cq.0);
         // Depth 0 marks a destroyed CQ (`create_cq` refuses depth 0).
         self.cqs[cq.0 as usize] = Cq::default();

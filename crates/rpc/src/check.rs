@@ -365,7 +365,7 @@ fn recover_and_resume(
     slot: &Slot,
     log: &Rc<RefCell<ClientLog>>,
 ) -> Option<String> {
-    let Some(mut client) = slot.borrow_mut().take() else {
+    let Some(client) = slot.borrow_mut().take() else {
         return Some("the client hung after the server's power failure".into());
     };
     let (server, report) = match pair.recover_server() {
@@ -377,9 +377,10 @@ fn recover_and_resume(
             "recovery found a committed entry over torn data: {torn}"
         ));
     }
-    if let Err(e) = pair.reconnect(server, &mut client) {
-        return Some(format!("reconnect failed: {e}"));
-    }
+    let mut client = match pair.reconnect(server, client) {
+        Ok(client) => client,
+        Err(e) => return Some(format!("reconnect failed: {e}")),
+    };
     let l = log.clone();
     let out = pair.sim.block_on(Instant::NEVER, async move {
         client.resume().await?;

@@ -171,7 +171,7 @@ fn durable_but_unprocessed_requests_are_reexecuted_from_the_log() {
         let (_, t, _) = run(None);
         let (pair, _, slot) = run(Some(t + Duration::from_micros(1)));
         assert!(!pair.sim.crashed().is_empty());
-        let mut client = slot
+        let client = slot
             .borrow_mut()
             .take()
             .expect("drain failed, client returned");
@@ -179,7 +179,7 @@ fn durable_but_unprocessed_requests_are_reexecuted_from_the_log() {
         let (server, report) = pair.recover_server().unwrap();
         assert!(report.reexecuted >= 3, "{d}: {report:?}");
         assert_eq!(report.processed, 4, "{d}: {report:?}");
-        pair.reconnect(server, &mut client).unwrap();
+        let mut client = pair.reconnect(server, client).unwrap();
         let replies = pair
             .sim
             .block_on(remora_model::time::Instant::NEVER, async move {
@@ -235,7 +235,7 @@ fn replies_received_before_a_reopen_are_not_lost_with_the_old_queue_pair() {
     assert!(!pair.sim.crashed().is_empty());
     let (server, report) = pair.recover_server().unwrap();
     assert_eq!(report.processed, 4, "{report:?}");
-    pair.reconnect(server, &mut client).unwrap();
+    let mut client = pair.reconnect(server, client).unwrap();
     let mut client = pair
         .sim
         .block_on(remora_model::time::Instant::NEVER, async move {
@@ -246,10 +246,10 @@ fn replies_received_before_a_reopen_are_not_lost_with_the_old_queue_pair() {
     // The recovered Puts' replies reach the client's RNIC, unpolled; then the client
     // opens a new queue pair (its connection broke) and nothing more arrives.
     pair.sim.run();
-    client.reopen().unwrap();
     let replies = pair
         .sim
         .block_on(remora_model::time::Instant::NEVER, async move {
+            client.reopen().await.unwrap();
             client.drain().await.unwrap()
         })
         .unwrap();
@@ -297,4 +297,82 @@ fn recovery_of_a_wrapped_log_counts_no_cut_off_entry() {
         (20, 0, 0),
         "{report:?}"
     );
+}
+
+/// A reply whose completion the client's RNIC had not yet delivered when the client
+/// opened a new queue pair is not lost either: the RNIC acknowledged it (so the server
+/// never sends it again) a little before its completion reached the queue, and `reopen`
+/// keeps the old queue until every receive posted on the old queue pair has completed.
+/// (It destroyed the queue at once, with such a completion on its way: the message was
+/// discarded with it.) Swept over the replies' arrival, a reopen every 50 ns.
+#[test]
+fn a_reply_whose_completion_is_on_its_way_at_a_reopen_is_not_lost() {
+    use remora_model::time::Instant;
+    use remora_sim::{CrashAt, FaultPlan};
+    let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
+    let mut opts = DurableOptions::new(Design::WFlushRpc);
+    opts.capacity = 8;
+    opts.costs.processing = Duration::from_micros(2);
+    // The client, resumed after the server's recovery with the recovered Puts' replies on
+    // their way, reopens at `stop`. Gives the messages its RNIC discarded and when the
+    // resume returned; without a stop, it takes the replies instead, and gives when the
+    // last was in.
+    let run = |stop: Option<Instant>| {
+        let pair = DurablePair::new(3, LatencyProfile::default_profile(), config, opts.clone());
+        let mut client = pair.open().unwrap();
+        let node = pair.client.clone();
+        let (back, acked) = pair
+            .sim
+            .block_on(Instant::NEVER, async move {
+                for k in 0..4u64 {
+                    let value = vec![k as u8 + 1; 32];
+                    client.call(Op::Put { key: k, value }).await.unwrap();
+                }
+                (client, remora_verbs::Verbs::now(&node))
+            })
+            .unwrap();
+        let crash = acked + Duration::from_micros(1);
+        pair.sim
+            .set_faults(&FaultPlan::crash(pair.server.id(), CrashAt::Time(crash)));
+        pair.sim.run();
+        let (server, _) = pair.recover_server().unwrap();
+        let client = pair.reconnect(server, back).unwrap();
+        let node = pair.client.clone();
+        let (mut client, resumed) = pair
+            .sim
+            .block_on(Instant::NEVER, async move {
+                let mut client = client;
+                client.resume().await.unwrap();
+                (client, remora_verbs::Verbs::now(&node))
+            })
+            .unwrap();
+        let node = pair.client.clone();
+        let Some(t) = stop else {
+            // No reopen: when every reply is in.
+            let all_in = pair.sim.block_on(Instant::NEVER, async move {
+                assert_eq!(client.drain().await.unwrap().len(), 4);
+                remora_verbs::Verbs::now(&node)
+            });
+            return (0, resumed, all_in.unwrap());
+        };
+        pair.sim.run_until(t);
+        pair.sim
+            .block_on(Instant::NEVER, async move {
+                client.reopen().await.unwrap();
+            })
+            .unwrap();
+        let discarded = pair
+            .sim
+            .with_rnic(pair.client.id(), |r, _| r.stats().messages_discarded);
+        (discarded, resumed, t)
+    };
+    let (_, resumed, end) = run(None);
+    let mut t = resumed;
+    let mut stops = 0;
+    while t <= end {
+        assert_eq!(run(Some(t)).0, 0, "messages discarded by a reopen at {t:?}");
+        t += Duration::from_nanos(50);
+        stops += 1;
+    }
+    assert!(stops > 10, "the replies' arrival spans {stops} stops");
 }

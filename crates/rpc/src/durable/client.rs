@@ -8,6 +8,10 @@ const WR_OP: u64 = 3 << 60;
 const WR_DOORBELL: u64 = 4 << 60;
 const WR_PROBE: u64 = 5 << 60;
 
+/// How long [`DurableClient::reopen`] waits for the receives of the failed queue pair to
+/// complete (an RNIC completes them within microseconds; the simulator's time is free).
+pub const REOPEN_DRAIN: Duration = Duration::from_millis(100);
+
 /// The client side of one durable-RPC connection. See the module documentation.
 pub struct DurableClient<V: Verbs> {
     v: V,
@@ -19,6 +23,9 @@ pub struct DurableClient<V: Verbs> {
     nrecv: u64,
     qp: QpNum,
     cq: CqId,
+    /// Receives posted on `qp` that have not completed yet: each completes, with a
+    /// message or flushed, before `reopen` lets `cq` go.
+    recvs_out: u64,
     info: Option<ConnInfo>,
     plan: Option<FlushPlan>,
     next_seq: u64,
@@ -60,6 +67,7 @@ impl<V: Verbs> DurableClient<V> {
             nrecv,
             qp: QpNum(0),
             cq: CqId(0),
+            recvs_out: 0,
             info: None,
             plan: None,
             next_seq: 1,
@@ -80,23 +88,49 @@ impl<V: Verbs> DurableClient<V> {
     /// A new queue pair (after the old one failed); connect it, then
     /// [`attach`](Self::attach) and [`resume`](Self::resume).
     ///
-    /// What the old queue pair received before it failed is taken first: its RNIC
-    /// acknowledged those messages, so the server counts them delivered and never sends
-    /// them again (replies of requests recovery executed, say, that arrived after the
-    /// last poll). Then the new queue pair is made, and only then the old one and its
-    /// completion queue destroyed: a failure leaves the client with a queue pair, and a
-    /// later `reopen` can try again.
-    pub fn reopen(&mut self) -> Result<QpNum, RpcError> {
-        while let Some(wc) = self.v.poll_one(self.cq) {
-            // Flushed receives and the old connection's sends end with it.
-            if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv {
-                self.received(&wc)?;
-            }
-        }
-        let (old_qp, old_cq) = (self.qp, self.cq);
+    /// The new queue pair is made first: a failure leaves the client with the old one,
+    /// and a later `reopen` can try again. Then the old one is destroyed, which completes
+    /// every receive still posted on it (flushed) into its completion queue, and
+    /// everything the old queue pair received is taken in before that queue goes: its
+    /// RNIC acknowledged those messages, so the server counts them delivered and never
+    /// sends them again (replies of requests recovery executed, say, that arrived after
+    /// the last poll). That includes a message whose completion the RNIC had not yet
+    /// delivered when the connection failed (it acknowledges a message a little before
+    /// its completion reaches the queue): the old queue is kept until every receive posted
+    /// on it has completed, for up to [`REOPEN_DRAIN`].
+    pub async fn reopen(&mut self) -> Result<QpNum, RpcError> {
+        let (old_qp, old_cq, mut out) = (self.qp, self.cq, self.recvs_out);
         self.open_qp()?;
         self.v.destroy_qp(old_qp)?;
+        let give_up = self.v.now() + REOPEN_DRAIN;
+        let mut taken = Ok(());
+        loop {
+            while let Some(wc) = self.v.poll_one(old_cq) {
+                // The old connection's sends end with it.
+                if wc.opcode != WcOpcode::Recv {
+                    continue;
+                }
+                out = out.saturating_sub(1);
+                if wc.status == WcStatus::Success && taken.is_ok() {
+                    taken = self.received(&wc);
+                }
+            }
+            let now = self.v.now();
+            if out == 0 || now >= give_up {
+                break;
+            }
+            remora_verbs::wait_cq_or(&self.v, old_cq, give_up - now).await;
+        }
+        if out > 0 {
+            // Its RNIC never completed them: the queue is kept (a completion still on its
+            // way lands there, not in a reused one), and the loss is the caller's to see.
+            return Err(RpcError::Connection(format!(
+                "{out} receives of the failed queue pair did not complete within \
+                 {REOPEN_DRAIN:?}: replies they took may be lost"
+            )));
+        }
         self.v.destroy_cq(old_cq)?;
+        taken?;
         Ok(self.qp)
     }
 
@@ -118,6 +152,7 @@ impl<V: Verbs> DurableClient<V> {
             }
         };
         (self.qp, self.cq) = (qp, cq);
+        self.recvs_out = 0;
         self.done.clear();
         self.probing = false;
         self.slow = false;
@@ -146,7 +181,7 @@ impl<V: Verbs> DurableClient<V> {
         Ok(())
     }
 
-    fn post_recv(&self, i: u64) -> Result<(), RpcError> {
+    fn post_recv(&mut self, i: u64) -> Result<(), RpcError> {
         let b = self.opts.recv_bytes();
         self.v.post_recv(
             self.qp,
@@ -159,6 +194,7 @@ impl<V: Verbs> DurableClient<V> {
                 },
             },
         )?;
+        self.recvs_out += 1;
         Ok(())
     }
 
@@ -180,6 +216,9 @@ impl<V: Verbs> DurableClient<V> {
     }
 
     fn handle(&mut self, wc: WorkCompletion) -> Result<(), RpcError> {
+        if wc.opcode == WcOpcode::Recv {
+            self.recvs_out = self.recvs_out.saturating_sub(1);
+        }
         if wc.status != WcStatus::Success {
             return Err(wc_error(&wc));
         }

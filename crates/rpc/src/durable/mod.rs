@@ -430,13 +430,21 @@ impl DurablePair {
     }
 
     /// Connects `client` (whose old connection failed) to the recovered `server` and
-    /// starts serving; then run [`DurableClient::resume`] in a task.
+    /// starts serving; then run [`DurableClient::resume`] in a task on the client it
+    /// gives back.
     pub fn reconnect(
         &self,
         server: DurableServer<NodeHandle>,
-        client: &mut DurableClient<NodeHandle>,
-    ) -> Result<(), RpcError> {
-        let qp = client.reopen()?;
+        mut client: DurableClient<NodeHandle>,
+    ) -> Result<DurableClient<NodeHandle>, RpcError> {
+        let (mut client, qp) = self
+            .sim
+            .block_on(Instant::NEVER, async move {
+                let qp = client.reopen().await;
+                (client, qp)
+            })
+            .ok_or_else(|| RpcError::Connection("the client's reopen never finished".into()))?;
+        let qp = qp?;
         self.sim
             .connect((&self.client, qp), (&self.server, server.qp()))?;
         client.attach(server.conn_info())?;
@@ -444,7 +452,7 @@ impl DurablePair {
         self.sim.spawn_on(&self.server, async move {
             let _why = server.serve().await;
         });
-        Ok(())
+        Ok(client)
     }
 
     /// Counters of the server serving now (zero before [`open`](Self::open)).

@@ -278,7 +278,7 @@ impl RealClient {
                     ),
                 });
             }
-            let qp = self.client.reopen()?;
+            let qp = self.client.reopen().await?;
             o.opening.finish(qp).await?;
             self.client.attach(hello.info)?;
             self.hello = hello;
