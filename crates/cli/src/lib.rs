@@ -27,6 +27,7 @@ pub mod real;
 pub mod rpcbench;
 pub mod rpcreal;
 pub mod softbench;
+pub mod takeover;
 
 /// Formats nanoseconds as microseconds with three decimals (`2345` → `2.345`).
 pub fn micros(ns: u64) -> String {

@@ -338,7 +338,11 @@ pub fn real_table(config: &ServerConfig, rows: &[RealRow]) -> String {
 
 /// Starts `remora serve` on `pool`, through `args.server_prefix`, listening on
 /// `args.server_listen`.
-fn start_server(
+/// Starts a `remora serve` child for a crash loop: `config`, `region`-byte regions, a pool
+/// of `pool_bytes`, the server's negative control `fault` if any, and a lease of `lease`
+/// seconds (`serve`'s default if `None`).
+#[allow(clippy::too_many_arguments)]
+pub fn start_server(
     exe: &Path,
     pool: &Path,
     config: &ServerConfig,
@@ -346,6 +350,7 @@ fn start_server(
     pool_bytes: u64,
     args: &KillArgs,
     fault: Option<ServeFault>,
+    lease: Option<u64>,
 ) -> Result<ServerProc, String> {
     let mut cmd = server_command(exe, &args.server_prefix);
     cmd.args(["serve", "--listen", &args.server_listen, "--pool"])
@@ -359,8 +364,11 @@ fn start_server(
             "--pool-bytes",
             &pool_bytes.to_string(),
         ]);
-    if fault == Some(ServeFault::SlotsByConnectionOrder) {
-        cmd.args(["--fault", "slots-by-connection-order"]);
+    if let Some(f) = fault {
+        cmd.args(["--fault", f.name()]);
+    }
+    if let Some(secs) = lease {
+        cmd.args(["--lease-secs", &secs.to_string()]);
     }
     ServerProc::start(&mut cmd, exe, "server", 0)
 }
@@ -416,6 +424,7 @@ pub fn real_targets(negative: bool, clients: u32) -> Vec<RealTarget> {
         .map(|t| RealTarget {
             t,
             serve_fault: None,
+            takeover: false,
         })
         .collect();
     // With several clients, a server that gives slots by connection order must be caught
@@ -434,9 +443,44 @@ pub fn real_targets(negative: bool, clients: u32) -> Vec<RealTarget> {
                 ..correct
             },
             serve_fault: Some(ServeFault::SlotsByConnectionOrder),
+            takeover: false,
         });
     }
+    v.extend(takeover_targets(&t, negative));
     v
+}
+
+/// The takeover targets ([`crate::takeover`]): the correct server, and with `negative` its
+/// two wrong ones. Their method is the one the clients' marks are made durable with.
+fn takeover_targets(t: &remora::Taxonomy, negative: bool) -> Vec<RealTarget> {
+    let sc = Scenario {
+        config: "DMP+noDDIO+PM-RQWRB".parse().expect("a Table 1 name"),
+        primitive: Primitive::Write,
+        update: Update::Singleton,
+    };
+    let correct = scenario_target(t, sc);
+    let mut faults = vec![None];
+    if negative {
+        faults.extend([Some(ServeFault::NoClear), Some(ServeFault::ClearInPlace)]);
+    }
+    faults
+        .into_iter()
+        .map(|fault| {
+            let name = match fault {
+                None => format!("takeover/{}", correct.config.name()),
+                Some(f) => format!("{}/takeover/{}", f.name(), correct.config.name()),
+            };
+            RealTarget {
+                t: Target {
+                    name,
+                    wrong: fault.is_some(),
+                    ..correct.clone()
+                },
+                serve_fault: fault,
+                takeover: true,
+            }
+        })
+        .collect()
 }
 
 /// A client's mark on its region in a several-client crash loop: this, with the client's
@@ -451,6 +495,8 @@ pub struct RealTarget {
     pub t: Target,
     /// A wrong server (`serve --fault`).
     pub serve_fault: Option<ServeFault>,
+    /// A takeover target ([`crate::takeover`]), not a RemoteLog one.
+    pub takeover: bool,
 }
 
 /// Runs the real crash loop on one target: start a server, append until a SIGKILL lands,
@@ -465,6 +511,9 @@ pub fn real_crash(
     index: u64,
     clients: u32,
 ) -> Result<RealCrashReport, String> {
+    if real.takeover {
+        return crate::takeover::takeover_crash(real, args, exe, index);
+    }
     let target = &real.t;
     let pool = args.dir.join(format!("pool-{index}.pm"));
     let _ = std::fs::remove_file(&pool);
@@ -501,6 +550,7 @@ pub fn real_crash(
             pool_bytes,
             args,
             real.serve_fault,
+            None,
         )?;
         // The order the clients come back in (seeded; with one client no draw is made).
         let mut order: Vec<usize> = (0..who.len()).collect();

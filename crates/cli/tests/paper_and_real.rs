@@ -389,7 +389,33 @@ fn real_sigkill_loop_catches_the_negative_controls() {
     ]);
     let s = text(&out.stdout);
     assert!(out.status.success(), "{s}\n{}", text(&out.stderr));
-    assert_eq!(s.matches("caught:").count(), 6, "{s}");
+    // The six RemoteLog controls and the two takeover ones (a server that does not clear a
+    // slot for a new client, one that clears it with the old key in place).
+    assert_eq!(s.matches("caught:").count(), 8, "{s}");
+}
+
+#[test]
+fn slots_taken_over_are_cleared_across_sigkills() {
+    // New clients take over slots others left (two slots, no lease), SIGKILLs landing in
+    // clears too; after each restart a new client finds zeros and a returning one its own
+    // marks, or is refused as no longer the owner (the negative controls are in
+    // `real_sigkill_loop_catches_the_negative_controls`).
+    let out = remora(&[
+        "crashcheck",
+        "--real",
+        "--targets",
+        "correct",
+        "--only",
+        "takeover/",
+        "--kills",
+        "30",
+    ]);
+    let s = text(&out.stdout);
+    assert!(out.status.success(), "{s}\n{}", text(&out.stderr));
+    assert!(
+        s.contains("| takeover/DMP+noDDIO+PM-RQWRB |") && s.contains("1 targets, 30 SIGKILLs"),
+        "{s}"
+    );
 }
 
 #[test]

@@ -59,17 +59,41 @@ pub enum ServeFault {
     /// what `serve` did before clients had keys. After a crash with several clients, a
     /// client may be given another's slot.
     SlotsByConnectionOrder,
+    /// A slot goes to a new client as its last client left it: the new client reads the
+    /// old one's region.
+    NoClear,
+    /// A slot is cleared for a new client with its old key still in the keys' table (no
+    /// [`CLEARING_KEY`] meanwhile): a crash in the middle gives the old client back a
+    /// region cleared in part or whole, its acknowledged data gone.
+    ClearInPlace,
+}
+
+impl ServeFault {
+    /// Its name, as `serve --fault` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ServeFault::SlotsByConnectionOrder => "slots-by-connection-order",
+            ServeFault::NoClear => "no-clear",
+            ServeFault::ClearInPlace => "clear-in-place",
+        }
+    }
 }
 
 impl std::str::FromStr for ServeFault {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "slots-by-connection-order" => Ok(ServeFault::SlotsByConnectionOrder),
-            _ => Err(format!(
-                "unknown serve fault {s:?} (the one there is: slots-by-connection-order)"
-            )),
-        }
+        let all = [
+            ServeFault::SlotsByConnectionOrder,
+            ServeFault::NoClear,
+            ServeFault::ClearInPlace,
+        ];
+        all.into_iter().find(|f| f.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = all.iter().map(|f| f.name()).collect();
+            format!(
+                "unknown serve fault {s:?} (those there are: {})",
+                names.join(", ")
+            )
+        })
     }
 }
 
@@ -459,7 +483,11 @@ impl Slot {
         let key = crate::cm::fresh_key()
             .map_err(|e| format!("cannot draw a client key from /dev/urandom: {e}"))?;
         if self.slots.state.borrow()[self.i].key != 0 {
-            self.clear().await?;
+            match self.slots.fault {
+                Some(ServeFault::NoClear) => {}
+                Some(ServeFault::ClearInPlace) => self.zero().await?,
+                _ => self.clear().await?,
+            }
         }
         self.set_key(key).await;
         Ok(key)
@@ -484,6 +512,11 @@ impl Slot {
     /// an LLC residency of a slow profile, milliseconds) for up to [`CLEAR_WAIT`].
     async fn clear(&mut self) -> Result<(), String> {
         self.set_key(CLEARING_KEY).await;
+        self.zero().await
+    }
+
+    /// The zeroing of [`clear`](Self::clear), durable on return.
+    async fn zero(&mut self) -> Result<(), String> {
         let s = self.slots.clone();
         let i = self.i as u64;
         let ranges = [
