@@ -327,7 +327,7 @@ fn several_clients_come_back_to_their_own_logs_after_each_sigkill() {
         "--kills",
         "3",
         "--only",
-        "DMP+noDDIO+PM-RQWRB",
+        "/DMP+noDDIO+PM-RQWRB/",
     ]);
     let s = text(&correct.stdout);
     assert!(correct.status.success(), "{s}\n{}", text(&correct.stderr));
