@@ -393,6 +393,19 @@ pub struct RealCrashReport {
 }
 
 impl RealCrashReport {
+    /// A report on `target` before its first life.
+    pub fn new(target: &Target) -> RealCrashReport {
+        RealCrashReport {
+            name: target.name.clone(),
+            method: target.method.name.clone(),
+            wrong: target.wrong,
+            kills: 0,
+            acked: 0,
+            violations: 0,
+            example: None,
+        }
+    }
+
     /// Correct methods lose nothing; negative controls must be caught.
     pub fn passed(&self) -> bool {
         crashcheck::passed(self.wrong, self.violations)
@@ -522,15 +535,7 @@ pub fn real_crash(
     let pool_bytes = u64::from(clients.max(1)) * (region + (4 << 20));
     let mut shape = shape_for(region);
     let mut rng = Prng::from_seed(args.seed ^ index);
-    let mut report = RealCrashReport {
-        name: target.name.clone(),
-        method: target.method.name.clone(),
-        wrong: target.wrong,
-        kills: 0,
-        acked: 0,
-        violations: 0,
-        example: None,
-    };
+    let mut report = RealCrashReport::new(target);
     // Each client's key (0 until the server gives it one) and acknowledged appends.
     let mut who: Vec<(u64, Vec<u64>)> = vec![(0, Vec::new()); clients.max(1) as usize];
     let many = who.len() > 1;

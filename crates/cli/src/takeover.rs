@@ -117,15 +117,7 @@ pub fn takeover_crash(
     // Two slots: a region, its receive ring and its key fit in 1 MiB more each.
     let pool_bytes = 2 * (REGION + (1 << 20));
     let mut rng = Prng::from_seed(args.seed ^ index);
-    let mut report = RealCrashReport {
-        name: target.name.clone(),
-        method: target.method.name.clone(),
-        wrong: target.wrong,
-        kills: 0,
-        acked: 0,
-        violations: 0,
-        example: None,
-    };
+    let mut report = RealCrashReport::new(target);
     let mut tenants: Vec<Tenant> = Vec::new();
     let mut next_id = 1u64;
     for life in 0..=args.kills {

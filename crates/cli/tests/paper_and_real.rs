@@ -511,33 +511,35 @@ fn streamed_writes_survive_a_sigkill_once_their_flush_completed() {
     }
 }
 
+/// Connects to `addr` as `key` (0: a new client), reads the first byte at offset 64 of its
+/// region, and makes `mark` durable there: the connection's node (the connection lives
+/// while it does), the byte read and the client's key.
+async fn mark_as(
+    addr: &str,
+    key: u64,
+    mark: u8,
+) -> Result<(remora_soft::runtime::RtNode, u8, u64), remora_soft::client::ConnectError> {
+    let profile = remora_model::profile::LatencyProfile::default_profile();
+    let mut c = remora_soft::client::connect_as(addr, &profile, key).await?;
+    c.client
+        .connect(remora::Primitive::Write, remora::Shape::default())
+        .await
+        .unwrap();
+    let before = c.client.read(64, 64).await.unwrap()[0];
+    c.client.persist(64, &[mark; 64]).await.unwrap();
+    Ok((c.node, before, c.key))
+}
+
 /// After a SIGKILL of the server with two clients connected, each client that comes back
 /// with its key gets its own region, whichever comes back first, and a new client gets a
 /// slot of its own (before, slots went by connection order: the first client back was given
 /// the first client's region).
 #[test]
 fn after_a_sigkill_each_client_comes_back_to_its_own_region() {
-    use remora::{Primitive, Shape};
-    use remora_model::profile::LatencyProfile;
     let dir = scratch("own-slot");
     let pool = dir.path().join("pool.pm");
-    let profile = LatencyProfile::default_profile();
-    // Connects as `key` (0: new), reads offset 64 of its region, makes `mark` durable there.
-    let mark = |addr: String, key: u64, mark: u8| {
-        let profile = profile.clone();
-        async move {
-            let mut c = remora_soft::client::connect_as(&addr, &profile, key)
-                .await
-                .unwrap();
-            c.client
-                .connect(Primitive::Write, Shape::default())
-                .await
-                .unwrap();
-            let before = c.client.read(64, 64).await.unwrap()[0];
-            c.client.persist(64, &[mark; 64]).await.unwrap();
-            (c.node, before, c.key)
-        }
-    };
+    let mark =
+        |addr: String, key: u64, mark: u8| async move { mark_as(&addr, key, mark).await.unwrap() };
     let mut server = Server::start(&pool, "DMP+noDDIO+PM-RQWRB");
     let (ka, kb) = remora_exec::block_on(async {
         let (_a, _, ka) = mark(server.1.clone(), 0, 0xa1).await;
@@ -570,27 +572,11 @@ fn after_a_sigkill_each_client_comes_back_to_its_own_region() {
 /// the other client's slot stays its own.
 #[test]
 fn a_slot_a_crash_left_being_cleared_goes_cleared_to_a_new_client() {
-    use remora::{Primitive, Shape};
-    use remora_model::profile::LatencyProfile;
     use remora_soft::client::ConnectError;
     use remora_soft::cm::{RefuseCode, CLEARING_KEY};
     let dir = scratch("clearing-slot");
     let pool = dir.path().join("pool.pm");
-    let profile = LatencyProfile::default_profile();
-    // Connects as `key` (0: new), reads offset 64 of its region, makes `mark` durable there.
-    let mark = |addr: String, key: u64, mark: u8| {
-        let profile = profile.clone();
-        async move {
-            let mut c = remora_soft::client::connect_as(&addr, &profile, key).await?;
-            c.client
-                .connect(Primitive::Write, Shape::default())
-                .await
-                .unwrap();
-            let before = c.client.read(64, 64).await.unwrap()[0];
-            c.client.persist(64, &[mark; 64]).await.unwrap();
-            Ok::<_, ConnectError>((c.node, before, c.key))
-        }
-    };
+    let mark = |addr: String, key: u64, mark: u8| async move { mark_as(&addr, key, mark).await };
     // Two slots (of about 4 MiB each).
     let flags = ["--pool-bytes", "12582912"];
     let mut server = Server::start_with(&pool, "DMP+noDDIO+PM-RQWRB", &flags);
