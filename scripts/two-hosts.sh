@@ -54,7 +54,8 @@ ip netns exec "$NS_C" "$REMORA" remotelog --server 10.77.0.1:7471 --appends 200
 kill -TERM "$SERVER"; wait "$SERVER" || true
 
 echo "== crash loop across two namespaces: SIGKILL, restart, recover, check over the veth"
-# The checker runs on the client host and starts each server on the other one.
+# The checker runs on the client host and starts each server on the other one. The
+# selection takes the configuration's six RemoteLog targets and the slot-takeover loop.
 ip netns exec "$NS_C" "$REMORA" crashcheck --real --targets correct --kills "${KILLS:-3}" --clients 2 \
   --only "DMP+noDDIO+PM-RQWRB" --server-prefix "ip netns exec $NS_S" --server-listen 10.77.0.1:0
 echo "== durable-RPC crash loop across two namespaces: the same, for rpc-serve and its client"

@@ -8,7 +8,8 @@
 //!   in the middle of a clear must not hand it back a cleared region);
 //!
 //! and a returning client refused as no longer the owner is fine (its slot went to a new
-//! client). Negative controls: a server that does not clear (`serve --fault no-clear`),
+//! client), while a new client refused while the server lives is not (a slot is always
+//! free to take over). Negative controls: a server that does not clear (`serve --fault no-clear`),
 //! caught at the first takeover, and one that clears with the old key left in place
 //! (`--fault clear-in-place`), caught when a SIGKILL lands in a clear. They run with the
 //! default latency profile whatever the run's (see [`takeover_crash`]).
@@ -58,9 +59,9 @@ fn describe(found: &[u8]) -> String {
 
 /// Why a [`visit`] ended without its bytes.
 enum VisitError {
-    /// Refused as no longer the slot's owner.
-    NotOwner,
-    /// Anything else (the server is gone, or refused for another reason).
+    /// The server refused the connection.
+    Refused(RefuseCode, String),
+    /// Anything else (the server is gone).
     Failed(String),
 }
 
@@ -72,10 +73,9 @@ async fn visit(
 ) -> Result<(remora_soft::client::Connection, Vec<Vec<u8>>), VisitError> {
     let mut c = match remora_soft::client::connect_as(addr, profile, key).await {
         Ok(c) => c,
-        Err(ConnectError::Refused {
-            code: RefuseCode::NotOwner,
-            ..
-        }) => return Err(VisitError::NotOwner),
+        Err(e @ ConnectError::Refused { code, .. }) => {
+            return Err(VisitError::Refused(code, e.to_string()))
+        }
         Err(e) => return Err(VisitError::Failed(e.to_string())),
     };
     let mut found = Vec::new();
@@ -143,8 +143,8 @@ pub fn takeover_crash(
                         found
                     }
                     // Its slot went to a new client (or was being cleared for one).
-                    Err(VisitError::NotOwner) => continue,
-                    Err(VisitError::Failed(e)) => {
+                    Err(VisitError::Refused(RefuseCode::NotOwner, _)) => continue,
+                    Err(VisitError::Refused(_, e) | VisitError::Failed(e)) => {
                         return Err(format!("life {life}: client {} back: {e}", t.id))
                     }
                 };
@@ -173,8 +173,16 @@ pub fn takeover_crash(
             loop {
                 let id = next_id;
                 next_id += 1;
-                let Ok((mut c, found)) = visit(&server.addr, &args.profile, 0).await else {
-                    break;
+                let (mut c, found) = match visit(&server.addr, &args.profile, 0).await {
+                    Ok(v) => v,
+                    // One client at a time on two slots without a lease: a slot is always
+                    // free to take over, so a refusal is the server's failure (a clear that
+                    // could not finish, say), not the kill's.
+                    Err(VisitError::Refused(_, e)) => {
+                        verdicts.push(format!("life {life}: new client {id} refused: {e}"));
+                        break;
+                    }
+                    Err(VisitError::Failed(_)) => break,
                 };
                 tenants.push(Tenant {
                     id,

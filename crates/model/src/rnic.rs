@@ -616,7 +616,7 @@ impl Rnic {
             ));
         }
         let message =
-            |wc: &WorkCompletion| wc.opcode == WcOpcode::Recv && wc.status == WcStatus::Success;
+            |wc: &WorkCompletion| wc.opcode.is_receive() && wc.status == WcStatus::Success;
         let polled_never = self.cqs[cq.0 as usize]
             .entries
             .iter()

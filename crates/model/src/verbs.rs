@@ -420,6 +420,11 @@ pub enum WcOpcode {
 }
 
 impl WcOpcode {
+    /// Whether the completion is of a receive work request (a message took it).
+    pub fn is_receive(self) -> bool {
+        matches!(self, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+    }
+
     /// The requester-side completion opcode of a send opcode.
     pub fn of(op: Opcode) -> WcOpcode {
         match op {

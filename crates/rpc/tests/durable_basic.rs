@@ -304,7 +304,8 @@ fn recovery_of_a_wrapped_log_counts_no_cut_off_entry() {
 /// never sends it again) a little before its completion reached the queue, and `reopen`
 /// keeps the old queue until every receive posted on the old queue pair has completed.
 /// (It destroyed the queue at once, with such a completion on its way: the message was
-/// discarded with it.) Swept over the replies' arrival, a reopen every 50 ns.
+/// discarded with it.) Swept over the replies' arrival, a reopen every 50 ns; and the same
+/// with a first reopen given up while it waits (the next one finishes its drain).
 #[test]
 fn a_reply_whose_completion_is_on_its_way_at_a_reopen_is_not_lost() {
     use remora_model::time::Instant;
@@ -317,7 +318,7 @@ fn a_reply_whose_completion_is_on_its_way_at_a_reopen_is_not_lost() {
     // their way, reopens at `stop`. Gives the messages its RNIC discarded and when the
     // resume returned; without a stop, it takes the replies instead, and gives when the
     // last was in.
-    let run = |stop: Option<Instant>| {
+    let run = |stop: Option<Instant>, cancel: bool| {
         let pair = DurablePair::new(3, LatencyProfile::default_profile(), config, opts.clone());
         let mut client = pair.open().unwrap();
         let node = pair.client.clone();
@@ -358,19 +359,35 @@ fn a_reply_whose_completion_is_on_its_way_at_a_reopen_is_not_lost() {
         pair.sim.run_until(t);
         pair.sim
             .block_on(Instant::NEVER, async move {
+                if cancel {
+                    // A reopen given up a nanosecond in (a caller's time-out), then another.
+                    let give_up = remora_verbs::Verbs::compute(&node, Duration::from_nanos(1));
+                    let _ = remora_exec::first(client.reopen(), give_up).await;
+                }
                 client.reopen().await.unwrap();
             })
             .unwrap();
-        let discarded = pair
-            .sim
-            .with_rnic(pair.client.id(), |r, _| r.stats().messages_discarded);
+        let (discarded, objects) = pair.sim.with_rnic(pair.client.id(), |r, _| {
+            (r.stats().messages_discarded, r.live_objects())
+        });
+        // The old queue pair and its CQ are gone, none left behind undrained.
+        assert_eq!((objects.qps, objects.cqs), (1, 1), "reopened at {t:?}");
         (discarded, resumed, t)
     };
-    let (_, resumed, end) = run(None);
+    let (_, resumed, end) = run(None, false);
     let mut t = resumed;
     let mut stops = 0;
     while t <= end {
-        assert_eq!(run(Some(t)).0, 0, "messages discarded by a reopen at {t:?}");
+        assert_eq!(
+            run(Some(t), false).0,
+            0,
+            "messages discarded by a reopen at {t:?}"
+        );
+        assert_eq!(
+            run(Some(t), true).0,
+            0,
+            "messages discarded by a reopen at {t:?} after one given up"
+        );
         t += Duration::from_nanos(50);
         stops += 1;
     }

@@ -261,6 +261,8 @@ pub const SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 const CLEAR_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// How often it looks again, at least.
 const CLEAR_POLL: std::time::Duration = std::time::Duration::from_micros(100);
+/// Bytes a slot's clear zeroes (and syncs) before it lets other connections run.
+const CLEAR_CHUNK: u64 = 1 << 20;
 
 /// The keys' table is allocated in whole pages of this size (out of every slot, so out of
 /// any client's reach: no client's RDMA can write it).
@@ -515,7 +517,9 @@ impl Slot {
         self.zero().await
     }
 
-    /// The zeroing of [`clear`](Self::clear), durable on return.
+    /// The zeroing of [`clear`](Self::clear), durable on return. A [`CLEAR_CHUNK`] at a
+    /// time, each synced, with the other connections served in between: the server has
+    /// one thread, and a region may be gigabytes.
     async fn zero(&mut self) -> Result<(), String> {
         let s = self.slots.clone();
         let i = self.i as u64;
@@ -524,25 +528,34 @@ impl Slot {
             (Space::Dram, s.dram_base + i * s.dram_stride, s.dram_stride),
         ];
         let give_up = wall_now().saturating_add(CLEAR_WAIT);
-        for (space, at, len) in ranges {
-            loop {
+        for (space, start, len) in ranges {
+            let end = start + len;
+            let mut at = start;
+            while at < end {
+                let n = CLEAR_CHUNK.min(end - at);
                 let cleared = s.node.with(|r, now| {
-                    r.hierarchy()
-                        .zero_idle(now, space, at, len)
-                        .map_err(|t| (t, now))
+                    let done = r.hierarchy().zero_idle(now, space, at, n);
+                    r.sync_media();
+                    done.map_err(|t| (t, now))
                 });
-                let Err((t, now)) = cleared else { break };
-                if wall_now() >= give_up {
-                    return Err(format!(
-                        "its slot (the lease of its last client ran out) still had writes in \
-                         flight to clear after {CLEAR_WAIT:?}"
-                    ));
+                match cleared {
+                    Ok(()) => {
+                        at += n;
+                        remora_exec::yield_local().await;
+                    }
+                    Err(_) if wall_now() >= give_up => {
+                        return Err(format!(
+                            "its slot (the lease of its last client ran out) still had writes \
+                             in flight to clear after {CLEAR_WAIT:?}"
+                        ));
+                    }
+                    Err((t, now)) => {
+                        let wait = std::time::Duration::from_nanos((t - now).as_nanos());
+                        remora_exec::time::sleep(wait.clamp(CLEAR_POLL, CLEAR_POLL * 100)).await;
+                    }
                 }
-                let wait = std::time::Duration::from_nanos((t - now).as_nanos());
-                remora_exec::time::sleep(wait.clamp(CLEAR_POLL, CLEAR_POLL * 100)).await;
             }
         }
-        s.node.with(|r, _| r.sync_media());
         Ok(())
     }
 }

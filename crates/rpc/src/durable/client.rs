@@ -26,6 +26,10 @@ pub struct DurableClient<V: Verbs> {
     /// Receives posted on `qp` that have not completed yet: each completes, with a
     /// message or flushed, before `reopen` lets `cq` go.
     recvs_out: u64,
+    /// A replaced queue pair's CQ that `reopen` has not finished draining (it was
+    /// cancelled, or timed out), with the receives still to complete into it: the next
+    /// `reopen` drains it first.
+    stale: Option<(CqId, u64)>,
     info: Option<ConnInfo>,
     plan: Option<FlushPlan>,
     next_seq: u64,
@@ -68,6 +72,7 @@ impl<V: Verbs> DurableClient<V> {
             qp: QpNum(0),
             cq: CqId(0),
             recvs_out: 0,
+            stale: None,
             info: None,
             plan: None,
             next_seq: 1,
@@ -97,20 +102,30 @@ impl<V: Verbs> DurableClient<V> {
     /// the last poll). That includes a message whose completion the RNIC had not yet
     /// delivered when the connection failed (it acknowledges a message a little before
     /// its completion reaches the queue): the old queue is kept until every receive posted
-    /// on it has completed, for up to [`REOPEN_DRAIN`].
+    /// on it has completed, for up to [`REOPEN_DRAIN`]. A `reopen` cancelled (or timed
+    /// out) while it waits leaves that queue to the next `reopen`, which drains it before
+    /// anything else and keeps the queue pair the first one made (never connected, since
+    /// the first did not return it).
     pub async fn reopen(&mut self) -> Result<QpNum, RpcError> {
-        let (old_qp, old_cq, mut out) = (self.qp, self.cq, self.recvs_out);
-        self.open_qp()?;
-        self.v.destroy_qp(old_qp)?;
+        if self.stale.is_none() {
+            let (old_qp, old_cq, out) = (self.qp, self.cq, self.recvs_out);
+            self.open_qp()?;
+            self.stale = Some((old_cq, out));
+            self.v.destroy_qp(old_qp)?;
+        }
+        let (old_cq, mut out) = self
+            .stale
+            .expect("set above, or left by an unfinished reopen");
         let give_up = self.v.now() + REOPEN_DRAIN;
         let mut taken = Ok(());
         loop {
             while let Some(wc) = self.v.poll_one(old_cq) {
                 // The old connection's sends end with it.
-                if wc.opcode != WcOpcode::Recv {
+                if !wc.opcode.is_receive() {
                     continue;
                 }
                 out = out.saturating_sub(1);
+                self.stale = Some((old_cq, out));
                 if wc.status == WcStatus::Success && taken.is_ok() {
                     taken = self.received(&wc);
                 }
@@ -123,12 +138,14 @@ impl<V: Verbs> DurableClient<V> {
         }
         if out > 0 {
             // Its RNIC never completed them: the queue is kept (a completion still on its
-            // way lands there, not in a reused one), and the loss is the caller's to see.
+            // way lands there, not in a reused one) for the next `reopen`, and the loss is
+            // the caller's to see.
             return Err(RpcError::Connection(format!(
                 "{out} receives of the failed queue pair did not complete within \
                  {REOPEN_DRAIN:?}: replies they took may be lost"
             )));
         }
+        self.stale = None;
         self.v.destroy_cq(old_cq)?;
         taken?;
         Ok(self.qp)
@@ -216,7 +233,7 @@ impl<V: Verbs> DurableClient<V> {
     }
 
     fn handle(&mut self, wc: WorkCompletion) -> Result<(), RpcError> {
-        if wc.opcode == WcOpcode::Recv {
+        if wc.opcode.is_receive() {
             self.recvs_out = self.recvs_out.saturating_sub(1);
         }
         if wc.status != WcStatus::Success {
