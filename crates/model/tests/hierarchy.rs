@@ -727,6 +727,8 @@ fn zero_idle_waits_for_writes_in_flight_then_clears_only_its_range() {
             .zero_idle(t0, Space::Pm, A, 4096)
             .expect_err("writes to the range are in flight");
         assert!(busy > t0, "{domain:?} ddio {ddio}");
+        h.zero_idle(t0, Space::Dram, 0x9000, 64)
+            .expect_err("a DMA to the DRAM range is in flight");
         assert_eq!(load(&mut h, busy, Space::Pm, A + 1000, 8), vec![4; 8]);
         // Once every write is where it ends (the CPU store's line written back too).
         let late = ns(100_000_000);
@@ -747,4 +749,20 @@ fn zero_idle_waits_for_writes_in_flight_then_clears_only_its_range() {
         );
         assert_eq!(img.read_vec(A + 4096, 64), vec![2; 64]);
     }
+}
+
+/// Under WSP a write held in the RNIC buffer is in the persistence domain: a range under it
+/// is not cleared (nothing changes) until the write leaves the buffer.
+#[test]
+fn zero_idle_waits_for_a_held_write() {
+    let mut h = hier(Wsp, false, 3);
+    let t0 = ns(1_000);
+    h.hold(7, Space::Pm, A + 64, &[9; 64]);
+    assert_eq!(h.zero_idle(t0, Space::Pm, A, 4096), Err(t0));
+    assert_eq!(h.crash_image(t0).read_vec(A + 64, 64), vec![9; 64]);
+    // Elsewhere, nothing holds it back.
+    h.zero_idle(t0, Space::Pm, A + 4096, 4096).unwrap();
+    h.release_held(7);
+    h.zero_idle(t0, Space::Pm, A, 4096).unwrap();
+    assert_eq!(h.crash_image(t0).read_vec(A, 4096), vec![0; 4096]);
 }
