@@ -463,37 +463,46 @@ pub fn real_targets(negative: bool, clients: u32) -> Vec<RealTarget> {
     v
 }
 
-/// The takeover targets ([`crate::takeover`]): the correct server, and with `negative` its
-/// two wrong ones. Their method is the one the clients' marks are made durable with.
+/// The takeover targets ([`crate::takeover`]): the correct server in three configurations
+/// (the WPQ path with a PM receive ring; the LLC under DDIO with a DRAM ring; WSP), and with
+/// `negative` the two wrong servers in the first. Their method is the one the clients'
+/// marks are made durable with.
 fn takeover_targets(t: &remora::Taxonomy, negative: bool) -> Vec<RealTarget> {
-    let sc = Scenario {
-        config: "DMP+noDDIO+PM-RQWRB".parse().expect("a Table 1 name"),
-        primitive: Primitive::Write,
-        update: Update::Singleton,
+    let target = |config: &str, fault: Option<ServeFault>| {
+        let sc = Scenario {
+            config: config.parse().expect("a Table 1 name"),
+            primitive: Primitive::Write,
+            update: Update::Singleton,
+        };
+        let correct = scenario_target(t, sc);
+        let name = match fault {
+            None => format!("takeover/{config}"),
+            Some(f) => format!("{}/takeover/{config}", f.name()),
+        };
+        RealTarget {
+            t: Target {
+                name,
+                wrong: fault.is_some(),
+                ..correct
+            },
+            serve_fault: fault,
+            takeover: true,
+        }
     };
-    let correct = scenario_target(t, sc);
-    let mut faults = vec![None];
+    let mut v: Vec<RealTarget> = [
+        "DMP+noDDIO+PM-RQWRB",
+        "DMP+DDIO+DRAM-RQWRB",
+        "WSP+DDIO+PM-RQWRB",
+    ]
+    .into_iter()
+    .map(|c| target(c, None))
+    .collect();
     if negative {
-        faults.extend([Some(ServeFault::NoClear), Some(ServeFault::ClearInPlace)]);
+        for f in [ServeFault::NoClear, ServeFault::ClearInPlace] {
+            v.push(target("DMP+noDDIO+PM-RQWRB", Some(f)));
+        }
     }
-    faults
-        .into_iter()
-        .map(|fault| {
-            let name = match fault {
-                None => format!("takeover/{}", correct.config.name()),
-                Some(f) => format!("{}/takeover/{}", f.name(), correct.config.name()),
-            };
-            RealTarget {
-                t: Target {
-                    name,
-                    wrong: fault.is_some(),
-                    ..correct.clone()
-                },
-                serve_fault: fault,
-                takeover: true,
-            }
-        })
-        .collect()
+    v
 }
 
 /// A client's mark on its region in a several-client crash loop: this, with the client's

@@ -1,4 +1,5 @@
-//! The real crash loop's takeover targets (`remora crashcheck --real`, `takeover/...`):
+//! The real crash loop's takeover targets (`remora crashcheck --real`, `takeover/...`, in
+//! three configurations: `crate::real`'s `takeover_targets`):
 //! clients come and go, one at a time, on a server with two slots and no lease, so each
 //! new client takes over a slot another client left, which `serve` clears first. The
 //! SIGKILLs land at random moments, in the middle of clears too. After each restart every

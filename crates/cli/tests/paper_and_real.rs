@@ -412,10 +412,14 @@ fn slots_taken_over_are_cleared_across_sigkills() {
     ]);
     let s = text(&out.stdout);
     assert!(out.status.success(), "{s}\n{}", text(&out.stderr));
-    assert!(
-        s.contains("| takeover/DMP+noDDIO+PM-RQWRB |") && s.contains("1 targets, 30 SIGKILLs"),
-        "{s}"
-    );
+    for config in [
+        "DMP+noDDIO+PM-RQWRB",
+        "DMP+DDIO+DRAM-RQWRB",
+        "WSP+DDIO+PM-RQWRB",
+    ] {
+        assert!(s.contains(&format!("| takeover/{config} |")), "{s}");
+    }
+    assert!(s.contains("3 targets, 90 SIGKILLs"), "{s}");
 }
 
 #[test]
