@@ -7,7 +7,7 @@
 //! - [`profiles`]: finding a latency profile by built-in name or file.
 //! - [`demo`]: the README's main command: singleton log appends with RDMA WRITE + RDMA
 //!   FLUSH on the deterministic simulator, their latency, and a power-failure check.
-//! - [`bench`]: how fast the simulator itself runs (wall clock).
+//! - [`bench`](mod@bench): how fast the simulator itself runs (wall clock).
 //! - [`rpcbench`]: seed 003's evaluation of the RPC designs (`remora bench rpc`).
 //! - [`paper`]: seed 000: the taxonomy tables, the planner, RemoteLog (Figure 2) and the
 //!   crash checker.

@@ -49,7 +49,7 @@ enum Cmd {
         /// Latency profile: a built-in name (default, cx4-100g) or a TOML file.
         #[arg(long, value_name = "NAME|PATH", default_value = "default")]
         profile: String,
-        /// Write the timeline as Chrome trace-event JSON to PATH (open it in https://ui.perfetto.dev).
+        /// Write the timeline as Chrome trace-event JSON to PATH (open it in <https://ui.perfetto.dev>).
         #[arg(long, value_name = "PATH")]
         trace: Option<PathBuf>,
         /// Number of appends.

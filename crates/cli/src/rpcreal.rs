@@ -140,7 +140,7 @@ pub fn rpc_serve_blocking(args: &RpcServeArgs) -> Result<(), String> {
 /// `rpc-serve`'s second line: what start-up recovery did to every connection's log,
 /// watermarks per connection (in node-id order) and the rest summed, e.g. `recovery:
 /// watermark 3/0 before, 2 re-executed, watermark 5/0 after, 0 stale operators cleared,
-/// torn: none` (the crash loop reads it, [`parse_recovery`]).
+/// torn: none` (the crash loop reads it, `parse_recovery`).
 pub fn recovery_line(logs: &[(ConnInfo, RecoveryReport)]) -> String {
     let marks = |f: &dyn Fn(&RecoveryReport) -> u64| {
         logs.iter()

@@ -30,7 +30,7 @@ use std::task::{Context, Poll, Waker};
 /// `persist_local`) before they yield to it: short work runs straight on to the task's next
 /// verb, as a real CPU would, and long work still lets packets through.
 const CPU_SLICE: std::time::Duration = std::time::Duration::from_micros(20);
-/// Environment variable that sets the CPU slice in microseconds instead of [`CPU_SLICE`].
+/// Environment variable that sets the CPU slice in microseconds instead of `CPU_SLICE`.
 /// It is for instruction counts under valgrind, where everything runs tens of times
 /// slower: with the slice as shipped, tasks yield at nearly every piece of CPU work there
 /// (natively RemoteLog's short work never spends a slice) and the counts measure valgrind,
@@ -336,7 +336,7 @@ struct Inner {
 }
 
 /// The CPU slice [`CPU_SLICE_ENV`] sets, in µs: `None` when it is not set (the slice is
-/// [`CPU_SLICE`]). A value that is not a number is an error, not ignored: a measurement run
+/// `CPU_SLICE`). A value that is not a number is an error, not ignored: a measurement run
 /// with the slice silently at its default would count the wrong thing. Programs call it at
 /// start-up to refuse a bad value before they serve anyone; a node made with one panics.
 pub fn cpu_slice_from_env() -> Result<Option<std::time::Duration>, String> {

@@ -31,8 +31,8 @@ pub(super) const FRAMES_RKEY: u32 = 0x5eed;
 const FRAMES_REGION: usize = 1024 * 64;
 
 /// A raw TCP echo server (the other process of the ping-pong), until the peer closes.
-/// A connection that starts with [`STREAM_LEAD`] is a stream to sink instead, and one
-/// that starts with [`FRAMES_LEAD`] a stream of frames to apply ([`sink_frames`]).
+/// A connection that starts with `STREAM_LEAD` is a stream to sink instead, and one
+/// that starts with `FRAMES_LEAD` a stream of frames to apply (`sink_frames`).
 pub fn echo_server(listen: &str) -> Result<(), String> {
     let l = std::net::TcpListener::bind(listen).map_err(|e| e.to_string())?;
     println!(

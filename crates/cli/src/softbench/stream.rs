@@ -41,7 +41,7 @@ const STREAM_BATCH: u64 = 340;
 /// reader), within the send queue's 1024 entries (3 × (340 + 1) = 1023).
 const STREAM_WINDOW: usize = 3;
 
-/// One side of the streaming comparison: messages per second (median of [`STREAM_RUNS`])
+/// One side of the streaming comparison: messages per second (median of `STREAM_RUNS`)
 /// and CPU per message of each side (ns, over all runs; `NAN` where the platform cannot
 /// tell).
 #[derive(Copy, Clone, Debug, Default)]
