@@ -4,7 +4,7 @@
 use remora_model::config::ServerConfig;
 use remora_model::profile::LatencyProfile;
 use remora_model::time::Duration;
-use remora_rpc::durable::{DurableOptions, DurablePair};
+use remora_rpc::durable::{DurableClient, DurableOptions, DurablePair, RecoveryReport};
 use remora_rpc::{Design, FlushForm, Op, RpcClient};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -202,24 +202,24 @@ fn durable_but_unprocessed_requests_are_reexecuted_from_the_log() {
     }
 }
 
-/// Replies the client's RNIC received, and so acknowledged (the server counts them
-/// delivered and never sends them again), but the client had not polled when it opened a
-/// new queue pair are not lost with the old one: `reopen` takes them in first. (It left the
-/// old completion queue behind, and the replies with it.)
-#[test]
-fn replies_received_before_a_reopen_are_not_lost_with_the_old_queue_pair() {
+/// A client of `pair` whose four Puts were acknowledged durable before the server lost
+/// power without processing them; the server recovered, and the client reconnected and
+/// resumed (the recovered Puts' replies then on their way). Gives the client, the
+/// recovery's report and when the resume returned.
+fn resumed_after_a_crash(
+    pair: &DurablePair,
+) -> (
+    DurableClient<remora_sim::NodeHandle>,
+    RecoveryReport,
+    remora_model::time::Instant,
+) {
+    use remora_model::time::Instant;
     use remora_sim::{CrashAt, FaultPlan};
-    let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
-    let mut opts = DurableOptions::new(Design::WFlushRpc);
-    opts.capacity = 8;
-    opts.costs.processing = Duration::from_micros(100);
-    let pair = DurablePair::new(3, LatencyProfile::default_profile(), config, opts);
     let mut client = pair.open().unwrap();
-    // Four Puts acknowledged durable, then the server loses power before processing them.
     let node = pair.client.clone();
-    let (back, acked) = pair
+    let (client, acked) = pair
         .sim
-        .block_on(remora_model::time::Instant::NEVER, async move {
+        .block_on(Instant::NEVER, async move {
             for k in 0..4u64 {
                 let value = vec![k as u8 + 1; 32];
                 client.call(Op::Put { key: k, value }).await.unwrap();
@@ -227,22 +227,37 @@ fn replies_received_before_a_reopen_are_not_lost_with_the_old_queue_pair() {
             (client, remora_verbs::Verbs::now(&node))
         })
         .unwrap();
-    client = back;
     let crash = acked + Duration::from_micros(1);
     pair.sim
         .set_faults(&FaultPlan::crash(pair.server.id(), CrashAt::Time(crash)));
     pair.sim.run();
     assert!(!pair.sim.crashed().is_empty());
     let (server, report) = pair.recover_server().unwrap();
-    assert_eq!(report.processed, 4, "{report:?}");
     let mut client = pair.reconnect(server, client).unwrap();
-    let mut client = pair
+    let node = pair.client.clone();
+    let (client, resumed) = pair
         .sim
-        .block_on(remora_model::time::Instant::NEVER, async move {
+        .block_on(Instant::NEVER, async move {
             client.resume().await.unwrap();
-            client
+            (client, remora_verbs::Verbs::now(&node))
         })
         .unwrap();
+    (client, report, resumed)
+}
+
+/// Replies the client's RNIC received, and so acknowledged (the server counts them
+/// delivered and never sends them again), but the client had not polled when it opened a
+/// new queue pair are not lost with the old one: `reopen` takes them in first. (It left the
+/// old completion queue behind, and the replies with it.)
+#[test]
+fn replies_received_before_a_reopen_are_not_lost_with_the_old_queue_pair() {
+    let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
+    let mut opts = DurableOptions::new(Design::WFlushRpc);
+    opts.capacity = 8;
+    opts.costs.processing = Duration::from_micros(100);
+    let pair = DurablePair::new(3, LatencyProfile::default_profile(), config, opts);
+    let (mut client, report, _) = resumed_after_a_crash(&pair);
+    assert_eq!(report.processed, 4, "{report:?}");
     // The recovered Puts' replies reach the client's RNIC, unpolled; then the client
     // opens a new queue pair (its connection broke) and nothing more arrives.
     pair.sim.run();
@@ -309,7 +324,6 @@ fn recovery_of_a_wrapped_log_counts_no_cut_off_entry() {
 #[test]
 fn a_reply_whose_completion_is_on_its_way_at_a_reopen_is_not_lost() {
     use remora_model::time::Instant;
-    use remora_sim::{CrashAt, FaultPlan};
     let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
     let mut opts = DurableOptions::new(Design::WFlushRpc);
     opts.capacity = 8;
@@ -320,33 +334,7 @@ fn a_reply_whose_completion_is_on_its_way_at_a_reopen_is_not_lost() {
     // last was in.
     let run = |stop: Option<Instant>, cancel: bool| {
         let pair = DurablePair::new(3, LatencyProfile::default_profile(), config, opts.clone());
-        let mut client = pair.open().unwrap();
-        let node = pair.client.clone();
-        let (back, acked) = pair
-            .sim
-            .block_on(Instant::NEVER, async move {
-                for k in 0..4u64 {
-                    let value = vec![k as u8 + 1; 32];
-                    client.call(Op::Put { key: k, value }).await.unwrap();
-                }
-                (client, remora_verbs::Verbs::now(&node))
-            })
-            .unwrap();
-        let crash = acked + Duration::from_micros(1);
-        pair.sim
-            .set_faults(&FaultPlan::crash(pair.server.id(), CrashAt::Time(crash)));
-        pair.sim.run();
-        let (server, _) = pair.recover_server().unwrap();
-        let client = pair.reconnect(server, back).unwrap();
-        let node = pair.client.clone();
-        let (mut client, resumed) = pair
-            .sim
-            .block_on(Instant::NEVER, async move {
-                let mut client = client;
-                client.resume().await.unwrap();
-                (client, remora_verbs::Verbs::now(&node))
-            })
-            .unwrap();
+        let (mut client, _, resumed) = resumed_after_a_crash(&pair);
         let node = pair.client.clone();
         let Some(t) = stop else {
             // No reopen: when every reply is in.
