@@ -336,10 +336,9 @@ pub fn real_table(config: &ServerConfig, rows: &[RealRow]) -> String {
     s
 }
 
-/// Starts `remora serve` on `pool`, through `args.server_prefix`, listening on
-/// `args.server_listen`.
-/// Starts a `remora serve` child for a crash loop: `config`, `region`-byte regions, a pool
-/// of `pool_bytes`, the server's negative control `fault` if any, and a lease of `lease`
+/// Starts a `remora serve` child for a crash loop on `pool`, through `args.server_prefix`,
+/// listening on `args.server_listen`: `config`, `region`-byte regions, a pool of
+/// `pool_bytes`, the server's negative control `fault` if any, and a lease of `lease`
 /// seconds (`serve`'s default if `None`).
 #[allow(clippy::too_many_arguments)]
 pub fn start_server(

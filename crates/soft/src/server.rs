@@ -535,8 +535,8 @@ impl Slot {
                 let n = CLEAR_CHUNK.min(end - at);
                 let cleared = s.node.with(|r, now| {
                     let done = r.hierarchy().zero_idle(now, space, at, n);
-                    r.sync_media();
-                    done.map_err(|t| (t, now))
+                    // Only a chunk written needs its sync.
+                    done.map(|()| r.sync_media()).map_err(|t| (t, now))
                 });
                 match cleared {
                     Ok(()) => {
