@@ -497,7 +497,11 @@ fn takeover_targets(t: &remora::Taxonomy, negative: bool) -> Vec<RealTarget> {
     .map(|c| target(c, None))
     .collect();
     if negative {
-        for f in [ServeFault::NoClear, ServeFault::ClearInPlace] {
+        for f in [
+            ServeFault::NoClear,
+            ServeFault::ClearInPlace,
+            ServeFault::KeepRing,
+        ] {
             v.push(target("DMP+noDDIO+PM-RQWRB", Some(f)));
         }
     }
@@ -533,7 +537,7 @@ pub fn real_crash(
     clients: u32,
 ) -> Result<RealCrashReport, String> {
     if real.takeover {
-        return crate::takeover::takeover_crash(real, args, exe, index);
+        return crate::takeover::takeover_crash(real, args, exe, index, clients);
     }
     let target = &real.t;
     let pool = args.dir.join(format!("pool-{index}.pm"));

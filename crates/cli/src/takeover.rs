@@ -1,28 +1,40 @@
 //! The real crash loop's takeover targets (`remora crashcheck --real`, `takeover/...`, in
-//! three configurations: `crate::real`'s `takeover_targets`):
-//! clients come and go, one at a time, on a server with two slots and no lease, so each
-//! new client takes over a slot another client left, which `serve` clears first. The
-//! SIGKILLs land at random moments, in the middle of clears too. After each restart every
-//! client that had a slot comes back with its key. Checked:
-//! - a new client finds its region all zero (none of another client's bytes);
+//! three configurations: `crate::real`'s `takeover_targets`): new clients come and go on a
+//! server with no lease and one slot more than there are lanes of new clients
+//! (`--clients`, one by default), so each new client takes over a slot another client
+//! left, which `serve` clears first; with several lanes two takeovers, and their clears,
+//! run at once. The SIGKILLs land at random moments, in the middle of clears too. After
+//! each restart the clients that had a slot come back with their keys, all at once and
+//! while the new clients of the life are already arriving (so a slot one of them left may
+//! be being cleared for a new client); a drawn quarter of them sit a life out, so a slot
+//! can go to a new client with its receive ring as a SIGKILL left it. A new client makes
+//! its marks durable by WRITE or by SEND (drawn): a SEND's mark waits in the slot's ring
+//! until the server applies it. Checked:
+//! - a new client finds its region all zero (none of another client's bytes, whether left
+//!   in the region or applied from the ring);
 //! - a returning client that gets its slot back finds the marks it made durable (a crash
 //!   in the middle of a clear must not hand it back a cleared region);
 //!
 //! and a returning client refused as no longer the owner is fine (its slot went to a new
-//! client), while a new client refused while the server lives is not (a slot is always
-//! free to take over). Negative controls: a server that does not clear (`serve --fault no-clear`),
-//! caught at the first takeover, and one that clears with the old key left in place
-//! (`--fault clear-in-place`), caught when a SIGKILL lands in a clear. They run with the
-//! default latency profile whatever the run's (see [`takeover_crash`]).
+//! client), while a new client refused while the server lives is not (the server waits
+//! seconds for a slot to be given back, and clients keep one for milliseconds). Negative
+//! controls: a server that does not clear (`serve --fault no-clear`), caught at the first
+//! takeover; one that clears with the old key left in place (`--fault clear-in-place`),
+//! caught when a SIGKILL lands in a clear; one that clears the region but not the ring
+//! (`--fault keep-ring`), caught when a SIGKILL leaves a SEND's mark unapplied and a new
+//! client takes the slot before its client is back. They run with the default latency
+//! profile whatever the run's (see [`takeover_crash`]).
 
 use crate::killloop::{life_ms, runtime, KillArgs};
 use crate::real::{start_server, RealCrashReport, RealTarget};
 use remora::{Primitive, Shape};
-use remora_model::prng::Prng;
+use remora_model::prng::{Prng, Ratio};
 use remora_model::profile::LatencyProfile;
 use remora_soft::client::ConnectError;
 use remora_soft::cm::RefuseCode;
+use std::cell::Cell;
 use std::path::Path;
+use std::rc::Rc;
 
 /// A client's region: large enough that clearing it takes a good share of a server's life
 /// (milliseconds: the pool file's pages written and synced), small enough for several
@@ -66,11 +78,13 @@ enum VisitError {
     Failed(String),
 }
 
-/// Connects as `key` (0: a new client) and reads the bytes at every mark's place.
+/// Connects as `key` (0: a new client) to persist through `primitive`, and reads the bytes
+/// at every mark's place.
 async fn visit(
     addr: &str,
     profile: &LatencyProfile,
     key: u64,
+    primitive: Primitive,
 ) -> Result<(remora_soft::client::Connection, Vec<Vec<u8>>), VisitError> {
     let mut c = match remora_soft::client::connect_as(addr, profile, key).await {
         Ok(c) => c,
@@ -81,7 +95,7 @@ async fn visit(
     };
     let mut found = Vec::new();
     let read = async {
-        c.client.connect(Primitive::Write, Shape::default()).await?;
+        c.client.connect(primitive, Shape::default()).await?;
         for off in MARKS {
             found.push(c.client.read(off, 64).await?);
         }
@@ -96,12 +110,126 @@ async fn visit(
     }
 }
 
-/// Runs the takeover loop on `real` (a takeover target), the `index`th target of the run.
+/// What a returning client's visit came to.
+enum Back {
+    /// It got its slot back (checked); it keeps it.
+    Kept(Tenant),
+    /// Its slot went to a new client (or was being cleared for one).
+    Gone,
+}
+
+/// Client `t` comes back with its key in life `life` and checks its marks. `killable`:
+/// the server may be killed meanwhile, and a visit cut short by that keeps the client
+/// for the next life unchecked; otherwise (the last life, no SIGKILL) it is an error.
+async fn come_back(
+    addr: String,
+    t: Tenant,
+    life: u64,
+    killable: bool,
+) -> Result<(Back, Vec<String>), String> {
+    let profile = LatencyProfile::default_profile();
+    let found = match visit(&addr, &profile, t.key, Primitive::Write).await {
+        Ok((c, found)) => {
+            c.node.close();
+            found
+        }
+        Err(VisitError::Refused(RefuseCode::NotOwner, _)) => return Ok((Back::Gone, Vec::new())),
+        Err(VisitError::Failed(_)) if killable => return Ok((Back::Kept(t), Vec::new())),
+        Err(VisitError::Refused(_, e) | VisitError::Failed(e)) => {
+            return Err(format!("life {life}: client {} back: {e}", t.id))
+        }
+    };
+    let own = mark(t.id);
+    let mut verdicts = Vec::new();
+    for (off, f) in MARKS.iter().zip(&found) {
+        let fine = f[..] == own[..] || (!t.acked && f.iter().all(|&b| b == 0));
+        if !fine {
+            verdicts.push(format!(
+                "life {life}: client {} came back to its slot and found {} at offset {off}, \
+                 not its acknowledged mark",
+                t.id,
+                describe(&f[..])
+            ));
+        }
+    }
+    Ok((Back::Kept(t), verdicts))
+}
+
+/// What one lane of new clients did in a life.
+#[derive(Default)]
+struct Lane {
+    /// The clients it was given a slot for.
+    tenants: Vec<Tenant>,
+    verdicts: Vec<String>,
+    /// How many made all their marks durable.
+    acked: u64,
+}
+
+/// New clients, one after another, until the server dies (their numbers from `next_id`),
+/// each reading its region, then making its marks durable through a primitive drawn from
+/// `rng`: WRITE, or SEND, whose marks wait in the slot's receive ring until the server
+/// applies them (so a SIGKILL can leave them there for the slot's next client to inherit
+/// if its clear missed the ring).
+async fn new_clients(addr: String, next_id: Rc<Cell<u64>>, mut rng: Prng, life: u64) -> Lane {
+    let profile = LatencyProfile::default_profile();
+    let mut lane = Lane::default();
+    loop {
+        let id = next_id.get();
+        next_id.set(id + 1);
+        let primitive = if rng.chance(Ratio::new(1, 2)) {
+            Primitive::Send
+        } else {
+            Primitive::Write
+        };
+        let (mut c, found) = match visit(&addr, &profile, 0, primitive).await {
+            Ok(v) => v,
+            // The server waits seconds for a slot to be given back, far longer than a life
+            // and than any client keeps one: a refusal is the server's failure (a clear
+            // that could not finish, say), not the kill's or the other clients'.
+            Err(VisitError::Refused(_, e)) => {
+                lane.verdicts
+                    .push(format!("life {life}: new client {id} refused: {e}"));
+                return lane;
+            }
+            Err(VisitError::Failed(_)) => return lane,
+        };
+        lane.tenants.push(Tenant {
+            id,
+            key: c.key,
+            acked: false,
+        });
+        for (off, f) in MARKS.iter().zip(&found) {
+            if f.iter().any(|&b| b != 0) {
+                lane.verdicts.push(format!(
+                    "life {life}: new client {id} found {} at offset {off} of its region",
+                    describe(f)
+                ));
+            }
+        }
+        let mut made = 0;
+        for off in MARKS {
+            if c.client.persist(off, &mark(id)).await.is_err() {
+                break;
+            }
+            made += 1;
+        }
+        c.node.close();
+        if made < MARKS.len() {
+            return lane;
+        }
+        lane.tenants.last_mut().expect("just pushed").acked = true;
+        lane.acked += 1;
+    }
+}
+
+/// Runs the takeover loop on `real` (a takeover target), the `index`th target of the run,
+/// with `lanes` new clients at a time.
 pub fn takeover_crash(
     real: &RealTarget,
     args: &KillArgs,
     exe: &Path,
     index: u64,
+    lanes: u32,
 ) -> Result<RealCrashReport, String> {
     let target = &real.t;
     // The default profile, whatever the run's: what a takeover risks is the server's CPU
@@ -115,12 +243,25 @@ pub fn takeover_crash(
     };
     let pool = args.dir.join(format!("pool-{index}.pm"));
     let _ = std::fs::remove_file(&pool);
-    // Two slots: a region, its receive ring and its key fit in 1 MiB more each.
-    let pool_bytes = 2 * (REGION + (1 << 20));
+    // A slot more than lanes, so new clients take over slots others left; a region, its
+    // receive ring and its key fit in 1 MiB more each.
+    let lanes = lanes.max(1);
+    let pool_bytes = (u64::from(lanes) + 1) * (REGION + (1 << 20));
     let mut rng = Prng::from_seed(args.seed ^ index);
     let mut report = RealCrashReport::new(target);
+    // The marks go by WRITE or by SEND, each by the library's method for it.
+    let send = remora::Taxonomy::shipped()
+        .method_for(
+            &target.config,
+            Primitive::Send,
+            remora::Update::Singleton,
+            Shape::default(),
+        )
+        .name
+        .clone();
+    report.method = format!("{} or {send}", report.method);
     let mut tenants: Vec<Tenant> = Vec::new();
-    let mut next_id = 1u64;
+    let next_id = Rc::new(Cell::new(1u64));
     for life in 0..=args.kills {
         let mut server = start_server(
             exe,
@@ -133,86 +274,53 @@ pub fn takeover_crash(
             Some(0),
         )?;
         let rt = runtime()?;
+        let last = life == args.kills;
         let (verdicts, acked, killed) = rt.block_on(async {
             let mut verdicts = Vec::new();
-            // Every client with a slot comes back, one at a time.
-            let mut kept = Vec::new();
+            // The SIGKILL's time is drawn first, so the clients coming back are in its
+            // reach too; the last life has none.
+            let killer = (!last).then(|| server.kill_after(life_ms(&mut rng, args.max_life_ms)));
+            // The clients with a slot come back, all at once, and at the same time as the
+            // new clients: a slot one left may be being cleared for one of them. Before the
+            // last life a quarter of them (drawn) sit the life out, so a new client may take
+            // over a slot whose receive ring still holds what its client left there.
+            let mut backs = Vec::new();
             for t in std::mem::take(&mut tenants) {
-                let found = match visit(&server.addr, &args.profile, t.key).await {
-                    Ok((c, found)) => {
-                        c.node.close();
-                        found
-                    }
-                    // Its slot went to a new client (or was being cleared for one).
-                    Err(VisitError::Refused(RefuseCode::NotOwner, _)) => continue,
-                    Err(VisitError::Refused(_, e) | VisitError::Failed(e)) => {
-                        return Err(format!("life {life}: client {} back: {e}", t.id))
-                    }
-                };
-                let own = mark(t.id);
-                for (off, f) in MARKS.iter().zip(&found) {
-                    let fine = f[..] == own[..] || (!t.acked && f.iter().all(|&b| b == 0));
-                    if !fine {
-                        verdicts.push(format!(
-                            "life {life}: client {} came back to its slot and found {} at \
-                             offset {off}, not its acknowledged mark",
-                            t.id,
-                            describe(f)
-                        ));
-                    }
+                if !last && rng.chance(Ratio::new(1, 4)) {
+                    tenants.push(t);
+                    continue;
                 }
-                kept.push(t);
+                let addr = server.addr.clone();
+                backs.push(remora_exec::spawn_local(come_back(addr, t, life, !last)));
             }
-            tenants = kept;
-            if life == args.kills {
-                return Ok::<_, String>((verdicts, 0, false));
+            let news: Vec<_> = (0..if last { 0 } else { lanes })
+                .map(|_| {
+                    let lane_rng = Prng::from_seed(rng.next_u64());
+                    remora_exec::spawn_local(new_clients(
+                        server.addr.clone(),
+                        next_id.clone(),
+                        lane_rng,
+                        life,
+                    ))
+                })
+                .collect();
+            for b in backs {
+                let (back, found) = b
+                    .await
+                    .map_err(|e| format!("a returning client's task: {e:?}"))??;
+                verdicts.extend(found);
+                if let Back::Kept(t) = back {
+                    tenants.push(t);
+                }
             }
-            // New clients, one after another, until the server dies; from the third on,
-            // each takes over the slot the one before the last left.
-            let killer = server.kill_after(life_ms(&mut rng, args.max_life_ms));
             let mut acked = 0;
-            loop {
-                let id = next_id;
-                next_id += 1;
-                let (mut c, found) = match visit(&server.addr, &args.profile, 0).await {
-                    Ok(v) => v,
-                    // One client at a time on two slots without a lease: a slot is always
-                    // free to take over, so a refusal is the server's failure (a clear that
-                    // could not finish, say), not the kill's.
-                    Err(VisitError::Refused(_, e)) => {
-                        verdicts.push(format!("life {life}: new client {id} refused: {e}"));
-                        break;
-                    }
-                    Err(VisitError::Failed(_)) => break,
-                };
-                tenants.push(Tenant {
-                    id,
-                    key: c.key,
-                    acked: false,
-                });
-                for (off, f) in MARKS.iter().zip(&found) {
-                    if f.iter().any(|&b| b != 0) {
-                        verdicts.push(format!(
-                            "life {life}: new client {id} found {} at offset {off} of its region",
-                            describe(f)
-                        ));
-                    }
-                }
-                let mut made = 0;
-                for off in MARKS {
-                    if c.client.persist(off, &mark(id)).await.is_err() {
-                        break;
-                    }
-                    made += 1;
-                }
-                c.node.close();
-                if made < MARKS.len() {
-                    break;
-                }
-                tenants.last_mut().expect("just pushed").acked = true;
-                acked += 1;
+            for n in news {
+                let lane = n.await.map_err(|e| format!("a new client's task: {e:?}"))?;
+                verdicts.extend(lane.verdicts);
+                tenants.extend(lane.tenants);
+                acked += lane.acked;
             }
-            Ok((verdicts, acked, killer.join()))
+            Ok::<_, String>((verdicts, acked, killer.is_some_and(|k| k.join())))
         })?;
         drop(server);
         if let Some(first) = verdicts.first() {

@@ -389,17 +389,18 @@ fn real_sigkill_loop_catches_the_negative_controls() {
     ]);
     let s = text(&out.stdout);
     assert!(out.status.success(), "{s}\n{}", text(&out.stderr));
-    // The six RemoteLog controls and the two takeover ones (a server that does not clear a
-    // slot for a new client, one that clears it with the old key in place).
-    assert_eq!(s.matches("caught:").count(), 8, "{s}");
+    // The six RemoteLog controls and the three takeover ones (a server that does not clear
+    // a slot for a new client, one that clears it with the old key in place, one that
+    // leaves its receive ring).
+    assert_eq!(s.matches("caught:").count(), 9, "{s}");
 }
 
 #[test]
 fn slots_taken_over_are_cleared_across_sigkills() {
-    // New clients take over slots others left (two slots, no lease), SIGKILLs landing in
-    // clears too; after each restart a new client finds zeros and a returning one its own
-    // marks, or is refused as no longer the owner (the negative controls are in
-    // `real_sigkill_loop_catches_the_negative_controls`).
+    // New clients, two lanes at once, take over slots others left (three slots, no lease),
+    // SIGKILLs landing in clears too; after each restart a new client finds zeros and a
+    // returning one its own marks, or is refused as no longer the owner (the negative
+    // controls are in `real_sigkill_loop_catches_the_negative_controls`).
     let out = remora(&[
         "crashcheck",
         "--real",
@@ -409,6 +410,8 @@ fn slots_taken_over_are_cleared_across_sigkills() {
         "takeover/",
         "--kills",
         "30",
+        "--clients",
+        "2",
     ]);
     let s = text(&out.stdout);
     assert!(out.status.success(), "{s}\n{}", text(&out.stderr));

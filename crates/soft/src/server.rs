@@ -66,6 +66,11 @@ pub enum ServeFault {
     /// [`CLEARING_KEY`] meanwhile): a crash in the middle gives the old client back a
     /// region cleared in part or whole, its acknowledged data gone.
     ClearInPlace,
+    /// A slot is cleared for a new client except for its receive ring: messages its last
+    /// client left unapplied there (a SIGKILL between a SEND's arrival and its
+    /// application) are applied into the new client's region when its connection
+    /// recovers the ring.
+    KeepRing,
 }
 
 impl ServeFault {
@@ -75,6 +80,7 @@ impl ServeFault {
             ServeFault::SlotsByConnectionOrder => "slots-by-connection-order",
             ServeFault::NoClear => "no-clear",
             ServeFault::ClearInPlace => "clear-in-place",
+            ServeFault::KeepRing => "keep-ring",
         }
     }
 }
@@ -86,6 +92,7 @@ impl std::str::FromStr for ServeFault {
             ServeFault::SlotsByConnectionOrder,
             ServeFault::NoClear,
             ServeFault::ClearInPlace,
+            ServeFault::KeepRing,
         ];
         all.into_iter().find(|f| f.name() == s).ok_or_else(|| {
             let names: Vec<&str> = all.iter().map(|f| f.name()).collect();
@@ -191,7 +198,12 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
         KEY_PAGE + pm_stride(&footprint),
     )?;
     let slots = Rc::new(Slots::new(
-        &node, footprint, pm_bytes, opts.lease, opts.fault,
+        &node,
+        footprint,
+        opts.setup.region_len,
+        pm_bytes,
+        opts.lease,
+        opts.fault,
     ));
     let objects = LiveObjects::default();
     objects.set(node.with(|r, _| r.live_objects()));
@@ -233,6 +245,9 @@ struct Slots {
     keys_at: u64,
     pm_base: u64,
     pm_stride: u64,
+    /// Bytes at the start of a slot's PM that are its client's region (a PM receive ring
+    /// follows them).
+    region_pm: u64,
     dram_base: u64,
     dram_stride: u64,
     state: RefCell<Vec<SlotState>>,
@@ -283,6 +298,7 @@ impl Slots {
     fn new(
         node: &RtNode,
         footprint: Footprint,
+        region_len: u64,
         pm_bytes: u64,
         lease: std::time::Duration,
         fault: Option<ServeFault>,
@@ -331,6 +347,7 @@ impl Slots {
             keys_at,
             pm_base,
             pm_stride,
+            region_pm: region_len.next_multiple_of(4096).min(pm_stride),
             dram_base,
             dram_stride,
             state: RefCell::new(state),
@@ -488,6 +505,10 @@ impl Slot {
             match self.slots.fault {
                 Some(ServeFault::NoClear) => {}
                 Some(ServeFault::ClearInPlace) => self.zero().await?,
+                Some(ServeFault::KeepRing) => {
+                    self.set_key(CLEARING_KEY).await;
+                    self.zero_region_only().await?;
+                }
                 _ => self.clear().await?,
             }
         }
@@ -521,12 +542,27 @@ impl Slot {
     /// time, each synced, with the other connections served in between: the server has
     /// one thread, and a region may be gigabytes.
     async fn zero(&mut self) -> Result<(), String> {
-        let s = self.slots.clone();
-        let i = self.i as u64;
+        let (s, i) = (&self.slots, self.i as u64);
         let ranges = [
             (Space::Pm, s.pm_base + i * s.pm_stride, s.pm_stride),
             (Space::Dram, s.dram_base + i * s.dram_stride, s.dram_stride),
         ];
+        self.zero_ranges(ranges).await
+    }
+
+    /// The [`ServeFault::KeepRing`] control's clear: the region alone.
+    async fn zero_region_only(&mut self) -> Result<(), String> {
+        let (s, i) = (&self.slots, self.i as u64);
+        let region = [(Space::Pm, s.pm_base + i * s.pm_stride, s.region_pm)];
+        self.zero_ranges(region).await
+    }
+
+    /// Zeroes `ranges`, as [`zero`](Self::zero) says.
+    async fn zero_ranges<const N: usize>(
+        &mut self,
+        ranges: [(Space, u64, u64); N],
+    ) -> Result<(), String> {
+        let s = self.slots.clone();
         let give_up = wall_now().saturating_add(CLEAR_WAIT);
         for (space, start, len) in ranges {
             let end = start + len;
@@ -541,7 +577,10 @@ impl Slot {
                 match cleared {
                     Ok(()) => {
                         at += n;
-                        remora_exec::yield_local().await;
+                        // To the sockets, not only to the other tasks: the connections
+                        // waiting for input are served only once the executor looks at
+                        // them (`yield_local` let the whole clear pass first).
+                        remora_exec::yield_now().await;
                     }
                     Err(_) if wall_now() >= give_up => {
                         return Err(format!(
