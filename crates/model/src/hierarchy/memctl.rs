@@ -1,0 +1,127 @@
+//! The way to PM (see [`MemoryHierarchy`]): the LLC under DDIO and its write-backs, the
+//! mesh to the memory controllers, each channel's write-pending queue under ADR, and the
+//! PM banks the queue drains to (seed 000 §2, seed 004 Table III's geometry).
+
+use super::{MemoryHierarchy, LINE};
+use crate::time::{Duration, Instant};
+use std::cmp::Reverse;
+
+impl MemoryHierarchy {
+    /// The record sits dirty in the LLC from `t`; it is written back with its line's other
+    /// dirty records at a seeded eviction time (or earlier by `clwb` or capacity pressure).
+    pub(super) fn enter_llc(&mut self, id: u32, t: Instant) -> Instant {
+        let evict = t + Duration::from_nanos(self.rng.range_inclusive(0, 2 * self.p.residency));
+        let r = self.records[id as usize].as_mut().unwrap();
+        let (line, seq) = (r.line, r.seq);
+        r.in_llc = true;
+        self.llc_count += 1;
+        let ls = self.lines.get_mut(&line).unwrap();
+        // A dirty line is written back whole: earlier dirty records of the line go with it,
+        // which includes an inbound DMA still crossing PCIe (it lands in the line first).
+        let landed = ls
+            .llc
+            .iter()
+            .filter_map(|&(gid, _)| self.records[gid as usize].as_ref())
+            .filter(|r| r.t_visible > t)
+            .map(|r| r.t_visible + self.p.llc)
+            .max()
+            .unwrap_or(Instant::ZERO);
+        let t_wpq = evict.max(ls.floor_wpq).max(landed);
+        if ls.llc.capacity() == 0 {
+            ls.llc = self.spare_groups.pop().unwrap_or_default();
+        }
+        ls.llc.push((id, seq));
+        for &(gid, gseq) in &ls.llc {
+            let r = self.records[gid as usize].as_mut().unwrap();
+            debug_assert_eq!(r.seq, gseq);
+            r.t_wpq = t_wpq;
+        }
+        // One queue entry stands for the whole group (the newest record's): when it is due,
+        // `advance` writes the line's dirty records back together, oldest first. The older
+        // records' entries are stale now (their `t_wpq` moved).
+        self.schedule_persist(t_wpq, id);
+        self.llc_fifo.push_back((id, seq));
+        // Drop entries of lines that already left the cache, so the queue stays as long as
+        // the cache's contents and not as long as the run.
+        while let Some(&(fid, fseq)) = self.llc_fifo.front() {
+            if self.rec(fid, fseq).is_some_and(|r| r.in_llc) {
+                break;
+            }
+            self.llc_fifo.pop_front();
+        }
+        if self.llc_count > self.p.ddio_lines {
+            self.force_evict(t);
+        }
+        t_wpq
+    }
+
+    pub(super) fn force_evict(&mut self, now: Instant) {
+        while let Some((id, seq)) = self.llc_fifo.pop_front() {
+            let live = self.rec(id, seq).is_some_and(|r| r.in_llc);
+            if live {
+                let line = self.records[id as usize].as_ref().unwrap().line;
+                self.stats.forced_evictions += 1;
+                self.clwb(now, line, LINE);
+                return;
+            }
+        }
+    }
+
+    /// Time a write leaving the IIO/LLC at `t` reaches its channel's memory controller:
+    /// mesh latency plus a seeded per-write spread.
+    pub(super) fn imc_arrival(&mut self, t: Instant, _addr: u64) -> Instant {
+        let jitter = if self.p.imc_jitter == 0 {
+            0
+        } else {
+            self.rng.range_inclusive(0, self.p.imc_jitter)
+        };
+        t + self.p.imc + Duration::from_nanos(jitter)
+    }
+
+    /// Admission into the channel's WPQ at or after `t`, waiting for a free entry; books
+    /// the bank that the entry drains to. Returns the admission time.
+    pub(super) fn admit_wpq(&mut self, t: Instant, addr: u64) -> Instant {
+        let loc = self.pm_location(addr);
+        let (row_hit, conflict, cap) = (self.p.row_hit, self.p.write_conflict, self.p.wpq);
+        let ch = &mut self.channels[loc.channel as usize];
+        let mut t = t;
+        while ch.draining.peek().is_some_and(|Reverse(d)| *d <= t) {
+            ch.draining.pop();
+        }
+        if ch.draining.len() >= cap {
+            let Reverse(d) = ch.draining.pop().unwrap();
+            t = t.max(d);
+        }
+        let bank = &mut ch.banks[loc.bank as usize];
+        let service = if bank.1 == loc.row { row_hit } else { conflict };
+        let drained = t.max(bank.0) + service;
+        *bank = (drained, loc.row);
+        ch.draining.push(Reverse(drained));
+        t
+    }
+
+    /// Schedules an inbound DMA's PM record (DDIO off) into the WPQ, keeping same-line
+    /// order; it becomes its line's latest in-flight DMA. Counts the record as pending in
+    /// its line: one lookup of the line per record on this, the streaming path.
+    pub(super) fn schedule_wpq(&mut self, id: u32, t_imc: Instant) -> Instant {
+        let r = self.records[id as usize].as_ref().unwrap();
+        let (line, seq, t_visible) = (r.line, r.seq, r.t_visible);
+        let t = self.admit_wpq(t_imc, line);
+        let ls = self.lines.entry(line).or_default();
+        ls.pending += 1;
+        ls.last_dma = Some((id, seq));
+        let t = t.max(ls.floor_wpq);
+        ls.floor_wpq = t;
+        // A DMA write to a line dirty in the LLC snoops it out: the old data goes first.
+        if !ls.llc.is_empty() {
+            let group = std::mem::take(&mut ls.llc);
+            for &(gid, gseq) in &group {
+                self.leave_llc(gid, gseq, t);
+            }
+            self.recycle_group(group);
+        }
+        self.records[id as usize].as_mut().unwrap().t_wpq = t;
+        self.persist.push_nearly_sorted((t, t_visible, seq, id));
+        t
+    }
+}
