@@ -345,7 +345,8 @@ fn a_reply_whose_completion_is_on_its_way_at_a_reopen_is_not_lost() {
             return (0, resumed, all_in.unwrap());
         };
         pair.sim.run_until(t);
-        pair.sim
+        let client = pair
+            .sim
             .block_on(Instant::NEVER, async move {
                 if cancel {
                     // A reopen given up a nanosecond in (a caller's time-out), then another.
@@ -353,6 +354,7 @@ fn a_reply_whose_completion_is_on_its_way_at_a_reopen_is_not_lost() {
                     let _ = remora_exec::first(client.reopen(), give_up).await;
                 }
                 client.reopen().await.unwrap();
+                client
             })
             .unwrap();
         let (discarded, objects) = pair.sim.with_rnic(pair.client.id(), |r, _| {
@@ -360,6 +362,25 @@ fn a_reply_whose_completion_is_on_its_way_at_a_reopen_is_not_lost() {
         });
         // The old queue pair and its CQ are gone, none left behind undrained.
         assert_eq!((objects.qps, objects.cqs), (1, 1), "reopened at {t:?}");
+        // Every reply is the client's now or still the server's (its SEND to the old
+        // queue pair failed, so it goes out again on the next connection), never neither
+        // nor both. The server's connection ends once its unacknowledged SENDs run out of
+        // retries; with none, it serves on and has nothing undelivered.
+        pair.sim.run();
+        let held = client.replies_held();
+        let left: Vec<u64> = pair
+            .undelivered()
+            .unwrap_or_default()
+            .iter()
+            .map(|r| r.seq)
+            .collect();
+        let mut all = [held.clone(), left.clone()].concat();
+        all.sort_unstable();
+        assert_eq!(
+            all,
+            vec![1, 2, 3, 4],
+            "reopened at {t:?}: the client holds {held:?}, the server kept {left:?}"
+        );
         (discarded, resumed, t)
     };
     let (_, resumed, end) = run(None, false);

@@ -181,6 +181,12 @@ impl<V: Verbs> DurableClient<V> {
         self.qp
     }
 
+    /// The sequence numbers of the replies this client holds (received, or known from a
+    /// resume) and [`drain`](RpcClient::drain) has not handed out yet.
+    pub fn replies_held(&self) -> Vec<u64> {
+        self.replies.keys().copied().collect()
+    }
+
     /// Learns the server's log and posts receives. On a first connection the server
     /// must not have processed anything yet.
     pub fn attach(&mut self, info: ConnInfo) -> Result<(), RpcError> {

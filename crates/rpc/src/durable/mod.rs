@@ -352,6 +352,9 @@ pub struct DurablePair {
     pub executions: ExecutionLog,
     kv: Cell<Option<KvLayout>>,
     stats: RefCell<Option<Rc<Cell<ServerStats>>>>,
+    /// The replies of requests recovery executed that the connection serving last ended
+    /// with undelivered (`None` while it serves).
+    undelivered: Rc<RefCell<Option<Vec<Reply>>>>,
 }
 
 impl DurablePair {
@@ -375,6 +378,7 @@ impl DurablePair {
             executions: ExecutionLog::default(),
             kv: Cell::new(None),
             stats: RefCell::new(None),
+            undelivered: Rc::default(),
         }
     }
 
@@ -405,10 +409,7 @@ impl DurablePair {
         self.sim
             .connect((&self.client, client.qp()), (&self.server, server.qp()))?;
         client.attach(server.conn_info())?;
-        *self.stats.borrow_mut() = Some(server.stats());
-        self.sim.spawn_on(&self.server, async move {
-            let _why = server.serve().await;
-        });
+        self.start_serving(server);
         Ok(client)
     }
 
@@ -448,11 +449,27 @@ impl DurablePair {
         self.sim
             .connect((&self.client, qp), (&self.server, server.qp()))?;
         client.attach(server.conn_info())?;
-        *self.stats.borrow_mut() = Some(server.stats());
-        self.sim.spawn_on(&self.server, async move {
-            let _why = server.serve().await;
-        });
+        self.start_serving(server);
         Ok(client)
+    }
+
+    /// Runs `server`'s connection in a task of the server node; what it ends with
+    /// undelivered is [`undelivered`](Self::undelivered)'s.
+    fn start_serving(&self, server: DurableServer<NodeHandle>) {
+        *self.stats.borrow_mut() = Some(server.stats());
+        let undelivered = self.undelivered.clone();
+        *undelivered.borrow_mut() = None;
+        self.sim.spawn_on(&self.server, async move {
+            let (_why, left) = server.serve_keeping().await;
+            *undelivered.borrow_mut() = Some(left);
+        });
+    }
+
+    /// Once the connection serving last has ended: the replies of requests recovery
+    /// executed that the client's RNIC never acknowledged (still the client's, for its
+    /// next connection). `None` while it serves, or if a crash ended it.
+    pub fn undelivered(&self) -> Option<Vec<Reply>> {
+        self.undelivered.borrow().clone()
     }
 
     /// Counters of the server serving now (zero before [`open`](Self::open)).
