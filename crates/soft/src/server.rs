@@ -563,7 +563,9 @@ impl Slot {
         ranges: [(Space, u64, u64); N],
     ) -> Result<(), String> {
         let s = self.slots.clone();
-        let give_up = wall_now().saturating_add(CLEAR_WAIT);
+        // The wait for writes in flight is bounded from when it begins, not from the
+        // clear's start: a clear of gigabytes takes longer than the bound itself.
+        let mut give_up = None;
         for (space, start, len) in ranges {
             let end = start + len;
             let mut at = start;
@@ -577,18 +579,21 @@ impl Slot {
                 match cleared {
                     Ok(()) => {
                         at += n;
+                        give_up = None;
                         // To the sockets, not only to the other tasks: the connections
                         // waiting for input are served only once the executor looks at
                         // them (`yield_local` let the whole clear pass first).
                         remora_exec::yield_now().await;
                     }
-                    Err(_) if wall_now() >= give_up => {
-                        return Err(format!(
-                            "its slot (the lease of its last client ran out) still had writes \
-                             in flight to clear after {CLEAR_WAIT:?}"
-                        ));
-                    }
                     Err((t, now)) => {
+                        let limit =
+                            *give_up.get_or_insert_with(|| wall_now().saturating_add(CLEAR_WAIT));
+                        if wall_now() >= limit {
+                            return Err(format!(
+                                "its slot (the lease of its last client ran out) still had \
+                                 writes in flight to clear after {CLEAR_WAIT:?}"
+                            ));
+                        }
                         let wait = std::time::Duration::from_nanos((t - now).as_nanos());
                         remora_exec::time::sleep(wait.clamp(CLEAR_POLL, CLEAR_POLL * 100)).await;
                     }
@@ -682,6 +687,13 @@ pub fn layout(opts: &ServeOptions) -> String {
 /// Bytes of PM a connection's slot takes: its footprint's PM, in whole pages.
 fn pm_stride(footprint: &Footprint) -> u64 {
     footprint.pm.next_multiple_of(4096).max(4096)
+}
+
+/// The `--pool-bytes` of a pool with exactly `slots` connection slots for clients of
+/// `setup` under `rqwrb` (the keys' table and the slots: a byte less holds one slot
+/// fewer).
+pub fn pool_bytes_for(slots: u64, setup: &ServerSetup, rqwrb: RqwrbPlacement) -> u64 {
+    keys_bytes(slots) + slots * pm_stride(&setup.footprint(rqwrb))
 }
 
 /// Opens (or creates) the pool file, records or checks its `layout` (what the server keeps

@@ -42,6 +42,14 @@ fn start_server_on(
     start_server_watched(listen, config, pool, shape, pool_bytes, LEASE).0
 }
 
+/// What [`start_server_watched`] gives: the server's address, its live RNIC objects and
+/// how many connection slots its pool holds.
+type Watched = (
+    std::net::SocketAddr,
+    remora_soft::server::LiveObjects,
+    usize,
+);
+
 /// [`start_server_on`], also giving the server's live RNIC objects.
 fn start_server_watched(
     listen: &str,
@@ -50,7 +58,7 @@ fn start_server_watched(
     shape: LogShape,
     pool_bytes: u64,
     lease: std::time::Duration,
-) -> (std::net::SocketAddr, remora_soft::server::LiveObjects) {
+) -> Watched {
     let listen = listen.to_string();
     let (tx, rx) = mpsc::channel();
     let config: ServerConfig = config.parse().unwrap();
@@ -69,7 +77,7 @@ fn start_server_watched(
             fault: None,
         };
         if let Err(e) = remora_exec::block_on(serve(opts, |s| {
-            tx.send((s.addr, s.objects.clone())).unwrap()
+            tx.send((s.addr, s.objects.clone(), s.slots)).unwrap()
         })) {
             eprintln!("server: {e}");
         }
@@ -573,7 +581,7 @@ fn two_slot_server(
     assert!(2 * slot + slot / 2 >= remora_soft::pool::MIN_POOL_BYTES);
     // Room for the page of client keys too.
     assert!(slot / 2 >= 4096);
-    let (addr, objects) = start_server_watched(
+    let (addr, objects, _) = start_server_watched(
         "127.0.0.1:0",
         config,
         dir.pool(name),
@@ -1045,7 +1053,7 @@ fn a_refused_start_leaves_the_pool_as_it_was() {
 /// clear goes a chunk at a time with the others served in between. Counted, not timed:
 /// how many persists a connected client completes while a new client's connection is
 /// being set up, for a slot never used (no clear: the baseline, the handshake's round
-/// trips) and for a slot taken over (its 32 MiB cleared, in 1 MiB chunks: the busy
+/// trips) and for a slot taken over (its 64 MiB cleared, in 1 MiB chunks: the busy
 /// client's next persist is served after each, so about one per chunk). A clear that held
 /// the server's thread would leave the second count near the first; one that yielded to
 /// the other tasks but not to the sockets did (the sockets were looked at only after the
@@ -1054,25 +1062,24 @@ fn a_refused_start_leaves_the_pool_as_it_was() {
 fn other_connections_are_served_while_a_slot_is_cleared() {
     let dir = TestDir::new();
     let shape = LogShape {
-        capacity: (32 << 20) / 64,
+        capacity: (64 << 20) / 64,
         ..LogShape::default()
     };
-    let slot = ServerSetup {
+    let setup = ServerSetup {
         region_len: shape.region_len(),
         ..ServerSetup::default()
-    }
-    .footprint("DMP+noDDIO+PM-RQWRB".parse::<ServerConfig>().unwrap().rqwrb)
-    .pm
-    .next_multiple_of(4096);
-    // Three slots and the page of keys; no lease, so a slot left is taken over at once.
-    let (addr, _) = start_server_watched(
+    };
+    let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
+    // Three slots, no lease: a slot left is taken over at once.
+    let (addr, _, slots) = start_server_watched(
         "127.0.0.1:0",
         "DMP+noDDIO+PM-RQWRB",
         dir.pool("liveness"),
         shape,
-        3 * slot + 4096,
+        remora_soft::server::pool_bytes_for(3, &setup, config.rqwrb),
         std::time::Duration::ZERO,
     );
+    assert_eq!(slots, 3);
     let addr = addr.to_string();
     run_client(async {
         // Slot 0 gets a client that leaves: the slot to take over.
@@ -1118,9 +1125,34 @@ fn other_connections_are_served_while_a_slot_is_cleared() {
         stop.set(true);
         busy.await.unwrap();
         assert!(
-            clearing >= baseline + 10,
+            clearing >= baseline + 16,
             "the busy client completed {clearing} persists during a takeover's clear and \
              {baseline} during a connection without one: the clear held the server"
         );
     });
+}
+
+/// `pool_bytes_for` gives a pool of exactly that many slots, with the receive ring in PM
+/// (in the slot) or in DRAM: a byte less holds one fewer.
+#[test]
+fn pool_bytes_for_gives_exactly_that_many_slots() {
+    let dir = TestDir::new();
+    let shape = LogShape {
+        capacity: 20_000,
+        ..LogShape::default()
+    };
+    let setup = ServerSetup {
+        region_len: shape.region_len(),
+        ..ServerSetup::default()
+    };
+    for config in ["DMP+noDDIO+PM-RQWRB", "DMP+DDIO+DRAM-RQWRB"] {
+        let rqwrb = config.parse::<ServerConfig>().unwrap().rqwrb;
+        for (n, less) in [(2u64, 0u64), (3, 0), (3, 1)] {
+            let bytes = remora_soft::server::pool_bytes_for(n, &setup, rqwrb) - less;
+            let name = format!("{config}-{n}-{less}");
+            let (_, _, slots) =
+                start_server_watched("127.0.0.1:0", config, dir.pool(&name), shape, bytes, LEASE);
+            assert_eq!(slots as u64, n - less, "{name}: {bytes} bytes");
+        }
+    }
 }
