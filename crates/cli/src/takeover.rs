@@ -19,7 +19,8 @@
 //!
 //! and a returning client refused as no longer the owner is fine (its slot went to a new
 //! client), while a new client refused while the server lives is not (the server waits
-//! seconds for a slot to be given back, and clients keep one for milliseconds). Negative
+//! seconds for a slot to be given back, and clients keep one for milliseconds), nor is a
+//! client's connection or mark that fails in the last life, which has no SIGKILL. Negative
 //! controls: a server that does not clear (`serve --fault no-clear`), caught at the first
 //! takeover; one that clears with the old key left in place (`--fault clear-in-place`),
 //! caught when a SIGKILL lands in a clear; one that clears the region but not the ring
@@ -150,8 +151,12 @@ async fn come_back(
     let own = mark(t.id);
     let mut verdicts = Vec::new();
     for (k, (off, f)) in MARKS.iter().zip(&found).enumerate() {
-        // A mark not acknowledged may have persisted or not.
-        let fine = f[..] == own[..] || (k >= t.made && f.iter().all(|&b| b == 0));
+        // A mark not acknowledged may have persisted, or not, or in part (a SIGKILL in the
+        // middle of its copy into the pool file): each of its words the client's or zero.
+        let fine = f[..] == own[..]
+            || (k >= t.made
+                && f.chunks_exact(8)
+                    .all(|w| w == &own[..8] || w.iter().all(|&b| b == 0)));
         if !fine {
             verdicts.push(format!(
                 "life {life}: client {} came back to its slot and found {} at offset {off}, \
@@ -178,13 +183,16 @@ struct Lane {
 /// turn (their numbers from `next_id`), each reading its region, then making its marks
 /// durable through a primitive drawn from `rng`: WRITE, or SEND, whose marks wait in the
 /// slot's receive ring until the server applies them (so a SIGKILL can leave them there
-/// for the slot's next client to inherit if its clear missed the ring).
+/// for the slot's next client to inherit if its clear missed the ring). `killable`: the
+/// server may be killed meanwhile; otherwise (the last life) a client whose connection or
+/// marks fail is a finding.
 async fn new_clients(
     addr: String,
     next_id: Rc<Cell<u64>>,
     mut rng: Prng,
     life: u64,
     limit: Option<u64>,
+    killable: bool,
 ) -> Lane {
     let profile = LatencyProfile::default_profile();
     let mut lane = Lane::default();
@@ -206,7 +214,14 @@ async fn new_clients(
                     .push(format!("life {life}: new client {id} refused: {e}"));
                 return lane;
             }
-            Err(VisitError::Failed(_)) => return lane,
+            Err(VisitError::Failed(e)) => {
+                if !killable {
+                    lane.verdicts.push(format!(
+                        "life {life}: new client {id} failed with no SIGKILL: {e}"
+                    ));
+                }
+                return lane;
+            }
         };
         lane.tenants.push(Tenant {
             id,
@@ -230,6 +245,14 @@ async fn new_clients(
         }
         c.node.close();
         if tenant.made < MARKS.len() {
+            if !killable {
+                lane.verdicts.push(format!(
+                    "life {life}: new client {id} made {} of its {} marks durable with no \
+                     SIGKILL",
+                    tenant.made,
+                    MARKS.len()
+                ));
+            }
             return lane;
         }
         lane.acked += 1;
@@ -304,7 +327,9 @@ pub fn takeover_crash(
                         let lane_rng = Prng::from_seed(rng.next_u64());
                         let addr = server.addr.clone();
                         let ids = next_id.clone();
-                        remora_exec::spawn_local(new_clients(addr, ids, lane_rng, life, limit))
+                        remora_exec::spawn_local(new_clients(
+                            addr, ids, lane_rng, life, limit, !last,
+                        ))
                     })
                     .collect()
             };
@@ -313,8 +338,10 @@ pub fn takeover_crash(
             // for a new client. In half the lives (drawn) they come back a few
             // milliseconds late, and a quarter of them (drawn) sit the life out, so a new
             // client may take over a slot whose receive ring still holds what a SIGKILL
-            // left there. In the last life (no SIGKILL) they all come back first, then a
-            // new client per lane takes over what the last SIGKILL left.
+            // left there. In the last life (no SIGKILL) they all come back first (so their
+            // connections apply what their rings held), then a new client per lane takes a
+            // slot over: a clear the last SIGKILL interrupted, or a region never cleared,
+            // faces a new client too.
             let mut news = if last {
                 Vec::new()
             } else {

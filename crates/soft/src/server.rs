@@ -272,7 +272,8 @@ struct SlotState {
 /// as soon as its last connection closed races the server's noticing the close.
 pub const SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// How long clearing a slot for a new client waits for writes still in flight to it.
+/// How long clearing a slot for a new client waits, each time it meets writes still in
+/// flight to the slot, for them to land.
 const CLEAR_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// How often it looks again, at least.
 const CLEAR_POLL: std::time::Duration = std::time::Duration::from_micros(100);
@@ -532,7 +533,7 @@ impl Slot {
     /// as being cleared in the keys' table meanwhile: a crash in the middle leaves the slot
     /// to be cleared again, never a half-cleared region to its old client. Waits for
     /// writes the old connection left in flight (the model's stages take microseconds;
-    /// an LLC residency of a slow profile, milliseconds) for up to [`CLEAR_WAIT`].
+    /// an LLC residency of a slow profile, milliseconds), each wait up to [`CLEAR_WAIT`].
     async fn clear(&mut self) -> Result<(), String> {
         self.set_key(CLEARING_KEY).await;
         self.zero().await
@@ -691,7 +692,7 @@ fn pm_stride(footprint: &Footprint) -> u64 {
 
 /// The `--pool-bytes` of a pool with exactly `slots` connection slots for clients of
 /// `setup` under `rqwrb` (the keys' table and the slots: a byte less holds one slot
-/// fewer).
+/// fewer). A pool below [`crate::pool::MIN_POOL_BYTES`] is refused all the same.
 pub fn pool_bytes_for(slots: u64, setup: &ServerSetup, rqwrb: RqwrbPlacement) -> u64 {
     keys_bytes(slots) + slots * pm_stride(&setup.footprint(rqwrb))
 }

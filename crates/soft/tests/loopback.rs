@@ -1133,23 +1133,33 @@ fn other_connections_are_served_while_a_slot_is_cleared() {
 }
 
 /// `pool_bytes_for` gives a pool of exactly that many slots, with the receive ring in PM
-/// (in the slot) or in DRAM: a byte less holds one fewer.
+/// (in the slot) or in DRAM: a byte less holds one fewer; also where the keys' table needs
+/// a second page (a page holds 512 keys).
 #[test]
 fn pool_bytes_for_gives_exactly_that_many_slots() {
     let dir = TestDir::new();
-    let shape = LogShape {
-        capacity: 20_000,
-        ..LogShape::default()
-    };
-    let setup = ServerSetup {
-        region_len: shape.region_len(),
-        ..ServerSetup::default()
-    };
-    for config in ["DMP+noDDIO+PM-RQWRB", "DMP+DDIO+DRAM-RQWRB"] {
+    let cases = [
+        (
+            "DMP+noDDIO+PM-RQWRB",
+            20_000,
+            vec![(2u64, 0u64), (3, 0), (3, 1)],
+        ),
+        ("DMP+DDIO+DRAM-RQWRB", 20_000, vec![(2, 0), (3, 0), (3, 1)]),
+        ("DMP+noDDIO+PM-RQWRB", 1, vec![(513, 0), (513, 1)]),
+    ];
+    for (config, capacity, counts) in cases {
+        let shape = LogShape {
+            capacity,
+            ..LogShape::default()
+        };
+        let setup = ServerSetup {
+            region_len: shape.region_len(),
+            ..ServerSetup::default()
+        };
         let rqwrb = config.parse::<ServerConfig>().unwrap().rqwrb;
-        for (n, less) in [(2u64, 0u64), (3, 0), (3, 1)] {
+        for (n, less) in counts {
             let bytes = remora_soft::server::pool_bytes_for(n, &setup, rqwrb) - less;
-            let name = format!("{config}-{n}-{less}");
+            let name = format!("{config}-{capacity}-{n}-{less}");
             let (_, _, slots) =
                 start_server_watched("127.0.0.1:0", config, dir.pool(&name), shape, bytes, LEASE);
             assert_eq!(slots as u64, n - less, "{name}: {bytes} bytes");

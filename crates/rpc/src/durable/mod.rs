@@ -352,9 +352,10 @@ pub struct DurablePair {
     pub executions: ExecutionLog,
     kv: Cell<Option<KvLayout>>,
     stats: RefCell<Option<Rc<Cell<ServerStats>>>>,
-    /// The replies of requests recovery executed that the connection serving last ended
-    /// with undelivered (`None` while it serves).
-    undelivered: Rc<RefCell<Option<Vec<Reply>>>>,
+    /// How many connections were started, and the replies of requests recovery executed
+    /// that the last one ended with undelivered (`None` while it serves): an earlier
+    /// connection that ends later does not count.
+    undelivered: Rc<RefCell<(u64, Option<Vec<Reply>>)>>,
 }
 
 impl DurablePair {
@@ -458,10 +459,17 @@ impl DurablePair {
     fn start_serving(&self, server: DurableServer<NodeHandle>) {
         *self.stats.borrow_mut() = Some(server.stats());
         let undelivered = self.undelivered.clone();
-        *undelivered.borrow_mut() = None;
+        let generation = {
+            let mut u = undelivered.borrow_mut();
+            *u = (u.0 + 1, None);
+            u.0
+        };
         self.sim.spawn_on(&self.server, async move {
             let (_why, left) = server.serve_keeping().await;
-            *undelivered.borrow_mut() = Some(left);
+            let mut u = undelivered.borrow_mut();
+            if u.0 == generation {
+                u.1 = Some(left);
+            }
         });
     }
 
@@ -469,7 +477,7 @@ impl DurablePair {
     /// executed that the client's RNIC never acknowledged (still the client's, for its
     /// next connection). `None` while it serves, or if a crash ended it.
     pub fn undelivered(&self) -> Option<Vec<Reply>> {
-        self.undelivered.borrow().clone()
+        self.undelivered.borrow().1.clone()
     }
 
     /// Counters of the server serving now (zero before [`open`](Self::open)).
