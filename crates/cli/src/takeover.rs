@@ -26,8 +26,8 @@
 //! caught when a SIGKILL lands in a clear; one that clears the region but not the ring
 //! (`--fault keep-ring`), caught when a SIGKILL leaves a SEND's mark unapplied and a new
 //! client takes the slot before its client is back (within 20 SIGKILLs over ten seeds;
-//! not in 1,000 takeovers without one). They run with the default latency profile
-//! whatever the run's (see [`takeover_crash`]).
+//! not in about 750 clients' takeovers without one). They run with the default latency
+//! profile whatever the run's (see [`takeover_crash`]).
 
 use crate::killloop::{life_ms, runtime, KillArgs};
 use crate::real::{start_server, RealCrashReport, RealTarget};
