@@ -130,13 +130,13 @@ enum Back {
 /// SIGKILL) it is an error.
 async fn come_back(
     addr: String,
+    profile: LatencyProfile,
     t: Tenant,
     life: u64,
     killable: bool,
     delay: std::time::Duration,
 ) -> Result<(Back, Vec<String>), String> {
     remora_exec::time::sleep(delay).await;
-    let profile = LatencyProfile::default_profile();
     let found = match visit(&addr, &profile, t.key, Primitive::Write).await {
         Ok((c, found)) => {
             c.node.close();
@@ -175,8 +175,6 @@ struct Lane {
     /// The clients it was given a slot for.
     tenants: Vec<Tenant>,
     verdicts: Vec<String>,
-    /// How many made all their marks durable.
-    acked: u64,
 }
 
 /// New clients, one after another, until the server dies or `limit` of them had their
@@ -188,13 +186,13 @@ struct Lane {
 /// marks fail is a finding.
 async fn new_clients(
     addr: String,
+    profile: LatencyProfile,
     next_id: Rc<Cell<u64>>,
     mut rng: Prng,
     life: u64,
     limit: Option<u64>,
     killable: bool,
 ) -> Lane {
-    let profile = LatencyProfile::default_profile();
     let mut lane = Lane::default();
     for _ in 0..limit.unwrap_or(u64::MAX) {
         let id = next_id.get();
@@ -255,7 +253,6 @@ async fn new_clients(
             }
             return lane;
         }
-        lane.acked += 1;
     }
     lane
 }
@@ -325,10 +322,10 @@ pub fn takeover_crash(
                 (0..lanes)
                     .map(|_| {
                         let lane_rng = Prng::from_seed(rng.next_u64());
-                        let addr = server.addr.clone();
+                        let (addr, profile) = (server.addr.clone(), args.profile.clone());
                         let ids = next_id.clone();
                         remora_exec::spawn_local(new_clients(
-                            addr, ids, lane_rng, life, limit, !last,
+                            addr, profile, ids, lane_rng, life, limit, !last,
                         ))
                     })
                     .collect()
@@ -358,9 +355,9 @@ pub fn takeover_crash(
                     tenants.push(t);
                     continue;
                 }
-                let addr = server.addr.clone();
+                let (addr, profile) = (server.addr.clone(), args.profile.clone());
                 backs.push(remora_exec::spawn_local(come_back(
-                    addr, t, life, !last, delay,
+                    addr, profile, t, life, !last, delay,
                 )));
             }
             for b in backs {
@@ -379,8 +376,13 @@ pub fn takeover_crash(
             for n in news {
                 let lane = n.await.map_err(|e| format!("a new client's task: {e:?}"))?;
                 verdicts.extend(lane.verdicts);
+                // The clients that made all their marks durable.
+                acked += lane
+                    .tenants
+                    .iter()
+                    .filter(|t| t.made == MARKS.len())
+                    .count() as u64;
                 tenants.extend(lane.tenants);
-                acked += lane.acked;
             }
             Ok::<_, String>((verdicts, acked, killer.is_some_and(|k| k.join())))
         })?;

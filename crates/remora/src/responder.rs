@@ -47,7 +47,7 @@ impl ServerSetup {
         let ring = self.rq_slots as u64 * self.rq_slot_bytes as u64;
         match rqwrb {
             RqwrbPlacement::Pm => Footprint {
-                pm: (self.region_len.next_multiple_of(4096) + ring).next_multiple_of(64) + 64,
+                pm: (self.pm_ring_offset() + ring).next_multiple_of(64) + 64,
                 dram: 0,
             },
             RqwrbPlacement::Dram => Footprint {
@@ -55,6 +55,12 @@ impl ServerSetup {
                 dram: ring,
             },
         }
+    }
+
+    /// Where a receive ring in PM starts in the [`footprint`](Self::footprint): after the
+    /// region, at the page the ring is aligned to (the region and its padding before it).
+    pub fn pm_ring_offset(&self) -> u64 {
+        self.region_len.next_multiple_of(4096)
     }
 }
 

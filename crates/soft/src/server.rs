@@ -200,7 +200,7 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
     let slots = Rc::new(Slots::new(
         &node,
         footprint,
-        opts.setup.region_len,
+        opts.setup.pm_ring_offset(),
         pm_bytes,
         opts.lease,
         opts.fault,
@@ -299,7 +299,7 @@ impl Slots {
     fn new(
         node: &RtNode,
         footprint: Footprint,
-        region_len: u64,
+        ring_offset: u64,
         pm_bytes: u64,
         lease: std::time::Duration,
         fault: Option<ServeFault>,
@@ -348,7 +348,7 @@ impl Slots {
             keys_at,
             pm_base,
             pm_stride,
-            region_pm: region_len.next_multiple_of(4096).min(pm_stride),
+            region_pm: ring_offset.min(pm_stride),
             dram_base,
             dram_stride,
             state: RefCell::new(state),
