@@ -165,8 +165,10 @@ impl Opening {
         &mut self.stream
     }
 
-    /// Sends the client's QP (`Ready`), waits for the server's (`Accepted`), connects the
-    /// two and starts exchanging packets over the connection; when it closes, `qp` fails.
+    /// Sends the client's QP (`Ready`), waits for the server's (`Accepted`; while the server
+    /// clears the slot it gives the client, for as long as it reports progress), connects
+    /// the two and starts exchanging packets over the connection; when it closes, `qp`
+    /// fails.
     pub async fn finish(self, qp: QpNum) -> Result<RtNode, ConnectError> {
         Ok(self.finish_keyed(qp).await?.0)
     }
@@ -181,8 +183,14 @@ impl Opening {
                 addr: addr.clone(),
                 err,
             })?;
-        let Cm::Accepted { qp: server_qp, key } = next_cm(&mut self.stream, &addr).await? else {
-            return Err(ConnectError::Protocol(addr));
+        // A slot another client had is cleared first: each `Clearing` frame restarts the
+        // wait, so a client waits as long as the server makes progress.
+        let (server_qp, key) = loop {
+            match next_cm(&mut self.stream, &addr).await? {
+                Cm::Clearing { .. } => {}
+                Cm::Accepted { qp, key } => break (qp, key),
+                _ => return Err(ConnectError::Protocol(addr)),
+            }
         };
         if self.claimed != 0 && key != self.claimed {
             return Err(ConnectError::WrongKey {

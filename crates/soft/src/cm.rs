@@ -5,8 +5,14 @@
 //! client → server  Hello    { key }
 //! server → client  Assign   { client node, server node, server configuration }
 //! client → server  Ready    { client QP }
+//! server → client  Clearing { done, total }      (none or more: a slot taken over)
 //! server → client  Accepted { server QP, key }   (or Refused { code } at any point)
 //! ```
+//!
+//! A slot another client had is cleared before a new client may use it, and a clear of
+//! gigabytes of a file-backed pool takes seconds. The server says how far it got after
+//! each chunk (`Clearing`), and each frame restarts the client's wait for the next one:
+//! the client waits as long as the server makes progress, however large the slot.
 //!
 //! Every frame is 24 bytes: magic `RMCM`, version (u16), kind (u8), a reserved zero byte,
 //! then 16 bytes of kind-specific payload (unused bytes zero). `parse` refuses any other
@@ -28,7 +34,7 @@ const MAGIC: &[u8; 4] = b"RMCM";
 /// gives up on a server that never answers (e.g. another service on that port).
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Connection-manager protocol version.
-pub const CM_VERSION: u16 = 2;
+pub const CM_VERSION: u16 = 3;
 /// Bytes of every CM frame.
 pub const CM_FRAME: usize = 24;
 
@@ -90,6 +96,14 @@ pub enum Cm {
         /// server that does not identify clients by key.
         key: u64,
     },
+    /// The server is clearing the slot the client will be given (another client had
+    /// it): bytes zeroed and synced so far, of all it will clear.
+    Clearing {
+        /// Bytes cleared so far.
+        done: u64,
+        /// Bytes the clear covers (never fewer than `done`).
+        total: u64,
+    },
     /// No connection.
     Refused {
         /// Why.
@@ -144,6 +158,11 @@ impl Cm {
                 p[..4].copy_from_slice(&qp.0.to_le_bytes());
                 p[8..16].copy_from_slice(&key.to_le_bytes());
                 4
+            }
+            Cm::Clearing { done, total } => {
+                p[..8].copy_from_slice(&done.to_le_bytes());
+                p[8..16].copy_from_slice(&total.to_le_bytes());
+                6
             }
             Cm::Refused { code } => {
                 p[0] = match code {
@@ -212,6 +231,13 @@ impl Cm {
                     _ => return Err(CmError::BadValue("refusal code")),
                 };
                 (Cm::Refused { code }, 1)
+            }
+            6 => {
+                let (done, total) = (u64_at(0), u64_at(8));
+                if done > total {
+                    return Err(CmError::BadValue("clearing: more done than its total"));
+                }
+                (Cm::Clearing { done, total }, 16)
             }
             _ => return Err(CmError::BadValue("kind")),
         };
@@ -288,6 +314,11 @@ mod tests {
                 qp: QpNum(9),
                 key: u64::MAX,
             },
+            Cm::Clearing { done: 0, total: 1 },
+            Cm::Clearing {
+                done: 3 << 30,
+                total: 3 << 30,
+            },
         ];
         for code in [
             RefuseCode::Version,
@@ -314,7 +345,7 @@ mod tests {
                 assert!(Cm::parse(&x).is_err(), "{f:?}: byte {i}");
             }
             // Neither does the payload past its fields.
-            if !matches!(f, Cm::Accepted { .. }) {
+            if !matches!(f, Cm::Accepted { .. } | Cm::Clearing { .. }) {
                 let mut x = b;
                 x[CM_FRAME - 1] = 1;
                 assert!(Cm::parse(&x).is_err(), "{f:?}: unused byte");
@@ -328,6 +359,9 @@ mod tests {
         .emit();
         x[8 + 5] = 1;
         assert!(Cm::parse(&x).is_err(), "Accepted: unused byte");
+        // A clear never gets further than its total.
+        let x = Cm::Clearing { done: 2, total: 1 }.emit();
+        assert!(Cm::parse(&x).is_err(), "Clearing: done past total");
         // Version 1's frames (no keys) are refused by their version, not misread.
         let mut b = Cm::Hello { key: 0 }.emit();
         b[4] = 1;

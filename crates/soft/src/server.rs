@@ -495,26 +495,33 @@ impl Slot {
 
     /// The slot's client's key: `claimed`, or for a new client (0) a fresh one, durable in
     /// the slot's PM before this returns (so that after a server crash too only that
-    /// client gets the slot back). A slot that had another client is cleared first.
-    async fn own(&mut self, claimed: u64) -> Result<u64, String> {
+    /// client gets the slot back). A slot that had another client is cleared first, the
+    /// client `told` how far the clear got after each chunk. `None`: the client left
+    /// during the clear, before it could learn a key; the slot is left nobody's (key 0)
+    /// and clean, so the next new client is not made to wait for the same clear again.
+    async fn own(&mut self, claimed: u64, told: &mut Told<'_>) -> Result<Option<u64>, String> {
         if claimed != 0 {
-            return Ok(claimed);
+            return Ok(Some(claimed));
         }
         let key = crate::cm::fresh_key()
             .map_err(|e| format!("cannot draw a client key from /dev/urandom: {e}"))?;
         if self.slots.state.borrow()[self.i].key != 0 {
             match self.slots.fault {
                 Some(ServeFault::NoClear) => {}
-                Some(ServeFault::ClearInPlace) => self.zero().await?,
+                Some(ServeFault::ClearInPlace) => self.zero(told).await?,
                 Some(ServeFault::KeepRing) => {
                     self.set_key(CLEARING_KEY).await;
-                    self.zero_region_only().await?;
+                    self.zero_region_only(told).await?;
                 }
-                _ => self.clear().await?,
+                _ => self.clear(told).await?,
+            }
+            if told.gone {
+                self.set_key(0).await;
+                return Ok(None);
             }
         }
         self.set_key(key).await;
-        Ok(key)
+        Ok(Some(key))
     }
 
     /// Writes `key` into the keys' table, durably, and into the slot's state.
@@ -534,36 +541,40 @@ impl Slot {
     /// to be cleared again, never a half-cleared region to its old client. Waits for
     /// writes the old connection left in flight (the model's stages take microseconds;
     /// an LLC residency of a slow profile, milliseconds), each wait up to [`CLEAR_WAIT`].
-    async fn clear(&mut self) -> Result<(), String> {
+    async fn clear(&mut self, told: &mut Told<'_>) -> Result<(), String> {
         self.set_key(CLEARING_KEY).await;
-        self.zero().await
+        self.zero(told).await
     }
 
     /// The zeroing of [`clear`](Self::clear), durable on return. A [`CLEAR_CHUNK`] at a
     /// time, each synced, with the other connections served in between: the server has
     /// one thread, and a region may be gigabytes.
-    async fn zero(&mut self) -> Result<(), String> {
+    async fn zero(&mut self, told: &mut Told<'_>) -> Result<(), String> {
         let (s, i) = (&self.slots, self.i as u64);
         let ranges = [
             (Space::Pm, s.pm_base + i * s.pm_stride, s.pm_stride),
             (Space::Dram, s.dram_base + i * s.dram_stride, s.dram_stride),
         ];
-        self.zero_ranges(ranges).await
+        self.zero_ranges(ranges, told).await
     }
 
     /// The [`ServeFault::KeepRing`] control's clear: the region alone.
-    async fn zero_region_only(&mut self) -> Result<(), String> {
+    async fn zero_region_only(&mut self, told: &mut Told<'_>) -> Result<(), String> {
         let (s, i) = (&self.slots, self.i as u64);
         let region = [(Space::Pm, s.pm_base + i * s.pm_stride, s.region_pm)];
-        self.zero_ranges(region).await
+        self.zero_ranges(region, told).await
     }
 
-    /// Zeroes `ranges`, as [`zero`](Self::zero) says.
+    /// Zeroes `ranges`, as [`zero`](Self::zero) says, and tells the waiting client how far
+    /// it got after each chunk.
     async fn zero_ranges<const N: usize>(
         &mut self,
         ranges: [(Space, u64, u64); N],
+        told: &mut Told<'_>,
     ) -> Result<(), String> {
         let s = self.slots.clone();
+        let total = ranges.iter().map(|r| r.2).sum();
+        let mut done = 0;
         // The wait for writes in flight is bounded from when it begins, not from the
         // clear's start: a clear of gigabytes takes longer than the bound itself.
         let mut give_up = None;
@@ -580,10 +591,13 @@ impl Slot {
                 match cleared {
                     Ok(()) => {
                         at += n;
+                        done += n;
                         give_up = None;
-                        // To the sockets, not only to the other tasks: the connections
+                        // The write is the yield too, when it waits for the socket; else:
+                        // to the sockets, not only to the other tasks (the connections
                         // waiting for input are served only once the executor looks at
-                        // them (`yield_local` let the whole clear pass first).
+                        // them; `yield_local` let the whole clear pass first).
+                        told.clearing(done, total).await;
                         remora_exec::yield_now().await;
                     }
                     Err((t, now)) => {
@@ -602,6 +616,28 @@ impl Slot {
             }
         }
         Ok(())
+    }
+}
+
+/// The new client a slot is cleared for, told the clear's progress (`Cm::Clearing`):
+/// each frame restarts its wait for the handshake's next, so a clear of any size outlasts
+/// no client's patience while it makes progress.
+struct Told<'a> {
+    stream: &'a mut TcpStream,
+    /// A frame could not be sent: the client left (its connection is closed or reset).
+    gone: bool,
+}
+
+impl Told<'_> {
+    async fn clearing(&mut self, done: u64, total: u64) {
+        if !self.gone {
+            let frame = Cm::Clearing { done, total }.emit();
+            // A client that stops reading would stall the clear, and hold its slot, once
+            // its socket's buffers fill: it gets as long as any handshake step.
+            let sent =
+                remora_exec::time::timeout(HANDSHAKE_TIMEOUT, self.stream.write_all(&frame)).await;
+            self.gone = !matches!(sent, Ok(Ok(())));
+        }
     }
 }
 
@@ -863,8 +899,19 @@ async fn handle(
             return cm_refuse(&mut stream, code).await;
         }
     };
-    let key = match slot.own(claimed).await {
-        Ok(key) => key,
+    let mut told = Told {
+        stream: &mut stream,
+        gone: false,
+    };
+    let key = match slot.own(claimed, &mut told).await {
+        Ok(Some(key)) => key,
+        Ok(None) => {
+            eprintln!(
+                "client {id} (new) left while its slot was cleared; the slot is left clean \
+                 for the next"
+            );
+            return Ok(());
+        }
         Err(why) => {
             eprintln!("client {id} refused: {why}");
             return cm_refuse(&mut stream, RefuseCode::Resources).await;

@@ -1166,3 +1166,150 @@ fn pool_bytes_for_gives_exactly_that_many_slots() {
         }
     }
 }
+
+/// A raw new client's handshake with `addr`, up to its `Ready`: the stream, to read the
+/// server's next frames from.
+fn raw_ready(addr: &str) -> std::net::TcpStream {
+    use remora_soft::cm::Cm;
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(2 * remora_soft::cm::HANDSHAKE_TIMEOUT))
+        .unwrap();
+    s.write_all(&Cm::Hello { key: 0 }.emit()).unwrap();
+    assert!(matches!(raw_next(&mut s), Cm::Assign { .. }));
+    let ready = Cm::Ready {
+        qp: remora_model::verbs::QpNum(0),
+    };
+    s.write_all(&ready.emit()).unwrap();
+    s
+}
+
+/// The server's next connection-manager frame on `s`.
+fn raw_next(s: &mut std::net::TcpStream) -> remora_soft::cm::Cm {
+    use std::io::Read;
+    let mut b = [0u8; remora_soft::cm::CM_FRAME];
+    s.read_exact(&mut b).unwrap();
+    remora_soft::cm::Cm::parse(&b).unwrap()
+}
+
+/// A new client given a slot another client had is told, after each chunk of the slot's
+/// clear, how far it got (each `Clearing` frame restarts the client's wait, so a clear of
+/// gigabytes outlasts no client's patience). A new client that leaves during the clear
+/// leaves the slot clean and nobody's: the next new client is given it at once, not made
+/// to wait for the same clear again (before, the slot kept a key nobody had learned, and
+/// was cleared again for every client that gave up).
+#[test]
+fn a_new_client_is_told_how_its_slots_clear_goes_and_one_that_leaves_leaves_it_clean() {
+    use remora_soft::cm::Cm;
+    let dir = TestDir::new();
+    let shape = LogShape {
+        capacity: (16 << 20) / 64,
+        ..LogShape::default()
+    };
+    let setup = ServerSetup {
+        region_len: shape.region_len(),
+        ..ServerSetup::default()
+    };
+    let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
+    // One slot, no lease: a slot left is taken over at once.
+    let (addr, _, slots) = start_server_watched(
+        "127.0.0.1:0",
+        "DMP+noDDIO+PM-RQWRB",
+        dir.pool("told"),
+        shape,
+        remora_soft::server::pool_bytes_for(1, &setup, config.rqwrb),
+        std::time::Duration::ZERO,
+    );
+    assert_eq!(slots, 1);
+    let addr = addr.to_string();
+    // A client that leaves its mark: the slot is taken over by the next.
+    mark_in_turn(&addr, 1).unwrap();
+    let mut b = raw_ready(&addr);
+    let mut steps = Vec::new();
+    let key = loop {
+        match raw_next(&mut b) {
+            Cm::Clearing { done, total } => steps.push((done, total)),
+            Cm::Accepted { key, .. } => break key,
+            other => panic!("{other:?} during a takeover's handshake"),
+        }
+    };
+    assert_ne!(key, 0);
+    // A 1 MiB chunk at a time: one frame each, each further on, to the total.
+    let total = steps[0].1;
+    assert!(total >= 16 << 20, "{total} bytes cleared");
+    assert_eq!(steps.len() as u64, total.div_ceil(1 << 20), "{steps:?}");
+    assert!(steps.windows(2).all(|w| w[0].0 < w[1].0 && w[1].1 == total));
+    assert_eq!(steps.last().unwrap().0, total);
+    drop(b);
+    // The next new client leaves at the clear's first word.
+    let mut c = raw_ready(&addr);
+    assert!(matches!(raw_next(&mut c), Cm::Clearing { .. }));
+    drop(c);
+    // The one after is given the slot without a clear.
+    let mut d = raw_ready(&addr);
+    let first = raw_next(&mut d);
+    assert!(
+        matches!(first, Cm::Accepted { .. }),
+        "the slot was cleared again: {first:?}"
+    );
+    drop(d);
+    // And the slot holds nothing of the first client's.
+    assert_eq!(mark_in_turn(&addr, 2).unwrap(), vec![0; 64]);
+}
+
+/// A client waits through a slot's clear for as long as the server reports progress, even
+/// when the whole clear takes longer than [`HANDSHAKE_TIMEOUT`] (before, it gave up
+/// then, whatever the server was doing).
+///
+/// [`HANDSHAKE_TIMEOUT`]: remora_soft::cm::HANDSHAKE_TIMEOUT
+#[test]
+fn a_client_waits_through_a_clear_longer_than_its_handshake_timeout() {
+    use remora_model::rnic::QpAttr;
+    use remora_soft::cm::{Cm, HANDSHAKE_TIMEOUT};
+    use remora_verbs::Verbs;
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        assert_eq!(raw_next(&mut s), Cm::Hello { key: 0 });
+        let assign = Cm::Assign {
+            client: 1,
+            server: 0,
+            config: "DMP+noDDIO+PM-RQWRB".parse().unwrap(),
+        };
+        s.write_all(&assign.emit()).unwrap();
+        assert!(matches!(raw_next(&mut s), Cm::Ready { .. }));
+        let (t0, total) = (wall(), 1 << 30);
+        let mut done = 0;
+        while t0.elapsed() < HANDSHAKE_TIMEOUT + std::time::Duration::from_secs(1) {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            done += 1 << 20;
+            s.write_all(&Cm::Clearing { done, total }.emit()).unwrap();
+        }
+        let accepted = Cm::Accepted {
+            qp: remora_model::verbs::QpNum(0),
+            key: 5,
+        };
+        s.write_all(&accepted.emit()).unwrap();
+        // Until the client goes.
+        let _ = s.read_to_end(&mut Vec::new());
+    });
+    let t0 = wall();
+    let key = run_client(async {
+        let profile = LatencyProfile::default_profile();
+        let opening = remora_soft::client::open(&addr, &profile, None)
+            .await
+            .unwrap();
+        let v = opening.node().clone();
+        let pd = v.alloc_pd().unwrap();
+        let (scq, rcq) = (v.create_cq(4).unwrap(), v.create_cq(4).unwrap());
+        let qp = v.create_qp(pd, scq, rcq, QpAttr::default()).unwrap();
+        let (node, key) = opening.finish_keyed(qp).await.unwrap();
+        node.close();
+        key
+    });
+    assert_eq!(key, 5);
+    assert!(t0.elapsed() > HANDSHAKE_TIMEOUT);
+    server.join().unwrap();
+}
