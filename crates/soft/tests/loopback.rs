@@ -281,6 +281,31 @@ fn ipv6_loopback_works_too() {
     });
 }
 
+/// A `DMP+noDDIO+PM-RQWRB` server whose pool holds exactly `slots` regions of
+/// `region_bytes`, with no lease (a slot its client left is taken over, cleared, by the
+/// next new client at once); its address.
+fn takeover_server(dir: &TestDir, region_bytes: u64, slots: usize) -> String {
+    let shape = LogShape {
+        capacity: region_bytes / 64,
+        ..LogShape::default()
+    };
+    let setup = ServerSetup {
+        region_len: shape.region_len(),
+        ..ServerSetup::default()
+    };
+    let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
+    let (addr, _, made) = start_server_watched(
+        "127.0.0.1:0",
+        "DMP+noDDIO+PM-RQWRB",
+        dir.pool("takeover"),
+        shape,
+        remora_soft::server::pool_bytes_for(slots as u64, &setup, config.rqwrb),
+        std::time::Duration::ZERO,
+    );
+    assert_eq!(made, slots);
+    addr.to_string()
+}
+
 /// A peer that speaks verbs to `remora serve` directly, without the library: its own queue
 /// pair, a receive posted for the server's `Hello` (which names the region and its rkey),
 /// and a local buffer.
@@ -1061,26 +1086,8 @@ fn a_refused_start_leaves_the_pool_as_it_was() {
 #[test]
 fn other_connections_are_served_while_a_slot_is_cleared() {
     let dir = TestDir::new();
-    let shape = LogShape {
-        capacity: (64 << 20) / 64,
-        ..LogShape::default()
-    };
-    let setup = ServerSetup {
-        region_len: shape.region_len(),
-        ..ServerSetup::default()
-    };
-    let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
     // Three slots, no lease: a slot left is taken over at once.
-    let (addr, _, slots) = start_server_watched(
-        "127.0.0.1:0",
-        "DMP+noDDIO+PM-RQWRB",
-        dir.pool("liveness"),
-        shape,
-        remora_soft::server::pool_bytes_for(3, &setup, config.rqwrb),
-        std::time::Duration::ZERO,
-    );
-    assert_eq!(slots, 3);
-    let addr = addr.to_string();
+    let addr = takeover_server(&dir, 64 << 20, 3);
     run_client(async {
         // Slot 0 gets a client that leaves: the slot to take over.
         let (x, _, _) = claim_and_mark(&addr, 0, 1).await.unwrap();
@@ -1202,26 +1209,8 @@ fn raw_next(s: &mut std::net::TcpStream) -> remora_soft::cm::Cm {
 fn a_new_client_is_told_how_its_slots_clear_goes_and_one_that_leaves_leaves_it_clean() {
     use remora_soft::cm::Cm;
     let dir = TestDir::new();
-    let shape = LogShape {
-        capacity: (16 << 20) / 64,
-        ..LogShape::default()
-    };
-    let setup = ServerSetup {
-        region_len: shape.region_len(),
-        ..ServerSetup::default()
-    };
-    let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
     // One slot, no lease: a slot left is taken over at once.
-    let (addr, _, slots) = start_server_watched(
-        "127.0.0.1:0",
-        "DMP+noDDIO+PM-RQWRB",
-        dir.pool("told"),
-        shape,
-        remora_soft::server::pool_bytes_for(1, &setup, config.rqwrb),
-        std::time::Duration::ZERO,
-    );
-    assert_eq!(slots, 1);
-    let addr = addr.to_string();
+    let addr = takeover_server(&dir, 16 << 20, 1);
     // A client that leaves its mark: the slot is taken over by the next.
     mark_in_turn(&addr, 1).unwrap();
     let mut b = raw_ready(&addr);
