@@ -248,9 +248,17 @@ pub fn remotelog_against_within(
                     config: cfg,
                     mut client,
                     key: k,
+                    cleared,
                 } = remora_soft::client::connect_as(&addr, &profile, key)
                     .await
                     .map_err(|e| e.to_string())?;
+                if cleared > 0 {
+                    eprintln!(
+                        "the server cleared {} MiB (a slot another client had) before it \
+                         accepted this connection",
+                        cleared.div_ceil(1 << 20)
+                    );
+                }
                 (config, key) = (Some(cfg), k);
                 let hello = client
                     .connect(primitive, Shape::default())

@@ -1,7 +1,7 @@
 //! Connecting to a `remora serve` server: the connection manager's handshake, then a
 //! library [`Client`] on a real-time node.
 
-use crate::cm::{Cm, CmError, RefuseCode, CM_FRAME, HANDSHAKE_TIMEOUT};
+use crate::cm::{Cm, CmError, RefuseCode, CLEAR_STEP, CM_FRAME, HANDSHAKE_TIMEOUT};
 use crate::runtime::RtNode;
 use remora::Client;
 use remora_exec::net::TcpStream;
@@ -88,6 +88,10 @@ pub struct Connection {
     /// slot (and region) after this connection, or the server, went down. 0 from a server
     /// that does not identify clients by key.
     pub key: u64,
+    /// Bytes the server cleared before it accepted the connection (zeroed and synced: the
+    /// slot it gave this client had another client before), 0 if none. A clear takes
+    /// time in proportion to the slot: seconds for gigabytes in a file on disk.
+    pub cleared: u64,
 }
 
 /// Connects to `addr` (`host:port`; IPv4, IPv6 or a name) as a new client. Returns the
@@ -115,7 +119,7 @@ pub async fn connect_as(
     let mut lib = Client::create(opening.node().clone())?;
     // The library's Hello must name the configuration the connection manager announced.
     lib.expect_config(config);
-    let (node, key) = opening.finish_keyed(lib.qp()).await?;
+    let Finished { node, key, cleared } = opening.finish_keyed(lib.qp()).await?;
     // The server's first message, its Hello, is what `Client::connect` waits for: a server
     // that accepted and then never sends it is a time-out here, not a hang there.
     within(
@@ -129,7 +133,18 @@ pub async fn connect_as(
         config,
         client: lib,
         key,
+        cleared,
     })
+}
+
+/// A connection the connection manager accepted: what [`Opening::finish_keyed`] gives.
+pub struct Finished {
+    /// The local node, its QP connected to the server's.
+    pub node: RtNode,
+    /// The client's key (see [`Connection::key`]).
+    pub key: u64,
+    /// See [`Connection::cleared`].
+    pub cleared: u64,
 }
 
 /// A connection halfway through the connection manager's handshake: the server assigned
@@ -170,11 +185,12 @@ impl Opening {
     /// the two and starts exchanging packets over the connection; when it closes, `qp`
     /// fails.
     pub async fn finish(self, qp: QpNum) -> Result<RtNode, ConnectError> {
-        Ok(self.finish_keyed(qp).await?.0)
+        Ok(self.finish_keyed(qp).await?.node)
     }
 
-    /// [`finish`](Self::finish), also giving the client's key (see [`Connection::key`]).
-    pub async fn finish_keyed(mut self, qp: QpNum) -> Result<(RtNode, u64), ConnectError> {
+    /// [`finish`](Self::finish), also giving the client's key and what the server cleared
+    /// for it.
+    pub async fn finish_keyed(mut self, qp: QpNum) -> Result<Finished, ConnectError> {
         let addr = self.addr.clone();
         self.stream
             .write_all(&Cm::Ready { qp }.emit())
@@ -184,10 +200,25 @@ impl Opening {
                 err,
             })?;
         // A slot another client had is cleared first: each `Clearing` frame restarts the
-        // wait, so a client waits as long as the server makes progress.
+        // wait, so a client waits as long as the server makes progress, and only then (a
+        // server that repeats itself, or moves backwards, is not clearing).
+        let mut cleared: Option<(u64, u64)> = None;
         let (server_qp, key) = loop {
             match next_cm(&mut self.stream, &addr).await? {
-                Cm::Clearing { .. } => {}
+                Cm::Clearing { done, total } => {
+                    let progress = match cleared {
+                        None => true,
+                        Some((last, t)) => {
+                            t == total
+                                && last < done
+                                && (done == total || done - last >= CLEAR_STEP)
+                        }
+                    };
+                    if !progress {
+                        return Err(ConnectError::Protocol(addr));
+                    }
+                    cleared = Some((done, total));
+                }
                 Cm::Accepted { qp, key } => break (qp, key),
                 _ => return Err(ConnectError::Protocol(addr)),
             }
@@ -204,7 +235,11 @@ impl Opening {
         self.node.attach(self.server, read, write, move |n| {
             let _ = n.with(|r, now| r.fail_qp(now, qp));
         });
-        Ok((self.node, key))
+        Ok(Finished {
+            node: self.node,
+            key,
+            cleared: cleared.map_or(0, |(done, _)| done),
+        })
     }
 }
 

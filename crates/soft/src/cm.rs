@@ -33,6 +33,11 @@ const MAGIC: &[u8; 4] = b"RMCM";
 /// connection that stays silent this long (it would hold a socket for ever), and a client
 /// gives up on a server that never answers (e.g. another service on that port).
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The least a `Clearing` frame may report beyond the one before it, unless it reports
+/// the end (`done == total`): so a clear of `total` bytes is reported in at most
+/// `total / CLEAR_STEP + 1` frames, and a client that checks this waits for no server
+/// longer than its clear can last.
+pub const CLEAR_STEP: u64 = 1 << 20;
 /// Connection-manager protocol version.
 pub const CM_VERSION: u16 = 3;
 /// Bytes of every CM frame.
@@ -97,7 +102,9 @@ pub enum Cm {
         key: u64,
     },
     /// The server is clearing the slot the client will be given (another client had
-    /// it): bytes zeroed and synced so far, of all it will clear.
+    /// it): bytes zeroed and synced so far, of all it will clear. Of one clear's frames,
+    /// `total` stays the same and `done` grows by at least [`CLEAR_STEP`] each time or
+    /// reaches `total`.
     Clearing {
         /// Bytes cleared so far.
         done: u64,

@@ -262,7 +262,8 @@ struct Slots {
 #[derive(Copy, Clone, Debug)]
 struct SlotState {
     busy: bool,
-    /// The slot's client's key, as in its PM (0: the slot has had no client).
+    /// The slot's client's key, as in its PM (0: nobody's and clean: the slot has had no
+    /// client, or was cleared for a new client that left before it learned its key).
     key: u64,
     /// Until when only its client may take the slot.
     reserved_until: remora_exec::time::Instant,
@@ -278,7 +279,7 @@ const CLEAR_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// How often it looks again, at least.
 const CLEAR_POLL: std::time::Duration = std::time::Duration::from_micros(100);
 /// Bytes a slot's clear zeroes (and syncs) before it lets other connections run.
-const CLEAR_CHUNK: u64 = 1 << 20;
+const CLEAR_CHUNK: u64 = crate::cm::CLEAR_STEP;
 
 /// The keys' table is allocated in whole pages of this size (out of every slot, so out of
 /// any client's reach: no client's RDMA can write it).
@@ -369,8 +370,8 @@ impl Slots {
     }
 
     /// The slot a client with `key` (0: a new client) may take now: its own; or, for a new
-    /// client, a free slot that has had no client, else the free slot whose lease ran out
-    /// first. `Err` if no slot has `key`.
+    /// client, a free slot that is nobody's (key 0: clean), else the free slot whose lease
+    /// ran out first. `Err` if no slot has `key`.
     fn pick(&self, key: u64) -> Result<Option<usize>, ()> {
         let state = self.state.borrow();
         if self.fault == Some(ServeFault::SlotsByConnectionOrder) {

@@ -1204,13 +1204,14 @@ fn raw_next(s: &mut std::net::TcpStream) -> remora_soft::cm::Cm {
 /// gigabytes outlasts no client's patience). A new client that leaves during the clear
 /// leaves the slot clean and nobody's: the next new client is given it at once, not made
 /// to wait for the same clear again (before, the slot kept a key nobody had learned, and
-/// was cleared again for every client that gave up).
+/// was cleared again for every client that gave up), and finds none of the slot's last
+/// client's bytes.
 #[test]
 fn a_new_client_is_told_how_its_slots_clear_goes_and_one_that_leaves_leaves_it_clean() {
     use remora_soft::cm::Cm;
     let dir = TestDir::new();
     // One slot, no lease: a slot left is taken over at once.
-    let addr = takeover_server(&dir, 16 << 20, 1);
+    let addr = takeover_server(&dir, 128 << 20, 1);
     // A client that leaves its mark: the slot is taken over by the next.
     mark_in_turn(&addr, 1).unwrap();
     let mut b = raw_ready(&addr);
@@ -1225,37 +1226,60 @@ fn a_new_client_is_told_how_its_slots_clear_goes_and_one_that_leaves_leaves_it_c
     assert_ne!(key, 0);
     // A 1 MiB chunk at a time: one frame each, each further on, to the total.
     let total = steps[0].1;
-    assert!(total >= 16 << 20, "{total} bytes cleared");
+    assert!(total >= 128 << 20, "{total} bytes cleared");
     assert_eq!(steps.len() as u64, total.div_ceil(1 << 20), "{steps:?}");
     assert!(steps.windows(2).all(|w| w[0].0 < w[1].0 && w[1].1 == total));
     assert_eq!(steps.last().unwrap().0, total);
     drop(b);
-    // The next new client leaves at the clear's first word.
-    let mut c = raw_ready(&addr);
-    assert!(matches!(raw_next(&mut c), Cm::Clearing { .. }));
-    drop(c);
-    // The one after is given the slot without a clear.
-    let mut d = raw_ready(&addr);
-    let first = raw_next(&mut d);
-    assert!(
-        matches!(first, Cm::Accepted { .. }),
-        "the slot was cleared again: {first:?}"
+    // A library client takes the slot over (cleared for it), and leaves its mark.
+    let (found, cleared) = run_client(claim_mark_and_count(&addr, 2)).unwrap();
+    assert_eq!((found, cleared), (vec![0; 64], total));
+    // The next new client leaves as soon as its clear begins.
+    drop(raw_ready(&addr));
+    // The one after is given the slot without a clear, and finds it clean. (It may come
+    // while the clear of the one that left is still on: then it is refused, and tries
+    // again.)
+    let mut tries = 0;
+    let (found, cleared) = loop {
+        match run_client(claim_mark_and_count(&addr, 3)) {
+            Err(remora_soft::client::ConnectError::Refused { .. }) if tries < 20 => tries += 1,
+            other => break other.unwrap(),
+        }
+    };
+    assert_eq!(cleared, 0, "the slot was cleared again");
+    assert_eq!(
+        found,
+        vec![0; 64],
+        "the slot was left as its last client left it"
     );
-    drop(d);
-    // And the slot holds nothing of the first client's.
-    assert_eq!(mark_in_turn(&addr, 2).unwrap(), vec![0; 64]);
 }
 
-/// A client waits through a slot's clear for as long as the server reports progress, even
-/// when the whole clear takes longer than [`HANDSHAKE_TIMEOUT`] (before, it gave up
-/// then, whatever the server was doing).
-///
-/// [`HANDSHAKE_TIMEOUT`]: remora_soft::cm::HANDSHAKE_TIMEOUT
-#[test]
-fn a_client_waits_through_a_clear_longer_than_its_handshake_timeout() {
-    use remora_model::rnic::QpAttr;
-    use remora_soft::cm::{Cm, HANDSHAKE_TIMEOUT};
-    use remora_verbs::Verbs;
+/// A new client's connection that reads its region's last 64 bytes (the clear's last
+/// chunk, so a clear cut short leaves them) and then marks them: what it read, and how
+/// many bytes the server cleared for it.
+async fn claim_mark_and_count(
+    addr: &str,
+    mark: u8,
+) -> Result<(Vec<u8>, u64), remora_soft::client::ConnectError> {
+    let mut c =
+        remora_soft::client::connect_as(addr, &LatencyProfile::default_profile(), 0).await?;
+    let hello = c
+        .client
+        .connect(Primitive::Write, Shape::default())
+        .await
+        .unwrap();
+    let at = hello.region_len - 64;
+    let before = c.client.read(at, 64).await.unwrap();
+    c.client.persist(at, &[mark; 64]).await.unwrap();
+    Ok((before, c.cleared))
+}
+
+/// A scripted server: it takes a new client's handshake up to its `Ready`, then sends
+/// `frames`, each after its pause, and waits for the client to go.
+fn scripted_server(
+    frames: Vec<(remora_soft::cm::Cm, std::time::Duration)>,
+) -> (String, std::thread::JoinHandle<()>) {
+    use remora_soft::cm::Cm;
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
@@ -1269,36 +1293,110 @@ fn a_client_waits_through_a_clear_longer_than_its_handshake_timeout() {
         };
         s.write_all(&assign.emit()).unwrap();
         assert!(matches!(raw_next(&mut s), Cm::Ready { .. }));
-        let (t0, total) = (wall(), 1 << 30);
-        let mut done = 0;
-        while t0.elapsed() < HANDSHAKE_TIMEOUT + std::time::Duration::from_secs(1) {
-            std::thread::sleep(std::time::Duration::from_millis(500));
-            done += 1 << 20;
-            s.write_all(&Cm::Clearing { done, total }.emit()).unwrap();
+        for (f, pause) in frames {
+            std::thread::sleep(pause);
+            if s.write_all(&f.emit()).is_err() {
+                return; // the client gave up
+            }
         }
-        let accepted = Cm::Accepted {
-            qp: remora_model::verbs::QpNum(0),
-            key: 5,
-        };
-        s.write_all(&accepted.emit()).unwrap();
         // Until the client goes.
         let _ = s.read_to_end(&mut Vec::new());
     });
-    let t0 = wall();
-    let key = run_client(async {
+    (addr, server)
+}
+
+/// A library client's handshake with `addr`, up to the server's `Accepted`.
+fn finish_handshake(
+    addr: &str,
+) -> Result<remora_soft::client::Finished, remora_soft::client::ConnectError> {
+    use remora_model::rnic::QpAttr;
+    use remora_verbs::Verbs;
+    run_client(async {
         let profile = LatencyProfile::default_profile();
-        let opening = remora_soft::client::open(&addr, &profile, None)
-            .await
-            .unwrap();
+        let opening = remora_soft::client::open(addr, &profile, None).await?;
         let v = opening.node().clone();
         let pd = v.alloc_pd().unwrap();
         let (scq, rcq) = (v.create_cq(4).unwrap(), v.create_cq(4).unwrap());
         let qp = v.create_qp(pd, scq, rcq, QpAttr::default()).unwrap();
-        let (node, key) = opening.finish_keyed(qp).await.unwrap();
-        node.close();
-        key
-    });
-    assert_eq!(key, 5);
+        let done = opening.finish_keyed(qp).await?;
+        done.node.close();
+        Ok(done)
+    })
+}
+
+/// A client waits through a slot's clear for as long as the server reports progress, even
+/// when the whole clear takes longer than [`HANDSHAKE_TIMEOUT`] (before, it gave up
+/// then, whatever the server was doing).
+///
+/// [`HANDSHAKE_TIMEOUT`]: remora_soft::cm::HANDSHAKE_TIMEOUT
+#[test]
+fn a_client_waits_through_a_clear_longer_than_its_handshake_timeout() {
+    use remora_soft::cm::{Cm, CLEAR_STEP, HANDSHAKE_TIMEOUT};
+    let pause = std::time::Duration::from_millis(500);
+    let n = (HANDSHAKE_TIMEOUT + 2 * pause).as_millis() / pause.as_millis();
+    let total = 1 << 30;
+    let mut frames: Vec<_> = (1..=n as u64)
+        .map(|i| {
+            let done = i * CLEAR_STEP;
+            (Cm::Clearing { done, total }, pause)
+        })
+        .collect();
+    frames.push((Cm::Clearing { done: total, total }, pause));
+    let accepted = Cm::Accepted {
+        qp: remora_model::verbs::QpNum(0),
+        key: 5,
+    };
+    frames.push((accepted, std::time::Duration::ZERO));
+    let (addr, server) = scripted_server(frames);
+    let t0 = wall();
+    let done = finish_handshake(&addr).unwrap();
+    assert_eq!((done.key, done.cleared), (5, total));
     assert!(t0.elapsed() > HANDSHAKE_TIMEOUT);
+    server.join().unwrap();
+}
+
+/// A client waits only while the clear progresses: a server whose `Clearing` frames repeat
+/// themselves, move by less than [`CLEAR_STEP`] short of the end, or change their total is
+/// not clearing, and the client ends the handshake with a protocol error (it would wait
+/// for ever on such a server).
+///
+/// [`CLEAR_STEP`]: remora_soft::cm::CLEAR_STEP
+#[test]
+fn a_client_refuses_clearing_frames_that_do_not_progress() {
+    use remora_soft::cm::{Cm, CLEAR_STEP};
+    let total = 64 * CLEAR_STEP;
+    let step = |done, total| (Cm::Clearing { done, total }, std::time::Duration::ZERO);
+    for (what, frames) in [
+        (
+            "repeated",
+            vec![step(CLEAR_STEP, total), step(CLEAR_STEP, total)],
+        ),
+        (
+            "too small a step",
+            vec![step(CLEAR_STEP, total), step(CLEAR_STEP + 1, total)],
+        ),
+        (
+            "another total",
+            vec![step(CLEAR_STEP, total), step(2 * CLEAR_STEP, 2 * total)],
+        ),
+    ] {
+        let (addr, server) = scripted_server(frames);
+        match finish_handshake(&addr) {
+            Err(remora_soft::client::ConnectError::Protocol(_)) => {}
+            other => panic!("{what}: {:?}", other.map(|f| f.cleared)),
+        }
+        server.join().unwrap();
+    }
+    // The last frame may be a small step: to the end.
+    let accepted = Cm::Accepted {
+        qp: remora_model::verbs::QpNum(0),
+        key: 5,
+    };
+    let (addr, server) = scripted_server(vec![
+        step(total - 1, total),
+        step(total, total),
+        (accepted, std::time::Duration::ZERO),
+    ]);
+    assert_eq!(finish_handshake(&addr).unwrap().cleared, total);
     server.join().unwrap();
 }
