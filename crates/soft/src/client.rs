@@ -22,6 +22,17 @@ pub enum ConnectError {
         /// Error.
         err: std::io::Error,
     },
+    /// The connection broke in the middle of the connection manager's handshake.
+    #[error(
+        "lost the connection to {addr} during the handshake: {}",
+        lost_why(err)
+    )]
+    Lost {
+        /// Server address.
+        addr: String,
+        /// Error.
+        err: std::io::Error,
+    },
     /// The server spoke something else.
     #[error("bad handshake from {addr}: {err}")]
     Handshake {
@@ -74,6 +85,17 @@ pub enum ConnectError {
     /// Local verbs failed.
     #[error(transparent)]
     Verbs(#[from] remora_verbs::VerbsError),
+}
+
+/// Why a handshake's connection broke, in words: an end of file is the server closing
+/// it, which says more than "unexpected end of file".
+fn lost_why(err: &std::io::Error) -> String {
+    match err.kind() {
+        std::io::ErrorKind::UnexpectedEof => {
+            "the server closed it (it stopped, or it is not a remora server)".into()
+        }
+        _ => err.to_string(),
+    }
 }
 
 /// A connection made by [`connect_as`].
@@ -195,7 +217,7 @@ impl Opening {
         self.stream
             .write_all(&Cm::Ready { qp }.emit())
             .await
-            .map_err(|err| ConnectError::Io {
+            .map_err(|err| ConnectError::Lost {
                 addr: addr.clone(),
                 err,
             })?;
@@ -267,7 +289,7 @@ async fn next_cm(s: &mut TcpStream, addr: &str) -> Result<Cm, ConnectError> {
         s.read_exact(&mut b),
     )
     .await?
-    .map_err(|err| ConnectError::Io {
+    .map_err(|err| ConnectError::Lost {
         addr: addr.to_string(),
         err,
     })?;
@@ -328,7 +350,12 @@ pub async fn open_as(
     crate::cm::watch_peer(&s).map_err(io)?;
     let mut first = Cm::Hello { key }.emit().to_vec();
     first.extend_from_slice(after_hello);
-    s.write_all(&first).await.map_err(io)?;
+    s.write_all(&first)
+        .await
+        .map_err(|err| ConnectError::Lost {
+            addr: addr.to_string(),
+            err,
+        })?;
     let Cm::Assign {
         client,
         server,

@@ -1400,3 +1400,30 @@ fn a_client_refuses_clearing_frames_that_do_not_progress() {
     assert_eq!(finish_handshake(&addr).unwrap().cleared, total);
     server.join().unwrap();
 }
+
+/// A server that closes the connection in the middle of the handshake (it stopped, say) is
+/// reported as having closed it, not as unreachable ("cannot reach ...: unexpected end of
+/// file" before).
+#[test]
+fn a_client_says_when_the_server_closed_its_handshake() {
+    use remora_soft::cm::Cm;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        assert_eq!(raw_next(&mut s), Cm::Hello { key: 0 });
+    });
+    let r = run_client(async {
+        remora_soft::client::connect(&addr, &LatencyProfile::default_profile())
+            .await
+            .map(|_| ())
+    });
+    server.join().unwrap();
+    match r {
+        Err(e @ remora_soft::client::ConnectError::Lost { .. }) => {
+            let said = e.to_string();
+            assert!(said.contains("during the handshake: the server closed it"), "{said}");
+        }
+        other => panic!("expected the connection lost: {other:?}"),
+    }
+}
