@@ -1422,7 +1422,10 @@ fn a_client_says_when_the_server_closed_its_handshake() {
     match r {
         Err(e @ remora_soft::client::ConnectError::Lost { .. }) => {
             let said = e.to_string();
-            assert!(said.contains("during the handshake: the server closed it"), "{said}");
+            assert!(
+                said.contains("during the handshake: the server closed it"),
+                "{said}"
+            );
         }
         other => panic!("expected the connection lost: {other:?}"),
     }

@@ -60,14 +60,6 @@ pub enum RealConnectError {
         /// The connection's node id.
         node: u32,
     },
-    /// Socket I/O during the handshake.
-    #[error("{addr}: {err}")]
-    Io {
-        /// Server address.
-        addr: String,
-        /// The error.
-        err: std::io::Error,
-    },
     /// The handshake took too long.
     #[error("{0}: handshake timed out")]
     Timeout(String),
@@ -152,7 +144,7 @@ async fn open(
         .stream()
         .read_exact(&mut b)
         .await
-        .map_err(|err| RealConnectError::Io {
+        .map_err(|err| ConnectError::Lost {
             addr: addr.to_string(),
             err,
         })?;
