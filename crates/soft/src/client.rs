@@ -33,6 +33,21 @@ pub enum ConnectError {
         /// Error.
         err: std::io::Error,
     },
+    /// The server's reports of a slot's clear did not advance: the same total, and at least
+    /// [`CLEAR_STEP`] more done each time or the end.
+    #[error(
+        "{addr} reported the clear of this client's slot going from {} to {} of {} bytes \
+         (of {} before): not progress, so the client stopped waiting",
+        from.0, to.0, to.1, from.1
+    )]
+    ClearStalled {
+        /// Server address.
+        addr: String,
+        /// What it said before (done, total); (0, total) before its first report.
+        from: (u64, u64),
+        /// What it said now.
+        to: (u64, u64),
+    },
     /// The server spoke something else.
     #[error("bad handshake from {addr}: {err}")]
     Handshake {
@@ -228,16 +243,15 @@ impl Opening {
         let (server_qp, key) = loop {
             match next_cm(&mut self.stream, &addr).await? {
                 Cm::Clearing { done, total } => {
-                    let progress = match cleared {
-                        None => true,
-                        Some((last, t)) => {
-                            t == total
-                                && last < done
-                                && (done == total || done - last >= CLEAR_STEP)
-                        }
-                    };
+                    let (last, t) = cleared.unwrap_or((0, total));
+                    let progress =
+                        t == total && last < done && (done == total || done - last >= CLEAR_STEP);
                     if !progress {
-                        return Err(ConnectError::Protocol(addr));
+                        return Err(ConnectError::ClearStalled {
+                            addr,
+                            from: (last, t),
+                            to: (done, total),
+                        });
                     }
                     cleared = Some((done, total));
                 }

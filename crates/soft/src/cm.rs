@@ -33,10 +33,10 @@ const MAGIC: &[u8; 4] = b"RMCM";
 /// connection that stays silent this long (it would hold a socket for ever), and a client
 /// gives up on a server that never answers (e.g. another service on that port).
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-/// The least a `Clearing` frame may report beyond the one before it, unless it reports
-/// the end (`done == total`): so a clear of `total` bytes is reported in at most
-/// `total / CLEAR_STEP + 1` frames, and a client that checks this waits for no server
-/// longer than its clear can last.
+/// The least a `Clearing` frame may report beyond the one before it (the first: beyond 0),
+/// unless it reports the end (`done == total`): so a clear of `total` bytes is reported in
+/// at most `total / CLEAR_STEP + 1` frames, and a client that checks this waits for no
+/// server longer than the clear it announced can last.
 pub const CLEAR_STEP: u64 = 1 << 20;
 /// Connection-manager protocol version.
 pub const CM_VERSION: u16 = 3;

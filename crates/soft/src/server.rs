@@ -627,10 +627,20 @@ struct Told<'a> {
     stream: &'a mut TcpStream,
     /// A frame could not be sent: the client left (its connection is closed or reset).
     gone: bool,
+    /// What the last frame said was done.
+    told: u64,
 }
 
 impl Told<'_> {
+    /// Tells the client `done` of `total` bytes are cleared, if that is at least
+    /// [`CLEAR_STEP`](crate::cm::CLEAR_STEP) more than it was last told, or the end: the
+    /// client refuses smaller steps (a range's last chunk may be short, and the clear's
+    /// ranges follow one another).
     async fn clearing(&mut self, done: u64, total: u64) {
+        if done < total && done - self.told < crate::cm::CLEAR_STEP {
+            return;
+        }
+        self.told = done;
         if !self.gone {
             let frame = Cm::Clearing { done, total }.emit();
             // A client that stops reading would stall the clear, and hold its slot, once
@@ -903,6 +913,7 @@ async fn handle(
     let mut told = Told {
         stream: &mut stream,
         gone: false,
+        told: 0,
     };
     let key = match slot.own(claimed, &mut told).await {
         Ok(Some(key)) => key,

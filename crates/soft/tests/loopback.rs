@@ -285,6 +285,11 @@ fn ipv6_loopback_works_too() {
 /// `region_bytes`, with no lease (a slot its client left is taken over, cleared, by the
 /// next new client at once); its address.
 fn takeover_server(dir: &TestDir, region_bytes: u64, slots: usize) -> String {
+    takeover_server_of(dir, "DMP+noDDIO+PM-RQWRB", region_bytes, slots)
+}
+
+/// [`takeover_server`] in `config`.
+fn takeover_server_of(dir: &TestDir, config: &str, region_bytes: u64, slots: usize) -> String {
     let shape = LogShape {
         capacity: region_bytes / 64,
         ..LogShape::default()
@@ -293,13 +298,13 @@ fn takeover_server(dir: &TestDir, region_bytes: u64, slots: usize) -> String {
         region_len: shape.region_len(),
         ..ServerSetup::default()
     };
-    let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
+    let parsed: ServerConfig = config.parse().unwrap();
     let (addr, _, made) = start_server_watched(
         "127.0.0.1:0",
-        "DMP+noDDIO+PM-RQWRB",
+        config,
         dir.pool("takeover"),
         shape,
-        remora_soft::server::pool_bytes_for(slots as u64, &setup, config.rqwrb),
+        remora_soft::server::pool_bytes_for(slots as u64, &setup, parsed.rqwrb),
         std::time::Duration::ZERO,
     );
     assert_eq!(made, slots);
@@ -1379,10 +1384,13 @@ fn a_client_refuses_clearing_frames_that_do_not_progress() {
             "another total",
             vec![step(CLEAR_STEP, total), step(2 * CLEAR_STEP, 2 * total)],
         ),
+        ("too small a first step", vec![step(CLEAR_STEP - 1, total)]),
     ] {
         let (addr, server) = scripted_server(frames);
         match finish_handshake(&addr) {
-            Err(remora_soft::client::ConnectError::Protocol(_)) => {}
+            Err(e @ remora_soft::client::ConnectError::ClearStalled { .. }) => {
+                assert!(e.to_string().contains("not progress"), "{what}: {e}")
+            }
             other => panic!("{what}: {:?}", other.map(|f| f.cleared)),
         }
         server.join().unwrap();
@@ -1428,5 +1436,44 @@ fn a_client_says_when_the_server_closed_its_handshake() {
             );
         }
         other => panic!("expected the connection lost: {other:?}"),
+    }
+}
+
+/// A slot's clear covers its PM and, with receive buffers in DRAM, its DRAM ring after it;
+/// a range's last chunk is short when the region is not a whole number of MiB. The server
+/// still reports in whole steps (at least `CLEAR_STEP` more each time, or the end), so a
+/// library client takes such a slot over (before, the short chunk's report ended its
+/// handshake as a protocol error whenever a DRAM range followed).
+#[test]
+fn a_slot_of_two_ranges_and_an_odd_size_is_reported_in_whole_steps() {
+    use remora_soft::cm::{Cm, CLEAR_STEP};
+    for config in ["DMP+DDIO+DRAM-RQWRB", "DMP+noDDIO+PM-RQWRB"] {
+        let dir = TestDir::new();
+        let addr = takeover_server_of(&dir, config, 1_500_032, 1);
+        mark_in_turn(&addr, 1).unwrap();
+        let mut b = raw_ready(&addr);
+        let (mut last, mut total) = (0, None);
+        loop {
+            match raw_next(&mut b) {
+                Cm::Clearing { done, total: t } => {
+                    assert_eq!(*total.get_or_insert(t), t, "{config}");
+                    assert!(
+                        done == t || done >= last + CLEAR_STEP,
+                        "{config}: {last} then {done} of {t}"
+                    );
+                    last = done;
+                }
+                Cm::Accepted { .. } => break,
+                other => panic!("{config}: {other:?} during a takeover's handshake"),
+            }
+        }
+        assert_eq!(
+            Some(last),
+            total,
+            "{config}: the clear was reported to its end"
+        );
+        drop(b);
+        let (found, cleared) = run_client(claim_mark_and_count(&addr, 2)).unwrap();
+        assert_eq!((found, cleared), (vec![0; 64], last), "{config}");
     }
 }
