@@ -506,7 +506,8 @@ impl Slot {
         }
         let key = crate::cm::fresh_key()
             .map_err(|e| format!("cannot draw a client key from /dev/urandom: {e}"))?;
-        if self.slots.state.borrow()[self.i].key != 0 {
+        let had = self.slots.state.borrow()[self.i].key != 0;
+        if had {
             match self.slots.fault {
                 Some(ServeFault::NoClear) => {}
                 Some(ServeFault::ClearInPlace) => self.zero(told).await?,
@@ -516,10 +517,14 @@ impl Slot {
                 }
                 _ => self.clear(told).await?,
             }
-            if told.gone {
+        }
+        // Gone during the clear (a report could not be sent), or since (its connection is
+        // closed): it never learns a key.
+        if told.gone || told.peer_left() {
+            if had {
                 self.set_key(0).await;
-                return Ok(None);
             }
+            return Ok(None);
         }
         self.set_key(key).await;
         Ok(Some(key))
@@ -632,6 +637,17 @@ struct Told<'a> {
 }
 
 impl Told<'_> {
+    /// Whether the client closed (or reset) its connection. It sends nothing between its
+    /// `Ready` and the server's `Accepted`, so a closed socket is a client gone; a byte
+    /// there (a protocol error, which its connection ends on later) is not.
+    fn peer_left(&self) -> bool {
+        let mut b = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+        match socket2::SockRef::from(&*self.stream).peek(&mut b) {
+            Ok(n) => n == 0,
+            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+        }
+    }
+
     /// Tells the client `done` of `total` bytes are cleared, if that is at least
     /// [`CLEAR_STEP`](crate::cm::CLEAR_STEP) more than it was last told, or the end: the
     /// client refuses smaller steps (a range's last chunk may be short, and the clear's
@@ -919,8 +935,8 @@ async fn handle(
         Ok(Some(key)) => key,
         Ok(None) => {
             eprintln!(
-                "client {id} (new) left while its slot was cleared; the slot is left clean \
-                 for the next"
+                "client {id} (new) left before it was given its slot; the slot is left \
+                 nobody's and clean for the next"
             );
             return Ok(());
         }
@@ -942,6 +958,11 @@ async fn handle(
     responder.recover().await;
     if let Err(e) = cm_accepted(&mut stream, qp, key).await {
         close(responder, id);
+        if claimed == 0 {
+            // Not all of `Accepted` was sent: the new client never learned its key, and
+            // nothing was written into the slot since it was cleared (or found unused).
+            slot.set_key(0).await;
+        }
         return Err(e);
     }
     // The client knows its key: the slot is kept for it once this connection ends.

@@ -1477,3 +1477,43 @@ fn a_slot_of_two_ranges_and_an_odd_size_is_reported_in_whole_steps() {
         assert_eq!((found, cleared), (vec![0; 64], last), "{config}");
     }
 }
+
+/// A new client that leaves before `Accepted` leaves its slot nobody's and clean however
+/// small the slot: here its clear is one chunk, reported once, at its end, which a closed
+/// connection still takes, so the server learns the client left from the connection
+/// itself (closed after the clear, or refusing `Accepted`; either alone passes this, with
+/// neither it fails). The next new client is given the slot without a clear, and finds
+/// nothing of the slot's last client.
+#[test]
+fn a_new_client_that_leaves_before_accepted_leaves_a_small_slot_clean() {
+    let dir = TestDir::new();
+    // The smallest pool, with room for one 512 KiB region (and its ring): a clear of less
+    // than a MiB.
+    let shape = LogShape {
+        capacity: (512 << 10) / 64,
+        ..LogShape::default()
+    };
+    let (addr, _, slots) = start_server_watched(
+        "127.0.0.1:0",
+        "DMP+noDDIO+PM-RQWRB",
+        dir.pool("small"),
+        shape,
+        remora_soft::pool::MIN_POOL_BYTES,
+        std::time::Duration::ZERO,
+    );
+    assert_eq!(slots, 1);
+    let addr = addr.to_string();
+    let (found, cleared) = run_client(claim_mark_and_count(&addr, 1)).unwrap();
+    assert_eq!((found, cleared), (vec![0; 64], 0));
+    // Takes the slot over, and leaves right after its `Ready`.
+    drop(raw_ready(&addr));
+    let mut tries = 0;
+    let (found, cleared) = loop {
+        match run_client(claim_mark_and_count(&addr, 2)) {
+            Err(remora_soft::client::ConnectError::Refused { .. }) if tries < 20 => tries += 1,
+            other => break other.unwrap(),
+        }
+    };
+    assert_eq!(cleared, 0, "the slot was cleared again");
+    assert_eq!(found, vec![0; 64], "the slot kept its last client's mark");
+}
