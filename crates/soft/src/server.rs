@@ -637,15 +637,18 @@ struct Told<'a> {
 }
 
 impl Told<'_> {
-    /// Whether the client closed (or reset) its connection. It sends nothing between its
-    /// `Ready` and the server's `Accepted`, so a closed socket is a client gone; a byte
-    /// there (a protocol error, which its connection ends on later) is not.
+    /// Whether the client closed its connection. It sends nothing between its `Ready` and
+    /// the server's `Accepted`, so an end of stream is a client gone; a byte there (a
+    /// protocol error, which its connection ends on later) is not, and neither is an
+    /// error: without `MSG_DONTWAIT` the look blocked while the executor had the socket
+    /// in blocking mode, until a signal interrupted it, which passed for a client gone.
     fn peer_left(&self) -> bool {
         let mut b = [std::mem::MaybeUninit::<u8>::uninit(); 1];
-        match socket2::SockRef::from(&*self.stream).peek(&mut b) {
-            Ok(n) => n == 0,
-            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
-        }
+        let sock = socket2::SockRef::from(&*self.stream);
+        matches!(
+            sock.recv_with_flags(&mut b, libc::MSG_PEEK | libc::MSG_DONTWAIT),
+            Ok(0)
+        )
     }
 
     /// Tells the client `done` of `total` bytes are cleared, if that is at least
