@@ -10,9 +10,10 @@
 //! ```
 //!
 //! A slot another client had is cleared before a new client may use it, and a clear of
-//! gigabytes of a file-backed pool takes seconds. The server says how far it got after
-//! each chunk (`Clearing`), and each frame restarts the client's wait for the next one:
-//! the client waits as long as the server makes progress, however large the slot.
+//! gigabytes of a file-backed pool takes seconds. The server says how far it got as it
+//! goes (`Clearing`, at least every [`CLEAR_STEP`]), and each frame restarts the client's
+//! wait for the next one: the client waits as long as the server makes progress, however
+//! large the slot.
 //!
 //! Every frame is 24 bytes: magic `RMCM`, version (u16), kind (u8), a reserved zero byte,
 //! then 16 bytes of kind-specific payload (unused bytes zero). `parse` refuses any other

@@ -497,9 +497,10 @@ impl Slot {
     /// The slot's client's key: `claimed`, or for a new client (0) a fresh one, durable in
     /// the slot's PM before this returns (so that after a server crash too only that
     /// client gets the slot back). A slot that had another client is cleared first, the
-    /// client `told` how far the clear got after each chunk. `None`: the client left
-    /// during the clear, before it could learn a key; the slot is left nobody's (key 0)
-    /// and clean, so the next new client is not made to wait for the same clear again.
+    /// client `told` how far the clear got as it goes. `None`: the client left (during the
+    /// clear, or before its key was drawn into the slot) and never learns a key; the slot
+    /// is left nobody's (key 0) and clean, so the next new client is not made to wait for
+    /// the same clear again.
     async fn own(&mut self, claimed: u64, told: &mut Told<'_>) -> Result<Option<u64>, String> {
         if claimed != 0 {
             return Ok(Some(claimed));
@@ -572,7 +573,7 @@ impl Slot {
     }
 
     /// Zeroes `ranges`, as [`zero`](Self::zero) says, and tells the waiting client how far
-    /// it got after each chunk.
+    /// it got as it goes ([`Told::clearing`]).
     async fn zero_ranges<const N: usize>(
         &mut self,
         ranges: [(Space, u64, u64); N],
@@ -633,7 +634,7 @@ struct Told<'a> {
     /// A frame could not be sent: the client left (its connection is closed or reset).
     gone: bool,
     /// What the last frame said was done.
-    told: u64,
+    reported: u64,
 }
 
 impl Told<'_> {
@@ -656,10 +657,10 @@ impl Told<'_> {
     /// client refuses smaller steps (a range's last chunk may be short, and the clear's
     /// ranges follow one another).
     async fn clearing(&mut self, done: u64, total: u64) {
-        if done < total && done - self.told < crate::cm::CLEAR_STEP {
+        if done < total && done - self.reported < crate::cm::CLEAR_STEP {
             return;
         }
-        self.told = done;
+        self.reported = done;
         if !self.gone {
             let frame = Cm::Clearing { done, total }.emit();
             // A client that stops reading would stall the clear, and hold its slot, once
@@ -932,7 +933,7 @@ async fn handle(
     let mut told = Told {
         stream: &mut stream,
         gone: false,
-        told: 0,
+        reported: 0,
     };
     let key = match slot.own(claimed, &mut told).await {
         Ok(Some(key)) => key,

@@ -1244,19 +1244,25 @@ fn a_new_client_is_told_how_its_slots_clear_goes_and_one_that_leaves_leaves_it_c
     // The one after is given the slot without a clear, and finds it clean. (It may come
     // while the clear of the one that left is still on: then it is refused, and tries
     // again.)
-    let mut tries = 0;
-    let (found, cleared) = loop {
-        match run_client(claim_mark_and_count(&addr, 3)) {
-            Err(remora_soft::client::ConnectError::Refused { .. }) if tries < 20 => tries += 1,
-            other => break other.unwrap(),
-        }
-    };
+    let (found, cleared) = claim_when_free(&addr, 3);
     assert_eq!(cleared, 0, "the slot was cleared again");
     assert_eq!(
         found,
         vec![0; 64],
         "the slot was left as its last client left it"
     );
+}
+
+/// [`claim_mark_and_count`] in a runtime of its own, tried again while the server
+/// refuses it (the only slot still busy with the clear for a client that left).
+fn claim_when_free(addr: &str, mark: u8) -> (Vec<u8>, u64) {
+    for _ in 0..20 {
+        match run_client(claim_mark_and_count(addr, mark)) {
+            Err(remora_soft::client::ConnectError::Refused { .. }) => {}
+            other => return other.unwrap(),
+        }
+    }
+    run_client(claim_mark_and_count(addr, mark)).unwrap()
 }
 
 /// A new client's connection that reads its region's last 64 bytes (the clear's last
@@ -1507,13 +1513,7 @@ fn a_new_client_that_leaves_before_accepted_leaves_a_small_slot_clean() {
     assert_eq!((found, cleared), (vec![0; 64], 0));
     // Takes the slot over, and leaves right after its `Ready`.
     drop(raw_ready(&addr));
-    let mut tries = 0;
-    let (found, cleared) = loop {
-        match run_client(claim_mark_and_count(&addr, 2)) {
-            Err(remora_soft::client::ConnectError::Refused { .. }) if tries < 20 => tries += 1,
-            other => break other.unwrap(),
-        }
-    };
+    let (found, cleared) = claim_when_free(&addr, 2);
     assert_eq!(cleared, 0, "the slot was cleared again");
     assert_eq!(found, vec![0; 64], "the slot kept its last client's mark");
 }
