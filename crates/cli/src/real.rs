@@ -397,6 +397,8 @@ pub struct RealCrashReport {
     pub violations: u64,
     /// The first violation.
     pub example: Option<String>,
+    /// New clients that left in the middle of their handshake (the takeover targets').
+    pub left: u64,
 }
 
 impl RealCrashReport {
@@ -410,6 +412,7 @@ impl RealCrashReport {
             acked: 0,
             violations: 0,
             example: None,
+            left: 0,
         }
     }
 
@@ -509,6 +512,7 @@ fn takeover_targets(t: &remora::Taxonomy, negative: bool) -> Vec<RealTarget> {
             ServeFault::NoClear,
             ServeFault::ClearInPlace,
             ServeFault::KeepRing,
+            ServeFault::AbandonClear,
         ] {
             v.push(target("DMP+noDDIO+PM-RQWRB", Some(f)));
         }
@@ -725,11 +729,16 @@ pub fn real_table_crash(rs: &[RealCrashReport]) -> String {
             killloop::result_cell(r.wrong, r.violations, r.example.as_deref()),
         ]
     });
-    let summary = format!(
+    let mut summary = format!(
         "{} targets, {} SIGKILLs, {} acknowledged appends checked",
         rs.len(),
         rs.iter().map(|r| r.kills).sum::<u64>(),
         rs.iter().map(|r| r.acked).sum::<u64>()
     );
+    let left = rs.iter().map(|r| r.left).sum::<u64>();
+    if left > 0 {
+        summary +=
+            &format!("; {left} new clients of the takeover targets left before they were accepted");
+    }
     killloop::table(&header, rows, &summary)
 }

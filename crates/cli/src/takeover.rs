@@ -9,8 +9,11 @@
 //! client; in half the lives (drawn) they come back a few milliseconds late, and a quarter
 //! of them (drawn) sit a life out, so slots go to new clients with their receive rings as
 //! a SIGKILL left them. A new client makes its marks durable by WRITE or by SEND (drawn):
-//! a SEND's mark waits in the slot's ring until the server applies it. The last life has
-//! no SIGKILL: every client comes back, then a new client per lane takes a slot over.
+//! a SEND's mark waits in the slot's ring until the server applies it. Before the last
+//! life, one new client in four (drawn) gives up on its handshake after up to
+//! [`PATIENCE_US`] (often in the middle of its slot's clear), so the next new client may
+//! be given a slot whose clear was done for a client that left. The last life has no
+//! SIGKILL: every client comes back, then a new client per lane takes a slot over.
 //! Checked:
 //! - a new client finds its region all zero (none of another client's bytes, whether left
 //!   in the region or applied from the ring);
@@ -25,9 +28,11 @@
 //! takeover; one that clears with the old key left in place (`--fault clear-in-place`),
 //! caught when a SIGKILL lands in a clear; one that clears the region but not the ring
 //! (`--fault keep-ring`), caught when a SIGKILL leaves a SEND's mark unapplied and a new
-//! client takes the slot before its client is back (within 20 SIGKILLs over ten seeds;
-//! not in about 750 clients' takeovers without one). They run with the default latency
-//! profile whatever the run's (see [`takeover_crash`]).
+//! client takes the slot before its client is back (within 70 SIGKILLs over ten seeds;
+//! not in about 750 clients' takeovers without one); one that stops a clear when its new
+//! client leaves (`--fault abandon-clear`), caught when a client that gave up is followed
+//! by a new client given that slot (within 22 SIGKILLs over ten seeds). They run with the
+//! default latency profile whatever the run's (see [`takeover_crash`]).
 
 use crate::killloop::{life_ms, runtime, KillArgs};
 use crate::real::{start_server, RealCrashReport, RealTarget};
@@ -175,6 +180,48 @@ struct Lane {
     /// The clients it was given a slot for.
     tenants: Vec<Tenant>,
     verdicts: Vec<String>,
+    /// New clients that left in the middle of their handshake ([`desert`]).
+    left: u64,
+}
+
+/// Longest a [`desert`]ing client waits for its handshake to end, from its `Ready`: about
+/// as long as a slot's clear takes here, so it leaves during one as often as not.
+const PATIENCE_US: u64 = 3_000;
+
+/// A new client that gives up on its handshake after `patience` (its connection closed
+/// then): in the middle of its slot's clear, when the server has one to do for it. The
+/// server must still finish the clear before another new client gets the slot (and leave
+/// it nobody's), or that client reads what is left of the old one's region. `Ok(true)`:
+/// it left before it was accepted; `Ok(false)`: it was accepted first (and left at once,
+/// with no mark made).
+async fn desert(
+    addr: &str,
+    profile: &LatencyProfile,
+    patience: std::time::Duration,
+) -> Result<bool, VisitError> {
+    let failed = |e: ConnectError| match e {
+        ConnectError::Refused { code, .. } => VisitError::Refused(code, e.to_string()),
+        e => VisitError::Failed(e.to_string()),
+    };
+    let opening = remora_soft::client::open_as(addr, profile, None, 0, &[])
+        .await
+        .map_err(failed)?;
+    let node = opening.node().clone();
+    let lib = remora::Client::create(node.clone()).map_err(|e| VisitError::Failed(e.to_string()));
+    let finished = match lib {
+        Ok(lib) => remora_exec::time::timeout(patience, opening.finish_keyed(lib.qp())).await,
+        Err(e) => {
+            node.close();
+            return Err(e);
+        }
+    };
+    // Either way its connection goes now: dropped with the handshake cut short, or closed.
+    node.close();
+    match finished {
+        Err(_elapsed) => Ok(true),
+        Ok(Ok(_accepted)) => Ok(false),
+        Ok(Err(e)) => Err(failed(e)),
+    }
 }
 
 /// New clients, one after another, until the server dies or `limit` of them had their
@@ -197,6 +244,20 @@ async fn new_clients(
     for _ in 0..limit.unwrap_or(u64::MAX) {
         let id = next_id.get();
         next_id.set(id + 1);
+        // Before the last life, one new client in four gives up on its handshake.
+        if killable && rng.chance(Ratio::new(1, 4)) {
+            let patience = std::time::Duration::from_micros(rng.range_inclusive(0, PATIENCE_US));
+            match desert(&addr, &profile, patience).await {
+                Ok(left) => lane.left += u64::from(left),
+                Err(VisitError::Refused(_, e)) => {
+                    lane.verdicts
+                        .push(format!("life {life}: new client {id} refused: {e}"));
+                    return lane;
+                }
+                Err(VisitError::Failed(_)) => return lane,
+            }
+            continue;
+        }
         let primitive = if rng.chance(Ratio::new(1, 2)) {
             Primitive::Send
         } else {
@@ -313,7 +374,7 @@ pub fn takeover_crash(
         )?;
         let rt = runtime()?;
         let last = life == args.kills;
-        let (verdicts, acked, killed) = rt.block_on(async {
+        let (verdicts, acked, left, killed) = rt.block_on(async {
             let mut verdicts = Vec::new();
             // The SIGKILL's time is drawn first, so the clients coming back are in its
             // reach too; the last life has none.
@@ -372,10 +433,11 @@ pub fn takeover_crash(
             if last {
                 news = lanes_of(&mut rng, Some(1));
             }
-            let mut acked = 0;
+            let (mut acked, mut left) = (0, 0);
             for n in news {
                 let lane = n.await.map_err(|e| format!("a new client's task: {e:?}"))?;
                 verdicts.extend(lane.verdicts);
+                left += lane.left;
                 // The clients that made all their marks durable.
                 acked += lane
                     .tenants
@@ -384,7 +446,7 @@ pub fn takeover_crash(
                     .count() as u64;
                 tenants.extend(lane.tenants);
             }
-            Ok::<_, String>((verdicts, acked, killer.is_some_and(|k| k.join())))
+            Ok::<_, String>((verdicts, acked, left, killer.is_some_and(|k| k.join())))
         })?;
         drop(server);
         if let Some(first) = verdicts.first() {
@@ -397,6 +459,7 @@ pub fn takeover_crash(
         }
         report.kills += u64::from(killed);
         report.acked += acked;
+        report.left += left;
         if report.violations > 0 && target.wrong {
             break;
         }

@@ -71,6 +71,11 @@ pub enum ServeFault {
     /// application) are applied into the new client's region when its connection
     /// recovers the ring.
     KeepRing,
+    /// A slot's clear for a new client stops as soon as that client is found gone (its
+    /// connection closed), and the slot is left nobody's (key 0), as a clear finished for
+    /// a client that left is: the next new client gets the slot with no clear, and reads
+    /// what the clear did not reach of the old client's region.
+    AbandonClear,
 }
 
 impl ServeFault {
@@ -81,6 +86,7 @@ impl ServeFault {
             ServeFault::NoClear => "no-clear",
             ServeFault::ClearInPlace => "clear-in-place",
             ServeFault::KeepRing => "keep-ring",
+            ServeFault::AbandonClear => "abandon-clear",
         }
     }
 }
@@ -93,6 +99,7 @@ impl std::str::FromStr for ServeFault {
             ServeFault::NoClear,
             ServeFault::ClearInPlace,
             ServeFault::KeepRing,
+            ServeFault::AbandonClear,
         ];
         all.into_iter().find(|f| f.name() == s).ok_or_else(|| {
             let names: Vec<&str> = all.iter().map(|f| f.name()).collect();
@@ -605,6 +612,11 @@ impl Slot {
                         // waiting for input are served only once the executor looks at
                         // them; `yield_local` let the whole clear pass first).
                         told.clearing(done, total).await;
+                        if s.fault == Some(ServeFault::AbandonClear)
+                            && (told.gone || told.peer_left())
+                        {
+                            return Ok(());
+                        }
                         remora_exec::yield_now().await;
                     }
                     Err((t, now)) => {
@@ -938,9 +950,13 @@ async fn handle(
     let key = match slot.own(claimed, &mut told).await {
         Ok(Some(key)) => key,
         Ok(None) => {
+            let when = match told.reported {
+                0 => "before it was given its slot",
+                _ => "during its slot's clear, which was finished",
+            };
             eprintln!(
-                "client {id} (new) left before it was given its slot; the slot is left \
-                 nobody's and clean for the next"
+                "client {id} (new) left {when}; the slot is left nobody's and clean for the \
+                 next"
             );
             return Ok(());
         }
