@@ -475,7 +475,7 @@ pub fn real_targets(negative: bool, clients: u32) -> Vec<RealTarget> {
 
 /// The takeover targets ([`crate::takeover`]): the correct server in three configurations
 /// (the WPQ path with a PM receive ring; the LLC under DDIO with a DRAM ring; WSP), and with
-/// `negative` the three wrong servers in the first. Their method is the library's for a
+/// `negative` the four wrong servers in the first. Their method is the library's for a
 /// WRITE, with which (or with its method for a SEND) the clients' marks are made durable.
 fn takeover_targets(t: &remora::Taxonomy, negative: bool) -> Vec<RealTarget> {
     let target = |config: &str, fault: Option<ServeFault>| {

@@ -950,13 +950,15 @@ async fn handle(
     let key = match slot.own(claimed, &mut told).await {
         Ok(Some(key)) => key,
         Ok(None) => {
-            let when = match told.reported {
-                0 => "before it was given its slot",
-                _ => "during its slot's clear, which was finished",
+            // Where the clear was when the client was found gone is not known (it is
+            // noticed at a report, or once the clear is done); what was cleared is.
+            let cleared = match told.reported {
+                0 => String::new(),
+                n => format!(", after {n} bytes of its slot were cleared for it"),
             };
             eprintln!(
-                "client {id} (new) left {when}; the slot is left nobody's and clean for the \
-                 next"
+                "client {id} (new) left before it was accepted{cleared}; the slot is left \
+                 nobody's for the next"
             );
             return Ok(());
         }

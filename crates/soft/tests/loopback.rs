@@ -59,6 +59,19 @@ fn start_server_watched(
     pool_bytes: u64,
     lease: std::time::Duration,
 ) -> Watched {
+    start_server_faulty(listen, config, pool, shape, pool_bytes, lease, None)
+}
+
+/// [`start_server_watched`], deliberately wrong as `fault` says (a negative control).
+fn start_server_faulty(
+    listen: &str,
+    config: &str,
+    pool: PathBuf,
+    shape: LogShape,
+    pool_bytes: u64,
+    lease: std::time::Duration,
+    fault: Option<remora_soft::server::ServeFault>,
+) -> Watched {
     let listen = listen.to_string();
     let (tx, rx) = mpsc::channel();
     let config: ServerConfig = config.parse().unwrap();
@@ -74,7 +87,7 @@ fn start_server_watched(
                 ..ServerSetup::default()
             },
             lease,
-            fault: None,
+            fault,
         };
         if let Err(e) = remora_exec::block_on(serve(opts, |s| {
             tx.send((s.addr, s.objects.clone(), s.slots)).unwrap()
@@ -290,6 +303,17 @@ fn takeover_server(dir: &TestDir, region_bytes: u64, slots: usize) -> String {
 
 /// [`takeover_server`] in `config`.
 fn takeover_server_of(dir: &TestDir, config: &str, region_bytes: u64, slots: usize) -> String {
+    takeover_server_faulty(dir, config, region_bytes, slots, None)
+}
+
+/// [`takeover_server_of`], deliberately wrong as `fault` says.
+fn takeover_server_faulty(
+    dir: &TestDir,
+    config: &str,
+    region_bytes: u64,
+    slots: usize,
+    fault: Option<remora_soft::server::ServeFault>,
+) -> String {
     let shape = LogShape {
         capacity: region_bytes / 64,
         ..LogShape::default()
@@ -299,13 +323,14 @@ fn takeover_server_of(dir: &TestDir, config: &str, region_bytes: u64, slots: usi
         ..ServerSetup::default()
     };
     let parsed: ServerConfig = config.parse().unwrap();
-    let (addr, _, made) = start_server_watched(
+    let (addr, _, made) = start_server_faulty(
         "127.0.0.1:0",
         config,
         dir.pool("takeover"),
         shape,
         remora_soft::server::pool_bytes_for(slots as u64, &setup, parsed.rqwrb),
         std::time::Duration::ZERO,
+        fault,
     );
     assert_eq!(made, slots);
     addr.to_string()
@@ -1251,6 +1276,28 @@ fn a_new_client_is_told_how_its_slots_clear_goes_and_one_that_leaves_leaves_it_c
         vec![0; 64],
         "the slot was left as its last client left it"
     );
+}
+
+/// The negative control of the test above: a server that stops a slot's clear once the
+/// new client it clears for is found gone (`--fault abandon-clear`) hands the next new
+/// client the rest of the old client's region. Without this the test above could not be
+/// shown to catch it (the crash loop's takeover targets catch it too, within a few dozen
+/// SIGKILLs).
+#[test]
+fn a_clear_abandoned_when_its_client_leaves_hands_the_next_client_old_bytes() {
+    let dir = TestDir::new();
+    let fault = Some(remora_soft::server::ServeFault::AbandonClear);
+    let addr = takeover_server_faulty(&dir, "DMP+noDDIO+PM-RQWRB", 128 << 20, 1, fault);
+    mark_in_turn(&addr, 1).unwrap();
+    // Taken over (its clear finishes: nobody leaves), then marked at the region's end.
+    let (found, _) = run_client(claim_mark_and_count(&addr, 2)).unwrap();
+    assert_eq!(found, vec![0; 64]);
+    // A new client leaves as soon as its clear begins; this server stops clearing then,
+    // long before the region's last MiB.
+    drop(raw_ready(&addr));
+    let (found, cleared) = claim_when_free(&addr, 3);
+    assert_eq!(cleared, 0);
+    assert_eq!(found, vec![2; 64], "the wrong server was not caught");
 }
 
 /// [`claim_mark_and_count`] in a runtime of its own, tried again while the server
