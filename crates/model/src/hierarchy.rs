@@ -31,7 +31,10 @@
 //! Simplifications, stated so nobody relies on more: the WPQ and bank model serves writes
 //! in the order they are scheduled (no FR-FCFS reordering); natural LLC evictions are
 //! background traffic and do not occupy WPQ slots; an RNIC FLUSH or READ waits for every
-//! earlier inbound DMA of the node, not only its own QP's (correct, conservative).
+//! earlier inbound DMA of the node, not only its own QP's (correct, conservative); nothing
+//! pushes back on the RNIC: a WPQ that backs up delays when lines persist, not when the RNIC
+//! takes the next packet, so a stream into a data path slower than the link builds an
+//! unbounded backlog where PCIe credits and link flow control would slow the sender.
 //!
 //! Where each part is: this file has the state, time ([`advance`](MemoryHierarchy::advance)),
 //! the RNIC's side (DMA writes and reads, FLUSH) and the records' bookkeeping; `memctl` the
