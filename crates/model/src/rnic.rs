@@ -12,7 +12,11 @@
 //!   received it; on iWARP when the requester's transport accepted it (seed 000 §3.2);
 //! - a SEND or WRITE_WITH_IMM that finds no posted receive is refused with a
 //!   receiver-not-ready NAK and retried after a delay (seed 000 §4.3);
-//! - remote access violations complete with an error status and never touch memory.
+//! - remote access violations complete with an error status and never touch memory;
+//! - the fabric loses nothing, so a requester never retransmits on a time-out: a request
+//!   not answered within the profile's `ack_timeout_ns` (a real RNIC's time-out times its
+//!   retries: when it declares the peer dead) completes with `RetryExcErr`, and a profile
+//!   must give its slowest legitimate response less than that.
 //!
 //! The requester's transmit/acknowledge/complete machinery is in `rnic/requester.rs`, the
 //! responder's execution of requests in `rnic/responder.rs`, the unreliable service types
