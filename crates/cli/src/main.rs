@@ -30,7 +30,7 @@ enum Cmd {
     },
     /// Print a latency profile as TOML.
     Profile {
-        /// A built-in profile: default or cx4-100g.
+        /// A built-in profile: default, cx4-100g or slow-data-path.
         #[arg(long, value_name = "NAME", conflicts_with = "file")]
         name: Option<String>,
         /// A profile file to load and validate.
@@ -46,7 +46,7 @@ enum Cmd {
         /// Server configuration (see `remora configs`).
         #[arg(long, value_name = "NAME", default_value = demo::DEFAULT_CONFIG, value_parser = parse_config)]
         config: ServerConfig,
-        /// Latency profile: a built-in name (default, cx4-100g) or a TOML file.
+        /// Latency profile: a built-in name (default, cx4-100g, slow-data-path) or a TOML file.
         #[arg(long, value_name = "NAME|PATH", default_value = "default")]
         profile: String,
         /// Write the timeline as Chrome trace-event JSON to PATH (open it in <https://ui.perfetto.dev>).

@@ -210,6 +210,27 @@ impl LatencyProfile {
         if self.rnic.ack_timeout_ns == 0 {
             return bad("rnic.ack_timeout_ns", "must be positive");
         }
+        // The simulator's requester never retransmits (a lossless fabric): a response later
+        // than the time-out fails its request. A FLUSH waits for a line's way to the WPQ.
+        let flush_wait = [
+            self.network.nic_rtt_ns,
+            self.rnic.proc_ns,
+            2 * self.rnic.pcie_ns,
+            self.host.iio_ns,
+            self.host.imc_ns,
+            self.host.imc_jitter_ns,
+        ]
+        .into_iter()
+        .fold(0u64, u64::saturating_add);
+        if self.rnic.ack_timeout_ns <= flush_wait {
+            return bad(
+                "rnic.ack_timeout_ns",
+                "must exceed the longest a FLUSH can wait on this profile's data path \
+                 (network.nic_rtt_ns + rnic.proc_ns + 2 x rnic.pcie_ns + host.iio_ns + \
+                 host.imc_ns + host.imc_jitter_ns): the simulator's requester never \
+                 retransmits, so a later response fails its request (RetryExcErr)",
+            );
+        }
         Ok(())
     }
 
@@ -268,6 +289,18 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn an_ack_time_out_shorter_than_the_data_path_is_refused() {
+        // The slow profile as it shipped before: its FLUSHes outlasted its 1 ms time-out.
+        let old =
+            SLOW_DATA_PATH_TOML.replace("ack_timeout_ns = 1073741824", "ack_timeout_ns = 1048576");
+        assert_ne!(old, SLOW_DATA_PATH_TOML);
+        match LatencyProfile::from_toml(&old) {
+            Err(ProfileError::Invalid { field, .. }) => assert_eq!(field, "rnic.ack_timeout_ns"),
+            other => panic!("{other:?}"),
         }
     }
 
