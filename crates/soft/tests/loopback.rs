@@ -740,11 +740,20 @@ fn a_silent_peer_is_dropped_after_the_handshake_timeout() {
 /// connection and never answers (another service on that port, or a stuck server).
 #[test]
 fn a_client_gives_up_on_a_silent_server() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let hold = std::thread::spawn(move || listener.accept().map(|(s, _)| s));
+    let (addr, hold) = raw_server(|s| s);
     connect_times_out(&addr, "did not answer");
     drop(hold.join().unwrap());
+}
+
+/// A server of its own on a loopback port: `serve` runs on its thread with the first
+/// connection it accepts. Its address, and the thread, which gives what `serve` returns.
+fn raw_server<T: Send + 'static>(
+    serve: impl FnOnce(std::net::TcpStream) -> T + Send + 'static,
+) -> (String, std::thread::JoinHandle<T>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let thread = std::thread::spawn(move || serve(listener.accept().unwrap().0));
+    (addr, thread)
 }
 
 /// Connects to `addr` and expects a time-out error saying `what`, after the handshake's
@@ -769,23 +778,10 @@ fn connect_times_out(addr: &str, what: &str) {
 /// up with a time-out error (it waited for ever before).
 #[test]
 fn a_client_gives_up_on_a_server_that_accepts_and_never_says_hello() {
-    use remora_soft::cm::{Cm, CM_FRAME};
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let hold = std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
-        let mut b = [0u8; CM_FRAME];
-        s.read_exact(&mut b).unwrap();
-        assert_eq!(Cm::parse(&b), Ok(Cm::Hello { key: 0 }));
-        let assign = Cm::Assign {
-            client: 1,
-            server: 0,
-            config: "DMP+noDDIO+PM-RQWRB".parse().unwrap(),
-        };
-        s.write_all(&assign.emit()).unwrap();
-        s.read_exact(&mut b).unwrap();
-        assert!(matches!(Cm::parse(&b), Ok(Cm::Ready { .. })));
+    use remora_soft::cm::Cm;
+    use std::io::Write;
+    let (addr, hold) = raw_server(|mut s| {
+        raw_serve_until_ready(&mut s);
         s.write_all(
             &Cm::Accepted {
                 qp: remora_model::verbs::QpNum(0),
@@ -1337,20 +1333,9 @@ async fn claim_mark_and_count(
 fn scripted_server(
     frames: Vec<(remora_soft::cm::Cm, std::time::Duration)>,
 ) -> (String, std::thread::JoinHandle<()>) {
-    use remora_soft::cm::Cm;
     use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let server = std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
-        assert_eq!(raw_next(&mut s), Cm::Hello { key: 0 });
-        let assign = Cm::Assign {
-            client: 1,
-            server: 0,
-            config: "DMP+noDDIO+PM-RQWRB".parse().unwrap(),
-        };
-        s.write_all(&assign.emit()).unwrap();
-        assert!(matches!(raw_next(&mut s), Cm::Ready { .. }));
+    raw_server(move |mut s| {
+        raw_serve_until_ready(&mut s);
         for (f, pause) in frames {
             std::thread::sleep(pause);
             if s.write_all(&f.emit()).is_err() {
@@ -1359,8 +1344,22 @@ fn scripted_server(
         }
         // Until the client goes.
         let _ = s.read_to_end(&mut Vec::new());
-    });
-    (addr, server)
+    })
+}
+
+/// A scripted server's side of a new client's handshake up to its `Ready`: its `Hello`
+/// read, an `Assign` sent (node 1, a `DMP+noDDIO+PM-RQWRB` server), its `Ready` read.
+fn raw_serve_until_ready(s: &mut std::net::TcpStream) {
+    use remora_soft::cm::Cm;
+    use std::io::Write;
+    assert_eq!(raw_next(s), Cm::Hello { key: 0 });
+    let assign = Cm::Assign {
+        client: 1,
+        server: 0,
+        config: "DMP+noDDIO+PM-RQWRB".parse().unwrap(),
+    };
+    s.write_all(&assign.emit()).unwrap();
+    assert!(matches!(raw_next(s), Cm::Ready { .. }));
 }
 
 /// A library client's handshake with `addr`, up to the server's `Accepted`.
@@ -1468,10 +1467,7 @@ fn a_client_refuses_clearing_frames_that_do_not_progress() {
 #[test]
 fn a_client_says_when_the_server_closed_its_handshake() {
     use remora_soft::cm::Cm;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let server = std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
+    let (addr, server) = raw_server(|mut s| {
         assert_eq!(raw_next(&mut s), Cm::Hello { key: 0 });
     });
     let r = run_client(async {
