@@ -102,6 +102,17 @@ pub enum ConnectError {
     Verbs(#[from] remora_verbs::VerbsError),
 }
 
+impl ConnectError {
+    /// What an I/O error on the connection to `addr` in the middle of the handshake
+    /// becomes: `.map_err(ConnectError::lost(addr))`.
+    pub fn lost(addr: &str) -> impl FnOnce(std::io::Error) -> ConnectError + '_ {
+        move |err| ConnectError::Lost {
+            addr: addr.to_string(),
+            err,
+        }
+    }
+}
+
 /// Why a handshake's connection broke, in words: an end of file is the server closing
 /// it, which says more than "unexpected end of file".
 fn lost_why(err: &std::io::Error) -> String {
@@ -232,10 +243,7 @@ impl Opening {
         self.stream
             .write_all(&Cm::Ready { qp }.emit())
             .await
-            .map_err(|err| ConnectError::Lost {
-                addr: addr.clone(),
-                err,
-            })?;
+            .map_err(ConnectError::lost(&addr))?;
         // A slot another client had is cleared first: each `Clearing` frame restarts the
         // wait, so a client waits as long as the server makes progress, and only then (a
         // server that repeats itself, or moves backwards, is not clearing).
@@ -303,10 +311,7 @@ async fn next_cm(s: &mut TcpStream, addr: &str) -> Result<Cm, ConnectError> {
         s.read_exact(&mut b),
     )
     .await?
-    .map_err(|err| ConnectError::Lost {
-        addr: addr.to_string(),
-        err,
-    })?;
+    .map_err(ConnectError::lost(addr))?;
     match Cm::parse(&b) {
         Ok(Cm::Refused { code }) => Err(ConnectError::Refused {
             addr: addr.to_string(),
@@ -366,10 +371,7 @@ pub async fn open_as(
     first.extend_from_slice(after_hello);
     s.write_all(&first)
         .await
-        .map_err(|err| ConnectError::Lost {
-            addr: addr.to_string(),
-            err,
-        })?;
+        .map_err(ConnectError::lost(addr))?;
     let Cm::Assign {
         client,
         server,

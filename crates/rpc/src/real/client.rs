@@ -144,10 +144,7 @@ async fn open(
         .stream()
         .read_exact(&mut b)
         .await
-        .map_err(|err| ConnectError::Lost {
-            addr: addr.to_string(),
-            err,
-        })?;
+        .map_err(ConnectError::lost(addr))?;
     let hello = DurableHello::parse(&b).map_err(|err| RealConnectError::Hello {
         addr: addr.to_string(),
         err,
