@@ -4,6 +4,11 @@
 //! start-up lines, killing it from a timer thread at a random moment, and the Markdown
 //! cell that states a target's verdict. What a loop does between kills (its workload and
 //! its judgement) stays with the loop.
+//!
+//! The servers' standard error goes to one log per run ([`KillArgs::server_log`]), not to
+//! the loop's terminal: a healthy loop's servers report hundreds of departures and refusals
+//! it provokes on purpose. A server that fails to start has its words in the error, and a
+//! loop that fails shows the log's last lines ([`with_server_tail`]).
 
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
@@ -33,11 +38,16 @@ pub struct KillArgs {
     pub server_prefix: Vec<String>,
     /// Address the servers listen on (port 0 picks one).
     pub server_listen: String,
+    /// The file every server's standard error is appended to, each life under a header
+    /// line ([`ServerProc::start`]).
+    pub server_log: PathBuf,
 }
 
 impl KillArgs {
     /// The settings a crash-loop command's flags give: the profile `profile` names is
-    /// loaded, and `server_prefix` is split into words.
+    /// loaded, `server_prefix` is split into words, and the servers' log is `server_log`
+    /// (started empty), or `servers.log` in `dir` if `None`.
+    #[allow(clippy::too_many_arguments)]
     pub fn from_flags(
         kills: u64,
         max_life_ms: u64,
@@ -46,7 +56,15 @@ impl KillArgs {
         profile: &str,
         server_prefix: &str,
         server_listen: String,
+        server_log: Option<&Path>,
     ) -> Result<KillArgs, String> {
+        let server_log = server_log.map_or_else(|| dir.join("servers.log"), Path::to_path_buf);
+        std::fs::File::create(&server_log).map_err(|e| {
+            format!(
+                "cannot create the servers' log {}: {e}",
+                server_log.display()
+            )
+        })?;
         Ok(KillArgs {
             kills,
             max_life_ms,
@@ -56,6 +74,7 @@ impl KillArgs {
             profile_arg: profile.to_string(),
             server_prefix: server_prefix.split_whitespace().map(String::from).collect(),
             server_listen,
+            server_log,
         })
     }
 }
@@ -102,18 +121,33 @@ pub struct ServerProc {
 }
 
 impl ServerProc {
-    /// Spawns `cmd` (a server of `exe`, called `what` in errors) with its stdout piped,
-    /// reads its `listening on ADDR` line and then `lines` more. The pipe is closed after
-    /// that: the servers print only at start-up.
+    /// Spawns `cmd` (a server of `exe`, called `what` in errors) with its stdout piped and
+    /// its stderr appended to `log` under a header line, reads its `listening on ADDR` line
+    /// and then `lines` more. The pipe is closed after that: the servers print only at
+    /// start-up. A server that does not start is waited for, and what it wrote to `log`
+    /// is in the error.
     pub fn start(
         cmd: &mut Command,
         exe: &Path,
         what: &str,
         lines: usize,
+        log: &Path,
     ) -> Result<ServerProc, String> {
+        use std::io::Write;
+        // The header goes first, the server's own lines after it (appended: the file is
+        // every life's).
+        let mut header = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(log)
+            .map_err(|e| format!("cannot open the servers' log {}: {e}", log.display()))?;
+        let argv: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy()).collect();
+        writeln!(header, "--- {what}: {} ---", argv.join(" "))
+            .map_err(|e| format!("cannot write the servers' log {}: {e}", log.display()))?;
+        let from = header.metadata().map_or(0, |m| m.len());
         let mut child = cmd
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(header)
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
         // From here on, a failure drops `proc`, which kills the child.
@@ -126,11 +160,26 @@ impl ServerProc {
         proc.child = Some(child);
         let mut line = String::new();
         out.read_line(&mut line).map_err(|e| e.to_string())?;
-        proc.addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .ok_or_else(|| format!("{what} did not start: {line:?}"))?
-            .to_string();
+        let Some(addr) = line.trim().strip_prefix("listening on ") else {
+            // Its stderr is complete once it has exited.
+            if let Some(mut c) = proc.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            let said = std::fs::read(log)
+                .ok()
+                .and_then(|b| {
+                    b.get(from as usize..)
+                        .map(|b| String::from_utf8_lossy(b).into_owned())
+                })
+                .unwrap_or_default();
+            let said = match said.trim_end() {
+                "" => "nothing on its standard error".to_string(),
+                s => format!("on its standard error:\n  {}", s.replace('\n', "\n  ")),
+            };
+            return Err(format!("{what} did not start: {line:?}; it said {said}"));
+        };
+        proc.addr = addr.to_string();
         for _ in 0..lines {
             let mut l = String::new();
             out.read_line(&mut l).map_err(|e| e.to_string())?;
@@ -169,6 +218,28 @@ impl Killer {
     pub fn join(self) -> bool {
         self.0.join().unwrap_or(false)
     }
+}
+
+/// `err` with the last lines of the servers' log at `log` after it, for a loop that
+/// failed: what the servers said last is often why.
+pub fn with_server_tail(err: String, log: &Path) -> String {
+    const TAIL: usize = 20;
+    let Ok(text) = std::fs::read_to_string(log) else {
+        return err;
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    // Nothing to add when the error already quotes the last line (a server that did not
+    // start).
+    if lines.last().is_none_or(|l| err.contains(l)) {
+        return err;
+    }
+    let tail = &lines[lines.len().saturating_sub(TAIL)..];
+    format!(
+        "{err}\nthe servers' last {} of {} lines of standard error:\n  {}",
+        tail.len(),
+        lines.len(),
+        tail.join("\n  ")
+    )
 }
 
 /// How long the next server lives before its SIGKILL: uniform in `1..=max_ms` (at least

@@ -191,6 +191,10 @@ enum Cmd {
         /// With --real: address the servers listen on.
         #[arg(long, default_value = "127.0.0.1:0")]
         server_listen: String,
+        /// With --real: keep the servers' standard error in this file (by default it goes
+        /// to a scratch file, removed at the end; a failed run shows its last lines).
+        #[arg(long, value_name = "PATH")]
+        server_log: Option<PathBuf>,
         /// With --real: clients appending at once, each to its own log; after each restart
         /// they come back in a random order, each to its own slot by its key.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
@@ -303,6 +307,10 @@ enum Cmd {
         /// Address the servers listen on.
         #[arg(long, default_value = "127.0.0.1:0")]
         server_listen: String,
+        /// Keep the servers' standard error in this file (by default it goes to a scratch
+        /// file, removed at the end; a failed run shows its last lines).
+        #[arg(long, value_name = "PATH")]
+        server_log: Option<PathBuf>,
         /// Injected processing time per request, µs (a backlog of logged, unprocessed
         /// requests widens the windows the negative controls need).
         #[arg(long, default_value_t = 0)]
@@ -753,6 +761,7 @@ fn run(cli: Cli) -> Result<(), String> {
             targets: targets_sel,
             server_prefix,
             server_listen,
+            server_log,
             kills,
             max_life_ms,
             seed,
@@ -771,6 +780,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 &profile,
                 &server_prefix,
                 server_listen,
+                server_log.as_deref(),
             )?;
             let mut targets = real::real_targets(true, clients);
             killloop::select(
@@ -782,13 +792,17 @@ fn run(cli: Cli) -> Result<(), String> {
             )?;
             let reports = run_with_bar(&targets, |t, i| {
                 real::real_crash(t, &args, &exe, i, clients)
-            })?;
-            drop(scratch);
+            })
+            .map_err(|e| killloop::with_server_tail(e, &args.server_log))?;
             print!("{}", real::real_table_crash(&reports));
             let failed = reports.iter().filter(|r| !r.passed()).count();
             if failed > 0 {
-                return Err(format!("{failed} targets failed the real crash loop"));
+                return Err(killloop::with_server_tail(
+                    format!("{failed} targets failed the real crash loop"),
+                    &args.server_log,
+                ));
             }
+            drop(scratch);
         }
         Cmd::Crashcheck {
             points,
@@ -882,6 +896,7 @@ fn run(cli: Cli) -> Result<(), String> {
             profile,
             server_prefix,
             server_listen,
+            server_log,
             processing_us,
             clients,
         } => {
@@ -896,6 +911,7 @@ fn run(cli: Cli) -> Result<(), String> {
                     &profile,
                     &server_prefix,
                     server_listen,
+                    server_log.as_deref(),
                 )?,
                 processing_us,
                 clients,
@@ -910,15 +926,17 @@ fn run(cli: Cli) -> Result<(), String> {
             )?;
             let reports = run_with_bar(&targets, |t, i| {
                 rpcreal::rpc_real_crash(t, &args, &exe, i).map_err(|e| format!("{}: {e}", t.name))
-            })?;
-            drop(scratch);
+            })
+            .map_err(|e| killloop::with_server_tail(e, &args.kill.server_log))?;
             print!("{}", rpcreal::rpc_crash_table(&reports));
             let failed = reports.iter().filter(|r| !r.passed()).count();
             if failed > 0 {
-                return Err(format!(
-                    "{failed} targets failed the real durable-RPC crash loop"
+                return Err(killloop::with_server_tail(
+                    format!("{failed} targets failed the real durable-RPC crash loop"),
+                    &args.kill.server_log,
                 ));
             }
+            drop(scratch);
         }
     }
     Ok(())

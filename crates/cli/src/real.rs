@@ -377,7 +377,7 @@ pub fn start_server(
     if let Some(secs) = lease {
         cmd.args(["--lease-secs", &secs.to_string()]);
     }
-    ServerProc::start(&mut cmd, exe, "server", 0)
+    ServerProc::start(&mut cmd, exe, "server", 0, &args.server_log)
 }
 
 /// What the real crash loop found for one target.

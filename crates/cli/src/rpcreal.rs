@@ -530,7 +530,7 @@ fn start_server(
     if let Some(f) = t.fault {
         cmd.args(["--fault", fault_name(f)]);
     }
-    let server = ServerProc::start(&mut cmd, exe, "rpc-serve", 1)?;
+    let server = ServerProc::start(&mut cmd, exe, "rpc-serve", 1, &args.kill.server_log)?;
     let recovery = &server.said[0];
     if !recovery.starts_with("recovery: ") {
         return Err(format!("rpc-serve said {recovery:?}, not its recovery"));

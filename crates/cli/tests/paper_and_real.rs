@@ -356,6 +356,49 @@ fn several_clients_come_back_to_their_own_logs_after_each_sigkill() {
 }
 
 #[test]
+fn crash_loops_keep_their_servers_words_in_a_log_and_show_them_when_they_fail() {
+    // A server that cannot start: its own error reaches the loop's, in both loops.
+    for cmd in [&["crashcheck", "--real"][..], &["rpc-crashcheck"][..]] {
+        let flags = ["--kills", "1", "--targets", "correct"];
+        let out = remora(&[cmd, &flags, &["--server-listen", "256.0.0.1:0"]].concat());
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{cmd:?}: {}", text(&out.stdout));
+        assert!(
+            err.contains("did not start") && err.contains("cannot listen on 256.0.0.1:0"),
+            "{cmd:?}: {err}"
+        );
+    }
+    // A healthy takeover loop provokes departures and refusals on purpose: the servers
+    // report them to the log, one header per life, and nothing of theirs reaches the loop's
+    // standard error.
+    let log = std::env::temp_dir().join(format!("remora-servers-{}.log", std::process::id()));
+    let out = remora(&[
+        "crashcheck",
+        "--real",
+        "--targets",
+        "correct",
+        "--only",
+        "takeover/DMP+noDDIO+PM-RQWRB",
+        "--kills",
+        "4",
+        "--clients",
+        "2",
+        "--server-log",
+        log.to_str().unwrap(),
+    ]);
+    let kept = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    let (s, err) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{s}\n{err}");
+    assert_eq!(kept.matches("--- server: serve ").count(), 5, "{kept}");
+    assert!(
+        kept.lines().any(|l| l.starts_with("client ")),
+        "the servers said nothing of their clients: {kept}"
+    );
+    assert!(!err.lines().any(|l| l.starts_with("client ")), "{err}");
+}
+
+#[test]
 fn real_loops_refuse_a_selection_that_matches_no_target() {
     // A typo in --only must fail, not pass with an empty table; both loops share the rule.
     for cmd in [&["crashcheck", "--real"][..], &["rpc-crashcheck"][..]] {
