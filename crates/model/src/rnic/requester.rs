@@ -1,6 +1,7 @@
 //! The requester side of a reliable connection: fetching and transmitting posted work
-//! requests (fence, non-posted ordering, RFlush before a SEND), the ACK timer and
-//! go-back-N on time-out, acknowledgements and NAKs (RNR retry), and completions in
+//! requests (fence, non-posted ordering, RFlush before a SEND), the ACK timer (on a
+//! lossless fabric a time-out means a dead peer: `RetryExcErr`, no retransmission; see the
+//! `rnic` module's header), acknowledgements and NAKs (RNR retry), and completions in
 //! posting order (seed 000 §2; §3.2 for the completion points of IB/RoCE and iWARP).
 
 use super::*;
