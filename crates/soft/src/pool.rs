@@ -1038,9 +1038,14 @@ mod tests {
             layout: Some("x".into()),
         };
         // A one-byte text: one flipped bit makes its length zero; the checksum still says
-        // there is a record.
+        // there is a record. Two bits make it two: its checksum no longer matches.
         let mut b = header.emit();
         b[LAYOUT_AT] ^= 1;
+        assert_eq!(
+            Header::parse(&b),
+            Err(HeaderError::Damaged("layout record length out of range"))
+        );
+        b[LAYOUT_AT] ^= 3;
         assert_eq!(
             Header::parse(&b),
             Err(HeaderError::Damaged("layout record checksum mismatch"))
@@ -1053,6 +1058,20 @@ mod tests {
         .emit();
         b[LAYOUT_AT + 8] = b'x';
         assert_eq!(Header::parse(&b).unwrap().layout, None);
+        // A zero length with a valid checksum of it (found by `cargo fuzz run
+        // pool_header`): no record `emit` writes, so damage, not an empty layout that
+        // every server's claim would then report as another's.
+        let mut b = Header {
+            layout: None,
+            ..header.clone()
+        }
+        .emit();
+        b[LAYOUT_AT + 4..LAYOUT_AT + 8]
+            .copy_from_slice(&super::header::layout_crc(b"").to_le_bytes());
+        assert_eq!(
+            Header::parse(&b),
+            Err(HeaderError::Damaged("layout record length out of range"))
+        );
     }
 
     proptest::proptest! {

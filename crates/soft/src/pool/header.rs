@@ -74,7 +74,9 @@ impl Header {
         let (len, crc) = (u32_at(LAYOUT_AT) as usize, u32_at(LAYOUT_AT + 4));
         let layout = if (len, crc) == (0, 0) {
             None
-        } else if len > LAYOUT_MAX {
+        } else if len == 0 || len > LAYOUT_MAX {
+            // Empty text with a checksum is no record `emit` writes: a zero length with a
+            // valid checksum of it (CRC-32C of four zero bytes) is damage, not a layout.
             return Err(HeaderError::Damaged("layout record length out of range"));
         } else {
             let text = &h[LAYOUT_AT + 8..LAYOUT_AT + 8 + len];
@@ -118,7 +120,7 @@ impl Header {
 
 /// The layout record's checksum: over its length and its text, so a flipped bit in the
 /// length (even one that makes it zero) is caught, as one in the text is.
-fn layout_crc(text: &[u8]) -> u32 {
+pub(super) fn layout_crc(text: &[u8]) -> u32 {
     let crc = crc32c::crc32c(&(text.len() as u32).to_le_bytes());
     crc32c::crc32c_append(crc, text)
 }
