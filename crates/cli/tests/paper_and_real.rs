@@ -432,10 +432,10 @@ fn real_sigkill_loop_catches_the_negative_controls() {
     ]);
     let s = text(&out.stdout);
     assert!(out.status.success(), "{s}\n{}", text(&out.stderr));
-    // The six RemoteLog controls and the four takeover ones (a server that does not clear
-    // a slot for a new client, one that clears it with the old key in place, one that
-    // leaves its receive ring, one that stops a clear when its new client leaves).
-    assert_eq!(s.matches("caught:").count(), 10, "{s}");
+    // The seven RemoteLog controls and the four takeover ones (a server that does not
+    // clear a slot for a new client, one that clears it with the old key in place, one
+    // that leaves its receive ring, one that stops a clear when its new client leaves).
+    assert_eq!(s.matches("caught:").count(), 11, "{s}");
 }
 
 #[test]

@@ -30,8 +30,9 @@
 //!
 //! Simplifications, stated so nobody relies on more: the WPQ and bank model serves writes
 //! in the order they are scheduled (no FR-FCFS reordering); natural LLC evictions are
-//! background traffic and do not occupy WPQ slots; an RNIC FLUSH or READ waits for every
-//! earlier inbound DMA of the node, not only its own QP's (correct, conservative); nothing
+//! background traffic and do not occupy WPQ slots; an RNIC FLUSH waits for every earlier
+//! inbound DMA to its range, and a READ for every earlier one, of any QP of the node, not
+//! only its own QP's (correct, conservative); nothing
 //! pushes back on the RNIC: a WPQ that backs up delays when lines persist, not when the RNIC
 //! takes the next packet, so a stream into a data path slower than the link builds an
 //! unbounded backlog where PCIe credits and link flow control would slow the sender.
@@ -92,6 +93,17 @@ pub enum FlushPlacement {
     Persistence,
 }
 
+/// The bytes an RNIC FLUSH names (see [`MemoryHierarchy::flush_done`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct FlushRange {
+    /// The memory the range is in.
+    pub space: Space,
+    /// Its first byte.
+    pub addr: u64,
+    /// Its length in bytes.
+    pub len: u64,
+}
+
 /// Counters for reports and tests.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct HierarchyStats {
@@ -119,6 +131,8 @@ struct Record {
     in_llc: bool,
     /// Already written to the medium (it entered the persistence domain).
     in_media: bool,
+    /// Made by an inbound DMA (what an RNIC FLUSH waits for), not a CPU store.
+    dma: bool,
 }
 
 impl Record {
@@ -466,6 +480,7 @@ impl MemoryHierarchy {
             self.last_visible = visible;
             self.max_dma_visible = self.max_dma_visible.max(visible);
             let id = self.new_record(space, addr_i, &data[done..done + n], arrive, visible);
+            self.records[id as usize].as_mut().unwrap().dma = true;
             self.vis_fifo
                 .push_back((visible, id, self.records[id as usize].as_ref().unwrap().seq));
             if space == Space::Pm {
@@ -490,21 +505,71 @@ impl MemoryHierarchy {
         DmaTiming { visible }
     }
 
-    /// When an RNIC FLUSH (or the PCIe read behind an RDMA READ) that the RNIC starts at
-    /// `now` has pushed every earlier inbound write as far as `placement` asks.
-    pub fn flush_done(&mut self, now: Instant, placement: FlushPlacement) -> Instant {
+    /// When an RNIC FLUSH of `range` that the RNIC starts at `now` has pushed every
+    /// earlier inbound write to those bytes as far as `placement` asks.
+    ///
+    /// Only writes that overlap the range count: an IBTA FLUSH names a range of one memory
+    /// region (rdma-core `ibv_wr_flush`; rxe writes back that range and no other), and so
+    /// do seed 003's SFlush (the SEND's landing buffer) and RFlush (a local range). The
+    /// weakest guarantee the verbs give is the one the checkers must hold methods to: a
+    /// method whose FLUSH names other bytes than it wrote is caught. (Seed 000 §2 describes
+    /// a FLUSH of "all prior RDMA update operations" of the connection; a method correct
+    /// here is correct there too. An RDMA READ used as a FLUSH orders every earlier write,
+    /// [`dma_read`](Self::dma_read).)
+    pub fn flush_done(
+        &mut self,
+        now: Instant,
+        placement: FlushPlacement,
+        range: FlushRange,
+    ) -> Instant {
+        self.flush_done_ranges(now, placement, &[range])
+    }
+
+    /// [`flush_done`](Self::flush_done) of a FLUSH that names several ranges (seed 003's
+    /// SFlush after a batch of SENDs covers each one's landing buffer).
+    pub fn flush_done_ranges(
+        &mut self,
+        now: Instant,
+        placement: FlushPlacement,
+        ranges: &[FlushRange],
+    ) -> Instant {
         self.advance(now);
-        let mut t = (now + self.p.proc + self.p.pcie).max(self.max_dma_visible);
         let wait_for_imc = match placement {
             FlushPlacement::Visibility => false,
             // Under MHP and WSP visibility is persistence; under DMP without DDIO the
             // data must reach the ADR-protected WPQ. With DDIO it stops in the LLC.
             FlushPlacement::Persistence => self.domain == PersistenceDomain::Dmp && !self.ddio,
         };
-        if wait_for_imc {
-            t = t.max(self.max_dma_wpq);
-        }
+        let t = (now + self.p.proc + self.p.pcie).max(self.inflight_dma(now, ranges, wait_for_imc));
         t + self.p.pcie
+    }
+
+    /// The latest instant an inbound DMA write to one of `ranges` that is in flight at
+    /// `now` becomes visible (and, with `wpq`, enters the WPQ); `Instant::ZERO` if none is.
+    fn inflight_dma(&self, now: Instant, ranges: &[FlushRange], wpq: bool) -> Instant {
+        let hits = |r: &Record| {
+            let (a, b) = (r.addr(), r.addr() + r.len as u64);
+            r.dma
+                && ranges
+                    .iter()
+                    .any(|g| g.space == r.space && a < g.addr.saturating_add(g.len) && g.addr < b)
+        };
+        // Not yet visible: in `vis_fifo`. Visible, not yet in the WPQ: in `persist`.
+        let mut t = Instant::ZERO;
+        for &(_, id, seq) in &self.vis_fifo {
+            if let Some(r) = self.rec(id, seq).filter(|r| hits(r)) {
+                t = t.max(r.t_visible);
+            }
+        }
+        if wpq {
+            for (t_wpq, _, seq, id) in self.persist.iter() {
+                let live = self.rec(id, seq).filter(|r| r.t_wpq == t_wpq && hits(r));
+                if t_wpq > now && live.is_some() {
+                    t = t.max(t_wpq);
+                }
+            }
+        }
+        t
     }
 
     /// An RDMA READ the RNIC starts at `now`: the PCIe read is ordered after every earlier
@@ -754,6 +819,7 @@ impl MemoryHierarchy {
             t_wpq: Instant::NEVER,
             in_llc: false,
             in_media: false,
+            dma: false,
         });
         r.data[off..off + bytes.len()].copy_from_slice(bytes);
         id
@@ -856,7 +922,12 @@ mod tests {
                 domain != PersistenceDomain::Dmp,
                 "{domain:?} once visible"
             );
-            let done = h.flush_done(vis, FlushPlacement::Persistence);
+            let all = FlushRange {
+                space: Space::Pm,
+                addr: 0,
+                len: u64::MAX,
+            };
+            let done = h.flush_done(vis, FlushPlacement::Persistence, all);
             h.advance(done);
             assert!(in_media(&media), "{domain:?} after a FLUSH");
         }

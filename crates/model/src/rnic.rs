@@ -28,7 +28,7 @@
 
 use crate::bytes::Bytes;
 use crate::config::{PersistenceDomain, ServerConfig, Transport};
-use crate::hierarchy::{MemoryHierarchy, Space};
+use crate::hierarchy::{FlushRange, MemoryHierarchy, Space};
 use crate::mem::SparseMem;
 use crate::prng::Prng;
 use crate::profile::LatencyProfile;

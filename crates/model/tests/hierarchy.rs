@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use remora_model::config::PersistenceDomain::{self, Dmp, Mhp, Wsp};
-use remora_model::hierarchy::{FlushPlacement, MemoryHierarchy, Space, LINE};
+use remora_model::hierarchy::{FlushPlacement, FlushRange, MemoryHierarchy, Space, LINE};
 use remora_model::mem::SparseMem;
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
@@ -20,6 +20,13 @@ fn hier(domain: PersistenceDomain, ddio: bool, seed: u64) -> MemoryHierarchy {
         Prng::from_seed(seed),
     )
 }
+
+/// A FLUSH that names all of PM: these tests flush everything they wrote.
+const ALL_PM: FlushRange = FlushRange {
+    space: Space::Pm,
+    addr: 0,
+    len: u64::MAX,
+};
 
 fn ns(n: u64) -> Instant {
     Instant::from_nanos(n)
@@ -90,7 +97,7 @@ fn dmp_without_ddio_is_durable_at_persistent_flush_completion_not_at_visibility(
         let mut h = hier(Dmp, false, seed);
         let t0 = ns(1_000);
         let vis = h.dma_write(t0, Space::Pm, A, &[0x5a; 256]).visible;
-        let done = h.flush_done(t0, FlushPlacement::Persistence);
+        let done = h.flush_done(t0, FlushPlacement::Persistence, ALL_PM);
         assert!(done > vis);
         assert_eq!(
             load(&mut h, vis, Space::Pm, A, 256),
@@ -173,7 +180,7 @@ fn the_llc_is_lost_under_dmp_and_kept_under_mhp() {
         let vm = mhp.dma_write(t0, Space::Pm, A, &[3; 64]).visible;
         assert_eq!(vd, vm, "the same seed gives the same data path timing");
         // A FLUSH cannot push DDIO data out of the LLC.
-        let fd = dmp.flush_done(t0, FlushPlacement::Persistence);
+        let fd = dmp.flush_done(t0, FlushPlacement::Persistence, ALL_PM);
         if dmp.crash_image(vd + crash_after).read_vec(A, 64) == vec![0; 64] {
             lost_under_dmp += 1;
         }
@@ -239,7 +246,11 @@ fn reorder_run(seed: u64, a: u64, b: u64) -> (Vec<Instant>, usize, Instant) {
     let t0 = ns(1_000);
     h.dma_write(t0, Space::Pm, a, &[0xaa; 64]);
     h.dma_write(t0 + Duration::from_nanos(1), Space::Pm, b, &[0xbb; 64]);
-    let done = h.flush_done(t0 + Duration::from_nanos(1), FlushPlacement::Persistence);
+    let done = h.flush_done(
+        t0 + Duration::from_nanos(1),
+        FlushPlacement::Persistence,
+        ALL_PM,
+    );
     let mut b_without_a = Vec::new();
     let mut visible_b_without_a = 0;
     for t in t0.as_nanos() + 1..=done.as_nanos() {
@@ -603,7 +614,7 @@ fn power_fail_restarts_from_the_surviving_image() {
         let (a, b) = (A, A + 4096);
         let t0 = ns(1_000);
         h.dma_write(t0, Space::Pm, a, &[0xa0; 64]);
-        let fa = h.flush_done(t0, FlushPlacement::Persistence);
+        let fa = h.flush_done(t0, FlushPlacement::Persistence, ALL_PM);
         let tb = fa + Duration::from_micros(1);
         let vb = h.dma_write(tb, Space::Pm, b, &[0xb0; 64]).visible;
         h.cpu_store(tb, Space::Dram, 0x3000, b"volatile");
@@ -638,7 +649,7 @@ fn power_fail_restarts_from_the_surviving_image() {
         let t2 = crash + Duration::from_micros(1);
         let v2 = h.dma_write(t2, Space::Pm, b, &[0xb2; 64]).visible;
         assert!(v2 > t2);
-        let f2 = h.flush_done(t2, FlushPlacement::Persistence);
+        let f2 = h.flush_done(t2, FlushPlacement::Persistence, ALL_PM);
         assert_eq!(load(&mut h, f2, Space::Pm, b, 64), vec![0xb2; 64]);
         if !(domain == Dmp && ddio) {
             assert_eq!(h.crash_image(f2).read_vec(b, 64), vec![0xb2; 64]);
@@ -658,7 +669,7 @@ fn a_write_sixty_gib_into_pm_costs_little() {
         let data: Vec<u8> = (0..200u32).map(|i| i as u8).collect();
         h.dma_write(t0, Space::Pm, far, &data);
         h.cpu_store(t0, Space::Pm, far + 1000, b"cpu");
-        let done = h.flush_done(t0, FlushPlacement::Persistence);
+        let done = h.flush_done(t0, FlushPlacement::Persistence, ALL_PM);
         let later = done + Duration::from_millis(1);
         let issue = h.clwb(later, far, 1003);
         let end = h.sfence(later + issue);
@@ -765,4 +776,73 @@ fn zero_idle_waits_for_a_held_write() {
     h.release_held(7);
     h.zero_idle(t0, Space::Pm, A, 4096).unwrap();
     assert_eq!(h.crash_image(t0).read_vec(A, 4096), vec![0; 4096]);
+}
+
+#[test]
+fn a_flush_waits_for_the_writes_to_its_range_and_for_no_other() {
+    // DMP without DDIO: a FLUSH returns once earlier writes to the bytes it names are in
+    // the WPQ. A FLUSH of other bytes does not wait for them, so a method that names the
+    // wrong range acknowledges data a power failure then loses.
+    let t0 = ns(1_000);
+    let (a, other) = (PM_BASE, PM_BASE + (1 << 20));
+    let mut h = hier(Dmp, false, 5);
+    h.dma_write(t0, Space::Pm, a, &[0x11; 4096]);
+    let range = |addr, len| FlushRange {
+        space: Space::Pm,
+        addr,
+        len,
+    };
+    let elsewhere = h.flush_done(t0, FlushPlacement::Persistence, range(other, 64));
+    // Its last line, named alone: the FLUSH waits for that line, whatever else it wrote.
+    let last = h.flush_done(t0, FlushPlacement::Persistence, range(a + 4032, 64));
+    let whole = h.flush_done(t0, FlushPlacement::Persistence, range(a, 4096));
+    assert!(
+        elsewhere < last && last <= whole,
+        "{elsewhere:?} {last:?} {whole:?}"
+    );
+    assert_eq!(whole, h.flush_done(t0, FlushPlacement::Persistence, ALL_PM));
+    h.advance(elsewhere);
+    assert!(
+        !h.is_persistent(elsewhere, a, 4096),
+        "a FLUSH of other bytes covered them"
+    );
+    h.advance(whole);
+    assert!(h.is_persistent(whole, a, 4096));
+    // DRAM is another space: a FLUSH of the same addresses there covers nothing in PM.
+    let dram = FlushRange {
+        space: Space::Dram,
+        addr: a,
+        len: 4096,
+    };
+    let mut h = hier(Dmp, false, 5);
+    h.dma_write(t0, Space::Pm, a, &[0x11; 4096]);
+    let d = h.flush_done(t0, FlushPlacement::Persistence, dram);
+    assert!(!h.is_persistent(d, a, 4096));
+}
+
+proptest! {
+    /// Whatever was written, when a FLUSH of a range completes every earlier write to that
+    /// range is persistent (DMP without DDIO, where the FLUSH waits for the WPQ).
+    #[test]
+    fn at_a_flushs_completion_its_range_is_persistent(
+        writes in proptest::collection::vec((0u64..64, 1usize..300, 0u64..50), 1..40),
+        lo in 0u64..64, lines in 1u64..16, seed in 0u64..1000,
+    ) {
+        let mut h = hier(Dmp, false, seed);
+        let mut t = ns(1_000);
+        for (line, len, gap) in &writes {
+            h.dma_write(t, Space::Pm, PM_BASE + line * LINE, &vec![7u8; *len]);
+            t += Duration::from_nanos(*gap);
+        }
+        let (addr, len) = (PM_BASE + lo * LINE, lines * LINE);
+        let done = h.flush_done(t, FlushPlacement::Persistence, FlushRange { space: Space::Pm, addr, len });
+        h.advance(done);
+        for (line, wlen, _) in &writes {
+            let (wa, wb) = (PM_BASE + line * LINE, PM_BASE + line * LINE + *wlen as u64);
+            let (x, y) = (wa.max(addr), wb.min(addr + len));
+            if x < y {
+                prop_assert!(h.is_persistent(done, x, (y - x) as usize));
+            }
+        }
+    }
 }

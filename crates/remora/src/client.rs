@@ -421,11 +421,22 @@ impl<V: Verbs> Client<V> {
         let mut last_wr = 0;
         let mut last_flush = 0;
         let mut last_msg = 0;
+        // What the next FLUSH must name: the region's bytes RDMA wrote since the last one
+        // (as one range around them), and whether a SEND put data in the receive ring.
+        let mut written: Option<(u64, u64)> = None;
+        let mut sent = false;
+        fn wrote(written: &mut Option<(u64, u64)>, off: u64, len: usize) {
+            if len > 0 {
+                let (lo, hi) = written.unwrap_or((off, off));
+                *written = Some((lo.min(off), hi.max(off + len as u64)));
+            }
+        }
         for (i, step) in m.steps.iter().enumerate() {
             let wait_next = matches!(m.steps.get(i + 1), Some(Step::RqComp));
             match step {
                 Step::RqWrite(x) => {
                     let (off, data) = item(*x);
+                    wrote(&mut written, off, data.len());
                     last_wr = self.wr_id();
                     let wr =
                         SendWr::new(last_wr, Opcode::Write, Payload::inline(data), remote(off))
@@ -434,6 +445,7 @@ impl<V: Verbs> Client<V> {
                 }
                 Step::RqWriteImm(x) => {
                     let (off, data) = item(*x);
+                    wrote(&mut written, off, data.len());
                     let imm = imm::encode(off, two_sided)
                         .ok_or_else(|| unsuitable("the immediate cannot address this offset"))?;
                     last_wr = self.wr_id();
@@ -448,6 +460,7 @@ impl<V: Verbs> Client<V> {
                     self.v.post_send(self.qp, wr)?;
                 }
                 Step::RqSend(xs) => {
+                    sent = true;
                     let seq = self.next_seq();
                     last_msg = seq;
                     // Borrowed into the frame's bytes: the data is copied once, there.
@@ -465,6 +478,7 @@ impl<V: Verbs> Client<V> {
                     )?;
                 }
                 Step::RqSendAddr(x) => {
+                    sent = true;
                     let seq = self.next_seq();
                     last_msg = seq;
                     let (off, data) = item(*x);
@@ -480,29 +494,71 @@ impl<V: Verbs> Client<V> {
                     )?;
                 }
                 Step::RqFlush => {
-                    // The FLUSH covers what was written last (the range matters to real
-                    // RNICs; the model flushes every earlier write of the connection).
-                    let (off, data) = items
-                        .iter()
-                        .rev()
-                        .find(|(_, d)| !d.is_empty())
-                        .copied()
-                        .unwrap_or(items[0]);
-                    last_flush = self.wr_id();
+                    // An IBTA FLUSH names a range of one memory region (`ibv_wr_flush`), and
+                    // covers the earlier writes to it only: so one FLUSH of the region's
+                    // bytes written since the last, and one of the receive ring if a SEND
+                    // put data there (seed 000's "Rq Send(a); Rq Flush"). Completions come
+                    // in order: waiting for the last waits for both. A READ used as a FLUSH
+                    // orders every earlier write (seed 000 §3.4): one READ of the region.
+                    let ring = (std::mem::take(&mut sent) && hello.ring_rkey != 0).then(|| {
+                        let len = u64::from(hello.rq_slots) * u64::from(hello.rq_slot_bytes);
+                        let at = Remote {
+                            addr: hello.ring_addr,
+                            rkey: hello.ring_rkey,
+                        };
+                        (at, len)
+                    });
+                    let region = written.take().map(|(lo, hi)| (lo, hi - lo));
+                    let region = match (region, ring, self.flush) {
+                        (Some(r), _, _) => Some(r),
+                        (None, Some(_), FlushMethod::Native) => None,
+                        // Nothing written (no method does that), or a READ: a byte of the
+                        // update's first item.
+                        (None, _, _) => Some((items[0].0, (items[0].1.len() as u64).max(1))),
+                    };
+                    let region = region.map(|(off, len)| {
+                        let at = Remote {
+                            addr: hello.region_addr + off,
+                            rkey: hello.region_rkey,
+                        };
+                        (at, len)
+                    });
+                    let ring = ring.filter(|_| self.flush == FlushMethod::Native);
                     let scratch = Sge {
                         addr: self.scratch.addr,
                         len: 8,
                         lkey: self.scratch.lkey,
                     };
-                    let r = Remote {
+                    for (at, len) in region.into_iter().chain(ring) {
+                        last_flush = self.wr_id();
+                        let wr = self.flush.work_request(
+                            last_flush,
+                            FlushPlacement::Persistence,
+                            at,
+                            len,
+                            scratch,
+                        );
+                        self.v.post_send(self.qp, wr)?;
+                    }
+                }
+                Step::RqFlushOf(x) => {
+                    let (off, data) = item(*x);
+                    last_flush = self.wr_id();
+                    let at = Remote {
                         addr: hello.region_addr + off,
                         rkey: hello.region_rkey,
                     };
+                    let scratch = Sge {
+                        addr: self.scratch.addr,
+                        len: 8,
+                        lkey: self.scratch.lkey,
+                    };
+                    let len = (data.len() as u64).max(1);
                     let wr = self.flush.work_request(
                         last_flush,
                         FlushPlacement::Persistence,
-                        r,
-                        data.len().max(1) as u64,
+                        at,
+                        len,
                         scratch,
                     );
                     self.v.post_send(self.qp, wr)?;
@@ -510,6 +566,7 @@ impl<V: Verbs> Client<V> {
                 Step::RqCompFlush => self.wait_wr(last_flush, "FLUSH").await?,
                 Step::RqWriteAtomic(x) => {
                     let (off, data) = item(*x);
+                    wrote(&mut written, off, data.len());
                     let value: [u8; 8] = data
                         .try_into()
                         .map_err(|_| unsuitable("ATOMIC WRITE carries exactly 8 bytes"))?;

@@ -122,7 +122,13 @@ impl<V: Verbs> Responder<V> {
             };
             let ring_len = setup.rq_slots as u64 * setup.rq_slot_bytes as u64;
             let ring_base = v.alloc(ring_space, ring_len, 4096);
-            let ring = o.mr(&v, ring_space, ring_base, ring_len, Access::LOCAL_WRITE)?;
+            // A client FLUSHes what its SENDs put in a PM ring (an IBTA FLUSH names a range
+            // of a memory region): the ring allows a remote FLUSH, and nothing else.
+            let ring_access = match ring_space {
+                Space::Pm => Access::LOCAL_WRITE | Access::FLUSH_GLOBAL | Access::FLUSH_PERSISTENT,
+                Space::Dram => Access::LOCAL_WRITE,
+            };
+            let ring = o.mr(&v, ring_space, ring_base, ring_len, ring_access)?;
             // Messages in a PM ring outlive a crash; recovery must replay only those whose
             // effects may not be durable yet, or it would roll newer updates back.
             let applied_at = (ring_space == Space::Pm).then(|| v.alloc(Space::Pm, 64, 64));
@@ -315,6 +321,11 @@ impl<V: Verbs> Responder<V> {
             rq_slots: self.setup.rq_slots,
             rq_slot_bytes: self.setup.rq_slot_bytes,
             seq_base: self.seq_base,
+            ring_addr: self.ring.addr,
+            ring_rkey: match self.ring.space {
+                Space::Pm => self.ring.rkey,
+                Space::Dram => 0,
+            },
         };
         self.v.post_send(
             self.qp,

@@ -77,8 +77,15 @@ pub enum Step {
     RqSend(Vec<Item>),
     /// `Rq Send(&x)`: a message naming the location just written.
     RqSendAddr(Item),
-    /// `Rq Flush`: an RDMA FLUSH (or its READ emulation).
+    /// `Rq Flush`: an RDMA FLUSH (or its READ emulation) of what the method wrote since
+    /// the last one (the paper's FLUSH names no range; an IBTA FLUSH covers only the bytes
+    /// it names, so the client names them: the region's, and the receive ring's after a
+    /// SEND).
     RqFlush,
+    /// `Rq Flush(x)`: a FLUSH of item `x`'s bytes in the region and nothing else. No method
+    /// of the paper has one: negative controls do, to show that a FLUSH naming other
+    /// bytes than were written is caught.
+    RqFlushOf(Item),
     /// `Rq CompFlush`: wait for the last FLUSH's completion.
     RqCompFlush,
     /// `Rq Writeatomic(x)`: an 8-byte ATOMIC WRITE.
@@ -129,6 +136,7 @@ impl std::str::FromStr for Step {
                 Step::RqSend(x.split(',').map(item).collect::<Result<_, _>>()?)
             }
             ("Rq", "Flush", None) => Step::RqFlush,
+            ("Rq", "Flush", Some(x)) => Step::RqFlushOf(item(x)?),
             ("Rq", "CompFlush", None) => Step::RqCompFlush,
             ("Rq", "CompWrite" | "CompWriteImm" | "CompSend", Some(_)) => Step::RqComp,
             ("Rq", "Receive", Some("ack")) => Step::RqReceiveAck,
@@ -163,7 +171,9 @@ impl Method {
     }
     /// True when the method uses an RDMA FLUSH.
     pub fn uses_flush(&self) -> bool {
-        self.steps.contains(&Step::RqFlush)
+        self.steps
+            .iter()
+            .any(|s| matches!(s, Step::RqFlush | Step::RqFlushOf(_)))
     }
     /// The primitive the method is built on.
     pub fn primitive(&self) -> Primitive {

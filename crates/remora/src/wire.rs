@@ -8,7 +8,7 @@
 //! | bytes | field |
 //! |---|---|
 //! | 0..4 | magic `RMRA` |
-//! | 4 | version (1) |
+//! | 4 | version (2; Apply, Notify and Ack frames of version 1 parse too: only Hello changed) |
 //! | 5 | kind: 1 Hello, 2 Apply, 3 Notify, 4 Ack |
 //! | 6 | flags: bit 0 = the sender wants an Ack |
 //! | 7 | entry count |
@@ -17,14 +17,17 @@
 //! | 20..24 | CRC-32C of the frame with this field zero |
 //! | 24.. | body |
 //!
-//! Bodies: Hello = the server's configuration and its region descriptor; Apply = entries of
+//! Bodies: Hello = the server's configuration, its region descriptor, its receive ring and
+//! the client's first sequence number (version 2 added the ring); Apply = entries of
 //! (offset u64, length u32, data); Notify = entries of (offset u64, length u32); Ack = none.
 
 use remora_model::config::ServerConfig;
 
 const MAGIC: [u8; 4] = *b"RMRA";
-/// Wire version; a peer with another version is refused.
-pub const VERSION: u8 = 1;
+/// Wire version; a peer with another version is refused. Version 2 added the receive
+/// ring's descriptor to [`Hello`], so a client can FLUSH what its SENDs wrote there; the
+/// other frames are as in version 1, whose frames a PM receive ring may still hold.
+pub const VERSION: u8 = 2;
 /// Header bytes before the body.
 pub const HEADER: usize = 24;
 /// Where the header's checksum field starts (it runs to the end of the header).
@@ -54,6 +57,11 @@ pub struct Hello {
     /// The first sequence number the client may use: above every message the server
     /// recovered, so a replay after another crash keeps new updates last.
     pub seq_base: u64,
+    /// Address of the receive ring (`rq_slots` slots of `rq_slot_bytes`).
+    pub ring_addr: u64,
+    /// Its rkey for a FLUSH (a SEND's data lands there, and an IBTA FLUSH names a range of
+    /// a memory region); 0 when the ring is in DRAM, where nothing persists.
+    pub ring_rkey: u32,
 }
 
 /// The largest first sequence number a [`Hello`] may give: a connection counts up from
@@ -155,7 +163,7 @@ impl Frame {
     pub fn buffer_len(&self) -> usize {
         HEADER
             + match self {
-                Frame::Hello(_) => 5 + 8 + 8 + 4 + 4 + 4 + 8,
+                Frame::Hello(_) => 5 + 8 + 8 + 4 + 4 + 4 + 8 + 8 + 4,
                 Frame::Apply { entries, .. } => {
                     Self::apply_buffer_len(entries.iter().map(|(_, d)| d.len())) - HEADER
                 }
@@ -235,6 +243,8 @@ impl Frame {
                 w.put(&h.rq_slots.to_le_bytes());
                 w.put(&h.rq_slot_bytes.to_le_bytes());
                 w.put(&h.seq_base.to_le_bytes());
+                w.put(&h.ring_addr.to_le_bytes());
+                w.put(&h.ring_rkey.to_le_bytes());
             }),
             Frame::Apply { seq, ack, entries } => {
                 write_frame(out, KIND_APPLY, *seq, *ack, entries.len(), |w| {
@@ -416,10 +426,11 @@ impl<'a> FrameRef<'a> {
             return Err(FrameError::BadMagic);
         }
         let version = r.u8()?;
-        if version != VERSION {
+        let kind = r.u8()?;
+        // Version 2 changed only Hello.
+        if version != VERSION && (version != 1 || kind == KIND_HELLO) {
             return Err(FrameError::BadVersion(version));
         }
-        let kind = r.u8()?;
         let flags = r.u8()?;
         let count = r.u8()? as usize;
         let seq = r.u64()?;
@@ -469,11 +480,17 @@ impl<'a> FrameRef<'a> {
                     rq_slots: body.u32()?,
                     rq_slot_bytes: body.u32()?,
                     seq_base: body.u64()?,
+                    ring_addr: body.u64()?,
+                    ring_rkey: body.u32()?,
                 };
                 // A region that wraps the address space, or sequence numbers with no room
                 // left to count up, would make the client's arithmetic overflow.
                 if hello.region_addr.checked_add(hello.region_len).is_none() {
                     return Err(FrameError::BadValue("region (its end overflows)"));
+                }
+                let ring = u64::from(hello.rq_slots) * u64::from(hello.rq_slot_bytes);
+                if hello.ring_addr.checked_add(ring).is_none() {
+                    return Err(FrameError::BadValue("receive ring (its end overflows)"));
                 }
                 if hello.seq_base == 0 || hello.seq_base > MAX_SEQ_BASE {
                     return Err(FrameError::BadValue("first sequence number"));
@@ -571,6 +588,8 @@ mod tests {
                     rq_slots: 64,
                     rq_slot_bytes: 256,
                     seq_base: (a >> 2) % MAX_SEQ_BASE + 1,
+                    ring_addr: a >> 3,
+                    ring_rkey: k.rotate_left(7),
                 })
             }),
         ]
@@ -635,6 +654,51 @@ mod tests {
         assert_eq!(imm::decode(imm::encode(0, false).unwrap()), (0, false));
         assert_eq!(imm::encode(65, false), None);
         assert_eq!(imm::encode(64 << 31, false), None);
+    }
+
+    /// `f` emitted as version 1 would have (same layout, that version byte, its checksum).
+    fn as_version_1(f: &Frame) -> Vec<u8> {
+        let mut b = f.emit();
+        b[4] = 1;
+        b[CRC_AT..HEADER].fill(0);
+        let crc = crate::checksum::crc32c(&b);
+        b[CRC_AT..HEADER].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn version_1_frames_other_than_hello_still_parse() {
+        // A PM receive ring written by a version-1 server holds Apply and Notify frames
+        // that recovery must still replay; only Hello changed.
+        let apply = Frame::Apply {
+            seq: 9,
+            ack: true,
+            entries: vec![(64, vec![1, 2, 3])],
+        };
+        let notify = Frame::Notify {
+            seq: 10,
+            ack: false,
+            entries: vec![(128, 8)],
+        };
+        for f in [apply, notify, Frame::Ack { seq: 11 }] {
+            assert_eq!(Frame::parse(&as_version_1(&f)), Ok(f));
+        }
+        let hello = Frame::Hello(Hello {
+            config: ServerConfig::table1()[0],
+            region_addr: 4096,
+            region_len: 4096,
+            region_rkey: 1,
+            rq_slots: 4,
+            rq_slot_bytes: 256,
+            seq_base: 1,
+            ring_addr: 8192,
+            ring_rkey: 2,
+        });
+        assert_eq!(Frame::parse(&hello.emit()), Ok(hello.clone()));
+        assert_eq!(
+            Frame::parse(&as_version_1(&hello)),
+            Err(FrameError::BadVersion(1))
+        );
     }
 
     #[test]

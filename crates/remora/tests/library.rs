@@ -921,6 +921,8 @@ fn a_hello() -> Hello {
         rq_slots: 64,
         rq_slot_bytes: 256,
         seq_base: 1,
+        ring_addr: 0,
+        ring_rkey: 0,
     }
 }
 

@@ -225,6 +225,16 @@ pub fn negative_controls() -> Vec<Target> {
             Update::Singleton,
             m("send-flush"),
         ),
+        target(
+            "SEND to a PM receive buffer + a FLUSH of the region, not the ring, under DMP without DDIO",
+            c("DMP+noDDIO+PM-RQWRB"),
+            Update::Singleton,
+            adhoc(
+                "send-flush-region",
+                &["Rq Send(a)", "Rq Flush(a)", "Rq CompFlush"],
+                2,
+            ),
+        ),
     ]
 }
 

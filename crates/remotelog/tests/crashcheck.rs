@@ -50,7 +50,7 @@ fn text_alternatives_and_read_emulated_flush_survive_too() {
 #[test]
 fn every_negative_control_is_caught() {
     let targets = negative_controls();
-    assert_eq!(targets.len(), 6);
+    assert_eq!(targets.len(), 7);
     for r in run(&targets, 1000) {
         assert!(
             r.violations > 0,

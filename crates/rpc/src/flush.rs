@@ -10,9 +10,10 @@
 //!
 //! **Native SFlush** ([`SenderFlush::NativeSFlush`]) is posted once after the last SEND of
 //! a batch. It is non-posted, so it executes after every earlier SEND of the queue pair
-//! landed, and the model's RNIC flush waits for every earlier inbound write of the node
-//! (`rnic/flush.rs`): one SFlush covers the batch, as one WFlush covers a batch of WRITEs
-//! (§4.3, Figure 6(b)); the lookup is paid once per batch, as in the emulation.
+//! landed, and the responder's RNIC persists the landing buffers of every SEND since the
+//! QP's previous SFlush (`rnic/flush.rs`): one SFlush covers the batch, as one WFlush per
+//! ring run covers a batch of WRITEs (§4.3, Figure 6(b)); the lookup is paid once per
+//! batch, as in the emulation.
 //!
 //! **Native RFlush** ([`FlushPlan::receiver_rflush`]): the responder's CPU still polls for
 //! arrivals (§4.1.2: the receiver "issues an RDMA RFlush primitive") but neither writes

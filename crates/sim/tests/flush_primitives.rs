@@ -317,6 +317,56 @@ fn sflush_covers_the_last_send_before_it() {
 }
 
 #[test]
+fn one_sflush_after_a_batch_covers_every_send_of_the_batch() {
+    // Seed 003 §4.3: the durable RPCs post one SFlush after a batch of SENDs. It must
+    // persist each SEND's landing buffer, not only the last one's: on the slow data path
+    // (the mesh's spread is milliseconds) an earlier SEND's lines may persist after the
+    // last one's, and a power failure at the SFlush's completion must still keep all.
+    const N: u64 = 5;
+    const BYTES: u32 = 256;
+    for seed in 1..=8 {
+        let profile = LatencyProfile::builtin("slow-data-path").unwrap();
+        let net = Rc::new(Net::with_profile(
+            seed,
+            cfg("DMP+noDDIO+PM-RQWRB"),
+            QpType::Rc,
+            profile,
+        ));
+        let bufs: Vec<Sge> = (0..N)
+            .map(|i| net.server.sge(true, i * 4096, BYTES))
+            .collect();
+        for (i, b) in bufs.iter().enumerate() {
+            net.server.recv(net.sqp, i as u64, *b);
+        }
+        let n = net.clone();
+        let wcs = net.block_on(async move {
+            let c = &n.client;
+            for id in 0..N {
+                let data = Payload::inline(pattern(BYTES as usize, id as u8 + 1));
+                c.h.post_send(n.cqp, SendWr::new(id, Opcode::Send, data, None))
+                    .unwrap();
+            }
+            c.h.post_send(n.cqp, SendWr::sflush(100)).unwrap();
+            let mut out = Vec::new();
+            for _ in 0..=N {
+                out.push(next_completion(&c.h, c.scq).await);
+            }
+            out
+        });
+        assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+        assert_eq!(wcs.last().unwrap().opcode, WcOpcode::SFlush);
+        for (i, b) in bufs.iter().enumerate() {
+            let kept = net.server_image(b.addr, BYTES as usize);
+            assert_eq!(
+                kept,
+                pattern(BYTES as usize, i as u8 + 1),
+                "seed {seed}: SEND {i} of the batch is not durable at the SFlush's completion"
+            );
+        }
+    }
+}
+
+#[test]
 fn sflush_is_refused_at_post_time_where_it_cannot_work() {
     // No SEND before it.
     let net = Net::new(1, cfg("DMP+noDDIO+PM-RQWRB"), QpType::Rc);

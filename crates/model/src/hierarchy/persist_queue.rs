@@ -72,6 +72,14 @@ impl PersistQueue {
         Some(k)
     }
 
+    /// Every entry, in no particular order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = PersistKey> + '_ {
+        self.heap
+            .iter()
+            .map(|Reverse(k)| *k)
+            .chain(self.sorted.iter().copied())
+    }
+
     pub(super) fn clear(&mut self) {
         self.heap.clear();
         self.sorted.clear();

@@ -6,7 +6,8 @@
 //! - **SFlush** (sender-initiated, after a SEND, RC only, [`Opcode::SFlush`]): the SFlush
 //!   packet names the PSN of the SEND it follows; the responder's RNIC remembers where its
 //!   recent SENDs landed, spends `rnic.sflush_lookup_ns` finding this one (seed 003
-//!   §4.1.3), persists and answers. Non-posted: it executes after every earlier request of
+//!   §4.1.3), persists its landing buffer and those of the SENDs since the QP's previous
+//!   SFlush (one SFlush after a batch, §4.3), and answers. Non-posted: it executes after every earlier request of
 //!   the QP took effect. A SEND the responder no longer remembers, or one that landed in
 //!   DRAM (nothing an RNIC can make durable), is refused with an invalid-request NAK.
 //! - **RFlush** (receiver-initiated, any service type, [`Opcode::RFlush`]): the receiver's
@@ -15,8 +16,8 @@
 //!   pipeline until its flush is done, so later requests never overtake the notification.
 //!
 //! What "persists" means is the RNIC FLUSH of [`MemoryHierarchy::flush_done`] with
-//! persistence placement: every earlier inbound write has reached the WPQ (DMP without
-//! DDIO) or is globally visible (MHP, WSP: visibility is persistence). **Under DMP with DDIO
+//! persistence placement: every earlier inbound write to the bytes it names has reached the
+//! WPQ (DMP without DDIO) or is globally visible (MHP, WSP: visibility is persistence). **Under DMP with DDIO
 //! the lines sit in the LLC, which an RNIC cannot write back** (seed 000 §3.1.2: "extra work
 //! needs to be done by the responder's processor"; seed 003 §4.4.2: "the receiver's CPUs
 //! should perform a clflush"): the native primitives then guarantee visibility only, the
@@ -26,7 +27,7 @@
 //! (seed 003 §4.4.2: non-cacheable regions, per-root-port DDIO).
 
 use super::*;
-use crate::hierarchy::FlushPlacement;
+use crate::hierarchy::{FlushPlacement, FlushRange};
 
 /// Landing buffers an RC responder remembers per QP for SFlush.
 const LANDINGS: usize = 1024;
@@ -36,8 +37,13 @@ const LANDINGS: usize = 1024;
 pub(super) struct QpFlush {
     /// Requester: PSN of the last SEND posted.
     last_send: Option<Psn>,
-    /// Responder: where recent SENDs landed (PSN, space, address, length), oldest first.
-    landings: VecDeque<(Psn, Space, u64, u64)>,
+    /// Responder: where recent SENDs landed (ordinal, PSN, space, address, length),
+    /// oldest first.
+    landings: VecDeque<(u64, Psn, Space, u64, u64)>,
+    /// Responder: SENDs landed so far (the next landing's ordinal).
+    landed: u64,
+    /// Responder: ordinals below this were covered by an earlier SFlush.
+    sflushed: u64,
 }
 
 impl QpFlush {
@@ -59,15 +65,27 @@ impl QpFlush {
         if self.landings.len() == LANDINGS {
             self.landings.pop_front();
         }
-        self.landings.push_back((psn, space, addr, len));
+        self.landings
+            .push_back((self.landed, psn, space, addr, len));
+        self.landed += 1;
     }
 
-    fn landing(&self, psn: Psn) -> Option<(Space, u64, u64)> {
-        self.landings
+    /// The SFlush after SEND `psn` covers that SEND's landing buffer and those of the
+    /// SENDs since the QP's previous SFlush (a batch's SENDs, then one SFlush; seed 003
+    /// §4.3): their ranges, or `None` if the SEND is not remembered or landed in DRAM.
+    fn sflush_ranges(&mut self, psn: Psn) -> Option<Vec<FlushRange>> {
+        let &(last, _, space, _, _) = self.landings.iter().rev().find(|l| l.1 == psn)?;
+        if space != Space::Pm {
+            return None;
+        }
+        let ranges = self
+            .landings
             .iter()
-            .rev()
-            .find(|l| l.0 == psn)
-            .map(|&(_, s, a, n)| (s, a, n))
+            .filter(|l| (self.sflushed..=last).contains(&l.0) && l.2 == Space::Pm)
+            .map(|&(_, _, space, addr, len)| FlushRange { space, addr, len })
+            .collect();
+        self.sflushed = self.sflushed.max(last + 1);
+        Some(ranges)
     }
 }
 
@@ -110,19 +128,19 @@ impl Rnic {
         pkt: &Packet,
         send_psn: Psn,
     ) -> Option<Instant> {
-        match self.qps[pkt.dst_qp.0 as usize].flush.landing(send_psn) {
-            Some((Space::Pm, _, _)) => {}
-            _ => {
-                self.nak(now, pkt, NakCode::InvalidRequest);
-                return None;
-            }
-        }
-        // The lookup comes first; the flush then waits for every earlier inbound write
-        // (the model's FLUSH is node-wide, so the range is covered).
+        let Some(ranges) = self.qps[pkt.dst_qp.0 as usize]
+            .flush
+            .sflush_ranges(send_psn)
+        else {
+            self.nak(now, pkt, NakCode::InvalidRequest);
+            return None;
+        };
+        // The lookup comes first; the flush then waits for the earlier inbound writes to
+        // the landing buffers.
         let looked_up = now + self.ext.sflush_lookup + self.proc + self.pcie + self.pcie;
         let t = self
             .hier
-            .flush_done(now, FlushPlacement::Persistence)
+            .flush_done_ranges(now, FlushPlacement::Persistence, &ranges)
             .max(looked_up);
         self.respond(t, pkt, Body::Done);
         Some(t)
@@ -139,7 +157,17 @@ impl Rnic {
         range: Sge,
     ) -> Option<Instant> {
         match self.check_local(qpn, range, Access::NONE) {
-            Ok(Space::Pm) => Some(self.hier.flush_done(now, FlushPlacement::Persistence)),
+            Ok(Space::Pm) => {
+                let range = FlushRange {
+                    space: Space::Pm,
+                    addr: range.addr,
+                    len: range.len as u64,
+                };
+                Some(
+                    self.hier
+                        .flush_done(now, FlushPlacement::Persistence, range),
+                )
+            }
             Ok(Space::Dram) => {
                 self.complete_with_error(now, qpn, idx, WcStatus::LocProtErr);
                 None

@@ -470,10 +470,16 @@ impl Rnic {
                     crate::hierarchy::FlushPlacement::Visibility => Access::FLUSH_GLOBAL,
                     crate::hierarchy::FlushPlacement::Persistence => Access::FLUSH_PERSISTENT,
                 };
-                if let Err(code) = self.check_remote(qpn, *rkey, *addr, *len, need) {
-                    return self.nak(now, pkt, code);
-                }
-                let t = self.hier.flush_done(now, *placement);
+                let space = match self.check_remote(qpn, *rkey, *addr, *len, need) {
+                    Ok(s) => s,
+                    Err(code) => return self.nak(now, pkt, code),
+                };
+                let range = FlushRange {
+                    space,
+                    addr: *addr,
+                    len: *len,
+                };
+                let t = self.hier.flush_done(now, *placement, range);
                 self.respond(t, pkt, Body::Done);
                 t
             }
