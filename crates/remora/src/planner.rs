@@ -25,7 +25,11 @@ pub struct Candidate {
     pub mean: Duration,
 }
 
-/// Every correct (method, flush method) pair for the server, unranked.
+/// The correct (method, flush method) pairs the library chooses among, unranked: each
+/// primitive's table cell (with the text's rules, [`Taxonomy::method_for`]) and the text's
+/// alternatives ([`Taxonomy::alternatives`]). Not every correct method: the two-sided
+/// SEND idiom (`send-copy-flush`, seed 000 §3.4: "universal") is a candidate only where a
+/// table cell names it.
 pub fn candidates(
     t: &Taxonomy,
     config: &ServerConfig,
@@ -66,12 +70,14 @@ pub fn candidates(
 }
 
 /// Predicts the mean latency of `method` on a server: `n` updates of 64 bytes (compound:
-/// a 64-byte record, then an 8-byte pointer) on a simulated pair.
+/// a 64-byte record, then a `b` of `shape.b_len` bytes) on a simulated pair. `None` if the
+/// method cannot carry them (e.g. an ATOMIC WRITE of a `b` that is not 8 bytes).
 pub fn predict(
     config: &ServerConfig,
     profile: &LatencyProfile,
     method: &Method,
     flush: FlushMethod,
+    shape: Shape,
     n: u64,
     seed: u64,
 ) -> Option<Duration> {
@@ -83,23 +89,24 @@ pub fn predict(
     let total = Rc::new(RefCell::new(None));
     let out = total.clone();
     pair.sim.spawn_on(&pair.client, async move {
-        let shape = Shape { b_len: 8 };
         if client.connect(method.primitive(), shape).await.is_err() {
             return;
         }
         client.use_method(update, method);
         client.use_flush_method(flush);
         let record = [0x5au8; 64];
+        // `b` at offset 0, the records after it.
+        let first = shape.b_len.div_ceil(64).max(1) * 64;
+        let mut b = vec![0u8; shape.b_len as usize];
         let start = node.now();
         for i in 0..n {
-            let off = 64 + (i % 1024) * 64;
+            let off = first + (i % 1024) * 64;
+            for (j, x) in b.iter_mut().enumerate() {
+                *x = (i + 1).to_le_bytes()[j % 8];
+            }
             let r = match update {
                 Update::Singleton => client.persist(off, &record).await,
-                Update::Compound => {
-                    client
-                        .persist_ordered((off, &record), (0, &(i + 1).to_le_bytes()))
-                        .await
-                }
+                Update::Compound => client.persist_ordered((off, &record), (0, &b)).await,
             };
             if r.is_err() {
                 return;
@@ -123,7 +130,7 @@ pub fn plan(
     let mut v: Vec<Candidate> = candidates(&t, config, update, shape)
         .into_iter()
         .filter_map(|(method, flush, because)| {
-            let mean = predict(config, profile, &method, flush, 200, 1)?;
+            let mean = predict(config, profile, &method, flush, shape, 200, 1)?;
             Some(Candidate {
                 method,
                 flush,

@@ -242,7 +242,9 @@ impl Scenario {
 /// Options that decide between a table's method and the text's alternatives.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Shape {
-    /// Length of `b` in a compound update; ATOMIC WRITE needs at most 8 bytes.
+    /// Length of `b` in a compound update; ATOMIC WRITE carries exactly 8 bytes (seed 000
+    /// §3.3: "at most 8 bytes"; the IBTA ATOMIC WRITE is 8 bytes, and the client refuses
+    /// any other length), so any other `b` waits for the first FLUSH.
     pub b_len: u64,
 }
 
@@ -416,8 +418,9 @@ impl Taxonomy {
     /// states in its text:
     /// - §3.2 "iWARP": a completion proves nothing under iWARP, so WSP servers on iWARP
     ///   use the MHP methods (which FLUSH);
-    /// - §3.3: ATOMIC WRITE carries at most 8 bytes, and some RNICs lack it; then the
-    ///   requester waits for the first FLUSH's completion before writing `b`.
+    /// - §3.3: ATOMIC WRITE carries at most 8 bytes (exactly 8 in the IBTA verb), and
+    ///   some RNICs lack it (§3.4, §4.2); then the requester waits for the first FLUSH's
+    ///   completion before writing `b`.
     ///
     /// A missing native FLUSH does not change the method: the library emulates FLUSH by
     /// READ (§3.4), see [`remora_verbs::FlushMethod`].
@@ -434,7 +437,7 @@ impl Taxonomy {
         }
         let m = self.table_method(&table_config, primitive, update);
         if m.steps.iter().any(|s| matches!(s, Step::RqWriteAtomic(_)))
-            && (shape.b_len > 8 || !config.caps.atomic_write)
+            && (shape.b_len != 8 || !config.caps.atomic_write)
         {
             return &self.methods["write-flush-wait-write-flush"];
         }
@@ -570,6 +573,12 @@ mod tests {
             .name,
             "write-flush-wait-write-flush"
         );
+        // Shorter than 8 bytes too: the ATOMIC WRITE verb carries exactly 8, and the
+        // client refuses any other length, so the table's method would fail every update.
+        for b_len in [1, 4, 7] {
+            let m = t.method_for(&dmp, Primitive::Write, Update::Compound, Shape { b_len });
+            assert_eq!(m.name, "write-flush-wait-write-flush", "b of {b_len} bytes");
+        }
         let mut no_aw = dmp;
         no_aw.caps.atomic_write = false;
         assert_eq!(

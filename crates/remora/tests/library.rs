@@ -150,6 +150,29 @@ fn planner_offers_no_flush_method_under_dmp_with_ddio() {
 }
 
 #[test]
+fn planner_offers_atomic_write_only_for_an_eight_byte_b() {
+    // The ATOMIC WRITE verb carries exactly 8 bytes: for any other b the plan must not
+    // offer `write-flush-atomic-flush`, which the client would refuse on every update.
+    let config = cfg("DMP+noDDIO+PM-RQWRB");
+    let atomic = |c: &planner::Candidate| {
+        c.method
+            .steps
+            .iter()
+            .any(|s| matches!(s, remora::taxonomy::Step::RqWriteAtomic(_)))
+    };
+    let eight = planner::plan(&config, Update::Compound, Shape { b_len: 8 }, &profile());
+    assert!(eight.iter().any(atomic), "8 bytes: ATOMIC WRITE is correct");
+    for b_len in [4, 16] {
+        let plan = planner::plan(&config, Update::Compound, Shape { b_len }, &profile());
+        assert!(!plan.is_empty());
+        assert!(!plan.iter().any(atomic), "b of {b_len} bytes");
+        assert!(plan
+            .iter()
+            .any(|c| c.method.name == "write-flush-wait-write-flush"));
+    }
+}
+
+#[test]
 fn planner_emulates_flush_by_read_when_the_nic_lacks_it() {
     let t = Taxonomy::shipped();
     for name in ["DMP+noDDIO+DRAM-RQWRB", "MHP+DDIO+PM-RQWRB"] {
