@@ -73,7 +73,7 @@ fn silent_server(receives: bool) -> String {
                 rq_slot_bytes: 256,
                 seq_base: 1,
                 ring_addr: 0,
-                ring_rkey: 0,
+                ring_rkey: None,
             };
             let frame = Payload::inline(Frame::Hello(hello).emit());
             node.post_send(qp, SendWr::new(0, Opcode::Send, frame, None))

@@ -549,10 +549,11 @@ impl MemoryHierarchy {
     fn inflight_dma(&self, now: Instant, ranges: &[FlushRange], wpq: bool) -> Instant {
         let hits = |r: &Record| {
             let (a, b) = (r.addr(), r.addr() + r.len as u64);
-            r.dma
-                && ranges
-                    .iter()
-                    .any(|g| g.space == r.space && a < g.addr.saturating_add(g.len) && g.addr < b)
+            // An empty range covers nothing.
+            let covers = |g: &FlushRange| {
+                g.len > 0 && g.space == r.space && a < g.addr.saturating_add(g.len) && g.addr < b
+            };
+            r.dma && ranges.iter().any(covers)
         };
         // Not yet visible: in `vis_fifo`. Visible, not yet in the WPQ: in `persist`.
         let mut t = Instant::ZERO;

@@ -830,8 +830,10 @@ proptest! {
     ) {
         let mut h = hier(Dmp, false, seed);
         let mut t = ns(1_000);
-        for (line, len, gap) in &writes {
-            h.dma_write(t, Space::Pm, PM_BASE + line * LINE, &vec![7u8; *len]);
+        // Each write its own bytes: a FLUSH that missed a newer write over older bytes
+        // would show.
+        for (i, (line, len, gap)) in writes.iter().enumerate() {
+            h.dma_write(t, Space::Pm, PM_BASE + line * LINE, &vec![i as u8 + 1; *len]);
             t += Duration::from_nanos(*gap);
         }
         let (addr, len) = (PM_BASE + lo * LINE, lines * LINE);
@@ -844,5 +846,29 @@ proptest! {
                 prop_assert!(h.is_persistent(done, x, (y - x) as usize));
             }
         }
+    }
+
+    /// The same on the slow data path with a burst at one instant: lines reach the WPQ in
+    /// a spread of milliseconds, far out of order, so the queue to the WPQ files them in
+    /// its heap as well as its sorted part, and the FLUSH must find them in both.
+    #[test]
+    fn a_flush_finds_its_lines_however_far_out_of_order_they_persist(
+        n in 50u64..400, pick in 0u64..400, seed in 0u64..1000,
+    ) {
+        let mut h = MemoryHierarchy::new(
+            Dmp,
+            false,
+            &LatencyProfile::builtin("slow-data-path").unwrap(),
+            Prng::from_seed(seed),
+        );
+        let t = ns(1_000);
+        for i in 0..n {
+            h.dma_write(t, Space::Pm, PM_BASE + i * LINE, &[i as u8 + 1; LINE as usize]);
+        }
+        let addr = PM_BASE + (pick % n) * LINE;
+        let range = FlushRange { space: Space::Pm, addr, len: LINE };
+        let done = h.flush_done(t, FlushPlacement::Persistence, range);
+        h.advance(done);
+        prop_assert!(h.is_persistent(done, addr, LINE as usize));
     }
 }

@@ -500,14 +500,18 @@ impl<V: Verbs> Client<V> {
                     // put data there (seed 000's "Rq Send(a); Rq Flush"). Completions come
                     // in order: waiting for the last waits for both. A READ used as a FLUSH
                     // orders every earlier write (seed 000 §3.4): one READ of the region.
-                    let ring = (std::mem::take(&mut sent) && hello.ring_rkey != 0).then(|| {
-                        let len = u64::from(hello.rq_slots) * u64::from(hello.rq_slot_bytes);
-                        let at = Remote {
-                            addr: hello.ring_addr,
-                            rkey: hello.ring_rkey,
-                        };
-                        (at, len)
-                    });
+                    let ring = hello
+                        .ring_rkey
+                        .filter(|_| std::mem::take(&mut sent))
+                        .map(|rkey| {
+                            let len = u64::from(hello.rq_slots) * u64::from(hello.rq_slot_bytes);
+                            let at = Remote {
+                                addr: hello.ring_addr,
+                                rkey,
+                            };
+                            (at, len)
+                        });
+                    sent = false;
                     let region = written.take().map(|(lo, hi)| (lo, hi - lo));
                     let region = match (region, ring, self.flush) {
                         (Some(r), _, _) => Some(r),
@@ -543,6 +547,7 @@ impl<V: Verbs> Client<V> {
                 }
                 Step::RqFlushOf(x) => {
                     let (off, data) = item(*x);
+                    (written, sent) = (None, false);
                     last_flush = self.wr_id();
                     let at = Remote {
                         addr: hello.region_addr + off,

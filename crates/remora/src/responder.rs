@@ -322,10 +322,7 @@ impl<V: Verbs> Responder<V> {
             rq_slot_bytes: self.setup.rq_slot_bytes,
             seq_base: self.seq_base,
             ring_addr: self.ring.addr,
-            ring_rkey: match self.ring.space {
-                Space::Pm => self.ring.rkey,
-                Space::Dram => 0,
-            },
+            ring_rkey: (self.ring.space == Space::Pm).then_some(self.ring.rkey),
         };
         self.v.post_send(
             self.qp,

@@ -17,8 +17,9 @@
 //! | 20..24 | CRC-32C of the frame with this field zero |
 //! | 24.. | body |
 //!
-//! Bodies: Hello = the server's configuration, its region descriptor, its receive ring and
-//! the client's first sequence number (version 2 added the ring); Apply = entries of
+//! Bodies: Hello = the server's configuration, its region descriptor, the client's first
+//! sequence number, then its receive ring's address, whether it can be FLUSHed (a byte,
+//! zero or one) and its rkey (zero when it cannot; version 2 added the ring); Apply = entries of
 //! (offset u64, length u32, data); Notify = entries of (offset u64, length u32); Ack = none.
 
 use remora_model::config::ServerConfig;
@@ -60,8 +61,8 @@ pub struct Hello {
     /// Address of the receive ring (`rq_slots` slots of `rq_slot_bytes`).
     pub ring_addr: u64,
     /// Its rkey for a FLUSH (a SEND's data lands there, and an IBTA FLUSH names a range of
-    /// a memory region); 0 when the ring is in DRAM, where nothing persists.
-    pub ring_rkey: u32,
+    /// a memory region); `None` when the ring is in DRAM, where nothing persists.
+    pub ring_rkey: Option<u32>,
 }
 
 /// The largest first sequence number a [`Hello`] may give: a connection counts up from
@@ -163,7 +164,7 @@ impl Frame {
     pub fn buffer_len(&self) -> usize {
         HEADER
             + match self {
-                Frame::Hello(_) => 5 + 8 + 8 + 4 + 4 + 4 + 8 + 8 + 4,
+                Frame::Hello(_) => 5 + 8 + 8 + 4 + 4 + 4 + 8 + 8 + 1 + 4,
                 Frame::Apply { entries, .. } => {
                     Self::apply_buffer_len(entries.iter().map(|(_, d)| d.len())) - HEADER
                 }
@@ -244,7 +245,8 @@ impl Frame {
                 w.put(&h.rq_slot_bytes.to_le_bytes());
                 w.put(&h.seq_base.to_le_bytes());
                 w.put(&h.ring_addr.to_le_bytes());
-                w.put(&h.ring_rkey.to_le_bytes());
+                w.put(&[u8::from(h.ring_rkey.is_some())]);
+                w.put(&h.ring_rkey.unwrap_or(0).to_le_bytes());
             }),
             Frame::Apply { seq, ack, entries } => {
                 write_frame(out, KIND_APPLY, *seq, *ack, entries.len(), |w| {
@@ -481,7 +483,11 @@ impl<'a> FrameRef<'a> {
                     rq_slot_bytes: body.u32()?,
                     seq_base: body.u64()?,
                     ring_addr: body.u64()?,
-                    ring_rkey: body.u32()?,
+                    ring_rkey: match (body.u8()?, body.u32()?) {
+                        (0, 0) => None,
+                        (1, k) => Some(k),
+                        _ => return Err(FrameError::BadValue("receive ring's rkey")),
+                    },
                 };
                 // A region that wraps the address space, or sequence numbers with no room
                 // left to count up, would make the client's arithmetic overflow.
@@ -589,7 +595,7 @@ mod tests {
                     rq_slot_bytes: 256,
                     seq_base: (a >> 2) % MAX_SEQ_BASE + 1,
                     ring_addr: a >> 3,
-                    ring_rkey: k.rotate_left(7),
+                    ring_rkey: (k % 3 != 0).then(|| k.rotate_left(7)),
                 })
             }),
         ]
@@ -692,7 +698,7 @@ mod tests {
             rq_slot_bytes: 256,
             seq_base: 1,
             ring_addr: 8192,
-            ring_rkey: 2,
+            ring_rkey: Some(2),
         });
         assert_eq!(Frame::parse(&hello.emit()), Ok(hello.clone()));
         assert_eq!(

@@ -945,7 +945,7 @@ fn a_hello() -> Hello {
         rq_slot_bytes: 256,
         seq_base: 1,
         ring_addr: 0,
-        ring_rkey: 0,
+        ring_rkey: None,
     }
 }
 

@@ -367,6 +367,75 @@ fn one_sflush_after_a_batch_covers_every_send_of_the_batch() {
 }
 
 #[test]
+fn an_sflush_after_more_sends_than_the_rnic_remembers_still_covers_them_all() {
+    // The responder's RNIC remembers the last 1,024 landings. A batch longer than that
+    // has SENDs it no longer knows: the SFlush then persists all of PM rather than skip
+    // them (a SEND to PM, 1,028 to DRAM, one to PM, one SFlush).
+    const BYTES: u32 = 256;
+    const DRAM_SENDS: u64 = 1028;
+    for seed in 1..=8 {
+        let profile = LatencyProfile::builtin("slow-data-path").unwrap();
+        let net = Rc::new(Net::with_profile(
+            seed,
+            cfg("DMP+noDDIO+PM-RQWRB"),
+            QpType::Rc,
+            profile,
+        ));
+        let first = net.server.sge(true, 0, BYTES);
+        let last = net.server.sge(true, 4096, BYTES);
+        let dram = net.server.sge(false, 0, BYTES);
+        // The receive queue holds 1,024: the server reposts as SENDs land.
+        let posted_first = 1023;
+        let bufs: Vec<Sge> = std::iter::once(first)
+            .chain((0..DRAM_SENDS).map(|_| dram))
+            .chain(std::iter::once(last))
+            .collect();
+        for (i, b) in bufs.iter().take(posted_first).enumerate() {
+            net.server.recv(net.sqp, i as u64, *b);
+        }
+        // The server reposts as SENDs land.
+        let n = net.clone();
+        let total = bufs.len();
+        net.sim.spawn(async move {
+            let s = &n.server;
+            for landed in 0..total {
+                let wc = next_completion(&s.h, s.rcq).await;
+                assert_eq!(wc.status, WcStatus::Success, "SEND {landed}");
+                if let Some(b) = bufs.get(posted_first + landed) {
+                    s.recv(n.sqp, (posted_first + landed) as u64, *b);
+                }
+            }
+        });
+        // The send queue holds 1,024 too: rounds of 512, each waited for.
+        let n = net.clone();
+        let flushed = net.block_on(async move {
+            let c = &n.client;
+            for round in (0..total as u64).collect::<Vec<_>>().chunks(512) {
+                for &id in round {
+                    let data = Payload::inline(pattern(BYTES as usize, 1 + (id % 200) as u8));
+                    let last = id == *round.last().unwrap();
+                    let wr = SendWr::new(id, Opcode::Send, data, None).signaled(last);
+                    c.h.post_send(n.cqp, wr).unwrap();
+                }
+                let wc = next_completion(&c.h, c.scq).await;
+                assert_eq!(wc.status, WcStatus::Success);
+            }
+            c.h.post_send(n.cqp, SendWr::sflush(9_999)).unwrap();
+            next_completion(&c.h, c.scq).await
+        });
+        assert_eq!(
+            (flushed.status, flushed.opcode),
+            (WcStatus::Success, WcOpcode::SFlush)
+        );
+        assert_eq!(
+            net.server_image(first.addr, BYTES as usize),
+            pattern(BYTES as usize, 1),
+            "seed {seed}: the batch's first SEND is not durable at the SFlush's completion"
+        );
+    }
+}
+
+#[test]
 fn sflush_is_refused_at_post_time_where_it_cannot_work() {
     // No SEND before it.
     let net = Net::new(1, cfg("DMP+noDDIO+PM-RQWRB"), QpType::Rc);

@@ -130,8 +130,10 @@ impl FlushMethod {
                 Some(remote),
             ),
             FlushMethod::ReadAfterWrite => {
+                // At most 8 bytes, and no further than the range: a write in a region's
+                // last bytes must not have its READ run past the region.
                 let sge = Sge {
-                    len: scratch.len.min(8),
+                    len: scratch.len.min(8).min(len.min(8) as u32),
                     ..scratch
                 };
                 SendWr::new(wr_id, Opcode::Read, Payload::Sge(sge), Some(remote))

@@ -72,18 +72,30 @@ impl QpFlush {
 
     /// The SFlush after SEND `psn` covers that SEND's landing buffer and those of the
     /// SENDs since the QP's previous SFlush (a batch's SENDs, then one SFlush; seed 003
-    /// §4.3): their ranges, or `None` if the SEND is not remembered or landed in DRAM.
+    /// §4.3): their PM ranges (DRAM landings of the batch have nothing to persist), or
+    /// `None` if the named SEND is not remembered or landed in DRAM. When a SEND of the
+    /// batch is no longer remembered (more than [`LANDINGS`] since the previous SFlush),
+    /// the SFlush covers all of PM: the RNIC cannot name what it forgot, and persisting
+    /// everything is correct.
     fn sflush_ranges(&mut self, psn: Psn) -> Option<Vec<FlushRange>> {
         let &(last, _, space, _, _) = self.landings.iter().rev().find(|l| l.1 == psn)?;
         if space != Space::Pm {
             return None;
         }
-        let ranges = self
-            .landings
-            .iter()
-            .filter(|l| (self.sflushed..=last).contains(&l.0) && l.2 == Space::Pm)
-            .map(|&(_, _, space, addr, len)| FlushRange { space, addr, len })
-            .collect();
+        let forgot = self.landings.front().is_some_and(|f| f.0 > self.sflushed);
+        let ranges = if forgot {
+            vec![FlushRange {
+                space: Space::Pm,
+                addr: 0,
+                len: u64::MAX,
+            }]
+        } else {
+            self.landings
+                .iter()
+                .filter(|l| (self.sflushed..=last).contains(&l.0) && l.2 == Space::Pm)
+                .map(|&(_, _, space, addr, len)| FlushRange { space, addr, len })
+                .collect()
+        };
         self.sflushed = self.sflushed.max(last + 1);
         Some(ranges)
     }
