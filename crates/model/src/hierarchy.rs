@@ -555,22 +555,28 @@ impl MemoryHierarchy {
             };
             r.dma && ranges.iter().any(covers)
         };
-        // Not yet visible: in `vis_fifo`. Visible, not yet in the WPQ: in `persist`.
-        let mut t = Instant::ZERO;
-        for &(_, id, seq) in &self.vis_fifo {
-            if let Some(r) = self.rec(id, seq).filter(|r| hits(r)) {
-                t = t.max(r.t_visible);
-            }
-        }
-        if wpq {
-            for (t_wpq, _, seq, id) in self.persist.iter() {
-                let live = self.rec(id, seq).filter(|r| r.t_wpq == t_wpq && hits(r));
-                if t_wpq > now && live.is_some() {
-                    t = t.max(t_wpq);
-                }
-            }
-        }
-        t
+        // Not yet visible: in `vis_fifo`, in `t_visible` order, so the last that hits is
+        // the latest. Visible, not yet in the WPQ: in `persist` (a stale entry's record is
+        // gone or has another `t_wpq`). Once per FLUSH, over the lines in flight: a FLUSH
+        // after a stream's writes finds its answer at the back of both.
+        let vis = self
+            .vis_fifo
+            .iter()
+            .rev()
+            .find_map(|&(_, id, seq)| self.rec(id, seq).filter(|r| hits(r)))
+            .map_or(Instant::ZERO, |r| r.t_visible);
+        let wpq = wpq
+            .then(|| {
+                self.persist.latest(|&(t_wpq, _, seq, id)| {
+                    t_wpq > now
+                        && self
+                            .rec(id, seq)
+                            .is_some_and(|r| r.t_wpq == t_wpq && hits(r))
+                })
+            })
+            .flatten()
+            .unwrap_or(Instant::ZERO);
+        vis.max(wpq)
     }
 
     /// An RDMA READ the RNIC starts at `now`: the PCIe read is ordered after every earlier

@@ -72,12 +72,19 @@ impl PersistQueue {
         Some(k)
     }
 
-    /// Every entry, in no particular order.
-    pub(super) fn iter(&self) -> impl Iterator<Item = PersistKey> + '_ {
-        self.heap
+    /// The latest time of an entry that `matches`, if any: the sorted part from its back
+    /// to its first match (its times only fall), the heap whole (a few out-of-order
+    /// entries). A FLUSH asks this once per FLUSH, over every line in flight.
+    pub(super) fn latest(&self, mut matches: impl FnMut(&PersistKey) -> bool) -> Option<Instant> {
+        let sorted = self.sorted.iter().rev().find(|k| matches(k)).map(|k| k.0);
+        let heap = self
+            .heap
             .iter()
-            .map(|Reverse(k)| *k)
-            .chain(self.sorted.iter().copied())
+            .map(|Reverse(k)| k)
+            .filter(|k| matches(k))
+            .map(|k| k.0)
+            .max();
+        sorted.max(heap)
     }
 
     pub(super) fn clear(&mut self) {
