@@ -296,25 +296,27 @@ impl<V: Verbs> Client<V> {
     /// must be waited for in the order they were posted (completions arrive in order).
     pub fn post_flush_writes(&mut self) -> Result<FlushTicket, PersistError> {
         let hello = self.hello.ok_or(PersistError::NotConnected)?;
+        let r = Remote {
+            addr: hello.region_addr,
+            rkey: hello.region_rkey,
+        };
+        Ok(FlushTicket(self.post_flush(r, hello.region_len)?))
+    }
+
+    /// Posts a FLUSH of `len` bytes at `at` (or its READ emulation) with persistence
+    /// placement; returns its work request's id.
+    fn post_flush(&mut self, at: Remote, len: u64) -> Result<u64, VerbsError> {
         let id = self.wr_id();
         let scratch = Sge {
             addr: self.scratch.addr,
             len: 8,
             lkey: self.scratch.lkey,
         };
-        let r = Remote {
-            addr: hello.region_addr,
-            rkey: hello.region_rkey,
-        };
-        let wr = self.flush.work_request(
-            id,
-            FlushPlacement::Persistence,
-            r,
-            hello.region_len,
-            scratch,
-        );
+        let wr = self
+            .flush
+            .work_request(id, FlushPlacement::Persistence, at, len, scratch);
         self.v.post_send(self.qp, wr)?;
-        Ok(FlushTicket(id))
+        Ok(id)
     }
 
     /// Waits until the FLUSH of `ticket` completed: every WRITE posted before it is
@@ -528,45 +530,18 @@ impl<V: Verbs> Client<V> {
                         (at, len)
                     });
                     let ring = ring.filter(|_| self.flush == FlushMethod::Native);
-                    let scratch = Sge {
-                        addr: self.scratch.addr,
-                        len: 8,
-                        lkey: self.scratch.lkey,
-                    };
                     for (at, len) in region.into_iter().chain(ring) {
-                        last_flush = self.wr_id();
-                        let wr = self.flush.work_request(
-                            last_flush,
-                            FlushPlacement::Persistence,
-                            at,
-                            len,
-                            scratch,
-                        );
-                        self.v.post_send(self.qp, wr)?;
+                        last_flush = self.post_flush(at, len)?;
                     }
                 }
                 Step::RqFlushOf(x) => {
                     let (off, data) = item(*x);
                     (written, sent) = (None, false);
-                    last_flush = self.wr_id();
                     let at = Remote {
                         addr: hello.region_addr + off,
                         rkey: hello.region_rkey,
                     };
-                    let scratch = Sge {
-                        addr: self.scratch.addr,
-                        len: 8,
-                        lkey: self.scratch.lkey,
-                    };
-                    let len = (data.len() as u64).max(1);
-                    let wr = self.flush.work_request(
-                        last_flush,
-                        FlushPlacement::Persistence,
-                        at,
-                        len,
-                        scratch,
-                    );
-                    self.v.post_send(self.qp, wr)?;
+                    last_flush = self.post_flush(at, (data.len() as u64).max(1))?;
                 }
                 Step::RqCompFlush => self.wait_wr(last_flush, "FLUSH").await?,
                 Step::RqWriteAtomic(x) => {
