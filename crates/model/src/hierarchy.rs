@@ -32,9 +32,8 @@
 //! in the order they are scheduled (no FR-FCFS reordering); natural LLC evictions are
 //! background traffic and do not occupy WPQ slots; an RNIC FLUSH waits for every earlier
 //! inbound DMA to its range, and a READ for every earlier one, of any QP of the node, not
-//! only its own QP's (correct, conservative); nothing
-//! pushes back on the RNIC: a WPQ that backs up delays when lines persist, not when the RNIC
-//! takes the next packet, so a stream into a data path slower than the link builds an
+//! only its own QP's (correct, conservative); nothing pushes back on the RNIC: a WPQ that
+//! backs up delays when lines persist, not when the RNIC takes the next packet, so a stream into a data path slower than the link builds an
 //! unbounded backlog where PCIe credits and link flow control would slow the sender.
 //!
 //! Where each part is: this file has the state, time ([`advance`](MemoryHierarchy::advance)),
@@ -102,6 +101,17 @@ pub struct FlushRange {
     pub addr: u64,
     /// Its length in bytes.
     pub len: u64,
+}
+
+impl FlushRange {
+    /// Every byte of `space`: a FLUSH that covers every earlier write there.
+    pub const fn all(space: Space) -> FlushRange {
+        FlushRange {
+            space,
+            addr: 0,
+            len: u64::MAX,
+        }
+    }
 }
 
 /// Counters for reports and tests.
@@ -479,8 +489,7 @@ impl MemoryHierarchy {
             visible = (t_iio + self.p.iio).max(self.last_visible);
             self.last_visible = visible;
             self.max_dma_visible = self.max_dma_visible.max(visible);
-            let id = self.new_record(space, addr_i, &data[done..done + n], arrive, visible);
-            self.records[id as usize].as_mut().unwrap().dma = true;
+            let id = self.new_record(space, addr_i, &data[done..done + n], arrive, visible, true);
             self.vis_fifo
                 .push_back((visible, id, self.records[id as usize].as_ref().unwrap().seq));
             if space == Space::Pm {
@@ -791,8 +800,8 @@ impl MemoryHierarchy {
         self.lines.entry(addr / LINE * LINE).or_default().pending += 1;
     }
 
-    /// A record of `bytes` at `addr` (within one line) in a free slot. A PM record's line
-    /// counts it through [`pend`](Self::pend) or [`schedule_wpq`](Self::schedule_wpq).
+    /// A record of `bytes` at `addr` (within one line) in a free slot, made by an inbound
+    /// DMA if `dma` (else a CPU store). A PM record's line counts it through [`pend`](Self::pend) or [`schedule_wpq`](Self::schedule_wpq).
     fn new_record(
         &mut self,
         space: Space,
@@ -800,6 +809,7 @@ impl MemoryHierarchy {
         bytes: &[u8],
         arrive: Instant,
         visible: Instant,
+        dma: bool,
     ) -> u32 {
         let line = addr / LINE * LINE;
         let off = (addr - line) as usize;
@@ -826,7 +836,7 @@ impl MemoryHierarchy {
             t_wpq: Instant::NEVER,
             in_llc: false,
             in_media: false,
-            dma: false,
+            dma,
         });
         r.data[off..off + bytes.len()].copy_from_slice(bytes);
         id
@@ -929,11 +939,7 @@ mod tests {
                 domain != PersistenceDomain::Dmp,
                 "{domain:?} once visible"
             );
-            let all = FlushRange {
-                space: Space::Pm,
-                addr: 0,
-                len: u64::MAX,
-            };
+            let all = FlushRange::all(Space::Pm);
             let done = h.flush_done(vis, FlushPlacement::Persistence, all);
             h.advance(done);
             assert!(in_media(&media), "{domain:?} after a FLUSH");

@@ -22,11 +22,7 @@ fn hier(domain: PersistenceDomain, ddio: bool, seed: u64) -> MemoryHierarchy {
 }
 
 /// A FLUSH that names all of PM: these tests flush everything they wrote.
-const ALL_PM: FlushRange = FlushRange {
-    space: Space::Pm,
-    addr: 0,
-    len: u64::MAX,
-};
+const ALL_PM: FlushRange = FlushRange::all(Space::Pm);
 
 fn ns(n: u64) -> Instant {
     Instant::from_nanos(n)

@@ -502,9 +502,10 @@ impl<V: Verbs> Client<V> {
                     // put data there (seed 000's "Rq Send(a); Rq Flush"). Completions come
                     // in order: waiting for the last waits for both. A READ used as a FLUSH
                     // orders every earlier write (seed 000 §3.4): one READ of the region.
+                    let after_send = std::mem::take(&mut sent);
                     let ring = hello
                         .ring_rkey
-                        .filter(|_| std::mem::take(&mut sent))
+                        .filter(|_| after_send && self.flush == FlushMethod::Native)
                         .map(|rkey| {
                             let len = u64::from(hello.rq_slots) * u64::from(hello.rq_slot_bytes);
                             let at = Remote {
@@ -513,14 +514,12 @@ impl<V: Verbs> Client<V> {
                             };
                             (at, len)
                         });
-                    sent = false;
-                    let region = written.take().map(|(lo, hi)| (lo, hi - lo));
-                    let region = match (region, ring, self.flush) {
-                        (Some(r), _, _) => Some(r),
-                        (None, Some(_), FlushMethod::Native) => None,
+                    let region = match written.take() {
+                        Some((lo, hi)) => Some((lo, hi - lo)),
+                        None if ring.is_some() => None,
                         // Nothing written (no method does that), or a READ: a byte of the
                         // update's first item.
-                        (None, _, _) => Some((items[0].0, (items[0].1.len() as u64).max(1))),
+                        None => Some((items[0].0, (items[0].1.len() as u64).max(1))),
                     };
                     let region = region.map(|(off, len)| {
                         let at = Remote {
@@ -529,7 +528,6 @@ impl<V: Verbs> Client<V> {
                         };
                         (at, len)
                     });
-                    let ring = ring.filter(|_| self.flush == FlushMethod::Native);
                     for (at, len) in region.into_iter().chain(ring) {
                         last_flush = self.post_flush(at, len)?;
                     }

@@ -316,6 +316,18 @@ fn sflush_covers_the_last_send_before_it() {
     let _ = a;
 }
 
+/// An RC pair whose server is DMP without DDIO on the slow data path: lines reach the WPQ
+/// up to milliseconds after they are visible, far out of order.
+fn slow_dmp_net(seed: u64) -> Rc<Net> {
+    let profile = LatencyProfile::builtin("slow-data-path").unwrap();
+    Rc::new(Net::with_profile(
+        seed,
+        cfg("DMP+noDDIO+PM-RQWRB"),
+        QpType::Rc,
+        profile,
+    ))
+}
+
 #[test]
 fn one_sflush_after_a_batch_covers_every_send_of_the_batch() {
     // Seed 003 §4.3: the durable RPCs post one SFlush after a batch of SENDs. It must
@@ -325,13 +337,7 @@ fn one_sflush_after_a_batch_covers_every_send_of_the_batch() {
     const N: u64 = 5;
     const BYTES: u32 = 256;
     for seed in 1..=8 {
-        let profile = LatencyProfile::builtin("slow-data-path").unwrap();
-        let net = Rc::new(Net::with_profile(
-            seed,
-            cfg("DMP+noDDIO+PM-RQWRB"),
-            QpType::Rc,
-            profile,
-        ));
+        let net = slow_dmp_net(seed);
         let bufs: Vec<Sge> = (0..N)
             .map(|i| net.server.sge(true, i * 4096, BYTES))
             .collect();
@@ -374,13 +380,7 @@ fn an_sflush_after_more_sends_than_the_rnic_remembers_still_covers_them_all() {
     const BYTES: u32 = 256;
     const DRAM_SENDS: u64 = 1028;
     for seed in 1..=8 {
-        let profile = LatencyProfile::builtin("slow-data-path").unwrap();
-        let net = Rc::new(Net::with_profile(
-            seed,
-            cfg("DMP+noDDIO+PM-RQWRB"),
-            QpType::Rc,
-            profile,
-        ));
+        let net = slow_dmp_net(seed);
         let first = net.server.sge(true, 0, BYTES);
         let last = net.server.sge(true, 4096, BYTES);
         let dram = net.server.sge(false, 0, BYTES);

@@ -7,8 +7,8 @@
 //!   packet names the PSN of the SEND it follows; the responder's RNIC remembers where its
 //!   recent SENDs landed, spends `rnic.sflush_lookup_ns` finding this one (seed 003
 //!   §4.1.3), persists its landing buffer and those of the SENDs since the QP's previous
-//!   SFlush (one SFlush after a batch, §4.3), and answers. Non-posted: it executes after every earlier request of
-//!   the QP took effect. A SEND the responder no longer remembers, or one that landed in
+//!   SFlush (one SFlush after a batch, §4.3), and answers. Non-posted: it executes after
+//!   every earlier request of the QP took effect. A SEND the responder no longer remembers, or one that landed in
 //!   DRAM (nothing an RNIC can make durable), is refused with an invalid-request NAK.
 //! - **RFlush** (receiver-initiated, any service type, [`Opcode::RFlush`]): the receiver's
 //!   RNIC persists a local PM range, then sends the peer a zero-length notification with
@@ -17,8 +17,8 @@
 //!
 //! What "persists" means is the RNIC FLUSH of [`MemoryHierarchy::flush_done`] with
 //! persistence placement: every earlier inbound write to the bytes it names has reached the
-//! WPQ (DMP without DDIO) or is globally visible (MHP, WSP: visibility is persistence). **Under DMP with DDIO
-//! the lines sit in the LLC, which an RNIC cannot write back** (seed 000 §3.1.2: "extra work
+//! WPQ (DMP without DDIO) or is globally visible (MHP, WSP: visibility is persistence).
+//! **Under DMP with DDIO the lines sit in the LLC, which an RNIC cannot write back** (seed 000 §3.1.2: "extra work
 //! needs to be done by the responder's processor"; seed 003 §4.4.2: "the receiver's CPUs
 //! should perform a clflush"): the native primitives then guarantee visibility only, the
 //! same as IBTA FLUSH, and a power failure after their completion can lose the data until
@@ -84,11 +84,7 @@ impl QpFlush {
         }
         let forgot = self.landings.front().is_some_and(|f| f.0 > self.sflushed);
         let ranges = if forgot {
-            vec![FlushRange {
-                space: Space::Pm,
-                addr: 0,
-                len: u64::MAX,
-            }]
+            vec![FlushRange::all(Space::Pm)]
         } else {
             self.landings
                 .iter()
