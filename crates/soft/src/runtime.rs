@@ -17,7 +17,7 @@ use remora_model::hierarchy::Space;
 use remora_model::rnic::{MrInfo, QpAttr, Rnic, Tx};
 use remora_model::time::{Duration, Instant};
 use remora_model::verbs::*;
-use remora_model::wire::{Frame, Packet, TrainTail, WireError, WriteRef};
+use remora_model::wire::{Body, Frame, NakCode, Packet, TrainTail, WireError, WriteRef};
 use remora_model::ServerConfig;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -50,6 +50,16 @@ const COALESCE_SLICES: u32 = 8;
 /// add to it: coalescing saves a write for a small answer, while a stream's batch leaves
 /// as soon as it is made, so the peer works on it while the next one is posted.
 const COALESCE_BYTES: usize = 16 << 10;
+/// Output pending for one peer (queued on its connection, waiting for its departure, or
+/// promised by READs it asked for) beyond which its requests wait: a peer that does not
+/// read what it is sent must not make this process buffer without bound (a READ asks for
+/// up to a region's bytes in a 60-byte frame). Its responses are still taken, so two
+/// peers that each wait for the other to read go on reading each other.
+pub const BACKLOG_HIGH: u64 = 64 << 20;
+/// Bytes of a peer's requests held while its output is backed up beyond which its socket
+/// is no longer read until the output drains (TCP then holds the peer's sends back).
+pub const HELD_HIGH: usize = 64 << 20;
+
 /// ACK time-out on TCP. The transport is reliable and a dead peer shows up as a closed
 /// connection (its QPs fail at once), so the time-out only catches a hung peer; a
 /// microsecond-scale model value would misfire whenever the host is busy.
@@ -99,6 +109,15 @@ pub struct NetStats {
     /// Steps of the RNIC (by the driver, or by a reader for what it read): a round trip
     /// takes one per read and one per batch of posts.
     pub steps: u64,
+    /// Request frames held because their peer's output was backed up beyond
+    /// [`BACKLOG_HIGH`] (handed to the RNIC once it drained).
+    pub held_back: u64,
+    /// Times a peer's socket was left unread because [`HELD_HIGH`] bytes of its requests
+    /// were held.
+    pub paused: u64,
+    /// The most output one peer had pending after a write the socket did not take whole
+    /// (bytes; see [`BACKLOG_HIGH`]).
+    pub peak_backlog: u64,
 }
 
 impl std::fmt::Display for NetStats {
@@ -107,7 +126,15 @@ impl std::fmt::Display for NetStats {
             f,
             "{} packets received, {} sent in {} socket writes, {} RNIC steps; {} malformed frames, {} spoofed packets",
             self.received, self.sent, self.writes, self.steps, self.malformed, self.spoofed
-        )
+        )?;
+        if self.held_back > 0 {
+            write!(
+                f,
+                "; {} requests held while their peer's output backed up (at most {} bytes), reading paused {} times",
+                self.held_back, self.peak_backlog, self.paused
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -144,10 +171,16 @@ impl State {
     fn hold_transmitted(&mut self, now: Instant) -> usize {
         let mut queued = 0;
         while let Some((ready, pkt)) = self.rnic.poll_transmit() {
+            left_rnic(&self.peers, &pkt);
             if self.held.is_empty() && ready <= now {
                 self.queue(&pkt);
                 queued += 1;
-            } else if self.held.back().is_none_or(|(t, _)| *t <= ready) {
+                continue;
+            }
+            if let Some(c) = self.peers.get(&pkt.dst) {
+                c.later.set(c.later.get() + held_bytes(&pkt));
+            }
+            if self.held.back().is_none_or(|(t, _)| *t <= ready) {
                 self.held.push_back((ready, pkt));
             } else {
                 let at = self.held.partition_point(|(t, _)| *t <= ready);
@@ -155,6 +188,15 @@ impl State {
             }
         }
         queued
+    }
+
+    /// Takes the first held packet (due now) off the held queue and its connection's count.
+    fn unhold(&mut self) -> Option<(Instant, Packet)> {
+        let (ready, pkt) = self.held.pop_front()?;
+        if let Some(c) = self.peers.get(&pkt.dst) {
+            c.later.set(c.later.get().saturating_sub(held_bytes(&pkt)));
+        }
+        Some((ready, pkt))
     }
 
     /// What [`hold_transmitted`](Self::hold_transmitted) and the step's loop over the held
@@ -176,7 +218,10 @@ impl State {
             // breaks the order, and the rest goes by the held queue).
             self.depart_at(now, ready);
             match self.rnic.peek_transmit().expect("peeked") {
-                Tx::Packet(p) => queue_on(&self.peers, &mut self.stats, p),
+                Tx::Packet(p) => {
+                    left_rnic(&self.peers, p);
+                    queue_on(&self.peers, &mut self.stats, p)
+                }
                 Tx::Write(w) => queue_write_on(&self.peers, &mut self.stats, &w),
             }
             self.rnic.discard_transmit();
@@ -200,6 +245,35 @@ impl State {
     /// flush, which comes after the step's `sync_media`.
     fn queue(&mut self, pkt: &Packet) {
         queue_on(&self.peers, &mut self.stats, pkt);
+    }
+}
+
+/// Whether a frame asks something of this node's responder (a write train always does).
+fn frame_is_request(frame: &Frame<'_>) -> bool {
+    match frame {
+        Frame::Packet(p) => p.is_request(),
+        Frame::WriteTrain(_) => true,
+    }
+}
+
+/// What a packet held for its departure counts toward its peer's backlog: its payload and
+/// a frame's head (the same figure when it is held and when it leaves).
+fn held_bytes(pkt: &Packet) -> u64 {
+    pkt.payload_len() + 64
+}
+
+/// Notes that `pkt` left the RNIC's outbox: a READ's response is no longer only promised
+/// to its peer, and a NAK other than RNR ends what the peer's READs promised (its QP
+/// failed and answers none of them). Other packets cost no look-up.
+#[inline]
+fn left_rnic(peers: &BTreeMap<NodeId, Rc<Conn>>, pkt: &Packet) {
+    let settle = match &pkt.body {
+        Body::ReadResp(data) => Some(data.len() as u64),
+        Body::Nak(code) if *code != NakCode::Rnr => Some(u64::MAX),
+        _ => return,
+    };
+    if let (Some(n), Some(c)) = (settle, peers.get(&pkt.dst)) {
+        c.reads_due.set(c.reads_due.get().saturating_sub(n));
     }
 }
 
@@ -248,6 +322,18 @@ struct Conn {
     answers: Cell<bool>,
     /// The connection had output when the current coalescing round began.
     in_round: Cell<bool>,
+    /// Bytes of packets to this peer held for a later departure (see [`held_bytes`]).
+    later: Cell<u64>,
+    /// Bytes the peer's READs handed to the RNIC ask for whose responses have not left it.
+    reads_due: Cell<u64>,
+    /// [`BACKLOG_HIGH`] for this connection (a node's [`RtNode::set_backlog_limits`]).
+    high: u64,
+    /// The reader holds requests until the backlog is at most half of `high`; the writer
+    /// then wakes it through `drained`.
+    backed: Cell<bool>,
+    drained: Notify,
+    /// The most [`backlog`](Self::backlog) a write left behind.
+    peak: Cell<u64>,
 }
 
 impl Conn {
@@ -280,6 +366,25 @@ impl Conn {
         self.train.set(train);
     }
 
+    /// Output pending for the peer: queued here, held for its departure, and promised by
+    /// its READs.
+    #[inline]
+    fn backlog(&self) -> u64 {
+        self.out.borrow().len() as u64 + self.later.get() + self.reads_due.get()
+    }
+
+    /// Whether the peer's requests wait: its backlog is over the limit.
+    #[inline]
+    fn backed_up(&self) -> bool {
+        self.backlog() > self.high
+    }
+
+    /// Whether requests held for the peer may go to the RNIC again.
+    #[inline]
+    fn drained_enough(&self) -> bool {
+        self.backlog() <= self.high / 2
+    }
+
     /// Writes what the socket takes without blocking; true if nothing is left.
     fn try_flush(&self) -> bool {
         let mut out = self.out.borrow_mut();
@@ -299,7 +404,23 @@ impl Conn {
             self.train.set(None);
         }
         out.drain(..done);
-        out.is_empty()
+        let empty = out.is_empty();
+        drop(out);
+        if !empty || self.backed.get() {
+            self.after_short_write();
+        }
+        empty
+    }
+
+    /// After a write that left output behind, or while the reader holds requests: notes
+    /// the backlog, and wakes the reader once it drained enough.
+    #[cold]
+    fn after_short_write(&self) {
+        self.peak.set(self.peak.get().max(self.backlog()));
+        if self.backed.get() && self.drained_enough() {
+            self.backed.set(false);
+            self.drained.notify_waiters();
+        }
     }
 
     /// Sends what is queued now, leaving any rest to the writer task; false if nothing was
@@ -333,6 +454,8 @@ struct Inner {
     cpu_since: Cell<Wall>,
     /// [`CPU_SLICE`] in ns, or what [`CPU_SLICE_ENV`] says.
     cpu_slice_ns: u64,
+    /// [`BACKLOG_HIGH`] and [`HELD_HIGH`] for connections attached from now on.
+    limits: Cell<(u64, usize)>,
 }
 
 /// The CPU slice [`CPU_SLICE_ENV`] sets, in µs: `None` when it is not set (the slice is
@@ -391,6 +514,7 @@ impl Inner {
     }
 
     /// Reads the wall clock and brings the model's clock up to it.
+    #[inline]
     fn now(&self, st: &mut State) -> Instant {
         self.now_at(st, wall())
     }
@@ -454,8 +578,17 @@ impl RtNode {
                     .as_nanos()
                     .try_into()
                     .unwrap_or(u64::MAX),
+                limits: Cell::new((BACKLOG_HIGH, HELD_HIGH)),
             }),
         }
+    }
+
+    /// Sets, for connections attached from now on, the output pending for a peer beyond
+    /// which its requests wait ([`BACKLOG_HIGH`] unless set) and the bytes of requests
+    /// held beyond which its socket is not read ([`HELD_HIGH`]). For tests, which show
+    /// the mechanism with megabytes instead of a hundred.
+    pub fn set_backlog_limits(&self, backlog: u64, held: usize) {
+        self.inner.limits.set((backlog.max(1), held.max(1)));
     }
 
     /// Closes every connection of this node (each peer sees its connection end: a server
@@ -477,7 +610,12 @@ impl RtNode {
 
     /// Network counters.
     pub fn net_stats(&self) -> NetStats {
-        self.inner.st.borrow().stats
+        let st = self.inner.st.borrow();
+        let mut stats = st.stats;
+        for c in st.peers.values() {
+            stats.peak_backlog = stats.peak_backlog.max(c.peak.get());
+        }
+        stats
     }
 
     /// Runs `f` on the RNIC at the current time, then lets the driver act on it.
@@ -527,6 +665,12 @@ impl RtNode {
             posted: Cell::new(false),
             answers: Cell::new(true),
             in_round: Cell::new(false),
+            later: Cell::new(0),
+            reads_due: Cell::new(0),
+            high: self.inner.limits.get().0,
+            backed: Cell::new(false),
+            drained: Notify::new(),
+            peak: Cell::new(0),
         });
         self.inner.st.borrow_mut().peers.insert(peer, conn.clone());
         remora_exec::spawn_local(write_loop(conn.clone()));
@@ -540,7 +684,7 @@ impl RtNode {
             on_close: Some(Box::new(on_close)),
         };
         remora_exec::spawn_local(async move {
-            if let Err(e) = end.node.read_loop(peer, read).await {
+            if let Err(e) = end.node.read_loop(peer, &end.conn, read).await {
                 eprintln!("peer {peer}: {e}; connection closed");
             }
             drop(end);
@@ -570,47 +714,56 @@ impl RtNode {
 
     /// Reads and handles `peer`'s frames until the connection ends (`Ok`) or a frame is
     /// malformed (the connection is closed: a byte stream cannot be resynchronised).
-    async fn read_loop(&self, peer: NodeId, mut read: OwnedReadHalf) -> Result<(), WireError> {
+    ///
+    /// While the peer's output is backed up (see [`BACKLOG_HIGH`]) its requests are held,
+    /// in order, and its responses still go to the RNIC: a peer that does not read gets no
+    /// more answers queued for it, and one that waits for this node to read goes on being
+    /// read. The held requests go to the RNIC once the output has drained to half the
+    /// limit, as if the network had delayed them; past [`HELD_HIGH`] bytes of them the
+    /// socket is left unread, and TCP holds the peer back.
+    async fn read_loop(
+        &self,
+        peer: NodeId,
+        conn: &Conn,
+        mut read: OwnedReadHalf,
+    ) -> Result<(), WireError> {
         // Frames are parsed in place; consumed bytes are dropped once per read, not per
         // frame (a 64 KiB buffer of small frames would otherwise be shifted per frame).
         let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
         let mut at = 0;
+        // Requests held while the output is backed up: whole frames, first come first.
+        let mut held: Vec<u8> = Vec::new();
+        let held_high = self.inner.limits.get().1;
         loop {
-            let mut handled = false;
             // Every frame of one read arrived by the time the read returned: one clock read
             // per read, at the loop's edge, not one per frame.
             let mut arrived = None;
+            let mut handled = false;
+            if !held.is_empty() && conn.drained_enough() {
+                handled = self.release_held(peer, conn, &mut held, &mut arrived);
+            }
+            // Output is made after the read's frames (`after_receive`), so the backlog
+            // grows meanwhile only by what READs ask for: looked at again after each.
+            let mut backed = !held.is_empty() || conn.backed_up();
             while let Some(len) = Packet::frame_len(&buf[at..])
                 .inspect_err(|_| self.inner.st.borrow_mut().stats.malformed += 1)?
             {
                 if buf.len() - at < len {
                     break;
                 }
-                let frame = Frame::parse(&buf[at..at + len])
+                let bytes = &buf[at..at + len];
+                let frame = Frame::parse(bytes)
                     .inspect_err(|_| self.inner.st.borrow_mut().stats.malformed += 1)?;
                 at += len;
-                let mut st = self.inner.st.borrow_mut();
-                let (src, dst, n) = match &frame {
-                    Frame::Packet(p) => (p.src, p.dst, 1),
-                    Frame::WriteTrain(t) => (t.src, t.dst, t.len() as u64),
-                };
-                if src != peer || dst != st.rnic.id() {
-                    // A peer may only speak for itself, and to this node; drop, keep the
-                    // connection.
-                    st.stats.spoofed += n;
+                if backed && frame_is_request(&frame) {
+                    held.extend_from_slice(bytes);
+                    self.inner.st.borrow_mut().stats.held_back += 1;
                     continue;
                 }
-                st.stats.received += n;
-                // Never behind the model's clock (a step may have jumped it meanwhile).
-                let now = match arrived {
-                    Some(t) => st.model_now.max(t),
-                    None => *arrived.insert(self.inner.now(&mut st)),
-                };
-                match frame {
-                    Frame::Packet(pkt) => st.rnic.handle_packet(now, &pkt),
-                    Frame::WriteTrain(train) => st.rnic.handle_write_train(now, &train),
+                handled |= self.deliver(peer, conn, &frame, &mut arrived);
+                if matches!(&frame, Frame::Packet(p) if matches!(p.body, Body::Read { .. })) {
+                    backed = conn.backed_up();
                 }
-                handled = true;
             }
             if handled {
                 self.after_receive();
@@ -622,11 +775,91 @@ impl RtNode {
             }
             // A failed socket (a reset: the peer was killed) ends the connection as its
             // orderly end does; only a malformed frame is an error.
-            let n = read.read_buf(&mut buf).await.unwrap_or(0);
+            let n = if held.is_empty() {
+                read.read_buf(&mut buf).await.unwrap_or(0)
+            } else if conn.drained_enough() {
+                continue;
+            } else {
+                // The writer wakes this once the output drained (see `Conn::try_flush`).
+                conn.backed.set(true);
+                if held.len() >= held_high {
+                    self.inner.st.borrow_mut().stats.paused += 1;
+                    conn.drained.notified().await;
+                    continue;
+                }
+                match remora_exec::first(read.read_buf(&mut buf), conn.drained.notified()).await {
+                    remora_exec::Either::Left(n) => n.unwrap_or(0),
+                    remora_exec::Either::Right(()) => continue,
+                }
+            };
             if n == 0 {
                 return Ok(());
             }
         }
+    }
+
+    /// Hands one frame of `peer`'s to the RNIC at the time its read arrived (read once, into
+    /// `arrived`); false for one that did not come from the peer or is not for this node.
+    #[inline]
+    fn deliver(
+        &self,
+        peer: NodeId,
+        conn: &Conn,
+        frame: &Frame<'_>,
+        arrived: &mut Option<Instant>,
+    ) -> bool {
+        let mut st = self.inner.st.borrow_mut();
+        let (src, dst, n) = match frame {
+            Frame::Packet(p) => (p.src, p.dst, 1),
+            Frame::WriteTrain(t) => (t.src, t.dst, t.len() as u64),
+        };
+        if src != peer || dst != st.rnic.id() {
+            // A peer may only speak for itself, and to this node; drop, keep the
+            // connection.
+            st.stats.spoofed += n;
+            return false;
+        }
+        st.stats.received += n;
+        // Never behind the model's clock (a step may have jumped it meanwhile).
+        let now = match *arrived {
+            Some(t) => st.model_now.max(t),
+            None => *arrived.insert(self.inner.now(&mut st)),
+        };
+        match frame {
+            Frame::Packet(pkt) => {
+                if let Body::Read { len, .. } = pkt.body {
+                    conn.reads_due.set(conn.reads_due.get() + len as u64);
+                }
+                st.rnic.handle_packet(now, pkt)
+            }
+            Frame::WriteTrain(train) => st.rnic.handle_write_train(now, train),
+        }
+        true
+    }
+
+    /// Hands the held requests to the RNIC, first held first, while the peer's output
+    /// stays within the limit; true if any went.
+    fn release_held(
+        &self,
+        peer: NodeId,
+        conn: &Conn,
+        held: &mut Vec<u8>,
+        arrived: &mut Option<Instant>,
+    ) -> bool {
+        let mut at = 0;
+        let mut handled = false;
+        while at < held.len() && !conn.backed_up() {
+            // Each frame parsed whole when it was held.
+            let len = match Packet::frame_len(&held[at..]) {
+                Ok(Some(len)) if len <= held.len() - at => len,
+                _ => unreachable!("a held frame is whole"),
+            };
+            let frame = Frame::parse(&held[at..at + len]).expect("a held frame parsed before");
+            at += len;
+            handled |= self.deliver(peer, conn, &frame, arrived);
+        }
+        held.drain(..at);
+        handled
     }
 
     /// Acts on what a read delivered at once, without a trip through the driver task: steps
@@ -808,7 +1041,7 @@ impl RtNode {
                 if ready > now + JUMP {
                     break;
                 }
-                let (_, pkt) = st.held.pop_front().expect("peeked");
+                let (_, pkt) = st.unhold().expect("peeked");
                 st.depart_at(&mut now, ready);
                 st.queue(&pkt);
                 queued += 1;
@@ -906,9 +1139,6 @@ impl RtNode {
     }
 }
 
-/// A connection's writer: sends what the driver could not write at once, waiting for room
-/// in the socket; on close, sends what is left and shuts the connection down (dropping the
-/// write half).
 /// The end of an attached connection (see [`RtNode::attach`]), run when its reader
 /// stops or unwinds: the connection leaves the node's peers, its writer finishes, and
 /// `on_close` runs, unless [`RtNode::detach`] ended the connection first.
@@ -928,6 +1158,7 @@ impl Drop for ConnEnd {
             let Ok(mut st) = self.node.inner.st.try_borrow_mut() else {
                 return; // unwinding with the node's state borrowed: nothing safe to do
             };
+            st.stats.peak_backlog = st.stats.peak_backlog.max(self.conn.peak.get());
             let mine = st
                 .peers
                 .get(&self.peer)
@@ -948,6 +1179,9 @@ impl Drop for ConnEnd {
     }
 }
 
+/// A connection's writer: sends what the driver could not write at once, waiting for room
+/// in the socket; on close, sends what is left and shuts the connection down (dropping the
+/// write half).
 async fn write_loop(conn: Rc<Conn>) {
     loop {
         conn.writer.notified().await;
