@@ -48,6 +48,12 @@ mod transport;
 pub const MAX_MESSAGE: u64 = 1 << 31;
 /// Upper bound on queue depths, as `ibv_query_device` would report.
 pub const MAX_QUEUE_DEPTH: usize = 1 << 16;
+/// Most non-posted requests (READ, ATOMIC, FLUSH, non-posted WRITE) of one QP that wait
+/// behind an earlier one at the responder; one more is refused with NAK invalid request
+/// (IBTA's responder resources, IRD: rdma-core's `max_qp_rd_atom` is 16 on mlx5; the
+/// model allows a default send queue's worth, so a requester within one never meets it,
+/// and a peer that floods a slow data path cannot queue more).
+pub const MAX_WAITING_NP: usize = 1024;
 /// `rnr_retry` value meaning "retry forever" (InfiniBand encodes infinite as 7).
 pub const RNR_RETRY_INFINITE: u8 = 7;
 /// A requester asks for an acknowledgement at least every this many posted packets.
@@ -353,6 +359,19 @@ pub struct Rnic {
     events: Option<Vec<NodeEvent>>,
     stats: RnicStats,
     ext: transport::RnicExt,
+    /// What the non-posted requests waiting in `deferred` hold or will answer with, per
+    /// sending node ([`waiting_bytes`](Self::waiting_bytes)), and over all of them.
+    waiting: BTreeMap<NodeId, u64>,
+    waiting_total: u64,
+}
+
+/// What one waiting non-posted request counts in [`Rnic::waiting_bytes`].
+fn waiting_cost(pkt: &Packet) -> u64 {
+    let asks = match pkt.body {
+        Body::Read { len, .. } => len as u64,
+        _ => 0,
+    };
+    64 + pkt.payload_len() + asks
 }
 
 /// A completion the RNIC has made but not yet delivered to its CQ: delivered in order of
@@ -441,6 +460,37 @@ impl Rnic {
             events: None,
             stats: RnicStats::default(),
             ext: transport::RnicExt::new(profile),
+            waiting: BTreeMap::new(),
+            waiting_total: 0,
+        }
+    }
+
+    /// Bytes that the non-posted requests from `peer` waiting behind an earlier one of
+    /// their QP hold (their payloads) or will send (what their READs ask for), plus a
+    /// packet's head each: what a real-time runtime counts toward the output it owes the
+    /// peer, so that a peer cannot queue requests here without bound (the queue drains
+    /// at the model's pace, which on a slow data path is slower than a socket fills it).
+    #[inline]
+    pub fn waiting_bytes(&self, peer: NodeId) -> u64 {
+        if self.waiting_total == 0 {
+            return 0;
+        }
+        self.waiting.get(&peer).copied().unwrap_or(0)
+    }
+
+    /// Counts a non-posted request from `peer` into, or out of, [`waiting_bytes`](Self::waiting_bytes).
+    fn note_waiting(&mut self, pkt: &Packet, added: bool) {
+        let cost = waiting_cost(pkt);
+        let w = self.waiting.entry(pkt.src).or_insert(0);
+        if added {
+            *w += cost;
+            self.waiting_total += cost;
+        } else {
+            *w = w.saturating_sub(cost);
+            self.waiting_total = self.waiting_total.saturating_sub(cost);
+            if *w == 0 {
+                self.waiting.remove(&pkt.src);
+            }
         }
     }
 
@@ -1123,6 +1173,8 @@ impl Rnic {
         self.overruns.clear();
         self.pds.clear();
         self.free_pds.clear();
+        self.waiting.clear();
+        self.waiting_total = 0;
         self.tx_free = now;
         self.alloc_next = [0x1000, PM_BASE];
     }

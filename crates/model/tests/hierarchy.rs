@@ -868,3 +868,59 @@ proptest! {
         prop_assert!(h.is_persistent(done, addr, LINE as usize));
     }
 }
+
+/// DMP+DDIO hierarchy with `before` lines written below `A` and the lines `A + 64 i` for
+/// `i` in `0..n` not in the `skip` mask, written at 1 µs and all visible (in the LLC) by
+/// 5 µs; then `clwb` of the `n` lines from `A` and `tail` lines more, and an `sfence` at
+/// 5 µs. Returns the fence's end and the crash image of the window at several times after.
+fn clwb_run(seed: u64, before: u64, n: u64, skip: u64, tail: u64) -> (Instant, Vec<Vec<u8>>) {
+    let mut h = hier(Dmp, true, seed);
+    for i in 0..before {
+        h.dma_write(ns(1_000), Space::Pm, A - (i + 1) * LINE, &[0x11; 64]);
+    }
+    for i in (0..n).filter(|i| skip >> i & 1 == 0) {
+        h.dma_write(ns(1_000), Space::Pm, A + i * LINE, &[i as u8 + 1; 64]);
+    }
+    let t = ns(5_000);
+    h.clwb(t, A, (n + tail) * LINE);
+    let done = h.sfence(t);
+    let span = ((before + n) * LINE) as usize;
+    let images = [0, 200, 1_000, 5_000]
+        .iter()
+        .map(|&d| {
+            h.crash_image(done + Duration::from_nanos(d))
+                .read_vec(A - before * LINE, span)
+        })
+        .collect();
+    (done, images)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// A clwb of a range wider than the lines that have state visits only those (a peer may
+    /// name gigabytes), in address order: it writes back exactly what the line-by-line walk
+    /// writes back, at the same times, gaps in the range included.
+    #[test]
+    fn a_wide_clwb_writes_back_what_the_line_by_line_walk_does(
+        seed in 0u64..1_000,
+        n in 1u64..8,
+        extra in 0u64..3,
+        skip in 0u64..128,
+    ) {
+        // At least one line written, and as many lines of state below A as the range has
+        // lines: the clwb of the `n` lines walks them one by one.
+        let skip = skip & !1;
+        let before = n + extra;
+        let walked = clwb_run(seed, before, n, skip, 0);
+        // The same with a gigabyte more: wider than the state, so only the lines with
+        // state are visited (the lines below A are outside both ranges).
+        let wide = clwb_run(seed, before, n, skip, (1 << 30) / LINE);
+        prop_assert_eq!(&walked, &wide);
+        // Every line written in the range is durable once the fence returned.
+        for i in (0..n).filter(|i| skip >> i & 1 == 0) {
+            let at = ((before + i) * LINE) as usize;
+            prop_assert_eq!(walked.1[0][at], i as u8 + 1);
+        }
+    }
+}

@@ -331,3 +331,54 @@ fn a_read_response_of_another_length_fails_the_read() {
         assert_eq!(got, [0u8; 8], "{n} bytes");
     }
 }
+
+#[test]
+fn a_peer_that_queues_more_non_posted_requests_than_a_send_queue_holds_gets_a_nak() {
+    // FETCH_ADDs arriving at one instant: the first executes, each later one waits for the
+    // one before (an atomic takes the data path's time), and what they hold is counted for
+    // their sender. No requester within a send queue of the default depth has more waiting;
+    // one more than MAX_WAITING_NP is refused with NAK invalid request, and the queue goes
+    // with the failed QP.
+    use remora_model::rnic::MAX_WAITING_NP;
+    let (a, mut b) = pair(64);
+    let t = Instant::ZERO + Duration::from_micros(1);
+    let (a_qp, b_qp, b_mr) = (a.qp, b.qp, b.mr);
+    let fetch_add = |psn: u32| Packet {
+        src: A,
+        dst: B,
+        src_qp: a_qp,
+        dst_qp: b_qp,
+        psn,
+        body: Body::Atomic {
+            addr: b_mr.addr,
+            rkey: b_mr.rkey,
+            compare: None,
+            operand: 1,
+        },
+    };
+    for psn in 0..=MAX_WAITING_NP as u32 {
+        b.rnic.handle_packet(t, &fetch_add(psn));
+    }
+    let each = b.rnic.waiting_bytes(A) / MAX_WAITING_NP as u64;
+    assert_eq!(b.rnic.waiting_bytes(A), MAX_WAITING_NP as u64 * each);
+    assert_eq!(each, 64 + 8, "a packet's head and its operand");
+    assert_eq!(b.rnic.waiting_bytes(B), 0, "counted for the sender only");
+    assert!(sent(&mut b, t)
+        .iter()
+        .all(|p| !matches!(p.body, Body::Nak(_))));
+    b.rnic
+        .handle_packet(t, &fetch_add(MAX_WAITING_NP as u32 + 1));
+    let naks: Vec<Packet> = std::iter::from_fn(|| b.rnic.poll_transmit().map(|(_, p)| p))
+        .filter(|p| matches!(p.body, Body::Nak(_)))
+        .collect();
+    // The NAK waits for the requests ahead of it: they execute first (IBTA: in order).
+    assert!(naks.is_empty(), "{naks:?}");
+    settle(&mut b, t + Duration::from_millis(10_000));
+    let naks: Vec<Packet> = std::iter::from_fn(|| b.rnic.poll_transmit().map(|(_, p)| p))
+        .filter(|p| matches!(p.body, Body::Nak(_)))
+        .collect();
+    assert_eq!(naks.len(), 1);
+    assert_eq!(naks[0].body, Body::Nak(NakCode::InvalidRequest));
+    assert_eq!(naks[0].psn, MAX_WAITING_NP as u32 + 1);
+    assert_eq!(b.rnic.waiting_bytes(A), 0, "nothing waits any more");
+}

@@ -17,7 +17,7 @@ use remora_model::hierarchy::Space;
 use remora_model::rnic::{MrInfo, QpAttr, Rnic, Tx};
 use remora_model::time::{Duration, Instant};
 use remora_model::verbs::*;
-use remora_model::wire::{Body, Frame, NakCode, Packet, TrainTail, WireError, WriteRef};
+use remora_model::wire::{Body, Frame, Packet, TrainTail, WireError, WriteRef};
 use remora_model::ServerConfig;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -51,11 +51,20 @@ const COALESCE_SLICES: u32 = 8;
 /// as soon as it is made, so the peer works on it while the next one is posted.
 const COALESCE_BYTES: usize = 16 << 10;
 /// Output pending for one peer (queued on its connection, waiting for its departure, or
-/// promised by READs it asked for) beyond which its requests wait: a peer that does not
-/// read what it is sent must not make this process buffer without bound (a READ asks for
-/// up to a region's bytes in a 60-byte frame). Its responses are still taken, so two
-/// peers that each wait for the other to read go on reading each other.
+/// owed by its requests the RNIC holds or has just taken) beyond which its requests wait:
+/// a peer that does not read what it is sent, or that asks faster than the model's data
+/// path answers, must not make this process buffer without bound (a READ asks for up to
+/// a region's bytes in a 60-byte frame). Its responses are still taken, so two peers that
+/// each wait for the other to read go on reading each other.
 pub const BACKLOG_HIGH: u64 = 64 << 20;
+/// Bytes a reader hands to the RNIC before it lets the executor look at its other sockets
+/// and timers: the executor's budget counts polls, and a poll of a socket that never runs
+/// dry brings 64 KiB, so one streaming peer would otherwise delay everyone else by
+/// hundreds of megabytes' worth of work.
+const YIELD_BYTES: usize = 256 << 10;
+/// How often a reader holding a peer's requests looks again at what the RNIC owes the peer
+/// (it drains with the model's time, not with a write).
+const RECHECK: std::time::Duration = std::time::Duration::from_millis(1);
 /// Bytes of a peer's requests held while its output is backed up beyond which its socket
 /// is no longer read until the output drains (TCP then holds the peer's sends back).
 pub const HELD_HIGH: usize = 64 << 20;
@@ -171,7 +180,6 @@ impl State {
     fn hold_transmitted(&mut self, now: Instant) -> usize {
         let mut queued = 0;
         while let Some((ready, pkt)) = self.rnic.poll_transmit() {
-            left_rnic(&self.peers, &pkt);
             if self.held.is_empty() && ready <= now {
                 self.queue(&pkt);
                 queued += 1;
@@ -203,25 +211,23 @@ impl State {
     /// packets would do, without moving a packet: while none is held and the RNIC's outbox
     /// is in departure order, its front is the earliest packet, so it is encoded where it
     /// lies once the model's clock is at its departure (jumping it there, as the step does,
-    /// at most [`JUMP`] ahead). A stream's packets, made in posting order, all go this way.
+    /// up to the step's `horizon`). A stream's packets, made in posting order, all go this
+    /// way.
     /// Returns how many were queued; what is left goes by the held queue.
-    fn send_in_order(&mut self, now: &mut Instant) -> usize {
+    fn send_in_order(&mut self, now: &mut Instant, horizon: Instant) -> usize {
         let mut queued = 0;
         while self.held.is_empty() {
             let Some((ready, true)) = self.rnic.next_departure() else {
                 break;
             };
-            if ready > *now + JUMP {
+            if ready > horizon {
                 break;
             }
             // What this makes goes behind the packet (a packet that would overtake it
             // breaks the order, and the rest goes by the held queue).
             self.depart_at(now, ready);
             match self.rnic.peek_transmit().expect("peeked") {
-                Tx::Packet(p) => {
-                    left_rnic(&self.peers, p);
-                    queue_on(&self.peers, &mut self.stats, p)
-                }
+                Tx::Packet(p) => queue_on(&self.peers, &mut self.stats, p),
                 Tx::Write(w) => queue_write_on(&self.peers, &mut self.stats, &w),
             }
             self.rnic.discard_transmit();
@@ -248,6 +254,18 @@ impl State {
     }
 }
 
+/// What a READ request asks for; `None` for any other frame.
+#[inline]
+fn read_len(frame: &Frame<'_>) -> Option<u64> {
+    match frame {
+        Frame::Packet(Packet {
+            body: Body::Read { len, .. },
+            ..
+        }) => Some(*len as u64),
+        _ => None,
+    }
+}
+
 /// Whether a frame asks something of this node's responder (a write train always does).
 fn frame_is_request(frame: &Frame<'_>) -> bool {
     match frame {
@@ -260,21 +278,6 @@ fn frame_is_request(frame: &Frame<'_>) -> bool {
 /// a frame's head (the same figure when it is held and when it leaves).
 fn held_bytes(pkt: &Packet) -> u64 {
     pkt.payload_len() + 64
-}
-
-/// Notes that `pkt` left the RNIC's outbox: a READ's response is no longer only promised
-/// to its peer, and a NAK other than RNR ends what the peer's READs promised (its QP
-/// failed and answers none of them). Other packets cost no look-up.
-#[inline]
-fn left_rnic(peers: &BTreeMap<NodeId, Rc<Conn>>, pkt: &Packet) {
-    let settle = match &pkt.body {
-        Body::ReadResp(data) => Some(data.len() as u64),
-        Body::Nak(code) if *code != NakCode::Rnr => Some(u64::MAX),
-        _ => return,
-    };
-    if let (Some(n), Some(c)) = (settle, peers.get(&pkt.dst)) {
-        c.reads_due.set(c.reads_due.get().saturating_sub(n));
-    }
 }
 
 /// [`State::queue`] on the state's connections and counters (borrowed apart from its RNIC).
@@ -324,8 +327,6 @@ struct Conn {
     in_round: Cell<bool>,
     /// Bytes of packets to this peer held for a later departure (see [`held_bytes`]).
     later: Cell<u64>,
-    /// Bytes the peer's READs handed to the RNIC ask for whose responses have not left it.
-    reads_due: Cell<u64>,
     /// [`BACKLOG_HIGH`] for this connection (a node's [`RtNode::set_backlog_limits`]).
     high: u64,
     /// The reader holds requests until the backlog is at most half of `high`; the writer
@@ -366,23 +367,11 @@ impl Conn {
         self.train.set(train);
     }
 
-    /// Output pending for the peer: queued here, held for its departure, and promised by
-    /// its READs.
+    /// Output pending for the peer on this side of the RNIC: queued here, and held for its
+    /// departure. (What the RNIC owes it besides, see [`RtNode::backlog`].)
     #[inline]
     fn backlog(&self) -> u64 {
-        self.out.borrow().len() as u64 + self.later.get() + self.reads_due.get()
-    }
-
-    /// Whether the peer's requests wait: its backlog is over the limit.
-    #[inline]
-    fn backed_up(&self) -> bool {
-        self.backlog() > self.high
-    }
-
-    /// Whether requests held for the peer may go to the RNIC again.
-    #[inline]
-    fn drained_enough(&self) -> bool {
-        self.backlog() <= self.high / 2
+        self.out.borrow().len() as u64 + self.later.get()
     }
 
     /// Writes what the socket takes without blocking; true if nothing is left.
@@ -417,7 +406,8 @@ impl Conn {
     #[cold]
     fn after_short_write(&self) {
         self.peak.set(self.peak.get().max(self.backlog()));
-        if self.backed.get() && self.drained_enough() {
+        // A hint: the reader looks at the whole backlog again.
+        if self.backed.get() && self.backlog() <= self.high / 2 {
             self.backed.set(false);
             self.drained.notify_waiters();
         }
@@ -666,7 +656,6 @@ impl RtNode {
             answers: Cell::new(true),
             in_round: Cell::new(false),
             later: Cell::new(0),
-            reads_due: Cell::new(0),
             high: self.inner.limits.get().0,
             backed: Cell::new(false),
             drained: Notify::new(),
@@ -733,18 +722,22 @@ impl RtNode {
         let mut at = 0;
         // Requests held while the output is backed up: whole frames, first come first.
         let mut held: Vec<u8> = Vec::new();
-        let held_high = self.inner.limits.get().1;
+        let (high, held_high) = (conn.high, self.inner.limits.get().1);
+        // Bytes handled since the executor last looked at its other sockets and timers.
+        let mut since_yield = 0;
         loop {
             // Every frame of one read arrived by the time the read returned: one clock read
             // per read, at the loop's edge, not one per frame.
             let mut arrived = None;
             let mut handled = false;
-            if !held.is_empty() && conn.drained_enough() {
-                handled = self.release_held(peer, conn, &mut held, &mut arrived);
+            // What the READs handed to the RNIC since the last step ask for: their
+            // responses are made, but in no count yet (the step after the read moves
+            // them onto the connection).
+            let mut promised = 0;
+            if !held.is_empty() && self.backlog(peer, conn, 0) <= high / 2 {
+                handled = self.release_held(peer, conn, &mut held, &mut arrived, &mut promised);
             }
-            // Output is made after the read's frames (`after_receive`), so the backlog
-            // grows meanwhile only by what READs ask for: looked at again after each.
-            let mut backed = !held.is_empty() || conn.backed_up();
+            let mut backed = !held.is_empty() || self.backlog(peer, conn, promised) > high;
             while let Some(len) = Packet::frame_len(&buf[at..])
                 .inspect_err(|_| self.inner.st.borrow_mut().stats.malformed += 1)?
             {
@@ -760,36 +753,51 @@ impl RtNode {
                     self.inner.st.borrow_mut().stats.held_back += 1;
                     continue;
                 }
-                handled |= self.deliver(peer, conn, &frame, &mut arrived);
-                if matches!(&frame, Frame::Packet(p) if matches!(p.body, Body::Read { .. })) {
-                    backed = conn.backed_up();
+                handled |= self.deliver(peer, &frame, &mut arrived);
+                if let Some(asks) = read_len(&frame) {
+                    promised += asks;
+                    backed = self.backlog(peer, conn, promised) > high;
                 }
             }
             if handled {
                 self.after_receive();
             }
+            since_yield += at;
             buf.drain(..at);
             at = 0;
             if buf.capacity() - buf.len() < 1 << 14 {
                 buf.reserve(1 << 16);
             }
+            if since_yield >= YIELD_BYTES {
+                // A peer whose socket never runs dry must not keep the executor from the
+                // other connections and the timers (its budget counts polls, not bytes).
+                since_yield = 0;
+                remora_exec::yield_now().await;
+            }
             // A failed socket (a reset: the peer was killed) ends the connection as its
             // orderly end does; only a malformed frame is an error.
             let n = if held.is_empty() {
                 read.read_buf(&mut buf).await.unwrap_or(0)
-            } else if conn.drained_enough() {
-                continue;
             } else {
-                // The writer wakes this once the output drained (see `Conn::try_flush`).
-                conn.backed.set(true);
-                if held.len() >= held_high {
-                    self.inner.st.borrow_mut().stats.paused += 1;
-                    conn.drained.notified().await;
+                let now = self.backlog(peer, conn, 0);
+                if now <= high / 2 {
                     continue;
                 }
-                match remora_exec::first(read.read_buf(&mut buf), conn.drained.notified()).await {
+                conn.peak.set(conn.peak.get().max(now));
+                // The writer wakes this once the connection's output drained (see
+                // `Conn::try_flush`); what the RNIC owes drains with the model's time,
+                // looked at again every `RECHECK`.
+                conn.backed.set(true);
+                let wake =
+                    remora_exec::first(conn.drained.notified(), remora_exec::time::sleep(RECHECK));
+                if held.len() >= held_high {
+                    self.inner.st.borrow_mut().stats.paused += 1;
+                    wake.await;
+                    continue;
+                }
+                match remora_exec::first(read.read_buf(&mut buf), wake).await {
                     remora_exec::Either::Left(n) => n.unwrap_or(0),
-                    remora_exec::Either::Right(()) => continue,
+                    remora_exec::Either::Right(_) => continue,
                 }
             };
             if n == 0 {
@@ -798,16 +806,18 @@ impl RtNode {
         }
     }
 
+    /// Output pending for `peer`: queued on its connection, held for its departure, owed
+    /// by the requests it has waiting in the RNIC ([`Rnic::waiting_bytes`]), and
+    /// `promised` by READs handed to the RNIC since the last step.
+    #[inline]
+    fn backlog(&self, peer: NodeId, conn: &Conn, promised: u64) -> u64 {
+        conn.backlog() + self.inner.st.borrow().rnic.waiting_bytes(peer) + promised
+    }
+
     /// Hands one frame of `peer`'s to the RNIC at the time its read arrived (read once, into
     /// `arrived`); false for one that did not come from the peer or is not for this node.
     #[inline]
-    fn deliver(
-        &self,
-        peer: NodeId,
-        conn: &Conn,
-        frame: &Frame<'_>,
-        arrived: &mut Option<Instant>,
-    ) -> bool {
+    fn deliver(&self, peer: NodeId, frame: &Frame<'_>, arrived: &mut Option<Instant>) -> bool {
         let mut st = self.inner.st.borrow_mut();
         let (src, dst, n) = match frame {
             Frame::Packet(p) => (p.src, p.dst, 1),
@@ -826,29 +836,26 @@ impl RtNode {
             None => *arrived.insert(self.inner.now(&mut st)),
         };
         match frame {
-            Frame::Packet(pkt) => {
-                if let Body::Read { len, .. } = pkt.body {
-                    conn.reads_due.set(conn.reads_due.get() + len as u64);
-                }
-                st.rnic.handle_packet(now, pkt)
-            }
+            Frame::Packet(pkt) => st.rnic.handle_packet(now, pkt),
             Frame::WriteTrain(train) => st.rnic.handle_write_train(now, train),
         }
         true
     }
 
     /// Hands the held requests to the RNIC, first held first, while the peer's output
-    /// stays within the limit; true if any went.
+    /// stays within the limit (counting what their READs ask for into `promised`); true if
+    /// any went.
     fn release_held(
         &self,
         peer: NodeId,
         conn: &Conn,
         held: &mut Vec<u8>,
         arrived: &mut Option<Instant>,
+        promised: &mut u64,
     ) -> bool {
         let mut at = 0;
         let mut handled = false;
-        while at < held.len() && !conn.backed_up() {
+        while at < held.len() && self.backlog(peer, conn, *promised) <= conn.high {
             // Each frame parsed whole when it was held.
             let len = match Packet::frame_len(&held[at..]) {
                 Ok(Some(len)) if len <= held.len() - at => len,
@@ -856,7 +863,8 @@ impl RtNode {
             };
             let frame = Frame::parse(&held[at..at + len]).expect("a held frame parsed before");
             at += len;
-            handled |= self.deliver(peer, conn, &frame, arrived);
+            handled |= self.deliver(peer, &frame, arrived);
+            *promised += read_len(&frame).unwrap_or(0);
         }
         held.drain(..at);
         handled
@@ -1027,18 +1035,23 @@ impl RtNode {
         let mut guard = self.inner.st.borrow_mut();
         let st = &mut *guard;
         let mut now = self.inner.now_at(st, wall);
+        // The jumps over short waits end here, however many deadlines lie each within
+        // `JUMP` of the one before: otherwise a chain of them (requests that each wait for
+        // the one before) runs the model's clock far ahead of the wall clock, and every
+        // time-out with it.
+        let horizon = now + JUMP;
         st.stats.steps += 1;
         let mut queued = 0;
         let next = loop {
             st.rnic.handle_timeout(now);
             st.rnic.process_doorbells(now);
-            queued += st.send_in_order(&mut now);
+            queued += st.send_in_order(&mut now, horizon);
             queued += st.hold_transmitted(now);
             // Take what is due, jumping the model's clock over short waits: the hierarchy
             // reaches a packet's departure (writing the pool file, synced below) first.
             while let Some((ready, _)) = st.held.front() {
                 let ready = *ready;
-                if ready > now + JUMP {
+                if ready > horizon {
                     break;
                 }
                 let (_, pkt) = st.unhold().expect("peeked");
@@ -1058,7 +1071,7 @@ impl RtNode {
                 .flatten()
                 .min();
             match next {
-                Some(t) if t <= now + JUMP => {
+                Some(t) if t <= horizon => {
                     now = now.max(t);
                     st.model_now = now;
                 }

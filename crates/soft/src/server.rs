@@ -226,8 +226,7 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
     let next_id = Rc::new(Cell::new(1u32));
     let costs = CpuCosts::from_profile(&opts.profile);
     accept_until_shutdown(listener, move |stream| {
-        let id = next_id.get();
-        next_id.set(id + 1);
+        let id = free_peer_id(&next_id, |id| node.attached(id));
         let (node, setup, config, slots) = (node.clone(), opts.setup, opts.config, slots.clone());
         let objects = objects.clone();
         async move {
@@ -238,6 +237,20 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
     })
     .await;
     Ok(())
+}
+
+/// The next node id for a new connection, counting up from `next` and skipping 0 (the
+/// server's own) and any id a live connection still has: a server that runs long enough
+/// to count past `u32::MAX` goes round again instead of wrapping onto a live peer's id,
+/// whose packets would then be routed to the newcomer.
+fn free_peer_id(next: &Cell<u32>, in_use: impl Fn(u32) -> bool) -> u32 {
+    loop {
+        let id = next.get();
+        next.set(id.wrapping_add(1));
+        if id != 0 && !in_use(id) {
+            return id;
+        }
+    }
 }
 
 /// The pool's connection slots, one responder's [`Footprint`] and its client's key each,
@@ -1013,5 +1026,19 @@ async fn handle(
 fn close<V: remora_verbs::Verbs>(responder: Responder<V>, id: u32) {
     if let Err(e) = responder.close() {
         eprintln!("client {id}: freeing its queue pair, CQs and regions failed: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_ids_go_round_past_the_top_skipping_zero_and_ids_in_use() {
+        let next = Cell::new(u32::MAX - 1);
+        let live = [u32::MAX, 2];
+        let in_use = |id| live.contains(&id);
+        let ids: Vec<u32> = (0..3).map(|_| free_peer_id(&next, in_use)).collect();
+        assert_eq!(ids, [u32::MAX - 1, 1, 3]);
     }
 }

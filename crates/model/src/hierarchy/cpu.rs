@@ -80,62 +80,84 @@ impl MemoryHierarchy {
         }
         let first = addr / LINE * LINE;
         let lines = (addr + len).div_ceil(LINE) - addr / LINE;
-        for i in 0..lines {
-            let line = first + i * LINE;
-            let Some(ls) = self.lines.get_mut(&line) else {
-                continue;
-            };
-            // A write of this line already on its way to the memory controller (an inbound
-            // DMA with DDIO off, or an earlier write-back) is held by another agent; the
-            // write-back completes, and the fence waits, only once it has landed.
-            if ls.floor_wpq > now {
-                self.fence_until = self.fence_until.max(ls.floor_wpq);
+        if lines > self.lines.len() as u64 {
+            // A range wider than the lines that have state (a peer may name a whole
+            // region, gigabytes): only those can have anything to write back, so visit
+            // them, in address order as the walk below would, instead of every line.
+            let last = first + (lines - 1) * LINE;
+            let mut pending: Vec<u64> = self
+                .lines
+                .keys()
+                .copied()
+                .filter(|l| (first..=last).contains(l))
+                .collect();
+            pending.sort_unstable();
+            for line in pending {
+                self.clwb_line(now, (line - first) / LINE, line);
             }
-            if ls.llc.is_empty() {
-                continue;
+        } else {
+            for i in 0..lines {
+                self.clwb_line(now, i, first + i * LINE);
             }
-            // Only lines already in the cache can be written back: an inbound DMA still in
-            // the RNIC or IIO stays where it is.
-            let mut later = std::mem::take(&mut ls.llc);
-            let mut recs = std::mem::take(&mut self.clwb_scratch);
-            recs.clear();
-            let records = &self.records;
-            later.retain(|&(id, seq)| {
-                let visible = records[id as usize]
-                    .as_ref()
-                    .filter(|r| r.seq == seq)
-                    .is_some_and(|r| r.t_visible <= now);
-                if visible {
-                    recs.push((id, seq));
-                }
-                !visible
-            });
-            if recs.is_empty() {
-                self.lines.get_mut(&line).unwrap().llc = later;
-                self.clwb_scratch = recs;
-                continue;
-            }
-            // The records that stay keep their write-back time; the group's queue entry may
-            // have left with `recs`, so the newest that stays carries it now.
-            if let Some(&(lid, _)) = later.last() {
-                let t = self.records[lid as usize].as_ref().unwrap().t_wpq;
-                self.schedule_persist(t, lid);
-            }
-            self.lines.get_mut(&line).unwrap().llc = later;
-            let t_imc = self.imc_arrival(now + self.p.clwb.mul(i + 1), line);
-            let t = self.admit_wpq(t_imc, line);
-            let ls = self.lines.get_mut(&line).unwrap();
-            let t = t.max(ls.floor_wpq);
-            ls.floor_wpq = t;
-            for &(id, seq) in &recs {
-                let live = self.leave_llc(id, seq, t);
-                assert!(live, "LLC list holds live records");
-                self.stats.clwb_lines += 1;
-            }
-            self.fence_until = self.fence_until.max(t);
-            self.clwb_scratch = recs;
         }
         self.p.clwb.mul(lines)
+    }
+
+    /// [`clwb`](Self::clwb) of `line`, the `i`-th of its range (its write-back issues after
+    /// the `i` before it).
+    fn clwb_line(&mut self, now: Instant, i: u64, line: u64) {
+        let Some(ls) = self.lines.get_mut(&line) else {
+            return;
+        };
+        // A write of this line already on its way to the memory controller (an inbound
+        // DMA with DDIO off, or an earlier write-back) is held by another agent; the
+        // write-back completes, and the fence waits, only once it has landed.
+        if ls.floor_wpq > now {
+            self.fence_until = self.fence_until.max(ls.floor_wpq);
+        }
+        if ls.llc.is_empty() {
+            return;
+        }
+        // Only lines already in the cache can be written back: an inbound DMA still in
+        // the RNIC or IIO stays where it is.
+        let mut later = std::mem::take(&mut ls.llc);
+        let mut recs = std::mem::take(&mut self.clwb_scratch);
+        recs.clear();
+        let records = &self.records;
+        later.retain(|&(id, seq)| {
+            let visible = records[id as usize]
+                .as_ref()
+                .filter(|r| r.seq == seq)
+                .is_some_and(|r| r.t_visible <= now);
+            if visible {
+                recs.push((id, seq));
+            }
+            !visible
+        });
+        if recs.is_empty() {
+            self.lines.get_mut(&line).unwrap().llc = later;
+            self.clwb_scratch = recs;
+            return;
+        }
+        // The records that stay keep their write-back time; the group's queue entry may
+        // have left with `recs`, so the newest that stays carries it now.
+        if let Some(&(lid, _)) = later.last() {
+            let t = self.records[lid as usize].as_ref().unwrap().t_wpq;
+            self.schedule_persist(t, lid);
+        }
+        self.lines.get_mut(&line).unwrap().llc = later;
+        let t_imc = self.imc_arrival(now + self.p.clwb.mul(i + 1), line);
+        let t = self.admit_wpq(t_imc, line);
+        let ls = self.lines.get_mut(&line).unwrap();
+        let t = t.max(ls.floor_wpq);
+        ls.floor_wpq = t;
+        for &(id, seq) in &recs {
+            let live = self.leave_llc(id, seq, t);
+            assert!(live, "LLC list holds live records");
+            self.stats.clwb_lines += 1;
+        }
+        self.fence_until = self.fence_until.max(t);
+        self.clwb_scratch = recs;
     }
 
     /// `sfence` at `now`: returns when the CPU may go on, i.e. when every line written back

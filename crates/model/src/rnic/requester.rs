@@ -421,6 +421,7 @@ impl Rnic {
         for p in &deferred {
             self.hier
                 .release_held(super::responder::held_key(qpn, p.psn));
+            self.note_waiting(p, false);
         }
         let q = &mut self.qps[qpn.0 as usize];
         for w in q.sq.iter_mut() {

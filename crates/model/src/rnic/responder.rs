@@ -186,10 +186,17 @@ impl Rnic {
                 | Body::SFlush { .. }
         );
         if is_np {
-            q.expected_psn = q.expected_psn.wrapping_add(1);
             if q.np_barrier > now || !q.deferred.is_empty() {
+                if q.deferred.len() >= MAX_WAITING_NP {
+                    // The responder's resources for non-posted requests (IBTA's IRD) are
+                    // exceeded: NAK invalid request, and the QP fails.
+                    return self.nak(now, pkt, NakCode::InvalidRequest);
+                }
+                q.expected_psn = q.expected_psn.wrapping_add(1);
                 let at = q.np_barrier;
                 q.deferred.push_back(pkt.clone());
+                self.note_waiting(pkt, true);
+                let q = &mut self.qps[qpn.0 as usize];
                 if !q.deferred_timer_armed {
                     q.deferred_timer_armed = true;
                     self.push_timer(at.max(now), Timer::Deferred(qpn));
@@ -198,6 +205,7 @@ impl Rnic {
                     self.hold_deferred(qpn, pkt);
                 }
             } else {
+                q.expected_psn = q.expected_psn.wrapping_add(1);
                 self.execute_np(now, pkt);
             }
             return;
@@ -225,7 +233,8 @@ impl Rnic {
                     self.stats.rnr_naks += 1;
                     return self.nak(now, pkt, NakCode::Rnr);
                 }
-                self.qps[qpn.0 as usize].expected_psn += 1;
+                let q = &mut self.qps[qpn.0 as usize];
+                q.expected_psn = q.expected_psn.wrapping_add(1);
                 let t = self.hier.dma_write(now, space, *addr, data);
                 if let Some(imm) = imm {
                     self.complete_write_imm(now, qpn, data.len(), *imm, t.visible);
@@ -266,7 +275,7 @@ impl Rnic {
                 };
                 let q = &mut self.qps[qpn.0 as usize];
                 q.rq.pop_front();
-                q.expected_psn += 1;
+                q.expected_psn = q.expected_psn.wrapping_add(1);
                 let cq = q.recv_cq;
                 let t = self.hier.dma_write(now, space, r.sge.addr, data);
                 self.qps[qpn.0 as usize].flush.landed(
@@ -315,6 +324,7 @@ impl Rnic {
                 return;
             }
             let pkt = q.deferred.pop_front().unwrap();
+            self.note_waiting(&pkt, false);
             // Executed now, it reaches the medium as any write does (or is refused); only
             // then does the hierarchy let it go, so the medium holds it throughout.
             self.execute_np(now, &pkt);

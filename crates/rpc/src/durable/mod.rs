@@ -156,7 +156,7 @@ impl DurableOptions {
         LogLayout::new(base, self.capacity, self.max_value)
     }
 
-    fn recv_bytes(&self) -> u64 {
+    pub(crate) fn recv_bytes(&self) -> u64 {
         (REPLY_HEADER as u64 + self.max_value as u64 * self.max_scan.max(1) as u64).max(64)
     }
 

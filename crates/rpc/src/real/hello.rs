@@ -208,6 +208,14 @@ impl DurableHello {
         opts.max_scan = u32_at(20);
         opts.objects = u64_at(24);
         opts.fault = fault;
+        // A reply (up to `max_scan` values) travels in one message: a hello that asks for
+        // more names receive buffers no wire carries, and their total would overflow.
+        if opts.recv_bytes() > remora_model::wire::MAX_WIRE_BODY as u64 {
+            return bad(format!(
+                "replies of up to {} values of {} bytes: more than a message carries",
+                opts.max_scan, opts.max_value
+            ));
+        }
         let layout = opts
             .log_layout(u64_at(48))
             .map_err(|e| HelloError::BadValue(e.to_string()))?;
@@ -390,6 +398,21 @@ mod tests {
             h.info.processed = processed;
             let parsed = DurableHello::parse(&h.emit());
             assert_eq!(parsed.is_ok(), ok, "{processed}: {parsed:?}");
+        }
+        // Replies larger than a message are refused: with values near 4 GiB and scans as
+        // long, a client's receive buffers came to more than 2^64 bytes (a panic in a debug
+        // build, a wrapped size in a release one).
+        for (max_value, max_scan, ok) in [
+            (1 << 20, 15, true),
+            (1 << 20, 16, false),
+            (u32::MAX - 256, u32::MAX, false),
+        ] {
+            let mut h = hello(Design::WFlushRpc, None);
+            h.opts.max_value = max_value;
+            h.opts.max_scan = max_scan;
+            h.info.layout = h.opts.log_layout(0x1_0000_0000).unwrap();
+            let parsed = DurableHello::parse(&h.emit());
+            assert_eq!(parsed.is_ok(), ok, "{max_value} x {max_scan}: {parsed:?}");
         }
     }
 

@@ -1,0 +1,353 @@
+//! Peers that send well-formed requests as fast as TCP carries them: one real-time node
+//! (a server on a thread of its own) and raw peers that write packets straight into its
+//! sockets, without a send queue to hold them back, reading what comes back.
+
+use remora_model::bytes::Bytes;
+use remora_model::prng::Prng;
+use remora_model::profile::LatencyProfile;
+use remora_model::rnic::Rnic;
+use remora_model::wire::{Body, Packet, TrainTail};
+use remora_soft::runtime::{real_time_profile, NetStats, RtNode};
+use remora_verbs::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+#[allow(clippy::disallowed_methods)] // a real-time test: its clock is the wall clock
+fn wall() -> std::time::Instant {
+    std::time::Instant::now()
+}
+
+/// The QP number every raw peer claims for itself.
+const PEER_QP: QpNum = QpNum(7);
+
+/// What the server reports at the end, sampled every millisecond: its counters, the most
+/// bytes peer 1's requests waiting in its RNIC ever held ([`Rnic::waiting_bytes`]), and
+/// the most its model's clock was ahead of the wall clock.
+struct Report {
+    stats: NetStats,
+    most_waiting: u64,
+    most_ahead: Duration,
+}
+
+/// A server node on `profile` with a 64 KiB PM region and backlog limits `limits`, on a
+/// thread of its own, that accepts `peers` raw peers as nodes 1, 2, … and serves them
+/// until `stop`. The peers connect in turn from this thread; then the server says its QP
+/// for each and its region.
+fn server(
+    profile: &LatencyProfile,
+    limits: (u64, usize),
+    peers: usize,
+    stop: Arc<AtomicBool>,
+) -> (Vec<Raw>, Remote, std::thread::JoinHandle<Report>) {
+    let profile = real_time_profile(profile);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let h = std::thread::spawn(move || {
+        remora_exec::block_on(async move {
+            let rnic = Rnic::new(
+                0,
+                "DMP+noDDIO+PM-RQWRB".parse().unwrap(),
+                &profile,
+                Prng::from_seed(5),
+            );
+            let node = RtNode::new(rnic);
+            // The node's clock starts at 0 now (give or take the moment this takes).
+            let born = wall();
+            node.set_backlog_limits(limits.0, limits.1);
+            remora_exec::spawn_local(node.clone().drive());
+            let pd = node.alloc_pd().unwrap();
+            let a = node.alloc(Space::Pm, 1 << 16, 4096);
+            let mr = node.reg_mr(pd, Space::Pm, a, 1 << 16, Access::ALL).unwrap();
+            let cq = node.create_cq(16).unwrap();
+            let mut qps = Vec::new();
+            for id in 1..=peers as NodeId {
+                let s = listener.accept().unwrap().0;
+                let s = remora_exec::net::TcpStream::from_std(s).unwrap();
+                s.set_nodelay(true).unwrap();
+                let (r, w) = s.into_split();
+                node.attach(id, r, w, |_| {});
+                let qp = node.create_qp(pd, cq, cq, QpAttr::default()).unwrap();
+                node.connect(qp, id, PEER_QP).unwrap();
+                qps.push(qp);
+            }
+            let region = Remote {
+                addr: mr.addr,
+                rkey: mr.rkey,
+            };
+            tx.send((qps, region)).unwrap();
+            let (mut most_waiting, mut most_ahead) = (0, Duration::ZERO);
+            while !stop.load(Ordering::SeqCst) {
+                most_waiting = most_waiting.max(node.with(|r, _| r.waiting_bytes(1)));
+                let model = Duration::from_nanos(node.now().as_nanos());
+                most_ahead = most_ahead.max(model.saturating_sub(born.elapsed()));
+                remora_exec::time::sleep(Duration::from_millis(1)).await;
+            }
+            let stats = node.net_stats();
+            node.close();
+            Report {
+                stats,
+                most_waiting,
+                most_ahead,
+            }
+        })
+    });
+    let socks: Vec<TcpStream> = (0..peers)
+        .map(|_| {
+            let s = TcpStream::connect(addr).unwrap();
+            s.set_nodelay(true).unwrap();
+            s
+        })
+        .collect();
+    let (qps, region) = rx.recv().unwrap();
+    let raws = socks
+        .into_iter()
+        .zip(qps)
+        .enumerate()
+        .map(|(i, (s, qp))| Raw {
+            s,
+            me: i as NodeId + 1,
+            qp,
+            psn: 0,
+            buf: Vec::new(),
+        })
+        .collect();
+    (raws, region, h)
+}
+
+/// Reads and drops everything the server sends on `s` until it closes; returns how many
+/// bytes that was.
+fn drain(s: &TcpStream) -> std::thread::JoinHandle<u64> {
+    let mut s = s.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut b = vec![0u8; 1 << 20];
+        let mut n = 0;
+        while let Ok(k) = s.read(&mut b) {
+            if k == 0 {
+                break;
+            }
+            n += k as u64;
+        }
+        n
+    })
+}
+
+/// A raw peer: node `me`, speaking for [`PEER_QP`] to the server's `qp`, numbering its
+/// requests from 0.
+struct Raw {
+    s: TcpStream,
+    me: NodeId,
+    qp: QpNum,
+    psn: u32,
+    buf: Vec<u8>,
+}
+
+impl Raw {
+    fn request(&mut self, body: Body) -> Packet {
+        let p = Packet {
+            src: self.me,
+            dst: 0,
+            src_qp: PEER_QP,
+            dst_qp: self.qp,
+            psn: self.psn,
+            body,
+        };
+        self.psn = self.psn.wrapping_add(1);
+        p
+    }
+
+    fn next_packet(&mut self) -> Packet {
+        loop {
+            if let Some(len) = Packet::frame_len(&self.buf).unwrap() {
+                if self.buf.len() >= len {
+                    let p = Packet::parse(&self.buf[..len]).unwrap();
+                    self.buf.drain(..len);
+                    return p;
+                }
+            }
+            let mut b = [0u8; 1 << 16];
+            let n = self.s.read(&mut b).unwrap();
+            assert!(n > 0, "the server closed the connection");
+            self.buf.extend_from_slice(&b[..n]);
+        }
+    }
+}
+
+#[test]
+fn a_flood_of_reads_into_a_slow_data_path_keeps_a_bounded_queue() {
+    // On slow-data-path every READ waits for the one before (half a millisecond), so READs
+    // queue in the RNIC as fast as TCP brings them: 60 bytes each asking for 4 KiB. The
+    // reader stops handing them over once what they ask for passes the limit, well before
+    // the RNIC's own cap on waiting requests (MAX_WAITING_NP, 1,024) would fail the QP.
+    const LIMIT: u64 = 1 << 20;
+    const ASK: u32 = 4096;
+    let stop = Arc::new(AtomicBool::new(false));
+    let slow = LatencyProfile::builtin("slow-data-path").unwrap();
+    let (mut peers, region, h) = server(&slow, (LIMIT, 64 << 10), 1, stop.clone());
+    let mut a = peers.remove(0);
+    let answers = drain(&a.s);
+    // The server stops reading once it holds 64 KiB of requests: a write then waits.
+    a.s.set_write_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let end = wall() + Duration::from_millis(1500);
+    let mut sent = 0u64;
+    while wall() < end {
+        let mut out = Vec::with_capacity(64 << 10);
+        for i in 0..1000u64 {
+            let p = a.request(Body::Read {
+                addr: region.addr + (i % 16) * ASK as u64,
+                rkey: region.rkey,
+                len: ASK,
+            });
+            p.emit_into(&mut out);
+        }
+        // A write cut short by the time-out leaves a frame cut in two: the peer is done.
+        if a.s.write_all(&out).is_err() {
+            break;
+        }
+        sent += out.len() as u64;
+    }
+    stop.store(true, Ordering::SeqCst);
+    let Report {
+        stats,
+        most_waiting: most,
+        ..
+    } = h.join().unwrap();
+    drop(a);
+    answers.join().unwrap();
+    // Each waiting READ counts 64 bytes and the 4 KiB it asks for: at most the limit's
+    // worth and one more READ wait. (Without the count the RNIC's cap is the only bound:
+    // 1,024 READs, 4.2 MB, and then the QP fails.)
+    assert!(
+        most <= LIMIT + 64 + ASK as u64,
+        "{most} bytes waited in the RNIC ({sent} bytes sent); {stats}"
+    );
+    assert!(stats.held_back > 0, "{stats}");
+    assert!(stats.paused > 0, "{stats}");
+}
+
+#[test]
+fn a_peer_streaming_writes_does_not_keep_the_server_from_another() {
+    // Peer 1 streams 64-byte WRITEs in trains of 1,024 as fast as TCP takes them; peer 2
+    // asks for 8 bytes at a time. Each of peer 2's READs is answered within a fraction of
+    // the ACK time-out (without the reader's yields, seconds passed).
+    let stop = Arc::new(AtomicBool::new(false));
+    let (mut peers, region, h) = server(
+        &LatencyProfile::default_profile(),
+        (64 << 20, 64 << 20),
+        2,
+        stop.clone(),
+    );
+    let mut b = peers.pop().unwrap();
+    let mut a = peers.pop().unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let streaming = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let answers = drain(&a.s);
+            let data = Bytes::from(vec![0xab; 64]);
+            let mut trains = 0u64;
+            while !done.load(Ordering::SeqCst) {
+                let mut out = Vec::with_capacity(96 << 10);
+                let mut tail: Option<TrainTail> = None;
+                for i in 0..1024u64 {
+                    let p = a.request(Body::Write {
+                        addr: region.addr + (i % 64) * 64,
+                        rkey: region.rkey,
+                        data: data.clone(),
+                        imm: None,
+                        ack_req: i == 1023,
+                    });
+                    match tail.as_mut() {
+                        Some(t) => assert!(t.push(&p, &mut out)),
+                        None => tail = TrainTail::start(&p, &mut out),
+                    }
+                }
+                a.s.write_all(&out).unwrap();
+                trains += 1;
+            }
+            // The server sees the end, closes its side, and the reader sees that.
+            a.s.shutdown(std::net::Shutdown::Write).unwrap();
+            answers.join().unwrap();
+            trains
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let mut worst = Duration::ZERO;
+    let mut reads = 0;
+    let end = wall() + Duration::from_secs(2);
+    while wall() < end {
+        let p = b.request(Body::Read {
+            addr: region.addr,
+            rkey: region.rkey,
+            len: 8,
+        });
+        let t = wall();
+        b.s.write_all(&p.emit()).unwrap();
+        loop {
+            let r = b.next_packet();
+            if r.psn == p.psn && matches!(r.body, Body::ReadResp(_)) {
+                break;
+            }
+        }
+        worst = worst.max(t.elapsed());
+        reads += 1;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    done.store(true, Ordering::SeqCst);
+    let trains = streaming.join().unwrap();
+    stop.store(true, Ordering::SeqCst);
+    let stats = h.join().unwrap().stats;
+    assert!(trains > 100, "the stream went on: {trains} trains; {stats}");
+    assert!(
+        worst < Duration::from_millis(500),
+        "{reads} READs, the slowest {worst:?}, while {trains} trains streamed; {stats}"
+    );
+}
+
+#[test]
+fn a_chain_of_waiting_requests_does_not_run_the_clock_ahead() {
+    // 1,000 FETCH_ADDs at once, each waiting 100 µs for the one before (an atomic takes two
+    // PCIe crossings, here 50 µs each): 100 ms of model time in deadlines each within the
+    // runtime's 200 µs jump. The model's clock stays with the wall clock (before, one step
+    // ran through the whole chain and put it 100 ms ahead, and every ACK time-out with it).
+    let mut slow = LatencyProfile::default_profile();
+    slow.rnic.pcie_ns = 50_000;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (mut peers, region, h) = server(&slow, (64 << 20, 64 << 20), 1, stop.clone());
+    let mut a = peers.remove(0);
+    let mut out = Vec::new();
+    for _ in 0..1000 {
+        let p = a.request(Body::Atomic {
+            addr: region.addr,
+            rkey: region.rkey,
+            compare: None,
+            operand: 1,
+        });
+        p.emit_into(&mut out);
+    }
+    let t = wall();
+    a.s.write_all(&out).unwrap();
+    let mut answered = 0;
+    while answered < 1000 {
+        if matches!(a.next_packet().body, Body::AtomicResp(_)) {
+            answered += 1;
+        }
+    }
+    let took = t.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    let report = h.join().unwrap();
+    assert!(
+        report.most_ahead < Duration::from_millis(20),
+        "the model's clock ran {:?} ahead; {}",
+        report.most_ahead,
+        report.stats
+    );
+    assert!(
+        took >= Duration::from_millis(90),
+        "the chain takes its time on the wall clock: {took:?}"
+    );
+}
