@@ -50,10 +50,14 @@ pub const MAX_MESSAGE: u64 = 1 << 31;
 pub const MAX_QUEUE_DEPTH: usize = 1 << 16;
 /// Most non-posted requests (READ, ATOMIC, FLUSH, non-posted WRITE) of one QP that wait
 /// behind an earlier one at the responder; one more is refused with NAK invalid request
-/// (IBTA's responder resources, IRD: rdma-core's `max_qp_rd_atom` is 16 on mlx5; the
-/// model allows a default send queue's worth, so a requester within one never meets it,
-/// and a peer that floods a slow data path cannot queue more).
-pub const MAX_WAITING_NP: usize = 1024;
+/// (IBTA's responder resources, IRD). Real RNICs hold far fewer (rdma-core's
+/// `max_qp_rd_atom` is 16 on mlx5) and their requesters keep to it (ORD); the model's
+/// requester has no ORD, so the bound is the deepest send queue: a requester that waits
+/// for its answers never meets it (a durable-RPC batch posts one ATOMIC WRITE per request,
+/// thousands behind one FLUSH), and a peer that floods cannot queue more. What the waiting
+/// requests hold is bounded apart from this, by a real-time runtime
+/// ([`Rnic::waiting_bytes`]).
+pub const MAX_WAITING_NP: usize = MAX_QUEUE_DEPTH;
 /// `rnr_retry` value meaning "retry forever" (InfiniBand encodes infinite as 7).
 pub const RNR_RETRY_INFINITE: u8 = 7;
 /// A requester asks for an acknowledgement at least every this many posted packets.

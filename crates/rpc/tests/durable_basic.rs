@@ -402,3 +402,37 @@ fn a_reply_whose_completion_is_on_its_way_at_a_reopen_is_not_lost() {
     }
     assert!(stops > 10, "the replies' arrival spans {stops} stops");
 }
+
+/// A batch posts one ATOMIC WRITE operator per request behind the data's FLUSH: thousands
+/// of non-posted requests wait at the responder, and none is refused (the responder's
+/// bound on waiting requests is the deepest send queue; at 1,024 a batch of 1,100 failed
+/// its connection, found by a review).
+#[test]
+fn a_batch_of_thousands_of_requests_runs() {
+    for design in [Design::WFlushRpc, Design::SFlushRpc] {
+        let n = 2048;
+        let mut opts = DurableOptions::new(design);
+        opts.capacity = n;
+        opts.objects = 4;
+        opts.max_value = 64;
+        opts.batch = n;
+        let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
+        let pair = DurablePair::new(7, LatencyProfile::default_profile(), config, opts);
+        let client = pair.open().unwrap();
+        let out = Rc::new(RefCell::new(None));
+        let o = out.clone();
+        pair.sim.spawn_on(&pair.client, async move {
+            let mut c = client;
+            let puts: Vec<Op> = (0..n as u64)
+                .map(|i| Op::Put {
+                    key: i % 4,
+                    value: vec![i as u8; 16],
+                })
+                .collect();
+            *o.borrow_mut() = Some(c.call_batch(puts).await.map(|v| v.len()));
+        });
+        pair.sim.run();
+        let r = out.borrow_mut().take().expect("the client finished");
+        assert_eq!(r.map_err(|e| e.to_string()), Ok(n as usize), "{design}");
+    }
+}

@@ -65,6 +65,16 @@ const YIELD_BYTES: usize = 256 << 10;
 /// How often a reader holding a peer's requests looks again at what the RNIC owes the peer
 /// (it drains with the model's time, not with a write).
 const RECHECK: std::time::Duration = std::time::Duration::from_millis(1);
+/// How long an ended connection's writer goes on sending what is left to a peer that does
+/// not take it, before it drops it and closes the socket.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long a reader that stopped reading a peer waits for the output to the peer to
+/// shrink before it reads once more anyway: two nodes that each stopped reading the other
+/// would otherwise wait for ever.
+const STALL: std::time::Duration = std::time::Duration::from_millis(10);
+/// Bytes of held requests, beyond twice [`HELD_HIGH`], that those reads may add before the
+/// connection is closed as a peer that sends and does not read.
+const HELD_SLACK: usize = 1 << 20;
 /// Bytes of a peer's requests held while its output is backed up beyond which its socket
 /// is no longer read until the output drains (TCP then holds the peer's sends back).
 pub const HELD_HIGH: usize = 64 << 20;
@@ -254,14 +264,20 @@ impl State {
     }
 }
 
-/// What a READ request asks for; `None` for any other frame.
+/// For a non-posted request, what it asks to be sent back beyond an acknowledgement (a
+/// READ's length; 0 for the others, which the RNIC may queue: the backlog is looked at
+/// again after each); `None` for any other frame.
 #[inline]
-fn read_len(frame: &Frame<'_>) -> Option<u64> {
-    match frame {
-        Frame::Packet(Packet {
-            body: Body::Read { len, .. },
-            ..
-        }) => Some(*len as u64),
+fn non_posted_asks(frame: &Frame<'_>) -> Option<u64> {
+    let Frame::Packet(p) = frame else {
+        return None;
+    };
+    match p.body {
+        Body::Read { len, .. } => Some(len as u64),
+        Body::Atomic { .. }
+        | Body::Flush { .. }
+        | Body::NonPostedWrite { .. }
+        | Body::SFlush { .. } => Some(0),
         _ => None,
     }
 }
@@ -512,9 +528,14 @@ impl Inner {
     /// Brings the model's clock up to `wall`, a reading the caller took: a wake-up reads
     /// the clock once (about 30 ns each in this VM) and its step and wake-ups share it.
     fn now_at(&self, st: &mut State, wall: Wall) -> Instant {
-        let real = Instant::from_nanos(wall.nanos_since(self.epoch));
-        st.model_now = st.model_now.max(real);
+        st.model_now = st.model_now.max(self.real(wall));
         st.model_now
+    }
+
+    /// The wall clock's reading `wall` on the model's time line.
+    #[inline]
+    fn real(&self, wall: Wall) -> Instant {
+        Instant::from_nanos(wall.nanos_since(self.epoch))
     }
 }
 
@@ -725,6 +746,8 @@ impl RtNode {
         let (high, held_high) = (conn.high, self.inner.limits.get().1);
         // Bytes handled since the executor last looked at its other sockets and timers.
         let mut since_yield = 0;
+        // While the socket is left unread: since when the output has not shrunk, and to what.
+        let mut pause: Option<(Wall, u64)> = None;
         loop {
             // Every frame of one read arrived by the time the read returned: one clock read
             // per read, at the loop's edge, not one per frame.
@@ -754,7 +777,7 @@ impl RtNode {
                     continue;
                 }
                 handled |= self.deliver(peer, &frame, &mut arrived);
-                if let Some(asks) = read_len(&frame) {
+                if let Some(asks) = non_posted_asks(&frame) {
                     promised += asks;
                     backed = self.backlog(peer, conn, promised) > high;
                 }
@@ -777,6 +800,7 @@ impl RtNode {
             // A failed socket (a reset: the peer was killed) ends the connection as its
             // orderly end does; only a malformed frame is an error.
             let n = if held.is_empty() {
+                pause = None;
                 read.read_buf(&mut buf).await.unwrap_or(0)
             } else {
                 let now = self.backlog(peer, conn, 0);
@@ -790,10 +814,38 @@ impl RtNode {
                 conn.backed.set(true);
                 let wake =
                     remora_exec::first(conn.drained.notified(), remora_exec::time::sleep(RECHECK));
-                if held.len() >= held_high {
-                    self.inner.st.borrow_mut().stats.paused += 1;
-                    wake.await;
-                    continue;
+                if held.len() < held_high {
+                    pause = None;
+                } else if held.len() >= held_high.saturating_mul(2).saturating_add(HELD_SLACK) {
+                    // Past the trickle's allowance too: a peer that goes on sending
+                    // requests and takes none of their answers is broken or hostile.
+                    eprintln!(
+                        "peer {peer}: {} bytes of its requests held and {now} bytes owed to \
+                         it, which it does not read; connection closed",
+                        held.len()
+                    );
+                    // What it did not take is dropped with the connection.
+                    let _ = conn.write.shutdown_both();
+                    return Ok(());
+                } else {
+                    // Not read until the output drains. But if the peer does the same,
+                    // each waits for the other: after `STALL` without the output
+                    // shrinking, one more read (its responses are taken, its requests
+                    // held), which lets a peer that waits for this node to read go on.
+                    let (since, was) = *pause.get_or_insert_with(|| {
+                        self.inner.st.borrow_mut().stats.paused += 1;
+                        (wall(), now)
+                    });
+                    if now < was {
+                        pause = Some((wall(), now));
+                        wake.await;
+                        continue;
+                    }
+                    if wall().nanos_since(since) < STALL.as_nanos() as u64 {
+                        wake.await;
+                        continue;
+                    }
+                    pause = Some((wall(), now));
                 }
                 match remora_exec::first(read.read_buf(&mut buf), wake).await {
                     remora_exec::Either::Left(n) => n.unwrap_or(0),
@@ -864,7 +916,7 @@ impl RtNode {
             let frame = Frame::parse(&held[at..at + len]).expect("a held frame parsed before");
             at += len;
             handled |= self.deliver(peer, &frame, arrived);
-            *promised += read_len(&frame).unwrap_or(0);
+            *promised += non_posted_asks(&frame).unwrap_or(0);
         }
         held.drain(..at);
         handled
@@ -974,9 +1026,14 @@ impl RtNode {
                     if self.inner.st.borrow().armed.is_none_or(|a| t < a) {
                         // One clock reading for the wait and the deadline it sets.
                         let w = wall();
+                        // Measured from the wall clock, not from the model's (which may
+                        // be up to a jump ahead): the timer fires when the deadline is due
+                        // on the wall clock, so the model does not creep ahead by a jump
+                        // per step.
                         let wait = {
                             let mut st = self.inner.st.borrow_mut();
-                            t.saturating_since(self.inner.now_at(&mut st, w))
+                            self.inner.now_at(&mut st, w);
+                            t.saturating_since(self.inner.real(w))
                         };
                         // Saturating: a deadline at the model's `NEVER` (a profile whose
                         // ACK time-out means "never") is a wait that never ends, not a panic.
@@ -1039,7 +1096,9 @@ impl RtNode {
         // `JUMP` of the one before: otherwise a chain of them (requests that each wait for
         // the one before) runs the model's clock far ahead of the wall clock, and every
         // time-out with it.
-        let horizon = now + JUMP;
+        // From the wall clock's reading, not the model's: a model already ahead (an
+        // earlier step's jump) jumps no further.
+        let horizon = (self.inner.real(wall) + JUMP).max(now);
         st.stats.steps += 1;
         let mut queued = 0;
         let next = loop {
@@ -1198,8 +1257,28 @@ impl Drop for ConnEnd {
 async fn write_loop(conn: Rc<Conn>) {
     loop {
         conn.writer.notified().await;
+        let mut closing_since = None;
         while !conn.try_flush() {
-            if conn.write.writable().await.is_err() {
+            if conn.closing.get() {
+                let since = *closing_since.get_or_insert_with(wall);
+                if wall().nanos_since(since) >= LINGER.as_nanos() as u64 {
+                    // A peer that takes nothing more of an ended connection: what it did
+                    // not take is dropped, and the socket with it.
+                    let _ = conn.write.shutdown_both();
+                    return;
+                }
+            }
+            // Room in the socket, or the connection's end (which starts the linger), or
+            // a look at the linger's clock.
+            let woke = remora_exec::first(
+                conn.write.writable(),
+                remora_exec::first(
+                    conn.writer.notified(),
+                    remora_exec::time::sleep(LINGER / 10),
+                ),
+            )
+            .await;
+            if let remora_exec::Either::Left(Err(_)) = woke {
                 return;
             }
         }

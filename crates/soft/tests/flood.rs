@@ -180,8 +180,7 @@ impl Raw {
 fn a_flood_of_reads_into_a_slow_data_path_keeps_a_bounded_queue() {
     // On slow-data-path every READ waits for the one before (half a millisecond), so READs
     // queue in the RNIC as fast as TCP brings them: 60 bytes each asking for 4 KiB. The
-    // reader stops handing them over once what they ask for passes the limit, well before
-    // the RNIC's own cap on waiting requests (MAX_WAITING_NP, 1,024) would fail the QP.
+    // reader stops handing them over once what they ask for passes the limit.
     const LIMIT: u64 = 1 << 20;
     const ASK: u32 = 4096;
     let stop = Arc::new(AtomicBool::new(false));
@@ -219,8 +218,8 @@ fn a_flood_of_reads_into_a_slow_data_path_keeps_a_bounded_queue() {
     drop(a);
     answers.join().unwrap();
     // Each waiting READ counts 64 bytes and the 4 KiB it asks for: at most the limit's
-    // worth and one more READ wait. (Without the count the RNIC's cap is the only bound:
-    // 1,024 READs, 4.2 MB, and then the QP fails.)
+    // worth and one more READ wait. (Without the count, they waited by the hundred
+    // megabytes.)
     assert!(
         most <= LIMIT + 64 + ASK as u64,
         "{most} bytes waited in the RNIC ({sent} bytes sent); {stats}"
@@ -312,13 +311,32 @@ fn a_peer_streaming_writes_does_not_keep_the_server_from_another() {
 fn a_chain_of_waiting_requests_does_not_run_the_clock_ahead() {
     // 1,000 FETCH_ADDs at once, each waiting 100 µs for the one before (an atomic takes two
     // PCIe crossings, here 50 µs each): 100 ms of model time in deadlines each within the
-    // runtime's 200 µs jump. The model's clock stays with the wall clock (before, one step
-    // ran through the whole chain and put it 100 ms ahead, and every ACK time-out with it).
+    // runtime's 200 µs jump, while a second peer's READs, back to back, make the server
+    // step at every packet. The model's clock stays with the wall clock. (Before, one step
+    // ran through the whole chain and put it 100 ms ahead, and every ACK time-out with it;
+    // with jumps measured from the model's clock, each step went a jump further.)
     let mut slow = LatencyProfile::default_profile();
     slow.rnic.pcie_ns = 50_000;
     let stop = Arc::new(AtomicBool::new(false));
-    let (mut peers, region, h) = server(&slow, (64 << 20, 64 << 20), 1, stop.clone());
-    let mut a = peers.remove(0);
+    let (mut peers, region, h) = server(&slow, (64 << 20, 64 << 20), 2, stop.clone());
+    let mut b = peers.pop().unwrap();
+    let mut a = peers.pop().unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let pinger = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                let p = b.request(Body::Read {
+                    addr: region.addr,
+                    rkey: region.rkey,
+                    len: 8,
+                });
+                b.s.write_all(&p.emit()).unwrap();
+                while b.next_packet().psn != p.psn {}
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
     let mut out = Vec::new();
     for _ in 0..1000 {
         let p = a.request(Body::Atomic {
@@ -338,6 +356,8 @@ fn a_chain_of_waiting_requests_does_not_run_the_clock_ahead() {
         }
     }
     let took = t.elapsed();
+    done.store(true, Ordering::SeqCst);
+    pinger.join().unwrap();
     stop.store(true, Ordering::SeqCst);
     let report = h.join().unwrap();
     assert!(
@@ -350,4 +370,54 @@ fn a_chain_of_waiting_requests_does_not_run_the_clock_ahead() {
         took >= Duration::from_millis(90),
         "the chain takes its time on the wall clock: {took:?}"
     );
+}
+
+#[test]
+fn a_peer_that_sends_requests_and_never_reads_loses_its_connection() {
+    // READs of 4 KiB, sent on and on by a peer that reads nothing. The server holds its
+    // requests and stops reading it; reading once more every few milliseconds (in case
+    // the peer waits for it in turn) brings more requests, and past twice the held limit
+    // and a megabyte the server closes the connection instead of holding more.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (mut peers, region, h) = server(
+        &LatencyProfile::default_profile(),
+        (1 << 20, 8 << 10),
+        1,
+        stop.clone(),
+    );
+    let mut a = peers.remove(0);
+    a.s.set_write_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let end = wall() + Duration::from_secs(20);
+    let closed = loop {
+        if wall() > end {
+            break false;
+        }
+        let mut out = Vec::with_capacity(64 << 10);
+        for i in 0..1000u64 {
+            let p = a.request(Body::Read {
+                addr: region.addr + (i % 16) * 4096,
+                rkey: region.rkey,
+                len: 4096,
+            });
+            p.emit_into(&mut out);
+        }
+        match a.s.write_all(&out) {
+            Ok(()) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break true,
+        }
+    };
+    stop.store(true, Ordering::SeqCst);
+    let report = h.join().unwrap();
+    assert!(
+        closed,
+        "the server kept the connection for 20 s; {}",
+        report.stats
+    );
+    assert!(report.stats.paused > 0, "{}", report.stats);
 }
