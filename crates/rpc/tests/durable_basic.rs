@@ -16,19 +16,35 @@ const DESIGNS: [Design; 4] = [
     Design::WRFlushRpc,
 ];
 
-fn run(design: Design, config: &str, batch: u32, heavy: bool) -> (u64, Vec<u64>, u64) {
-    let config: ServerConfig = config.parse().unwrap();
+/// Options for `design` with a log of `capacity` entries, four objects, values up to
+/// `max_value` bytes and batches of `batch`.
+fn options(design: Design, capacity: u32, max_value: u32, batch: u32) -> DurableOptions {
     let mut opts = DurableOptions::new(design);
-    opts.capacity = 8;
+    opts.capacity = capacity;
     opts.objects = 4;
-    opts.max_value = 200;
+    opts.max_value = max_value;
     opts.batch = batch;
+    opts
+}
+
+/// A simulated client and server on `config`, and the client's connection.
+fn pair_on(
+    config: &str,
+    opts: DurableOptions,
+) -> (DurablePair, DurableClient<remora_sim::NodeHandle>) {
+    let config: ServerConfig = config.parse().unwrap();
+    let pair = DurablePair::new(7, LatencyProfile::default_profile(), config, opts);
+    let client = pair.open().unwrap();
+    (pair, client)
+}
+
+fn run(design: Design, config: &str, batch: u32, heavy: bool) -> (u64, Vec<u64>, u64) {
+    let mut opts = options(design, 8, 200, batch);
     if heavy {
         opts.costs.processing = Duration::from_micros(100);
         opts.costs.backlog_threshold = 2;
     }
-    let pair = DurablePair::new(7, LatencyProfile::default_profile(), config, opts);
-    let client = pair.open().unwrap();
+    let (pair, client) = pair_on(config, opts);
     let out = Rc::new(RefCell::new(None));
     let o = out.clone();
     pair.sim.spawn_on(&pair.client, async move {
@@ -411,14 +427,7 @@ fn a_reply_whose_completion_is_on_its_way_at_a_reopen_is_not_lost() {
 fn a_batch_of_thousands_of_requests_runs() {
     for design in [Design::WFlushRpc, Design::SFlushRpc] {
         let n = 2048;
-        let mut opts = DurableOptions::new(design);
-        opts.capacity = n;
-        opts.objects = 4;
-        opts.max_value = 64;
-        opts.batch = n;
-        let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
-        let pair = DurablePair::new(7, LatencyProfile::default_profile(), config, opts);
-        let client = pair.open().unwrap();
+        let (pair, client) = pair_on("DMP+noDDIO+PM-RQWRB", options(design, n, 64, n));
         let out = Rc::new(RefCell::new(None));
         let o = out.clone();
         pair.sim.spawn_on(&pair.client, async move {
