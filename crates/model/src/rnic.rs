@@ -371,11 +371,7 @@ pub struct Rnic {
 
 /// What one waiting non-posted request counts in [`Rnic::waiting_bytes`].
 fn waiting_cost(pkt: &Packet) -> u64 {
-    let asks = match pkt.body {
-        Body::Read { len, .. } => len as u64,
-        _ => 0,
-    };
-    64 + pkt.payload_len() + asks
+    64 + pkt.payload_len() + pkt.read_len()
 }
 
 /// A completion the RNIC has made but not yet delivered to its CQ: delivered in order of

@@ -164,6 +164,31 @@ impl Packet {
         self.data().is_some_and(Bytes::is_shared)
     }
 
+    /// True for the requests a responder executes only after every earlier request of
+    /// their QP took effect, and answers with more than an acknowledgement or with one of
+    /// their own (READ, ATOMIC, FLUSH, non-posted WRITE, SFlush): what IBTA's responder
+    /// resources (IRD) count.
+    #[inline]
+    pub fn is_non_posted(&self) -> bool {
+        matches!(
+            self.body,
+            Body::Read { .. }
+                | Body::Atomic { .. }
+                | Body::Flush { .. }
+                | Body::NonPostedWrite { .. }
+                | Body::SFlush { .. }
+        )
+    }
+
+    /// Bytes a READ request asks to be sent back; 0 for any other packet.
+    #[inline]
+    pub fn read_len(&self) -> u64 {
+        match self.body {
+            Body::Read { len, .. } => len as u64,
+            _ => 0,
+        }
+    }
+
     /// True for requester → responder packets.
     #[inline]
     pub fn is_request(&self) -> bool {

@@ -17,7 +17,7 @@ use remora_model::hierarchy::Space;
 use remora_model::rnic::{MrInfo, QpAttr, Rnic, Tx};
 use remora_model::time::{Duration, Instant};
 use remora_model::verbs::*;
-use remora_model::wire::{Body, Frame, Packet, TrainTail, WireError, WriteRef};
+use remora_model::wire::{Frame, Packet, TrainTail, WireError, WriteRef};
 use remora_model::ServerConfig;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -269,15 +269,8 @@ impl State {
 /// again after each); `None` for any other frame.
 #[inline]
 fn non_posted_asks(frame: &Frame<'_>) -> Option<u64> {
-    let Frame::Packet(p) = frame else {
-        return None;
-    };
-    match p.body {
-        Body::Read { len, .. } => Some(len as u64),
-        Body::Atomic { .. }
-        | Body::Flush { .. }
-        | Body::NonPostedWrite { .. }
-        | Body::SFlush { .. } => Some(0),
+    match frame {
+        Frame::Packet(p) if p.is_non_posted() => Some(p.read_len()),
         _ => None,
     }
 }
@@ -421,9 +414,10 @@ impl Conn {
     /// the backlog, and wakes the reader once it drained enough.
     #[cold]
     fn after_short_write(&self) {
-        self.peak.set(self.peak.get().max(self.backlog()));
+        let backlog = self.backlog();
+        self.peak.set(self.peak.get().max(backlog));
         // A hint: the reader looks at the whole backlog again.
-        if self.backed.get() && self.backlog() <= self.high / 2 {
+        if self.backed.get() && backlog <= self.high / 2 {
             self.backed.set(false);
             self.drained.notify_waiters();
         }
@@ -803,11 +797,11 @@ impl RtNode {
                 pause = None;
                 read.read_buf(&mut buf).await.unwrap_or(0)
             } else {
-                let now = self.backlog(peer, conn, 0);
-                if now <= high / 2 {
+                let owed = self.backlog(peer, conn, 0);
+                if owed <= high / 2 {
                     continue;
                 }
-                conn.peak.set(conn.peak.get().max(now));
+                conn.peak.set(conn.peak.get().max(owed));
                 // The writer wakes this once the connection's output drained (see
                 // `Conn::try_flush`); what the RNIC owes drains with the model's time,
                 // looked at again every `RECHECK`.
@@ -820,7 +814,7 @@ impl RtNode {
                     // Past the trickle's allowance too: a peer that goes on sending
                     // requests and takes none of their answers is broken or hostile.
                     eprintln!(
-                        "peer {peer}: {} bytes of its requests held and {now} bytes owed to \
+                        "peer {peer}: {} bytes of its requests held and {owed} bytes owed to \
                          it, which it does not read; connection closed",
                         held.len()
                     );
@@ -834,18 +828,18 @@ impl RtNode {
                     // held), which lets a peer that waits for this node to read go on.
                     let (since, was) = *pause.get_or_insert_with(|| {
                         self.inner.st.borrow_mut().stats.paused += 1;
-                        (wall(), now)
+                        (wall(), owed)
                     });
-                    if now < was {
-                        pause = Some((wall(), now));
+                    let stalled =
+                        owed >= was && wall().nanos_since(since) >= STALL.as_nanos() as u64;
+                    if owed < was || stalled {
+                        // Progress, or a read about to be made: the clock starts again.
+                        pause = Some((wall(), owed));
+                    }
+                    if !stalled {
                         wake.await;
                         continue;
                     }
-                    if wall().nanos_since(since) < STALL.as_nanos() as u64 {
-                        wake.await;
-                        continue;
-                    }
-                    pause = Some((wall(), now));
                 }
                 match remora_exec::first(read.read_buf(&mut buf), wake).await {
                     remora_exec::Either::Left(n) => n.unwrap_or(0),
@@ -1092,12 +1086,11 @@ impl RtNode {
         let mut guard = self.inner.st.borrow_mut();
         let st = &mut *guard;
         let mut now = self.inner.now_at(st, wall);
-        // The jumps over short waits end here, however many deadlines lie each within
-        // `JUMP` of the one before: otherwise a chain of them (requests that each wait for
-        // the one before) runs the model's clock far ahead of the wall clock, and every
-        // time-out with it.
-        // From the wall clock's reading, not the model's: a model already ahead (an
-        // earlier step's jump) jumps no further.
+        // The jumps over short waits end here, `JUMP` past the wall clock's reading (a
+        // model already ahead, from an earlier step's jump, jumps no further), however
+        // many deadlines lie each within `JUMP` of the one before: otherwise a chain of
+        // them (requests that each wait for the one before) runs the model's clock far
+        // ahead of the wall clock, and every time-out with it.
         let horizon = (self.inner.real(wall) + JUMP).max(now);
         st.stats.steps += 1;
         let mut queued = 0;

@@ -177,15 +177,7 @@ impl Rnic {
             // dropped until the requester goes back and resends them.
             return self.drop_packet(now, pkt);
         }
-        let is_np = matches!(
-            pkt.body,
-            Body::Read { .. }
-                | Body::Atomic { .. }
-                | Body::Flush { .. }
-                | Body::NonPostedWrite { .. }
-                | Body::SFlush { .. }
-        );
-        if is_np {
+        if pkt.is_non_posted() {
             if q.np_barrier > now || !q.deferred.is_empty() {
                 if q.deferred.len() >= MAX_WAITING_NP {
                     // The responder's resources for non-posted requests (IBTA's IRD) are
