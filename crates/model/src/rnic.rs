@@ -363,10 +363,18 @@ pub struct Rnic {
     events: Option<Vec<NodeEvent>>,
     stats: RnicStats,
     ext: transport::RnicExt,
-    /// What the non-posted requests waiting in `deferred` hold or will answer with, per
-    /// sending node ([`waiting_bytes`](Self::waiting_bytes)), and over all of them.
-    waiting: BTreeMap<NodeId, u64>,
+    /// The non-posted requests waiting in `deferred`, per sending node: what they hold or
+    /// will answer with ([`waiting_bytes`](Self::waiting_bytes)) and how many there are
+    /// ([`waiting_requests`](Self::waiting_requests)); and the bytes over all of them.
+    waiting: BTreeMap<NodeId, Waiting>,
     waiting_total: u64,
+}
+
+/// One sending node's non-posted requests waiting behind an earlier one of their QP.
+#[derive(Copy, Clone, Debug, Default)]
+struct Waiting {
+    bytes: u64,
+    requests: u64,
 }
 
 /// What one waiting non-posted request counts in [`Rnic::waiting_bytes`].
@@ -475,20 +483,36 @@ impl Rnic {
         if self.waiting_total == 0 {
             return 0;
         }
-        self.waiting.get(&peer).copied().unwrap_or(0)
+        self.waiting.get(&peer).map_or(0, |w| w.bytes)
     }
 
-    /// Counts a non-posted request from `peer` into, or out of, [`waiting_bytes`](Self::waiting_bytes).
+    /// How many non-posted requests from `peer` wait behind an earlier one of their QP.
+    /// Under WSP each waiting write is held in the memory hierarchy
+    /// ([`MemoryHierarchy::hold`]), whose bookkeeping grows with their number: a
+    /// real-time runtime stops handing a peer's requests over past a count of them, as a
+    /// link's credits hold a sender back.
+    #[inline]
+    pub fn waiting_requests(&self, peer: NodeId) -> u64 {
+        if self.waiting_total == 0 {
+            return 0;
+        }
+        self.waiting.get(&peer).map_or(0, |w| w.requests)
+    }
+
+    /// Counts a non-posted request from `peer` into, or out of, [`waiting_bytes`](Self::waiting_bytes)
+    /// and [`waiting_requests`](Self::waiting_requests).
     fn note_waiting(&mut self, pkt: &Packet, added: bool) {
         let cost = waiting_cost(pkt);
-        let w = self.waiting.entry(pkt.src).or_insert(0);
+        let w = self.waiting.entry(pkt.src).or_default();
         if added {
-            *w += cost;
+            w.bytes += cost;
+            w.requests += 1;
             self.waiting_total += cost;
         } else {
-            *w = w.saturating_sub(cost);
+            w.bytes = w.bytes.saturating_sub(cost);
+            w.requests = w.requests.saturating_sub(1);
             self.waiting_total = self.waiting_total.saturating_sub(cost);
-            if *w == 0 {
+            if w.requests == 0 {
                 self.waiting.remove(&pkt.src);
             }
         }

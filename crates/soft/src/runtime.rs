@@ -30,7 +30,7 @@ mod conn;
 mod reader;
 mod verbs;
 use conn::{held_bytes, queue_on, queue_write_on, Conn};
-pub use reader::{BACKLOG_HIGH, HELD_HIGH};
+pub use reader::{Limits, BACKLOG_HIGH, HELD_HIGH, NODE_FACTOR, SHARE_FLOOR, WAITING_HIGH};
 
 /// Longest the driver waits for its turn while tasks do CPU work (`compute`, `memcpy`,
 /// `persist_local`) before they yield to it: short work runs straight on to the task's next
@@ -260,8 +260,8 @@ struct Inner {
     cpu_since: Cell<Wall>,
     /// [`CPU_SLICE`] in ns, or what [`CPU_SLICE_ENV`] says.
     cpu_slice_ns: u64,
-    /// [`BACKLOG_HIGH`] and [`HELD_HIGH`] for connections attached from now on.
-    limits: Cell<(u64, usize)>,
+    /// What one peer, and all together, may make the node buffer.
+    limits: Cell<Limits>,
 }
 
 /// The CPU slice [`CPU_SLICE_ENV`] sets, in µs: `None` when it is not set (the slice is
@@ -389,7 +389,7 @@ impl RtNode {
                     .as_nanos()
                     .try_into()
                     .unwrap_or(u64::MAX),
-                limits: Cell::new((BACKLOG_HIGH, HELD_HIGH)),
+                limits: Cell::new(Limits::default()),
             }),
         }
     }

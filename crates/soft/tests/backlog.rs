@@ -5,7 +5,7 @@
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::rnic::Rnic;
-use remora_soft::runtime::{real_time_profile, NetStats, RtNode};
+use remora_soft::runtime::{real_time_profile, Limits, NetStats, RtNode};
 use remora_verbs::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
@@ -43,7 +43,11 @@ impl Node {
             Prng::from_seed(id as u64),
         );
         let node = RtNode::new(rnic);
-        node.set_backlog_limits(LIMIT, held);
+        node.set_limits(Limits {
+            backlog: LIMIT,
+            held: held as u64,
+            ..Limits::default()
+        });
         remora_exec::spawn_local(node.clone().drive());
         let pd = node.alloc_pd().unwrap();
         let a = node.alloc(Space::Pm, REGION, 4096);

@@ -7,7 +7,7 @@ use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::rnic::Rnic;
 use remora_model::wire::{Body, Packet, TrainTail};
-use remora_soft::runtime::{real_time_profile, NetStats, RtNode};
+use remora_soft::runtime::{real_time_profile, Limits, NetStats, RtNode};
 use remora_verbs::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -20,6 +20,9 @@ fn wall() -> std::time::Instant {
     std::time::Instant::now()
 }
 
+/// The server's configuration unless a test needs another.
+const DMP: &str = "DMP+noDDIO+PM-RQWRB";
+
 /// The QP number every raw peer claims for itself.
 const PEER_QP: QpNum = QpNum(7);
 
@@ -30,34 +33,42 @@ struct Report {
     stats: NetStats,
     most_waiting: u64,
     most_ahead: Duration,
+    /// The most writes the server's memory hierarchy held at once (WSP's waiting writes).
+    most_held: usize,
 }
 
-/// A server node on `profile` with a 64 KiB PM region and backlog limits `limits`, on a
+/// The default limits with one peer's `backlog` and `held` set.
+fn limits(backlog: u64, held: u64) -> Limits {
+    Limits {
+        backlog,
+        held,
+        ..Limits::default()
+    }
+}
+
+/// A server node of configuration `config` on `profile` with a 64 KiB PM region and backlog limits `limits`, on a
 /// thread of its own, that accepts `peers` raw peers as nodes 1, 2, … and serves them
 /// until `stop`. The peers connect in turn from this thread; then the server says its QP
 /// for each and its region.
 fn server(
+    config: &str,
     profile: &LatencyProfile,
-    limits: (u64, usize),
+    limits: Limits,
     peers: usize,
     stop: Arc<AtomicBool>,
 ) -> (Vec<Raw>, Remote, std::thread::JoinHandle<Report>) {
     let profile = real_time_profile(profile);
+    let config: remora_model::ServerConfig = config.parse().unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = mpsc::channel();
     let h = std::thread::spawn(move || {
         remora_exec::block_on(async move {
-            let rnic = Rnic::new(
-                0,
-                "DMP+noDDIO+PM-RQWRB".parse().unwrap(),
-                &profile,
-                Prng::from_seed(5),
-            );
+            let rnic = Rnic::new(0, config, &profile, Prng::from_seed(5));
             let node = RtNode::new(rnic);
             // The node's clock starts at 0 now (give or take the moment this takes).
             let born = wall();
-            node.set_backlog_limits(limits.0, limits.1);
+            node.set_limits(limits);
             remora_exec::spawn_local(node.clone().drive());
             let pd = node.alloc_pd().unwrap();
             let a = node.alloc(Space::Pm, 1 << 16, 4096);
@@ -79,9 +90,10 @@ fn server(
                 rkey: mr.rkey,
             };
             tx.send((qps, region)).unwrap();
-            let (mut most_waiting, mut most_ahead) = (0, Duration::ZERO);
+            let (mut most_waiting, mut most_ahead, mut most_held) = (0, Duration::ZERO, 0);
             while !stop.load(Ordering::SeqCst) {
                 most_waiting = most_waiting.max(node.with(|r, _| r.waiting_bytes(1)));
+                most_held = most_held.max(node.with(|r, _| r.hierarchy().held_writes()));
                 let model = Duration::from_nanos(node.now().as_nanos());
                 most_ahead = most_ahead.max(model.saturating_sub(born.elapsed()));
                 remora_exec::time::sleep(Duration::from_millis(1)).await;
@@ -92,6 +104,7 @@ fn server(
                 stats,
                 most_waiting,
                 most_ahead,
+                most_held,
             }
         })
     });
@@ -185,7 +198,7 @@ fn a_flood_of_reads_into_a_slow_data_path_keeps_a_bounded_queue() {
     const ASK: u32 = 4096;
     let stop = Arc::new(AtomicBool::new(false));
     let slow = LatencyProfile::builtin("slow-data-path").unwrap();
-    let (mut peers, region, h) = server(&slow, (LIMIT, 64 << 10), 1, stop.clone());
+    let (mut peers, region, h) = server(DMP, &slow, limits(LIMIT, 64 << 10), 1, stop.clone());
     let mut a = peers.remove(0);
     let answers = drain(&a.s);
     // The server stops reading once it holds 64 KiB of requests: a write then waits.
@@ -235,8 +248,9 @@ fn a_peer_streaming_writes_does_not_keep_the_server_from_another() {
     // the ACK time-out (without the reader's yields, seconds passed).
     let stop = Arc::new(AtomicBool::new(false));
     let (mut peers, region, h) = server(
+        DMP,
         &LatencyProfile::default_profile(),
-        (64 << 20, 64 << 20),
+        Limits::default(),
         2,
         stop.clone(),
     );
@@ -318,7 +332,7 @@ fn a_chain_of_waiting_requests_does_not_run_the_clock_ahead() {
     let mut slow = LatencyProfile::default_profile();
     slow.rnic.pcie_ns = 50_000;
     let stop = Arc::new(AtomicBool::new(false));
-    let (mut peers, region, h) = server(&slow, (64 << 20, 64 << 20), 2, stop.clone());
+    let (mut peers, region, h) = server(DMP, &slow, Limits::default(), 2, stop.clone());
     let mut b = peers.pop().unwrap();
     let mut a = peers.pop().unwrap();
     let done = Arc::new(AtomicBool::new(false));
@@ -380,8 +394,9 @@ fn a_peer_that_sends_requests_and_never_reads_loses_its_connection() {
     // and a megabyte the server closes the connection instead of holding more.
     let stop = Arc::new(AtomicBool::new(false));
     let (mut peers, region, h) = server(
+        DMP,
         &LatencyProfile::default_profile(),
-        (1 << 20, 8 << 10),
+        limits(1 << 20, 8 << 10),
         1,
         stop.clone(),
     );
@@ -420,4 +435,124 @@ fn a_peer_that_sends_requests_and_never_reads_loses_its_connection() {
         report.stats
     );
     assert!(report.stats.paused > 0, "{}", report.stats);
+}
+
+#[test]
+fn a_burst_of_atomic_writes_on_wsp_is_held_back_at_the_waiting_limit() {
+    // Under WSP a non-posted write waiting behind an earlier one is held in the memory
+    // hierarchy, and each ATOMIC WRITE waits for the one before: a peer that sends them as
+    // fast as TCP carries them would have the RNIC hold every one (the RNIC's own bound
+    // is 65,536 a QP, which took the node seconds to hold and let go). The reader stops
+    // handing the peer's requests over past the waiting limit, as credits would.
+    const WAITING: u64 = 256;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut slow = LatencyProfile::default_profile();
+    // Each ATOMIC WRITE takes 20 µs: a chain builds faster than it runs.
+    slow.rnic.pcie_ns = 10_000;
+    let lim = Limits {
+        waiting: WAITING,
+        ..Limits::default()
+    };
+    let (mut peers, region, h) = server("WSP+noDDIO+PM-RQWRB", &slow, lim, 1, stop.clone());
+    let mut a = peers.remove(0);
+    let answers = drain(&a.s);
+    a.s.set_write_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let end = wall() + Duration::from_millis(1000);
+    while wall() < end {
+        let mut out = Vec::with_capacity(64 << 10);
+        for i in 0..1000u64 {
+            let p = a.request(Body::NonPostedWrite {
+                addr: region.addr + (i % 512) * 8,
+                rkey: region.rkey,
+                data: Bytes::from(i.to_le_bytes().to_vec()),
+                atomic: true,
+            });
+            p.emit_into(&mut out);
+        }
+        if a.s.write_all(&out).is_err() {
+            break;
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let report = h.join().unwrap();
+    drop(a);
+    answers.join().unwrap();
+    // One request may go over before the reader looks again.
+    assert!(
+        report.most_held as u64 <= WAITING + 1,
+        "{} writes held at once; {}",
+        report.most_held,
+        report.stats
+    );
+    assert!(report.most_held > 0, "writes were held: {}", report.stats);
+    assert!(report.stats.held_back > 0, "{}", report.stats);
+}
+
+#[test]
+fn peers_that_do_not_read_share_the_nodes_limit() {
+    // Two peers send 4 KiB READs and read nothing. The node's limits are one peer's
+    // (factor 1), so each gets half: neither has more than half the limit and a READ's
+    // response owed to it. (Alone, either could have the whole limit, as the one left
+    // has once the other is closed: the held limit keeps both connected for the second.)
+    const LIMIT: u64 = 1 << 20;
+    const ASK: u32 = 4096;
+    let stop = Arc::new(AtomicBool::new(false));
+    let lim = Limits {
+        backlog: LIMIT,
+        held: 16 << 20,
+        node_factor: 1,
+        ..Limits::default()
+    };
+    let (peers, region, h) = server(
+        DMP,
+        &LatencyProfile::default_profile(),
+        lim,
+        2,
+        stop.clone(),
+    );
+    let senders: Vec<_> = peers
+        .into_iter()
+        .map(|mut a| {
+            std::thread::spawn(move || {
+                a.s.set_write_timeout(Some(Duration::from_millis(100)))
+                    .unwrap();
+                let end = wall() + Duration::from_millis(1000);
+                while wall() < end {
+                    let mut out = Vec::with_capacity(64 << 10);
+                    for i in 0..1000u64 {
+                        let p = a.request(Body::Read {
+                            addr: region.addr + (i % 16) * ASK as u64,
+                            rkey: region.rkey,
+                            len: ASK,
+                        });
+                        p.emit_into(&mut out);
+                    }
+                    match a.s.write_all(&out) {
+                        Ok(()) => {}
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            ) => {}
+                        // Closed as a peer that sends and never reads.
+                        Err(_) => break,
+                    }
+                }
+                a
+            })
+        })
+        .collect();
+    let peers: Vec<Raw> = senders.into_iter().map(|t| t.join().unwrap()).collect();
+    stop.store(true, Ordering::SeqCst);
+    let stats = h.join().unwrap().stats;
+    drop(peers);
+    assert!(
+        stats.peak_backlog <= LIMIT / 2 + 2 * (ASK as u64 + 64),
+        "at most half the limit and a READ's response pending for either: {stats}"
+    );
+    assert!(
+        stats.peak_backlog > LIMIT / 4,
+        "the output backed up: {stats}"
+    );
 }

@@ -82,6 +82,11 @@ impl MemoryHierarchy {
         self.media.write(h.addr, &merged);
     }
 
+    /// How many writes are held.
+    pub fn held_writes(&self) -> usize {
+        self.held.len()
+    }
+
     /// Keys of the held writes, in arrival order.
     pub fn held_keys(&self) -> Vec<u64> {
         self.held.iter().map(|h| h.key).collect()

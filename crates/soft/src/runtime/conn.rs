@@ -72,8 +72,9 @@ pub(super) struct Conn {
     pub(super) in_round: Cell<bool>,
     /// Bytes of packets to this peer held for a later departure (see [`held_bytes`]).
     pub(super) later: Cell<u64>,
-    /// [`BACKLOG_HIGH`](super::BACKLOG_HIGH) for this connection (a node's [`RtNode::set_backlog_limits`]).
-    pub(super) high: u64,
+    /// The backlog limit of this connection's share ([`Limits::share`](super::Limits::share)),
+    /// as its reader last worked it out.
+    pub(super) high: Cell<u64>,
     /// The reader holds requests until the backlog is at most half of `high`; the writer
     /// then wakes it through `drained`.
     pub(super) backed: Cell<bool>,
@@ -157,7 +158,7 @@ impl Conn {
         let backlog = self.backlog();
         self.peak.set(self.peak.get().max(backlog));
         // A hint: the reader looks at the whole backlog again.
-        if self.backed.get() && backlog <= self.high / 2 {
+        if self.backed.get() && backlog <= self.high.get() / 2 {
             self.backed.set(false);
             self.drained.notify_waiters();
         }
@@ -196,7 +197,7 @@ impl RtNode {
             answers: Cell::new(true),
             in_round: Cell::new(false),
             later: Cell::new(0),
-            high: self.inner.limits.get().0,
+            high: Cell::new(self.inner.limits.get().backlog),
             backed: Cell::new(false),
             drained: Notify::new(),
             peak: Cell::new(0),

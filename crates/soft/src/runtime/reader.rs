@@ -35,6 +35,69 @@ const HELD_SLACK: usize = 1 << 20;
 /// Bytes of a peer's requests held while its output is backed up beyond which its socket
 /// is no longer read until the output drains (TCP then holds the peer's sends back).
 pub const HELD_HIGH: usize = 64 << 20;
+/// Non-posted requests of one peer waiting in the RNIC behind an earlier one of their QP
+/// beyond which its requests wait, as a link's credits hold a sender back: under WSP each
+/// waiting write is held in the memory hierarchy, whose bookkeeping for a write grows with
+/// how many are held (a burst of 65,536 ATOMIC WRITEs, which the RNIC's own bound lets
+/// through, kept the node busy for seconds). Above a durable-RPC batch (one ATOMIC WRITE
+/// per request, a thousand behind one FLUSH), so honest batches are not slowed.
+pub const WAITING_HIGH: u64 = 4096;
+/// What all of a node's connections together may have backed up, held and waiting: each
+/// connection's limits are an equal share of these, or its own if that is less (see
+/// [`Limits::share`]), so a node serving many peers that do not read needs no more memory
+/// than one such peer may make it use, times four.
+pub const NODE_FACTOR: u64 = 4;
+/// A connection's share of the node's limits is never less than its own limits over this:
+/// a node with very many connections still lets each make progress.
+pub const SHARE_FLOOR: u64 = 64;
+
+/// What one peer may make this node buffer before its requests wait (its output backed
+/// up, its requests waiting in the RNIC) or its socket is left unread (its requests held),
+/// and what all of the node's connections together may ([`RtNode::set_limits`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Output pending for one peer beyond which its requests wait ([`BACKLOG_HIGH`]).
+    pub backlog: u64,
+    /// Bytes of one peer's requests held beyond which its socket is not read
+    /// ([`HELD_HIGH`]).
+    pub held: u64,
+    /// Non-posted requests of one peer waiting in the RNIC beyond which its requests
+    /// wait ([`WAITING_HIGH`]).
+    pub waiting: u64,
+    /// All connections' backlog, held bytes and waiting requests together, each as a
+    /// multiple of one connection's ([`NODE_FACTOR`]).
+    pub node_factor: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            backlog: BACKLOG_HIGH,
+            held: HELD_HIGH as u64,
+            waiting: WAITING_HIGH,
+            node_factor: NODE_FACTOR,
+        }
+    }
+}
+
+impl Limits {
+    /// One connection's limits while `peers` connections share the node's: each its own
+    /// limit, or the node's divided among them if that is less, but at least its own
+    /// over [`SHARE_FLOOR`] (and at least 1).
+    pub fn share(&self, peers: usize) -> Limits {
+        let peers = (peers as u64).max(1);
+        let part = |own: u64| {
+            let node = own.saturating_mul(self.node_factor.max(1));
+            (node / peers).min(own).max(own / SHARE_FLOOR).max(1)
+        };
+        Limits {
+            backlog: part(self.backlog),
+            held: part(self.held),
+            waiting: part(self.waiting),
+            node_factor: self.node_factor,
+        }
+    }
+}
 
 /// For a non-posted request, what it asks to be sent back beyond an acknowledgement (a
 /// READ's length; 0 for the others, which the RNIC may queue: the backlog is looked at
@@ -56,23 +119,47 @@ fn frame_is_request(frame: &Frame<'_>) -> bool {
 }
 
 impl RtNode {
-    /// Sets, for connections attached from now on, the output pending for a peer beyond
-    /// which its requests wait ([`BACKLOG_HIGH`] unless set) and the bytes of requests
-    /// held beyond which its socket is not read ([`HELD_HIGH`]). For tests, which show
-    /// the mechanism with megabytes instead of a hundred.
-    pub fn set_backlog_limits(&self, backlog: u64, held: usize) {
-        self.inner.limits.set((backlog.max(1), held.max(1)));
+    /// Sets what one peer, and all together, may make this node buffer ([`Limits`];
+    /// [`Limits::default`] unless set). For tests, which show the mechanism with
+    /// megabytes instead of a hundred.
+    pub fn set_limits(&self, limits: Limits) {
+        self.inner.limits.set(limits);
+    }
+
+    /// The limits of each connection now ([`Limits::share`] among the connections
+    /// attached); the connection's writer wakes its reader by `conn`'s copy.
+    fn limits_now(&self, conn: &Conn) -> Limits {
+        let peers = self.inner.st.borrow().peers.len();
+        let lim = self.inner.limits.get().share(peers);
+        conn.high.set(lim.backlog);
+        lim
+    }
+
+    /// Whether `peer`'s requests must wait: its backlog (with `promised`) or its requests
+    /// waiting in the RNIC are over the limits.
+    #[inline]
+    fn over(&self, peer: NodeId, conn: &Conn, promised: u64, lim: &Limits) -> bool {
+        self.backlog(peer, conn, promised) > lim.backlog
+            || self.inner.st.borrow().rnic.waiting_requests(peer) > lim.waiting
+    }
+
+    /// Whether what waits for `peer` has drained to half the limits: held requests go on.
+    fn drained(&self, peer: NodeId, conn: &Conn, lim: &Limits) -> bool {
+        self.backlog(peer, conn, 0) <= lim.backlog / 2
+            && self.inner.st.borrow().rnic.waiting_requests(peer) <= lim.waiting / 2
     }
 
     /// Reads and handles `peer`'s frames until the connection ends (`Ok`) or a frame is
     /// malformed (the connection is closed: a byte stream cannot be resynchronised).
     ///
-    /// While the peer's output is backed up (see [`BACKLOG_HIGH`]) its requests are held,
-    /// in order, and its responses still go to the RNIC: a peer that does not read gets no
-    /// more answers queued for it, and one that waits for this node to read goes on being
-    /// read. The held requests go to the RNIC once the output has drained to half the
-    /// limit, as if the network had delayed them; past [`HELD_HIGH`] bytes of them the
-    /// socket is left unread, and TCP holds the peer back.
+    /// While the peer's output is backed up (see [`BACKLOG_HIGH`]), or too many of its
+    /// requests wait in the RNIC ([`WAITING_HIGH`]), its requests are held, in order, and
+    /// its responses still go to the RNIC: a peer that does not read gets no more answers
+    /// queued for it, and one that waits for this node to read goes on being read. The
+    /// held requests go to the RNIC once both have drained to half the limit, as if the
+    /// network had delayed them; past [`HELD_HIGH`] bytes of them the socket is left
+    /// unread, and TCP holds the peer back. The limits are the connection's share of the
+    /// node's ([`Limits::share`]), looked at again at every read.
     pub(super) async fn read_loop(
         &self,
         peer: NodeId,
@@ -85,7 +172,6 @@ impl RtNode {
         let mut at = 0;
         // Requests held while the output is backed up: whole frames, first come first.
         let mut held: Vec<u8> = Vec::new();
-        let (high, held_high) = (conn.high, self.inner.limits.get().1);
         // Bytes handled since the executor last looked at its other sockets and timers.
         let mut since_yield = 0;
         // While the socket is left unread: since when the output has not shrunk, and to what.
@@ -99,10 +185,12 @@ impl RtNode {
             // responses are made, but in no count yet (the step after the read moves
             // them onto the connection).
             let mut promised = 0;
-            if !held.is_empty() && self.backlog(peer, conn, 0) <= high / 2 {
-                handled = self.release_held(peer, conn, &mut held, &mut arrived, &mut promised);
+            let lim = self.limits_now(conn);
+            if !held.is_empty() && self.drained(peer, conn, &lim) {
+                handled =
+                    self.release_held(peer, conn, &lim, &mut held, &mut arrived, &mut promised);
             }
-            let mut backed = !held.is_empty() || self.backlog(peer, conn, promised) > high;
+            let mut backed = !held.is_empty() || self.over(peer, conn, promised, &lim);
             while let Some(len) = Packet::frame_len(&buf[at..])
                 .inspect_err(|_| self.inner.st.borrow_mut().stats.malformed += 1)?
             {
@@ -121,7 +209,7 @@ impl RtNode {
                 handled |= self.deliver(peer, &frame, &mut arrived);
                 if let Some(asks) = non_posted_asks(&frame) {
                     promised += asks;
-                    backed = self.backlog(peer, conn, promised) > high;
+                    backed = self.over(peer, conn, promised, &lim);
                 }
             }
             if handled {
@@ -145,10 +233,10 @@ impl RtNode {
                 pause = None;
                 read.read_buf(&mut buf).await.unwrap_or(0)
             } else {
-                let owed = self.backlog(peer, conn, 0);
-                if owed <= high / 2 {
+                if self.drained(peer, conn, &lim) {
                     continue;
                 }
+                let owed = self.backlog(peer, conn, 0);
                 conn.peak.set(conn.peak.get().max(owed));
                 // The writer wakes this once the connection's output drained (see
                 // `Conn::try_flush`); what the RNIC owes drains with the model's time,
@@ -156,6 +244,7 @@ impl RtNode {
                 conn.backed.set(true);
                 let wake =
                     remora_exec::first(conn.drained.notified(), remora_exec::time::sleep(RECHECK));
+                let held_high = usize::try_from(lim.held).unwrap_or(usize::MAX);
                 if held.len() < held_high {
                     pause = None;
                 } else if held.len() >= held_high.saturating_mul(2).saturating_add(HELD_SLACK) {
@@ -243,13 +332,14 @@ impl RtNode {
         &self,
         peer: NodeId,
         conn: &Conn,
+        lim: &Limits,
         held: &mut Vec<u8>,
         arrived: &mut Option<Instant>,
         promised: &mut u64,
     ) -> bool {
         let mut at = 0;
         let mut handled = false;
-        while at < held.len() && self.backlog(peer, conn, *promised) <= conn.high {
+        while at < held.len() && !self.over(peer, conn, *promised, lim) {
             // Each frame parsed whole when it was held.
             let len = match Packet::frame_len(&held[at..]) {
                 Ok(Some(len)) if len <= held.len() - at => len,
@@ -291,5 +381,36 @@ impl RtNode {
             // Its deadline is in `State::next`: the driver re-arms without stepping again.
             self.inner.wake_driver();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_gets_its_own_limits_or_its_share_of_the_nodes() {
+        let own = Limits::default();
+        // Up to the node's factor, each connection has its own limits.
+        for peers in [0, 1, NODE_FACTOR as usize] {
+            assert_eq!(own.share(peers), own, "{peers} connections");
+        }
+        // Beyond, an equal share of four connections' worth.
+        let eight = own.share(8);
+        assert_eq!(eight.backlog, BACKLOG_HIGH / 2);
+        assert_eq!(eight.held, HELD_HIGH as u64 / 2);
+        assert_eq!(eight.waiting, WAITING_HIGH / 2);
+        // Never below the floor, however many.
+        let many = own.share(1 << 20);
+        assert_eq!(many.backlog, BACKLOG_HIGH / SHARE_FLOOR);
+        assert_eq!(many.waiting, WAITING_HIGH / SHARE_FLOOR);
+        // Tiny limits stay at least 1 (a limit of 0 would hold every request for ever).
+        let tiny = Limits {
+            backlog: 1,
+            held: 1,
+            waiting: 1,
+            node_factor: 1,
+        };
+        assert_eq!(tiny.share(1000), tiny);
     }
 }
