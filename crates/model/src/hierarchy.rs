@@ -59,7 +59,7 @@ mod crash;
 mod held;
 mod memctl;
 mod persist_queue;
-use held::Held;
+use held::HeldWrites;
 use persist_queue::PersistQueue;
 
 /// Cache-line size.
@@ -205,7 +205,7 @@ pub struct MemoryHierarchy {
     llc_count: u64,
     /// Writes waiting in the RNIC buffer under WSP (see [`hold`](Self::hold)), in arrival
     /// order. Almost always empty.
-    held: Vec<Held>,
+    held: HeldWrites,
     /// Reused by `clwb` for the records it writes back (no allocation per line).
     clwb_scratch: Vec<RecRef>,
     /// Emptied LLC groups kept for reuse (no allocation per dirty line).
@@ -309,7 +309,7 @@ impl MemoryHierarchy {
             lines: LineMap::default(),
             llc_fifo: VecDeque::new(),
             llc_count: 0,
-            held: Vec::new(),
+            held: HeldWrites::default(),
             clwb_scratch: Vec::new(),
             spare_groups: Vec::new(),
             channels,

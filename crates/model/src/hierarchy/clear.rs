@@ -39,11 +39,7 @@ impl MemoryHierarchy {
             .max();
         // A write held in the RNIC buffer leaves it when its QP goes on or goes away: not
         // at a time the hierarchy knows, so the caller tries again a little later.
-        let held = space == Space::Pm
-            && self
-                .held
-                .iter()
-                .any(|h| overlaps(h.addr, h.data.len() as u64));
+        let held = space == Space::Pm && self.held.overlaps(addr, len);
         if let Some(t) = busy {
             return Err(t.max(now));
         }

@@ -16,7 +16,7 @@ impl MemoryHierarchy {
             img.write(r.addr(), r.bytes());
         }
         // Held writes go out last (they are in the medium already, over what it held).
-        for h in &self.held {
+        for h in self.held.iter() {
             img.write(h.addr, &h.data);
         }
         img
@@ -36,7 +36,7 @@ impl MemoryHierarchy {
             self.media.write(addr, &bytes);
         }
         // The RNIC buffer's held writes are written out last, and stay.
-        for h in std::mem::take(&mut self.held) {
+        for h in self.held.take() {
             self.media.write(h.addr, &h.data);
         }
         // The machine restarts with what the medium holds; nothing else is visible.

@@ -390,15 +390,14 @@ impl Rnic {
     /// Lets go of the held writes (see [`MemoryHierarchy::hold`]) that would no longer
     /// execute: their region went. (A failed queue pair lets go of its own.)
     pub(super) fn recheck_held(&mut self) {
-        let held = self.hier.held_keys();
-        if held.is_empty() {
+        if self.hier.held_writes() == 0 {
             return;
         }
         let mut gone = Vec::new();
         for (n, q) in self.qps.iter().enumerate() {
             for p in &q.deferred {
                 let key = held_key(QpNum(n as u32), p.psn);
-                if held.contains(&key) && self.deferred_write(QpNum(n as u32), p).is_none() {
+                if self.hier.is_held(key) && self.deferred_write(QpNum(n as u32), p).is_none() {
                     gone.push(key);
                 }
             }
