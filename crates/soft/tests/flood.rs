@@ -158,7 +158,55 @@ struct Raw {
     buf: Vec<u8>,
 }
 
+/// How a [`Raw::flood`] ended.
+struct Flood {
+    /// The server closed the connection.
+    closed: bool,
+    /// Bytes the server took.
+    sent: u64,
+}
+
 impl Raw {
+    /// Sends requests of `body(i)` for i = 0, 1, …, 1,000 to a write, as fast as the
+    /// server takes them, until `until` or until the server closes the connection. A write
+    /// the server does not take whole is finished before the next (waiting 100 ms at a
+    /// time), so no frame is ever cut in two: the connection ends for the server's reasons,
+    /// never for a malformed frame.
+    fn flood(&mut self, until: std::time::Instant, mut body: impl FnMut(u64) -> Body) -> Flood {
+        self.s
+            .set_write_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let (mut out, mut done, mut i) = (Vec::with_capacity(64 << 10), 0, 0u64);
+        let mut sent = 0;
+        while wall() < until {
+            if done == out.len() {
+                out.clear();
+                done = 0;
+                for _ in 0..1000 {
+                    self.request(body(i)).emit_into(&mut out);
+                    i += 1;
+                }
+            }
+            match self.s.write(&out[done..]) {
+                Ok(0) => return Flood { closed: true, sent },
+                Ok(n) => {
+                    done += n;
+                    sent += n as u64;
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => return Flood { closed: true, sent },
+            }
+        }
+        Flood {
+            closed: false,
+            sent,
+        }
+    }
+
     fn request(&mut self, body: Body) -> Packet {
         let p = Packet {
             src: self.me,
@@ -202,26 +250,11 @@ fn a_flood_of_reads_into_a_slow_data_path_keeps_a_bounded_queue() {
     let mut a = peers.remove(0);
     let answers = drain(&a.s);
     // The server stops reading once it holds 64 KiB of requests: a write then waits.
-    a.s.set_write_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    let end = wall() + Duration::from_millis(1500);
-    let mut sent = 0u64;
-    while wall() < end {
-        let mut out = Vec::with_capacity(64 << 10);
-        for i in 0..1000u64 {
-            let p = a.request(Body::Read {
-                addr: region.addr + (i % 16) * ASK as u64,
-                rkey: region.rkey,
-                len: ASK,
-            });
-            p.emit_into(&mut out);
-        }
-        // A write cut short by the time-out leaves a frame cut in two: the peer is done.
-        if a.s.write_all(&out).is_err() {
-            break;
-        }
-        sent += out.len() as u64;
-    }
+    let Flood { sent, .. } = a.flood(wall() + Duration::from_millis(1500), |i| Body::Read {
+        addr: region.addr + (i % 16) * ASK as u64,
+        rkey: region.rkey,
+        len: ASK,
+    });
     stop.store(true, Ordering::SeqCst);
     let Report {
         stats,
@@ -401,32 +434,11 @@ fn a_peer_that_sends_requests_and_never_reads_loses_its_connection() {
         stop.clone(),
     );
     let mut a = peers.remove(0);
-    a.s.set_write_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    let end = wall() + Duration::from_secs(20);
-    let closed = loop {
-        if wall() > end {
-            break false;
-        }
-        let mut out = Vec::with_capacity(64 << 10);
-        for i in 0..1000u64 {
-            let p = a.request(Body::Read {
-                addr: region.addr + (i % 16) * 4096,
-                rkey: region.rkey,
-                len: 4096,
-            });
-            p.emit_into(&mut out);
-        }
-        match a.s.write_all(&out) {
-            Ok(()) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => break true,
-        }
-    };
+    let Flood { closed, .. } = a.flood(wall() + Duration::from_secs(20), |i| Body::Read {
+        addr: region.addr + (i % 16) * 4096,
+        rkey: region.rkey,
+        len: 4096,
+    });
     stop.store(true, Ordering::SeqCst);
     let report = h.join().unwrap();
     assert!(
@@ -435,6 +447,10 @@ fn a_peer_that_sends_requests_and_never_reads_loses_its_connection() {
         report.stats
     );
     assert!(report.stats.paused > 0, "{}", report.stats);
+    assert_eq!(
+        report.stats.malformed, 0,
+        "closed for what it sent, not for how"
+    );
 }
 
 #[test]
@@ -456,24 +472,14 @@ fn a_burst_of_atomic_writes_on_wsp_is_held_back_at_the_waiting_limit() {
     let (mut peers, region, h) = server("WSP+noDDIO+PM-RQWRB", &slow, lim, 1, stop.clone());
     let mut a = peers.remove(0);
     let answers = drain(&a.s);
-    a.s.set_write_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    let end = wall() + Duration::from_millis(1000);
-    while wall() < end {
-        let mut out = Vec::with_capacity(64 << 10);
-        for i in 0..1000u64 {
-            let p = a.request(Body::NonPostedWrite {
-                addr: region.addr + (i % 512) * 8,
-                rkey: region.rkey,
-                data: Bytes::from(i.to_le_bytes().to_vec()),
-                atomic: true,
-            });
-            p.emit_into(&mut out);
+    a.flood(wall() + Duration::from_millis(1000), |i| {
+        Body::NonPostedWrite {
+            addr: region.addr + (i % 512) * 8,
+            rkey: region.rkey,
+            data: Bytes::from(i.to_le_bytes().to_vec()),
+            atomic: true,
         }
-        if a.s.write_all(&out).is_err() {
-            break;
-        }
-    }
+    });
     stop.store(true, Ordering::SeqCst);
     let report = h.join().unwrap();
     drop(a);
@@ -515,30 +521,12 @@ fn peers_that_do_not_read_share_the_nodes_limit() {
         .into_iter()
         .map(|mut a| {
             std::thread::spawn(move || {
-                a.s.set_write_timeout(Some(Duration::from_millis(100)))
-                    .unwrap();
-                let end = wall() + Duration::from_millis(1000);
-                while wall() < end {
-                    let mut out = Vec::with_capacity(64 << 10);
-                    for i in 0..1000u64 {
-                        let p = a.request(Body::Read {
-                            addr: region.addr + (i % 16) * ASK as u64,
-                            rkey: region.rkey,
-                            len: ASK,
-                        });
-                        p.emit_into(&mut out);
-                    }
-                    match a.s.write_all(&out) {
-                        Ok(()) => {}
-                        Err(e)
-                            if matches!(
-                                e.kind(),
-                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                            ) => {}
-                        // Closed as a peer that sends and never reads.
-                        Err(_) => break,
-                    }
-                }
+                // Closed, if at all, as a peer that sends and never reads.
+                a.flood(wall() + Duration::from_millis(1000), |i| Body::Read {
+                    addr: region.addr + (i % 16) * ASK as u64,
+                    rkey: region.rkey,
+                    len: ASK,
+                });
                 a
             })
         })
