@@ -379,7 +379,7 @@ struct Waiting {
 
 /// What one waiting non-posted request counts in [`Rnic::waiting_bytes`].
 fn waiting_cost(pkt: &Packet) -> u64 {
-    64 + pkt.payload_len() + pkt.read_len()
+    crate::wire::PACKET_OVERHEAD + pkt.payload_len() + pkt.read_len()
 }
 
 /// A completion the RNIC has made but not yet delivered to its CQ: delivered in order of

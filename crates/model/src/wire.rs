@@ -235,6 +235,10 @@ const WIRE_MAGIC: u16 = 0x5244; // "RD"
 const WIRE_VERSION: u8 = 1;
 /// Header bytes of an encoded packet.
 pub const WIRE_HEADER: usize = 32;
+/// What a packet counts for beyond its payload where memory it holds is bounded (a
+/// runtime's backlog of output owed to a peer, the RNIC's waiting requests): its header
+/// and body fields, rounded up to one cache line. An estimate, the same everywhere.
+pub const PACKET_OVERHEAD: u64 = 64;
 /// Largest body [`Packet::parse`] accepts (bounded so a peer cannot make us allocate 4 GiB).
 pub const MAX_WIRE_BODY: usize = 1 << 24;
 

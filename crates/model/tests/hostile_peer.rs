@@ -10,7 +10,7 @@ use remora_model::profile::LatencyProfile;
 use remora_model::rnic::{MrInfo, QpAttr, Rnic};
 use remora_model::time::{Duration, Instant};
 use remora_model::verbs::*;
-use remora_model::wire::{Body, NakCode, Packet};
+use remora_model::wire::{Body, NakCode, Packet, PACKET_OVERHEAD};
 
 const A: NodeId = 1;
 const B: NodeId = 2;
@@ -361,7 +361,7 @@ fn a_peer_that_queues_more_non_posted_requests_than_a_send_queue_holds_gets_a_na
     }
     let each = b.rnic.waiting_bytes(A) / MAX_WAITING_NP as u64;
     assert_eq!(b.rnic.waiting_bytes(A), MAX_WAITING_NP as u64 * each);
-    assert_eq!(each, 64 + 8, "a packet's head and its operand");
+    assert_eq!(each, PACKET_OVERHEAD + 8, "a packet's head and its operand");
     assert_eq!(b.rnic.waiting_bytes(B), 0, "counted for the sender only");
     assert!(sent(&mut b, t)
         .iter()

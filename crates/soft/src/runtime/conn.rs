@@ -18,7 +18,7 @@ const LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 /// What a packet held for its departure counts toward its peer's backlog: its payload and
 /// a frame's head (the same figure when it is held and when it leaves).
 pub(super) fn held_bytes(pkt: &Packet) -> u64 {
-    pkt.payload_len() + 64
+    pkt.payload_len() + remora_model::wire::PACKET_OVERHEAD
 }
 
 /// [`State::queue`](super::State::queue) on the state's connections and counters (borrowed apart from its RNIC).
