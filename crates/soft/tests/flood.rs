@@ -35,6 +35,8 @@ struct Report {
     most_ahead: Duration,
     /// The most writes the server's memory hierarchy held at once (WSP's waiting writes).
     most_held: usize,
+    /// Peer 1's connection was still attached at the end.
+    first_stayed: bool,
 }
 
 /// The default limits with one peer's `backlog` and `held` set.
@@ -49,7 +51,8 @@ fn limits(backlog: u64, held: u64) -> Limits {
 /// A server node of configuration `config` on `profile` with a 64 KiB PM region and backlog limits `limits`, on a
 /// thread of its own, that accepts `peers` raw peers as nodes 1, 2, … and serves them
 /// until `stop`. The peers connect in turn from this thread; then the server says its QP
-/// for each and its region.
+/// for each and its region. Peers that connect later are attached too, as idle nodes
+/// (they make the connections share the node's limits).
 fn server(
     config: &str,
     profile: &LatencyProfile,
@@ -90,8 +93,17 @@ fn server(
                 rkey: mr.rkey,
             };
             tx.send((qps, region)).unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let mut late = peers as NodeId;
             let (mut most_waiting, mut most_ahead, mut most_held) = (0, Duration::ZERO, 0);
             while !stop.load(Ordering::SeqCst) {
+                while let Ok((s, _)) = listener.accept() {
+                    let (r, w) = remora_exec::net::TcpStream::from_std(s)
+                        .unwrap()
+                        .into_split();
+                    late += 1;
+                    node.attach(late, r, w, |_| {});
+                }
                 most_waiting = most_waiting.max(node.with(|r, _| r.waiting_bytes(1)));
                 most_held = most_held.max(node.with(|r, _| r.hierarchy().held_writes()));
                 let model = Duration::from_nanos(node.now().as_nanos());
@@ -99,12 +111,14 @@ fn server(
                 remora_exec::time::sleep(Duration::from_millis(1)).await;
             }
             let stats = node.net_stats();
+            let first_stayed = node.attached(1);
             node.close();
             Report {
                 stats,
                 most_waiting,
                 most_ahead,
                 most_held,
+                first_stayed,
             }
         })
     });
@@ -543,4 +557,39 @@ fn peers_that_do_not_read_share_the_nodes_limit() {
         stats.peak_backlog > LIMIT / 4,
         "the output backed up: {stats}"
     );
+}
+
+#[test]
+fn a_peer_that_reads_is_not_closed_when_others_arrive_and_its_share_shrinks() {
+    // Peer 1 asks for 4 KiB READs faster than a slow data path answers, and reads every
+    // answer: the server holds its requests (up to 8 MiB of them while its share is its
+    // own limit). Then 60 idle peers connect, and the share of the held limit drops to a
+    // 16th. The socket is left unread past the share, but the connection stays: it is
+    // closed only past twice its own limit (against the share, it was closed as a peer
+    // that sends and never reads).
+    const ASK: u32 = 4096;
+    let stop = Arc::new(AtomicBool::new(false));
+    let slow = LatencyProfile::builtin("slow-data-path").unwrap();
+    let (mut peers, region, h) = server(DMP, &slow, limits(1 << 20, 8 << 20), 1, stop.clone());
+    let mut a = peers.remove(0);
+    let answers = drain(&a.s);
+    let at = a.s.peer_addr().unwrap();
+    let sender = std::thread::spawn(move || {
+        let flood = a.flood(wall() + Duration::from_millis(1500), |i| Body::Read {
+            addr: region.addr + (i % 16) * ASK as u64,
+            rkey: region.rkey,
+            len: ASK,
+        });
+        (a, flood)
+    });
+    std::thread::sleep(Duration::from_millis(700));
+    let idle: Vec<TcpStream> = (0..60).map(|_| TcpStream::connect(at).unwrap()).collect();
+    let (a, flood) = sender.join().unwrap();
+    stop.store(true, Ordering::SeqCst);
+    let report = h.join().unwrap();
+    drop((a, idle));
+    answers.join().unwrap();
+    assert!(!flood.closed, "peer 1 was closed; {}", report.stats);
+    assert!(report.first_stayed, "peer 1 was closed; {}", report.stats);
+    assert!(report.stats.held_back > 0, "{}", report.stats);
 }

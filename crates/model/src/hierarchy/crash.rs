@@ -16,7 +16,7 @@ impl MemoryHierarchy {
             img.write(r.addr(), r.bytes());
         }
         // Held writes go out last (they are in the medium already, over what it held).
-        for h in self.held.iter() {
+        for h in self.held.in_arrival_order() {
             img.write(h.addr, &h.data);
         }
         img

@@ -40,7 +40,10 @@ pub const HELD_HIGH: usize = 64 << 20;
 /// waiting write is held in the memory hierarchy, whose bookkeeping for a write grows with
 /// how many are held (a burst of 65,536 ATOMIC WRITEs, which the RNIC's own bound lets
 /// through, kept the node busy for seconds). Above a durable-RPC batch (one ATOMIC WRITE
-/// per request, a thousand behind one FLUSH), so honest batches are not slowed.
+/// per request, a thousand behind one FLUSH), so honest batches are not slowed while a
+/// connection's share is its own limit; with more than 14 connections the share is below
+/// a batch of 1,100, which is then paced (its requests wait for earlier ones to execute),
+/// not refused.
 pub const WAITING_HIGH: u64 = 4096;
 /// What all of a node's connections together may have backed up, held and waiting: each
 /// connection's limits are an equal share of these, or its own if that is less (see
@@ -244,10 +247,14 @@ impl RtNode {
                 conn.backed.set(true);
                 let wake =
                     remora_exec::first(conn.drained.notified(), remora_exec::time::sleep(RECHECK));
-                let held_high = usize::try_from(lim.held).unwrap_or(usize::MAX);
-                if held.len() < held_high {
+                let bytes = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+                // The share stops the reading; only the connection's own limit closes it:
+                // requests it held under a larger share are no fault of the peer's (other
+                // connections arriving shrink the share).
+                let own = bytes(self.inner.limits.get().held);
+                if held.len() < bytes(lim.held) {
                     pause = None;
-                } else if held.len() >= held_high.saturating_mul(2).saturating_add(HELD_SLACK) {
+                } else if held.len() >= own.saturating_mul(2).saturating_add(HELD_SLACK) {
                     // Past the trickle's allowance too: a peer that goes on sending
                     // requests and takes none of their answers is broken or hostile.
                     eprintln!(
