@@ -3,7 +3,8 @@
 //! go as each executes. ATOMIC WRITEs spread over 8,192 words, and stacked on one word;
 //! and two patterns a peer that means harm may send, which make a walk visit many held
 //! writes (see the module's doc): 16-byte writes stacked at two addresses 8 bytes apart,
-//! and ATOMIC WRITEs spread while one 1 MiB write stays held elsewhere (on another QP).
+//! ATOMIC WRITEs spread while one 1 MiB write stays held elsewhere (on another QP), and
+//! 4 KiB writes each starting a byte below the one before (64 MiB of them at 16,384).
 //! `cargo bench -p remora-model --bench held`.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
@@ -45,6 +46,9 @@ enum Pattern {
     Offset,
     /// ATOMIC WRITEs over 8,192 words while a 1 MiB write stays held past them.
     LongHeld,
+    /// 4 KiB non-posted writes, each starting a byte below the one before (the cover
+    /// of each leaves its first byte open, so no walk stops early).
+    Descending,
 }
 
 /// `n` writes of `pattern` at once, then the RNIC's time until every one executed;
@@ -63,6 +67,7 @@ fn burst(n: u32, pattern: Pattern) -> usize {
             Pattern::Spread(words) => (mr.addr + 8 * (i % words), vec![psn as u8; 8], true),
             Pattern::Offset => (mr.addr + 8 * (i % 2), vec![psn as u8; 16], false),
             Pattern::LongHeld => (mr.addr + 8 * (i % 8192), vec![psn as u8; 8], true),
+            Pattern::Descending => (mr.addr + 16384 - i, vec![psn as u8; 4096], false),
         };
         let p = Packet {
             src: 1,
@@ -103,6 +108,10 @@ fn held(c: &mut Criterion) {
         (
             "ATOMIC WRITEs spread, a 1 MiB write held",
             Pattern::LongHeld,
+        ),
+        (
+            "4 KiB writes each a byte below the last",
+            Pattern::Descending,
         ),
     ];
     for n in [4096u32, 16384] {

@@ -4,20 +4,17 @@
 //! at every instant. Apart from the hierarchy's data path: almost always there are none.
 //!
 //! Every held write over a byte shares what lies under it (its *base*), kept once in an
-//! image of its own, and the medium shows the last held write over each byte. The writes
-//! are kept in classes by length (each class's writes at most twice as long as its
-//! shortest could be), each class by first byte, the longest first, then by arrival. An
-//! operation looks in each class only at the writes that start within the class's
-//! longest length below its bytes; to find which bytes held writes cover it takes, of the
-//! writes that start at one byte, the longest that counts, and stops once each byte is
-//! accounted for. So a durable-RPC batch's thousand ATOMIC WRITEs held behind one FLUSH
-//! cost every other line written a lookup, not a walk of the thousand; writes stacked on
-//! one word, stacked at offsets, or held beside a long write cost a step per first byte.
-//! What still walks every write over a byte: letting go of a write that is on top of
-//! earlier ones (a failed QP, or a later QP's write executing first), and the cover of a
-//! byte whose writes at one first byte mostly arrived before the one let go. A real-time
-//! runtime keeps the held writes to a few thousand a peer (`WAITING_HIGH` in
-//! `remora-soft`).
+//! image of its own, and the medium shows the last held write over each byte: which one,
+//! for every byte held writes cover, is kept as disjoint ranges (`vis`). So a hold, or a
+//! write under held writes, looks at the ranges over its bytes only; a release looks at
+//! the ranges where the write it lets go shows (where a later write covers its bytes,
+//! nothing changes), and only there at the earlier writes over those bytes, which it
+//! finds in classes by length, each by first byte (a class's window reaches its longest
+//! write below a range). Writes let go of in the order they came (a QP's writes execute
+//! in order) find none there. A durable-RPC batch's thousand ATOMIC WRITEs held behind
+//! one FLUSH cost every other line written a lookup, and no layout a peer sends makes a
+//! hold or a release walk the others; letting go of a write that shows over earlier ones
+//! (a failed QP, or a later QP's write executing first) walks those earlier ones.
 
 use super::{MemoryHierarchy, Space};
 use crate::config::PersistenceDomain;
@@ -53,10 +50,30 @@ impl Held {
 /// first byte first, then by arrival (`seq`).
 type Slot = (u64, Reverse<u64>, u64);
 
-/// The length class of a write of `len` bytes (at least 1): its writes are at most
-/// `2^class` bytes long and more than half that.
+/// Length classes per doubling of the length, for lengths over 8 bytes: a class's
+/// writes are at most an eighth of their octave's start shorter than its longest, so few
+/// of the writes that start in its window end before the range looked up.
+const BANDS: u32 = 8;
+
+/// The length class of a write of `len` bytes (at least 1); see [`longest`].
 fn class(len: u64) -> u32 {
-    u64::BITS - (len - 1).leading_zeros()
+    // `len` is in (2^(c-1), 2^c].
+    let c = u64::BITS - (len - 1).leading_zeros();
+    if c <= 3 {
+        return c * BANDS + BANDS - 1;
+    }
+    let lo = 1u64 << (c - 1);
+    c * BANDS + ((len - lo - 1) / (lo / BANDS as u64)) as u32
+}
+
+/// The longest write of length class `class`.
+fn longest(class: u32) -> u64 {
+    let (c, band) = (class / BANDS, u64::from(class % BANDS));
+    if c <= 3 {
+        return 1 << c;
+    }
+    let lo = 1u64 << (c - 1);
+    lo.saturating_add((band + 1).saturating_mul(lo / BANDS as u64))
 }
 
 /// The held writes, in classes by length, each by [`Slot`]; where each key's is; and what
@@ -65,6 +82,9 @@ fn class(len: u64) -> u32 {
 pub(super) struct HeldWrites {
     classes: BTreeMap<u32, BTreeMap<Slot, Held>>,
     at: BTreeMap<u64, (u32, Slot)>,
+    /// Which held write the medium shows at each byte held writes cover: disjoint ranges
+    /// `start -> (end, seq)`. Their union is the union of the held writes.
+    vis: BTreeMap<u64, (u64, u64)>,
     next_seq: u64,
     /// What the medium holds under the held writes, at the bytes they cover (elsewhere
     /// stale): put back where the last write over a byte leaves.
@@ -126,7 +146,7 @@ impl HeldWrites {
     /// The range of slots of a class whose writes may overlap `addr..addr+len` (they start
     /// at most the class's longest length below it).
     fn window(c: u32, addr: u64, len: usize) -> std::ops::Range<Slot> {
-        let lo = addr.saturating_sub((1u64 << c).saturating_sub(1));
+        let lo = addr.saturating_sub(longest(c) - 1);
         let hi = addr.saturating_add(len as u64);
         (lo, Reverse(u64::MAX), 0)..(hi, Reverse(u64::MAX), 0)
     }
@@ -145,46 +165,58 @@ impl HeldWrites {
             .filter_map(move |(&(_, _, seq), h)| h.overlap(addr, len).map(|o| (seq, h, o)))
     }
 
-    /// Which bytes of `addr..addr+len` held writes cover (those arrived after `after`
-    /// only, if given). Of the writes that start at one byte, the longest that counts
-    /// covers what the others would: the walk takes it and goes on to the next first byte.
-    fn cover(&self, addr: u64, len: usize, after: Option<u64>) -> Cover {
-        let mut cover = Cover::new(len);
-        if len == 0 {
-            return cover;
+    /// The shown ranges that overlap `addr..end`, clipped to it: `(start, end, seq)`.
+    fn shown(&self, addr: u64, end: u64) -> Vec<(u64, u64, u64)> {
+        let mut out = Vec::new();
+        if addr >= end {
+            return out;
         }
-        for (&c, slots) in &self.classes {
-            let window = Self::window(c, addr, len);
-            let mut from = window.start;
-            while let Some((&(a, Reverse(longest), _), _)) = slots.range(from..window.end).next() {
-                let next = (a.saturating_add(1), Reverse(u64::MAX), 0);
-                if a.saturating_add(longest) > addr {
-                    let group = slots.range((a, Reverse(u64::MAX), 0)..next);
-                    // The longest that counts: if it does not reach the range, none does.
-                    let counted = group
-                        .filter(|(&(_, _, seq), _)| after.is_none_or(|x| seq > x))
-                        .map(|(_, h)| h.overlap(addr, len))
-                        .next()
-                        .flatten();
-                    if let Some((_, j, n)) = counted {
-                        if cover.mark(j, n) {
-                            return cover;
-                        }
-                    }
-                }
-                if a == u64::MAX {
-                    break;
-                }
-                from = next;
+        if let Some((_, &(e, q))) = self.vis.range(..addr).next_back() {
+            if e > addr {
+                out.push((addr, e.min(end), q));
             }
+        }
+        for (&s, &(e, q)) in self.vis.range(addr..end) {
+            out.push((s, e.min(end), q));
+        }
+        out
+    }
+
+    /// Makes the medium's bytes `addr..end` show held write `seq`, or none.
+    fn show(&mut self, addr: u64, end: u64, seq: Option<u64>) {
+        if addr >= end {
+            return;
+        }
+        // Split the ranges that cross either edge, then drop what lies between.
+        for at in [addr, end] {
+            if let Some((&s, &(e, q))) = self.vis.range(..at).next_back() {
+                if e > at {
+                    self.vis.insert(s, (at, q));
+                    self.vis.insert(at, (e, q));
+                }
+            }
+        }
+        let inside: Vec<u64> = self.vis.range(addr..end).map(|(&s, _)| s).collect();
+        for s in inside {
+            self.vis.remove(&s);
+        }
+        if let Some(q) = seq {
+            self.vis.insert(addr, (end, q));
+        }
+    }
+
+    /// Which bytes of `addr..addr+len` held writes cover.
+    fn cover(&self, addr: u64, len: usize) -> Cover {
+        let mut cover = Cover::new(len);
+        for (s, e, _) in self.shown(addr, addr.saturating_add(len as u64)) {
+            cover.mark((s - addr) as usize, (e - s) as usize);
         }
         cover
     }
 
     /// Whether a held write overlaps `addr..addr+len`.
     pub(super) fn overlaps(&self, addr: u64, len: u64) -> bool {
-        let len = usize::try_from(len).unwrap_or(usize::MAX);
-        self.over(addr, len).next().is_some()
+        !self.shown(addr, addr.saturating_add(len)).is_empty()
     }
 
     fn contains(&self, key: u64) -> bool {
@@ -201,6 +233,8 @@ impl HeldWrites {
         let len = h.data.len() as u64;
         let (c, slot) = (class(len), (h.addr, Reverse(len), seq));
         self.at.insert(h.key, (c, slot));
+        // The newest held write shows over everything under it.
+        self.show(h.addr, h.addr + len, Some(seq));
         self.classes.entry(c).or_default().insert(slot, h);
     }
 
@@ -237,7 +271,7 @@ impl MemoryHierarchy {
         self.pin_visible(addr, data.len());
         // What lies under it: the medium, except where earlier held writes show instead
         // (there the base is theirs already).
-        let cover = self.held.cover(addr, data.len(), None);
+        let cover = self.held.cover(addr, data.len());
         if cover.left > 0 {
             let mut under = vec![0u8; data.len()];
             self.media.read(addr, &mut under);
@@ -269,33 +303,36 @@ impl MemoryHierarchy {
         let Some((seq, h)) = self.held.remove(key) else {
             return;
         };
-        let len = h.data.len();
-        // Where a later held write covers a byte, it shows there, as it did.
-        let later = self.held.cover(h.addr, len, Some(seq));
-        if later.left > 0 {
-            // Elsewhere the last earlier held write over the byte shows, or the base.
-            let mut shown = vec![0u8; len];
-            self.held.base.read(h.addr, &mut shown);
-            let mut earlier: Vec<(u64, &Held, (usize, usize, usize))> = self
-                .held
-                .over(h.addr, len)
-                .filter(|(s, _, _)| *s < seq)
-                .collect();
-            earlier.sort_unstable_by_key(|(s, _, _)| *s);
-            for (_, o, (i, j, n)) in earlier {
-                shown[j..j + n].copy_from_slice(&o.data[i..i + n]);
+        // Where a later held write covers a byte, it shows there, as it did; where this
+        // one showed, the last earlier held write over the byte shows now, or the base.
+        let end = h.addr + h.data.len() as u64;
+        let mine: Vec<(u64, u64)> = self
+            .held
+            .shown(h.addr, end)
+            .into_iter()
+            .filter(|&(_, _, q)| q == seq)
+            .map(|(s, e, _)| (s, e))
+            .collect();
+        for (s, e) in mine {
+            let n = (e - s) as usize;
+            let mut bytes = vec![0u8; n];
+            self.held.base.read(s, &mut bytes);
+            // Which earlier write shows at each byte (none held over it: `None`).
+            let mut top: Vec<Option<u64>> = vec![None; n];
+            let mut earlier: Vec<(u64, &Held, (usize, usize, usize))> =
+                self.held.over(s, n).collect();
+            earlier.sort_unstable_by_key(|(q, _, _)| *q);
+            for (q, o, (i, j, k)) in earlier {
+                bytes[j..j + k].copy_from_slice(&o.data[i..i + k]);
+                top[j..j + k].fill(Some(q));
             }
-            // The bytes later writes cover keep what the medium shows (one write).
-            if later.left < len {
-                let mut now = vec![0u8; len];
-                self.media.read(h.addr, &mut now);
-                for (s, (m, c)) in shown.iter_mut().zip(now.iter().zip(&later.by)) {
-                    if *c {
-                        *s = *m;
-                    }
-                }
+            self.media.write(s, &bytes);
+            let mut j = 0;
+            while j < n {
+                let run = top[j..].iter().take_while(|t| **t == top[j]).count();
+                self.held.show(s + j as u64, s + (j + run) as u64, top[j]);
+                j += run;
             }
-            self.media.write(h.addr, &shown);
         }
         if self.held.is_empty() {
             self.held = HeldWrites::default();
@@ -329,7 +366,7 @@ impl MemoryHierarchy {
     #[cold]
     #[inline(never)]
     pub(super) fn write_under_held(&mut self, addr: u64, bytes: &[u8]) {
-        let cover = self.held.cover(addr, bytes.len(), None);
+        let cover = self.held.cover(addr, bytes.len());
         if cover.left == bytes.len() {
             self.media.write(addr, bytes);
             return;
@@ -396,6 +433,26 @@ mod tests {
         ]
     }
 
+    #[test]
+    fn a_length_class_holds_its_lengths_and_no_longer_ones() {
+        let mut last = 0;
+        for len in (1..=70_000u64).chain([1 << 24, (1 << 24) + 1, u64::MAX / 2]) {
+            let c = class(len);
+            assert!(c >= last, "classes grow with the length: {len}");
+            assert!(
+                len <= longest(c),
+                "{len} in class {c} of at most {}",
+                longest(c)
+            );
+            if len > 8 {
+                // At most an eighth of the octave's start shorter than the class's longest.
+                let octave = 1u64 << (u64::BITS - (len - 1).leading_zeros() - 1);
+                assert!(longest(c) - len < octave / 8, "{len}: class {c}");
+            }
+            last = c;
+        }
+    }
+
     proptest::proptest! {
         /// Whatever order writes are held, written under and let go in, the medium shows
         /// the last held write over each byte, or what was last written there; and once
@@ -435,6 +492,11 @@ mod tests {
                 h.media.read(BASE, &mut got);
                 proptest::prop_assert_eq!(got, spec.shows());
                 proptest::prop_assert_eq!(h.held_writes(), spec.held.len());
+                // Whether a held write overlaps each 8-byte piece of the span.
+                for a in (0..SPAN).step_by(8) {
+                    let any = spec.held.iter().any(|(_, b, d)| *b < a + 8 && a < b + d.len() as u64);
+                    proptest::prop_assert_eq!(h.held.overlaps(BASE + a, 8), any);
+                }
             }
             for (key, _, _) in std::mem::take(&mut spec.held) {
                 h.release_held(key);
