@@ -19,7 +19,6 @@
 use super::{MemoryHierarchy, Space};
 use crate::config::PersistenceDomain;
 use crate::mem::SparseMem;
-use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 /// A write waiting in the RNIC buffer under WSP (see [`MemoryHierarchy::hold`]).
@@ -46,9 +45,9 @@ impl Held {
     }
 }
 
-/// Where a held write is kept within its length class: by first byte, the longest of a
-/// first byte first, then by arrival (`seq`).
-type Slot = (u64, Reverse<u64>, u64);
+/// Where a held write is kept within its length class: by first byte, then by arrival
+/// (`seq`).
+type Slot = (u64, u64);
 
 /// Length classes per doubling of the length, for lengths over 8 bytes: a class's
 /// writes are at most an eighth of their octave's start shorter than its longest, so few
@@ -91,7 +90,7 @@ pub(super) struct HeldWrites {
     base: SparseMem,
 }
 
-/// Which bytes of a range some held writes cover, counted so a walk can stop once all are.
+/// Which bytes of a range some held writes cover, and how many they leave uncovered.
 struct Cover {
     by: Vec<bool>,
     left: usize,
@@ -105,15 +104,14 @@ impl Cover {
         }
     }
 
-    /// Marks `j..j+n`; true once every byte is covered.
-    fn mark(&mut self, j: usize, n: usize) -> bool {
+    /// Marks `j..j+n` covered.
+    fn mark(&mut self, j: usize, n: usize) {
         for c in &mut self.by[j..j + n] {
             if !*c {
                 *c = true;
                 self.left -= 1;
             }
         }
-        self.left == 0
     }
 }
 
@@ -129,7 +127,7 @@ impl HeldWrites {
         let mut all: Vec<(u64, &Held)> = self
             .classes
             .values()
-            .flat_map(|c| c.iter().map(|(&(_, _, s), h)| (s, h)))
+            .flat_map(|c| c.iter().map(|(&(_, s), h)| (s, h)))
             .collect();
         all.sort_unstable_by_key(|&(s, _)| s);
         all.into_iter().map(|(_, h)| h).collect()
@@ -139,7 +137,7 @@ impl HeldWrites {
     pub(super) fn take(&mut self) -> Vec<Held> {
         let all = std::mem::take(self);
         let mut all: Vec<(Slot, Held)> = all.classes.into_values().flatten().collect();
-        all.sort_unstable_by_key(|&((_, _, s), _)| s);
+        all.sort_unstable_by_key(|&((_, s), _)| s);
         all.into_iter().map(|(_, h)| h).collect()
     }
 
@@ -148,7 +146,7 @@ impl HeldWrites {
     fn window(c: u32, addr: u64, len: usize) -> std::ops::Range<Slot> {
         let lo = addr.saturating_sub(longest(c) - 1);
         let hi = addr.saturating_add(len as u64);
-        (lo, Reverse(u64::MAX), 0)..(hi, Reverse(u64::MAX), 0)
+        (lo, 0)..(hi, 0)
     }
 
     /// The held writes that overlap `addr..addr+len`, with their arrival numbers and
@@ -162,7 +160,7 @@ impl HeldWrites {
             .iter()
             .filter(move |_| len > 0)
             .flat_map(move |(&c, slots)| slots.range(Self::window(c, addr, len)))
-            .filter_map(move |(&(_, _, seq), h)| h.overlap(addr, len).map(|o| (seq, h, o)))
+            .filter_map(move |(&(_, seq), h)| h.overlap(addr, len).map(|o| (seq, h, o)))
     }
 
     /// The shown ranges that overlap `addr..end`, clipped to it: `(start, end, seq)`.
@@ -231,7 +229,7 @@ impl HeldWrites {
         let seq = self.next_seq;
         self.next_seq += 1;
         let len = h.data.len() as u64;
-        let (c, slot) = (class(len), (h.addr, Reverse(len), seq));
+        let (c, slot) = (class(len), (h.addr, seq));
         self.at.insert(h.key, (c, slot));
         // The newest held write shows over everything under it.
         self.show(h.addr, h.addr + len, Some(seq));
@@ -245,7 +243,7 @@ impl HeldWrites {
         if slots.is_empty() {
             self.classes.remove(&c);
         }
-        Some((slot.2, h))
+        Some((slot.1, h))
     }
 }
 

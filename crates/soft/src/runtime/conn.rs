@@ -118,7 +118,7 @@ impl Conn {
     }
 
     /// Output pending for the peer on this side of the RNIC: queued here, and held for its
-    /// departure. (What the RNIC owes it besides, see [`RtNode::backlog`].)
+    /// departure. (What the RNIC owes it besides, see `RtNode::pending`.)
     #[inline]
     pub(super) fn backlog(&self) -> u64 {
         self.out.borrow().len() as u64 + self.later.get()

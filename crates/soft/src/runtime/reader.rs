@@ -142,14 +142,14 @@ impl RtNode {
     /// waiting in the RNIC are over the limits.
     #[inline]
     fn over(&self, peer: NodeId, conn: &Conn, promised: u64, lim: &Limits) -> bool {
-        self.backlog(peer, conn, promised) > lim.backlog
-            || self.inner.st.borrow().rnic.waiting_requests(peer) > lim.waiting
+        let (bytes, requests) = self.pending(peer, conn, promised);
+        bytes > lim.backlog || requests > lim.waiting
     }
 
     /// Whether what waits for `peer` has drained to half the limits: held requests go on.
     fn drained(&self, peer: NodeId, conn: &Conn, lim: &Limits) -> bool {
-        self.backlog(peer, conn, 0) <= lim.backlog / 2
-            && self.inner.st.borrow().rnic.waiting_requests(peer) <= lim.waiting / 2
+        let (bytes, requests) = self.pending(peer, conn, 0);
+        bytes <= lim.backlog / 2 && requests <= lim.waiting / 2
     }
 
     /// Reads and handles `peer`'s frames until the connection ends (`Ok`) or a frame is
@@ -239,7 +239,7 @@ impl RtNode {
                 if self.drained(peer, conn, &lim) {
                     continue;
                 }
-                let owed = self.backlog(peer, conn, 0);
+                let owed = self.pending(peer, conn, 0).0;
                 conn.peak.set(conn.peak.get().max(owed));
                 // The writer wakes this once the connection's output drained (see
                 // `Conn::try_flush`); what the RNIC owes drains with the model's time,
@@ -296,12 +296,19 @@ impl RtNode {
         }
     }
 
-    /// Output pending for `peer`: queued on its connection, held for its departure, owed
-    /// by the requests it has waiting in the RNIC ([`Rnic::waiting_bytes`](remora_model::rnic::Rnic::waiting_bytes)), and
-    /// `promised` by READs handed to the RNIC since the last step.
+    /// What waits for `peer`, in one look at the RNIC: the output pending for it (queued on
+    /// its connection, held for its departure, owed by the requests it has waiting in the
+    /// RNIC ([`Rnic::waiting_bytes`](remora_model::rnic::Rnic::waiting_bytes)), and
+    /// `promised` by READs handed to the RNIC since the last step), and how many of its
+    /// non-posted requests wait in the RNIC.
     #[inline]
-    fn backlog(&self, peer: NodeId, conn: &Conn, promised: u64) -> u64 {
-        conn.backlog() + self.inner.st.borrow().rnic.waiting_bytes(peer) + promised
+    fn pending(&self, peer: NodeId, conn: &Conn, promised: u64) -> (u64, u64) {
+        let st = self.inner.st.borrow();
+        let rnic = &st.rnic;
+        (
+            conn.backlog() + rnic.waiting_bytes(peer) + promised,
+            rnic.waiting_requests(peer),
+        )
     }
 
     /// Hands one frame of `peer`'s to the RNIC at the time its read arrived (read once, into
