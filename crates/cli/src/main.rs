@@ -6,6 +6,7 @@ use remora::Update;
 use remora_cli::{bench, configs, demo, killloop, paper, profiles, real, rpcreal};
 use remora_model::ServerConfig;
 use remora_soft::pool::PoolBytes;
+use remora_soft::server::Admission;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -18,6 +19,32 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// How many connections a server lets be in their handshake at once (`serve`,
+/// `rpc-serve`).
+#[derive(clap::Args, Debug, Clone, Copy)]
+struct AdmissionArgs {
+    /// Connections in their handshake at once, from all clients: one more is refused at
+    /// once as busy (each holds a socket until it is served or its handshake times out).
+    #[arg(long, default_value_t = Admission::DEFAULT.handshakes as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    max_handshakes: u64,
+    /// The same from one address (an IPv6 client's /64), so that one client's burst does
+    /// not shut out the others.
+    #[arg(long, default_value_t = Admission::DEFAULT.per_address as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    max_handshakes_per_address: u64,
+}
+
+impl From<AdmissionArgs> for Admission {
+    fn from(a: AdmissionArgs) -> Admission {
+        // Both are at most 2^20 (clap's range), so they fit.
+        Admission {
+            handshakes: a.max_handshakes as usize,
+            per_address: a.max_handshakes_per_address as usize,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -94,6 +121,8 @@ enum Cmd {
         /// client may take the slot (when no unused one is free).
         #[arg(long, default_value_t = 60)]
         lease_secs: u64,
+        #[command(flatten)]
+        admission: AdmissionArgs,
         /// A negative control (for the crash checker only).
         #[arg(long, hide = true)]
         fault: Option<remora_soft::server::ServeFault>,
@@ -256,6 +285,8 @@ enum Cmd {
         /// connection meanwhile, and after it this one, without those replies.
         #[arg(long, default_value_t = 60)]
         lease_secs: u64,
+        #[command(flatten)]
+        admission: AdmissionArgs,
     },
     /// Durable RPCs against a `remora rpc-serve` server: Puts (returning once durable) and
     /// Gets over the soft RNIC, wall-clock latency.
@@ -676,6 +707,7 @@ fn run(cli: Cli) -> Result<(), String> {
             profile,
             region_bytes,
             lease_secs,
+            admission,
             fault,
         } => {
             let config = match (config, config_file) {
@@ -701,6 +733,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 profile: profiles::load(&profile)?,
                 region_bytes,
                 lease: std::time::Duration::from_secs(lease_secs),
+                admission: admission.into(),
                 fault,
             };
             real::serve_blocking(&args)?;
@@ -855,6 +888,7 @@ fn run(cli: Cli) -> Result<(), String> {
             fault,
             execution_journal,
             lease_secs,
+            admission,
         } => {
             let args = rpcreal::RpcServeArgs {
                 listen,
@@ -874,6 +908,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 connections,
                 journal: execution_journal,
                 lease: std::time::Duration::from_secs(lease_secs),
+                admission: admission.into(),
             };
             rpcreal::rpc_serve_blocking(&args)?;
         }

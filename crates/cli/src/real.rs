@@ -34,6 +34,8 @@ pub struct ServeArgs {
     pub region_bytes: u64,
     /// How long a slot stays its client's after the client leaves (and after start-up).
     pub lease: std::time::Duration,
+    /// How many connections may be in their handshake at once.
+    pub admission: remora_soft::server::Admission,
     /// A negative control (for the crash checker only).
     pub fault: Option<ServeFault>,
 }
@@ -75,6 +77,7 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
             ..ServerSetup::default()
         },
         lease: args.lease,
+        admission: args.admission,
         fault: args.fault,
     };
     let config = args.config;
@@ -88,6 +91,7 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
             let _ = writeln!(o, "pool {}: {}; {}", args.pool.display(), if s.created { "created" } else { "reopened" }, s.durability);
             let _ = writeln!(o, "server configuration {config}");
             let _ = writeln!(o, "{} connection slots of {} KiB of PM: as many clients at once; a client's slot is kept for it for {:?} after it leaves (and after this start), and it comes back to it with its key; then a new client may have it, cleared", s.slots, s.slot_bytes / 1024, args.lease);
+            let _ = writeln!(o, "{}", args.admission);
             let domains = platform_persistence_domains();
             if domains.is_empty() {
                 let _ = writeln!(o, "platform: no persistent-memory regions under /sys/bus/nd; the configured domain is modeled");

@@ -131,6 +131,7 @@ pub fn rpc_serve_blocking(args: &RpcServeArgs) -> Result<(), String> {
                     s.kv.base
                 );
                 let _ = writeln!(o, "durability: {}", s.durability);
+                let _ = writeln!(o, "{}", args.admission);
                 let _ = o.flush();
             }),
         )

@@ -13,8 +13,9 @@
 //! | bytes | field |
 //! |---|---|
 //! | 0..4 | magic `RLOG` |
-//! | 4..6 | version (1) |
-//! | 6..8 | reserved (0) |
+//! | 4..6 | version (2) |
+//! | 6 | how entries commit ([`Commit`]): 0 by their operator, 1 by their frame |
+//! | 7 | reserved (0) |
 //! | 8..12 | connection id |
 //! | 12..16 | capacity (entries) |
 //! | 16..20 | entry bytes (a multiple of 64) |
@@ -40,8 +41,9 @@ use crate::proto::{FrameError, Request};
 
 /// Header magic.
 pub const LOG_MAGIC: [u8; 4] = *b"RLOG";
-/// Layout version.
-pub const LOG_VERSION: u16 = 1;
+/// Layout version (2: the header names how entries commit, [`Commit`]; a version-1 log
+/// did not, so which rule wrote it cannot be told and it is refused).
+pub const LOG_VERSION: u16 = 2;
 /// Offset of the watermark word from the log base.
 pub const WATERMARK_OFFSET: u64 = 64;
 /// Offset of the owner key from the log base: `rpc-serve` keeps there the key of the client
@@ -130,6 +132,19 @@ impl LogLayout {
     }
 }
 
+/// How a log's entries are committed, fixed when the log is formatted (seed 003 §4.2: an
+/// entry is committed by its operator; with native RFlush and no responder-CPU step, by its
+/// frame's own checksum, `FlushPlan::frame_commits`). Recovery must read a log by the rule
+/// that wrote it: read by the other, an entry acknowledged durable counts as uncommitted
+/// and is cut off.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Commit {
+    /// By the 8-byte operator beside the entry.
+    Operator,
+    /// By the request frame alone.
+    Frame,
+}
+
 /// The log header: the connection's information (seed 003 §4.2).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct LogHeader {
@@ -139,6 +154,8 @@ pub struct LogHeader {
     pub capacity: u32,
     /// Bytes per entry.
     pub entry_bytes: u32,
+    /// How its entries are committed.
+    pub commit: Commit,
 }
 
 /// Header bytes [`LogHeader::emit`] writes.
@@ -150,6 +167,10 @@ impl LogHeader {
         let mut b = [0u8; HEADER_BYTES];
         b[0..4].copy_from_slice(&LOG_MAGIC);
         b[4..6].copy_from_slice(&LOG_VERSION.to_le_bytes());
+        b[6] = match self.commit {
+            Commit::Operator => 0,
+            Commit::Frame => 1,
+        };
         b[8..12].copy_from_slice(&self.conn.to_le_bytes());
         b[12..16].copy_from_slice(&self.capacity.to_le_bytes());
         b[16..20].copy_from_slice(&self.entry_bytes.to_le_bytes());
@@ -177,13 +198,19 @@ impl LogHeader {
             ));
         }
         let version = u16::from_le_bytes([b[4], b[5]]);
-        if version != LOG_VERSION || b[6] != 0 || b[7] != 0 {
+        if version != LOG_VERSION || b[7] != 0 {
             return bad(format!("version {version}"));
         }
+        let commit = match b[6] {
+            0 => Commit::Operator,
+            1 => Commit::Frame,
+            x => return bad(format!("commit rule {x}")),
+        };
         let h = LogHeader {
             conn: u32_at(8),
             capacity: u32_at(12),
             entry_bytes: u32_at(16),
+            commit,
         };
         if u32_at(20) as u64 != DATA_OFFSET
             || h.capacity == 0
@@ -313,17 +340,20 @@ mod tests {
 
     #[test]
     fn header_round_trips_and_rejects_flips() {
-        let h = LogHeader {
-            conn: 9,
-            capacity: 16,
-            entry_bytes: 192,
-        };
-        let b = h.emit();
-        assert_eq!(LogHeader::parse(&b).unwrap(), h);
-        for i in 0..HEADER_BYTES {
-            let mut bad = b;
-            bad[i] ^= 0x10;
-            assert!(LogHeader::parse(&bad).is_err(), "flip at {i} accepted");
+        for commit in [Commit::Operator, Commit::Frame] {
+            let h = LogHeader {
+                conn: 9,
+                capacity: 16,
+                entry_bytes: 192,
+                commit,
+            };
+            let b = h.emit();
+            assert_eq!(LogHeader::parse(&b).unwrap(), h);
+            for i in 0..HEADER_BYTES {
+                let mut bad = b;
+                bad[i] ^= 0x10;
+                assert!(LogHeader::parse(&bad).is_err(), "flip at {i} accepted");
+            }
         }
         assert!(LogHeader::parse(&[0u8; 64]).is_err());
     }

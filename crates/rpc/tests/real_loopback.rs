@@ -86,6 +86,27 @@ fn start_leased(
     connections: u32,
     lease: Duration,
 ) -> Result<RealStarted, String> {
+    start_admitting(
+        listen,
+        config,
+        pool,
+        opts,
+        connections,
+        lease,
+        remora_soft::server::Admission::DEFAULT,
+    )
+}
+
+/// [`start_leased`] with `admission` for connections in their handshake.
+fn start_admitting(
+    listen: &str,
+    config: &str,
+    pool: PathBuf,
+    opts: DurableOptions,
+    connections: u32,
+    lease: Duration,
+    admission: remora_soft::server::Admission,
+) -> Result<RealStarted, String> {
     let (tx, rx) = mpsc::channel();
     let config: ServerConfig = config.parse().unwrap();
     let listen = listen.to_string();
@@ -100,6 +121,7 @@ fn start_leased(
             connections,
             journal: None,
             lease,
+            admission,
         };
         let tx2 = tx.clone();
         let r = remora_exec::block_on(serve_durable(o, move |s| tx2.send(Ok(s.clone())).unwrap()));
@@ -338,6 +360,28 @@ fn bad_input_gets_a_clear_error() {
         e.contains("laid out for") && e.contains(", 16 entries each"),
         "{e}"
     );
+    // A pool whose logs commit entries by their frames (native W-RFlush without DDIO),
+    // restarted with emulated RFlush (by operators): refused, or recovery would cut off
+    // every acknowledged entry not yet processed.
+    let mut native = options(Design::WRFlushRpc);
+    native.flush.form = remora_rpc::FlushForm::Native;
+    let framed = dir.pool("framed");
+    start(
+        "127.0.0.1:0",
+        "DMP+noDDIO+PM-RQWRB",
+        framed.clone(),
+        native.clone(),
+    )
+    .unwrap();
+    let copy = dir.pool("framed-copy");
+    std::fs::copy(&framed, &copy).unwrap();
+    let mut emulated = native;
+    emulated.flush.form = remora_rpc::FlushForm::Emulated;
+    let e = start("127.0.0.1:0", "DMP+noDDIO+PM-RQWRB", copy, emulated).unwrap_err();
+    assert!(
+        e.contains("laid out for") && e.contains("committed by its frame"),
+        "{e}"
+    );
     // A client that asks for another design than the server runs.
     run_client(async {
         let settings = ClientSettings {
@@ -401,6 +445,65 @@ fn clients_get_a_connection_and_a_log_each_and_a_full_server_refuses() {
         assert!(e.to_string().contains("refused"), "{e}");
         // Both connections still work.
         assert_eq!(workload(&mut a, 10, 3).await[0], 14);
+    });
+}
+
+/// A connection's place among those in their handshake is given back once it is served:
+/// with room for one handshake at a time, clients connect one after another and stay
+/// connected, and only one that stops halfway makes the next wait, refused as busy.
+#[test]
+fn a_served_connection_leaves_the_handshake_bound_to_the_next() {
+    use remora_soft::cm::{Cm, RefuseCode};
+    use std::io::Write;
+    let dir = TestDir::new();
+    let s = start_admitting(
+        "127.0.0.1:0",
+        "DMP+noDDIO+PM-RQWRB",
+        dir.pool("admit"),
+        options(Design::WFlushRpc),
+        3,
+        Duration::from_secs(60),
+        remora_soft::server::Admission {
+            handshakes: 1,
+            per_address: 1,
+        },
+    )
+    .unwrap();
+    let addr = s.addr.to_string();
+    run_client(async {
+        let p = LatencyProfile::default_profile();
+        let settings = ClientSettings::default();
+        let mut a = RealClient::connect(&addr, &p, &settings).await.unwrap();
+        let mut b = RealClient::connect(&addr, &p, &settings).await.unwrap();
+        let first = workload(&mut a, 0, 3).await;
+        assert_eq!(first[0], 1);
+        assert_eq!(workload(&mut b, 0, 3).await[0], 1);
+        // A connection that says Hello and no more holds the one place.
+        let mut halfway = std::net::TcpStream::connect(&addr).unwrap();
+        halfway.write_all(&Cm::Hello { key: 0 }.emit()).unwrap();
+        // Its Hello has been read once the server answers another connection as busy;
+        // until then the next connection may be the one admitted.
+        let mut tries = 0;
+        loop {
+            match RealClient::connect(&addr, &p, &settings).await {
+                Err(RealConnectError::Connect(remora_soft::client::ConnectError::Refused {
+                    code: RefuseCode::Busy,
+                    ..
+                })) => break,
+                other => {
+                    assert!(
+                        tries < 100,
+                        "the third client is refused as busy: {:?}",
+                        other.err()
+                    );
+                    tries += 1;
+                    remora_exec::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            }
+        }
+        drop(halfway);
+        // The clients that got in are served throughout.
+        assert!(workload(&mut a, 3, 3).await[0] > *first.last().unwrap());
     });
 }
 

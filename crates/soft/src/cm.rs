@@ -9,6 +9,9 @@
 //! server → client  Accepted { server QP, key }   (or Refused { code } at any point)
 //! ```
 //!
+//! A server with as many connections in their handshake as it admits answers a new one
+//! `Refused { Busy }` at once, before it reads the client's `Hello`, and closes it.
+//!
 //! A slot another client had is cleared before a new client may use it, and a clear of
 //! gigabytes of a file-backed pool takes seconds. The server says how far it got as it
 //! goes (`Clearing`, at least every [`CLEAR_STEP`]), and each frame restarts the client's
@@ -54,6 +57,10 @@ pub enum RefuseCode {
     /// The client claimed a connection that belongs to another client (a durable-RPC
     /// claim whose key is not the connection's), or a key no slot of the pool has.
     NotOwner,
+    /// The server has as many connections in their handshake as it takes, from the
+    /// client's address or from all (`server::Admission`); sent before the client's
+    /// `Hello` is read, so a server answers it to any client.
+    Busy,
 }
 
 impl std::fmt::Display for RefuseCode {
@@ -67,6 +74,10 @@ impl std::fmt::Display for RefuseCode {
             RefuseCode::NotOwner => {
                 "the key this client claimed is not one of its slots' (the slot went to \
                  another client after its lease ran out, or this is another pool)"
+            }
+            RefuseCode::Busy => {
+                "it has as many connections in their handshake as it takes, from this \
+                 client's address or from all; try again once they are done"
             }
         })
     }
@@ -177,6 +188,7 @@ impl Cm {
                     RefuseCode::Version => 1,
                     RefuseCode::Resources => 2,
                     RefuseCode::NotOwner => 3,
+                    RefuseCode::Busy => 4,
                 };
                 5
             }
@@ -236,6 +248,7 @@ impl Cm {
                     1 => RefuseCode::Version,
                     2 => RefuseCode::Resources,
                     3 => RefuseCode::NotOwner,
+                    4 => RefuseCode::Busy,
                     _ => return Err(CmError::BadValue("refusal code")),
                 };
                 (Cm::Refused { code }, 1)
@@ -332,6 +345,7 @@ mod tests {
             RefuseCode::Version,
             RefuseCode::Resources,
             RefuseCode::NotOwner,
+            RefuseCode::Busy,
         ] {
             all.push(Cm::Refused { code });
         }

@@ -922,6 +922,34 @@ mod tests {
         );
     }
 
+    /// A file named as a dead creator's temporary file of this pool, but which is a pool
+    /// a live server holds (whatever its name), is not removed by a server starting here;
+    /// nor is one whose name only begins like a creator's.
+    #[test]
+    fn a_pool_in_use_under_a_creators_temporary_name_is_left_alone() {
+        let dir = tmp_dir();
+        let x = dir.path().join("x");
+        let pid_max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(1 << 22);
+        let dead = pid_max + 1;
+        let other = creation_name(&x, dead, 0).unwrap();
+        let mut live = Pool::open_or_create(&other, MIN_POOL_BYTES).unwrap();
+        live.write(PM_BASE, b"acknowledged");
+        live.sync();
+        let lookalike = x.with_file_name(format!(".x.creating-{dead}-0.keep"));
+        std::fs::write(&lookalike, b"not a creator's").unwrap();
+        drop(Pool::open_or_create(&x, MIN_POOL_BYTES).unwrap());
+        assert!(
+            other.exists(),
+            "the live pool {} was removed",
+            other.display()
+        );
+        assert!(lookalike.exists(), "{} was removed", lookalike.display());
+        drop(live);
+    }
+
     #[test]
     fn the_first_server_records_its_layout_and_another_layout_is_refused() {
         let dir = tmp_dir();

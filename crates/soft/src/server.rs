@@ -16,7 +16,6 @@ use crate::pool::{Durability, Pool, PoolBytes, PoolError};
 use crate::runtime::RtNode;
 use remora::{CpuCosts, Footprint, Responder, ServerSetup};
 use remora_exec::net::{TcpListener, TcpStream};
-use remora_exec::Either;
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::rnic::{Objects, Rnic};
@@ -27,6 +26,9 @@ use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+
+mod accept;
+pub use accept::{accept_until_shutdown, counted_as, Admission, Admitter, Handshaking};
 
 /// How to run a server.
 #[derive(Clone, Debug)]
@@ -47,6 +49,9 @@ pub struct ServeOptions {
     /// (and, for every slot that has a client, after start-up): meanwhile a new client is
     /// given another slot, or refused if none is free.
     pub lease: std::time::Duration,
+    /// How many connections may be in their handshake at once, in all and from one
+    /// address; one more is refused as busy.
+    pub admission: Admission,
     /// A negative control, for the crash checker only.
     pub fault: Option<ServeFault>,
 }
@@ -133,6 +138,9 @@ pub enum ServeError {
          the pool was not touched"
     )]
     RegionBytes(u64),
+    /// The admission bounds admit nobody.
+    #[error("{0}; the pool was not touched")]
+    Admission(String),
     /// The listening socket failed.
     #[error("cannot listen on {addr}: {err}")]
     Listen {
@@ -186,6 +194,7 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
     if !(64..=crate::pool::MAX_POOL_BYTES).contains(&region) {
         return Err(ServeError::RegionBytes(region));
     }
+    let admitter = Admitter::new(opts.admission.validate().map_err(ServeError::Admission)?);
     // Listening first: a server that cannot listen leaves its pool as it was.
     let (listener, addr) = bind(&opts.listen).await?;
     let footprint = opts.setup.footprint(opts.config.rqwrb);
@@ -225,13 +234,13 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
     });
     let next_id = Rc::new(Cell::new(1u32));
     let costs = CpuCosts::from_profile(&opts.profile);
-    accept_until_shutdown(listener, move |stream| {
+    accept_until_shutdown(listener, admitter, move |stream, place| {
         let id = free_peer_id(&next_id, |id| node.attached(id));
         let (node, setup, config, slots) = (node.clone(), opts.setup, opts.config, slots.clone());
         let objects = objects.clone();
         async move {
             // A failed or malformed handshake only ends this connection.
-            let _ = handle(stream, node.clone(), id, config, setup, costs, slots).await;
+            let _ = handle(stream, place, node.clone(), id, config, setup, costs, slots).await;
             objects.set(node.with(|r, _| r.live_objects()));
         }
     })
@@ -710,43 +719,6 @@ impl Drop for Slot {
     }
 }
 
-/// How long the accept loop waits after a failed `accept` before it tries again.
-const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
-
-/// Accepts connections until SIGTERM or Ctrl-C, each served by `handle` in a task of its
-/// own. Must run inside `remora_exec::block_on`.
-pub async fn accept_until_shutdown<F, Fut>(listener: TcpListener, mut handle: F)
-where
-    F: FnMut(TcpStream) -> Fut + 'static,
-    Fut: std::future::Future<Output = ()> + 'static,
-{
-    let mut shutdown = std::pin::pin!(remora_exec::signal::shutdown());
-    // Failed accepts since the last one that worked (said once per run of failures: a
-    // stderr nobody reads must not fill up and block the server).
-    let mut failing = 0u64;
-    loop {
-        match remora_exec::first(shutdown.as_mut(), listener.accept()).await {
-            Either::Left(()) => return,
-            Either::Right(Ok((stream, _))) => {
-                if failing > 0 {
-                    eprintln!("accepting connections again after {failing} failed attempts");
-                    failing = 0;
-                }
-                remora_exec::spawn_local(handle(stream));
-            }
-            Either::Right(Err(e)) => {
-                // Out of file descriptors or memory: the listener stays ready, so retrying
-                // at once would spin (and starve the connections being served).
-                if failing == 0 {
-                    eprintln!("accept failed: {e}; retrying every {ACCEPT_BACKOFF:?}");
-                }
-                failing += 1;
-                remora_exec::time::sleep(ACCEPT_BACKOFF).await;
-            }
-        }
-    }
-}
-
 /// A server node over a pool file, started by [`open_node`].
 pub struct PoolNode {
     /// The node: the RNIC with the pool file as its persistent memory.
@@ -915,8 +887,10 @@ async fn read_cm(s: &mut TcpStream) -> std::io::Result<Option<Cm>> {
     Ok(Cm::parse(&b).ok())
 }
 
+#[allow(clippy::too_many_arguments)] // one connection's every input, named
 async fn handle(
     mut stream: TcpStream,
+    place: Handshaking,
     node: RtNode,
     id: u32,
     config: ServerConfig,
@@ -955,6 +929,9 @@ async fn handle(
             return cm_refuse(&mut stream, code).await;
         }
     };
+    // A returning client knows its key: however this connection ends (it may break before
+    // `Accepted`), its end starts the slot's lease again, as any of its connections' does.
+    slot.leased = claimed != 0;
     let mut told = Told {
         stream: &mut stream,
         gone: false,
@@ -1002,6 +979,7 @@ async fn handle(
     }
     // The client knows its key: the slot is kept for it once this connection ends.
     slot.leased = true;
+    place.served();
     let (read, write) = stream.into_split();
     node.attach(id, read, write, move |n| {
         // The client went away mid-operation: fail its QP so the responder stops.

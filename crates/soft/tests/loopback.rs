@@ -5,7 +5,7 @@ use remora_model::profile::LatencyProfile;
 use remora_model::rnic::Objects;
 use remora_model::ServerConfig;
 use remora_remotelog::log::{is_record, LogClient, LogShape};
-use remora_soft::server::{serve, ServeOptions};
+use remora_soft::server::{serve, Admission, ServeOptions};
 use std::cell::Cell;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -72,23 +72,26 @@ fn start_server_faulty(
     lease: std::time::Duration,
     fault: Option<remora_soft::server::ServeFault>,
 ) -> Watched {
-    let listen = listen.to_string();
+    start_server_with(ServeOptions {
+        listen: listen.to_string(),
+        pool,
+        pool_bytes: remora_soft::pool::PoolBytes::AtLeast(pool_bytes),
+        config: config.parse().unwrap(),
+        profile: LatencyProfile::default_profile(),
+        setup: ServerSetup {
+            region_len: shape.region_len(),
+            ..ServerSetup::default()
+        },
+        lease,
+        admission: Admission::DEFAULT,
+        fault,
+    })
+}
+
+/// Starts a server with `opts` on a thread of its own.
+fn start_server_with(opts: ServeOptions) -> Watched {
     let (tx, rx) = mpsc::channel();
-    let config: ServerConfig = config.parse().unwrap();
     std::thread::spawn(move || {
-        let opts = ServeOptions {
-            listen,
-            pool,
-            pool_bytes: remora_soft::pool::PoolBytes::AtLeast(pool_bytes),
-            config,
-            profile: LatencyProfile::default_profile(),
-            setup: ServerSetup {
-                region_len: shape.region_len(),
-                ..ServerSetup::default()
-            },
-            lease,
-            fault,
-        };
         if let Err(e) = remora_exec::block_on(serve(opts, |s| {
             tx.send((s.addr, s.objects.clone(), s.slots)).unwrap()
         })) {
@@ -1049,6 +1052,7 @@ fn a_refused_start_leaves_the_pool_as_it_was() {
                 ..ServerSetup::default()
             },
             lease: LEASE,
+            admission: Admission::DEFAULT,
             fault: None,
         };
         remora_exec::block_on(serve(opts, |_| panic!("it must not start")))
@@ -1559,4 +1563,198 @@ fn a_new_client_that_leaves_before_accepted_leaves_a_small_slot_clean() {
     let (found, cleared) = claim_when_free(&addr, 2);
     assert_eq!(cleared, 0, "the slot was cleared again");
     assert_eq!(found, vec![0; 64], "the slot kept its last client's mark");
+}
+
+/// Connections that open and stop halfway each hold a place among those in their
+/// handshake until [`HANDSHAKE_TIMEOUT`]: past the bound from one address, or from all,
+/// the next connection is refused at once as busy (the library's client says so), while
+/// another address still gets in, and a place given back is the next connection's.
+///
+/// [`HANDSHAKE_TIMEOUT`]: remora_soft::cm::HANDSHAKE_TIMEOUT
+#[test]
+fn connections_past_the_handshake_bounds_are_refused_as_busy_at_once() {
+    use remora_soft::cm::{Cm, RefuseCode};
+    use std::io::{Read, Write};
+    let dir = TestDir::new();
+    let (addr, _, _) = start_server_with(ServeOptions {
+        listen: "127.0.0.1:0".into(),
+        pool: dir.pool("busy"),
+        pool_bytes: remora_soft::pool::PoolBytes::AtLeast(8 << 20),
+        config: "DMP+noDDIO+PM-RQWRB".parse().unwrap(),
+        profile: LatencyProfile::default_profile(),
+        setup: ServerSetup::default(),
+        lease: LEASE,
+        admission: Admission {
+            handshakes: 4,
+            per_address: 3,
+        },
+        fault: None,
+    });
+    // A connection from 127.0.0.`host` (all of 127/8 is the loopback).
+    let from = |host: u8| -> std::net::TcpStream {
+        use socket2::{Domain, Socket, Type};
+        let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        s.bind(&std::net::SocketAddr::from(([127, 0, 0, host], 0)).into())
+            .unwrap();
+        s.connect(&addr.into()).unwrap();
+        let s: std::net::TcpStream = s.into();
+        // Well under the handshake's time-out: a refusal comes at once.
+        s.set_read_timeout(Some(remora_soft::cm::HANDSHAKE_TIMEOUT / 4))
+            .unwrap();
+        s
+    };
+    // Admitted: its Hello is answered with Assign, and it stops there.
+    let halfway = |host: u8| {
+        let mut s = from(host);
+        s.write_all(&Cm::Hello { key: 0 }.emit()).unwrap();
+        assert!(
+            matches!(raw_next(&mut s), Cm::Assign { .. }),
+            "a connection from 127.0.0.{host} is admitted"
+        );
+        s
+    };
+    // Refused: the server says so unasked, and closes.
+    let refused = |host: u8| {
+        let t0 = wall();
+        let mut s = from(host);
+        let mut got = Vec::new();
+        s.read_to_end(&mut got)
+            .expect("the server refuses and closes before the read's time-out");
+        assert_eq!(
+            Cm::parse(&got),
+            Ok(Cm::Refused {
+                code: RefuseCode::Busy
+            }),
+            "from 127.0.0.{host}"
+        );
+        assert!(t0.elapsed() < remora_soft::cm::HANDSHAKE_TIMEOUT / 4);
+    };
+    let one: Vec<_> = (0..3).map(|_| halfway(1)).collect();
+    // The address's bound: a fourth from it is refused, by the library's client too.
+    refused(1);
+    match mark_in_turn(&addr.to_string(), 1) {
+        Err(remora_soft::client::ConnectError::Refused { code, .. }) => {
+            assert_eq!(code, RefuseCode::Busy)
+        }
+        other => panic!("the client is refused as busy: {other:?}"),
+    }
+    // Another address gets in, up to the bound of all.
+    let two = halfway(2);
+    refused(3);
+    // A place given back (the peer left) is the next connection's, once the server has
+    // seen the end.
+    drop(one);
+    let mut tries = 0;
+    let three = loop {
+        let mut s = from(3);
+        let _ = s.write_all(&Cm::Hello { key: 0 }.emit());
+        let mut b = [0u8; remora_soft::cm::CM_FRAME];
+        match s.read_exact(&mut b).map(|_| Cm::parse(&b)) {
+            Ok(Ok(Cm::Assign { .. })) => break s,
+            Ok(Ok(Cm::Refused {
+                code: RefuseCode::Busy,
+            }))
+            | Err(_)
+                if tries < 100 =>
+            {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => panic!("a connection from 127.0.0.3 is admitted: {other:?}"),
+        }
+    };
+    drop((two, three));
+    // Once the others are gone, a client is served.
+    let mut tries = 0;
+    let marked = loop {
+        match mark_in_turn(&addr.to_string(), 7) {
+            Ok(m) => break m,
+            // The server may not have seen the others' ends yet.
+            Err(remora_soft::client::ConnectError::Refused { code, .. })
+                if code == RefuseCode::Busy && tries < 100 =>
+            {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) => panic!("a client is served: {e}"),
+        }
+    };
+    assert_eq!(marked.len(), 64);
+}
+
+/// Review: a returning client whose reconnection fails just before `Accepted` (its
+/// connection reset) has had a connection end: its slot is kept for it for a lease from
+/// then, as after any of its connections. The server leaves the slot's lease as it was,
+/// so a new client takes the slot over (clearing it) once the *old* lease runs out, and
+/// the client, coming back within a lease of its last connection, finds its acknowledged
+/// data gone (`NotOwner`).
+#[test]
+fn a_returning_client_whose_reconnection_breaks_keeps_its_slot_for_a_lease() {
+    use remora_soft::cm::Cm;
+    use std::io::Write;
+    use std::time::Duration;
+    let dir = TestDir::new();
+    let shape = LogShape {
+        capacity: (512 << 10) / 64,
+        ..LogShape::default()
+    };
+    let lease = Duration::from_secs(4);
+    let (addr, _, slots) = start_server_watched(
+        "127.0.0.1:0",
+        "DMP+noDDIO+PM-RQWRB",
+        dir.pool("relet"),
+        shape,
+        remora_soft::pool::MIN_POOL_BYTES,
+        lease,
+    );
+    assert_eq!(slots, 1);
+    let addr = addr.to_string();
+    // The client persists its mark and leaves.
+    let key = run_client(async {
+        let (a, _, key) = claim_and_mark(&addr, 0, 1).await.unwrap();
+        a.close();
+        key
+    });
+    let t0 = wall();
+    std::thread::sleep(Duration::from_secs(3));
+    // It comes back within its lease; this connection is reset right after its `Ready`,
+    // before the server's `Accepted`.
+    {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.write_all(&Cm::Hello { key }.emit()).unwrap();
+        assert!(matches!(raw_next(&mut s), Cm::Assign { .. }));
+        let ready = Cm::Ready {
+            qp: remora_model::verbs::QpNum(0),
+        };
+        s.write_all(&ready.emit()).unwrap();
+        socket2::SockRef::from(&s)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+    } // RST
+      // Past the first lease, well within a lease of the failed connection: a new client.
+    std::thread::sleep((t0 + Duration::from_millis(4500)).saturating_duration_since(wall()));
+    let newcomer = run_client(async {
+        match claim_and_mark(&addr, 0, 2).await {
+            Ok((n, before, _)) => {
+                n.close();
+                Some(before[0])
+            }
+            Err(_) => None,
+        }
+    });
+    // The client comes back again: its slot, with its mark.
+    let back = run_client(async {
+        match claim_and_mark(&addr, key, 3).await {
+            Ok((n, before, _)) => {
+                n.close();
+                Ok(before[0])
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    });
+    assert_eq!(
+        (newcomer, back),
+        (None, Ok(1)),
+        "(what a new client found in the slot, what the returning client found)"
+    );
 }

@@ -45,7 +45,9 @@ use crate::design::{Design, Family};
 use crate::flush::{FlushParams, FlushPlan, SenderFlush};
 use crate::kv::{ExecutionLog, KvLayout, KvStore};
 use crate::proto::{ReplyFrame, Request, REPLY_HEADER, REQUEST_HEADER};
-use crate::redolog::{judge_entry, EntryState, LogHeader, LogLayout, Operator, HEADER_BYTES};
+use crate::redolog::{
+    judge_entry, Commit, EntryState, LogHeader, LogLayout, Operator, HEADER_BYTES,
+};
 use crate::workers::{Tasks, Worker, WorkerPool};
 use remora_model::config::ServerConfig;
 use remora_model::profile::LatencyProfile;

@@ -149,6 +149,11 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
                     conn: opts.conn,
                     capacity: layout.capacity,
                     entry_bytes: layout.entry_bytes,
+                    commit: if plan.frame_commits() {
+                        Commit::Frame
+                    } else {
+                        Commit::Operator
+                    },
                 };
                 let mut hb = [0u8; HEADER_BYTES];
                 v.load(Space::Pm, base, &mut hb);
@@ -160,6 +165,15 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
                     0
                 } else {
                     let h = LogHeader::parse(&hb)?;
+                    if h.commit != want.commit {
+                        return Err(RpcError::Malformed(format!(
+                            "the redo log in PM commits its entries by {:?}, this \
+                             connection would by {:?} (another Flush form or DDIO setting \
+                             than the log was written with): recovery would cut off \
+                             acknowledged entries, so the log is left as it is",
+                            h.commit, want.commit
+                        )));
+                    }
                     if h != want {
                         return Err(RpcError::Malformed(format!(
                             "redo log in PM is {h:?}, this connection needs {want:?}"
@@ -379,32 +393,36 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
         // Operators past the end may be committed out of order (a batch's operators
         // persist in any order); none was acknowledged, so clear them before the client
         // re-sends those sequence numbers.
-        for seq in self.processed + 1..self.processed + self.layout.capacity as u64 {
+        // Every slot, the one of `processed` too: it is also the slot of
+        // `processed + capacity`, which a client may have written.
+        for seq in self.processed + 1..=self.processed + self.layout.capacity as u64 {
             let at = self.layout.entry_addr(seq);
             let mut w = [0u8; 8];
             self.v.load(Space::Pm, at, &mut w);
             let w = u64::from_le_bytes(w);
+            let mut cut = false;
             if w != 0 {
                 self.v.store(Space::Pm, at, &[0u8; 8]);
                 self.v.persist_local(at, 8).await;
                 // An older lap's operator (an entry processed long ago) is cleared too,
                 // but only one that commits `seq` was cut off by the crash.
-                if Operator::from_word(w).is_some_and(|o| o.seq_lo == seq as u16) {
-                    report.truncated += 1;
-                }
-            } else if frames
+                cut = Operator::from_word(w).is_some_and(|o| o.seq_lo == seq as u16);
+            }
+            // With the operator word gone (or never there), a self-committing frame past
+            // the end (never acknowledged: an RFlush notification covers every earlier
+            // entry) would commit the entry by itself: clear its magic.
+            if frames
                 && matches!(
                     read_entry_with(&self.v, &self.layout, self.opts.conn, seq, true),
                     EntryState::Committed(_)
                 )
             {
-                // A self-committing frame past the end (never acknowledged: an RFlush
-                // notification covers every earlier entry): clear its magic.
                 let d = self.layout.data_addr(seq);
                 self.v.store(Space::Pm, d, &[0u8; 8]);
                 self.v.persist_local(d, 8).await;
-                report.truncated += 1;
+                cut = true;
             }
+            report.truncated += cut as u64;
         }
         report.processed = self.processed;
         Ok(report)

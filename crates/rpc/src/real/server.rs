@@ -52,6 +52,9 @@ pub struct RealServeOptions {
     /// the replies of requests recovery executed for it; after it a new client may take
     /// the log, and those replies are dropped.
     pub lease: std::time::Duration,
+    /// How many connections may be in their handshake at once, in all and from one
+    /// address; one more is refused as busy (`remora_soft::server::Admission`).
+    pub admission: remora_soft::server::Admission,
 }
 
 /// Reads an execution journal in order: one (connection, sequence number) per counted
@@ -333,10 +336,20 @@ fn slot_node(k: usize) -> NodeId {
 
 /// What `rpc-serve` keeps where in the pool, from the options that decide it: the pool's
 /// layout record, so a restart with options that would place the logs or the store
-/// elsewhere (or with another design) is refused before recovery reads anything.
-fn layout(opts: &DurableOptions, connections: u32) -> Result<String, RealServeError> {
+/// elsewhere (or with another design, or another rule for committing entries: the Flush
+/// form and the configuration's DDIO decide it) is refused before recovery reads anything.
+fn layout(
+    opts: &DurableOptions,
+    config: &ServerConfig,
+    connections: u32,
+) -> Result<String, RealServeError> {
+    let commit = if opts.plan(config)?.frame_commits() {
+        "its frame"
+    } else {
+        "its operator"
+    };
     Ok(format!(
-        "rpc-serve {}: a redo log per connection for {connections} connections, {} entries each, {} bytes apart, then a store of {} objects of up to {} bytes",
+        "rpc-serve {}: a redo log per connection for {connections} connections, {} entries each, {} bytes apart, each entry committed by {commit}, then a store of {} objects of up to {} bytes",
         opts.design,
         opts.capacity,
         log_stride(opts)?,
@@ -360,6 +373,8 @@ pub async fn serve_durable(
     // Refuse impossible plans (e.g. native SFlush) before touching the pool.
     o.opts.plan(&o.config)?;
     let connections = o.connections.max(1);
+    let admitter =
+        remora_soft::server::Admitter::new(o.admission.validate().map_err(ServeError::Admission)?);
     // Listening first: a server that cannot listen leaves its pool as it was. (Nobody is
     // accepted before every log is recovered.)
     let (listener, addr) = remora_soft::server::bind(&o.listen).await?;
@@ -375,7 +390,7 @@ pub async fn serve_durable(
         o.pool_bytes,
         o.config,
         &o.profile,
-        &layout(&o.opts, connections)?,
+        &layout(&o.opts, &o.config, connections)?,
         // The logs and the store start where the pool does.
         need,
     )?;
@@ -467,11 +482,11 @@ pub async fn serve_durable(
         logs,
         kv: state.kv,
     });
-    remora_soft::server::accept_until_shutdown(listener, move |stream| {
+    remora_soft::server::accept_until_shutdown(listener, admitter, move |stream, place| {
         let state = state.clone();
         async move {
             // A failed or malformed handshake only ends this connection.
-            if let Err(e) = handle(stream, state).await {
+            if let Err(e) = handle(stream, place, state).await {
                 eprintln!("durable-RPC connection: {e}");
             }
         }
@@ -480,7 +495,11 @@ pub async fn serve_durable(
     Ok(())
 }
 
-async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String> {
+async fn handle(
+    mut stream: TcpStream,
+    place: remora_soft::server::Handshaking,
+    st: Rc<ServerState>,
+) -> Result<(), String> {
     let io = |e: std::io::Error| e.to_string();
     // The slot this handshake took, so a failure frees that one and no other.
     let taken: Cell<Option<usize>> = Cell::new(None);
@@ -679,6 +698,7 @@ async fn handle(mut stream: TcpStream, st: Rc<ServerState>) -> Result<(), String
             slot_node(k)
         ));
     }
+    place.served();
     if let Some(p) = previous {
         let dropped = p.replies.len();
         if dropped > 0 {

@@ -7,7 +7,7 @@ use super::{PoolError, HEADER_BYTES};
 use memmap2::MmapMut;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// Makes a new pool at `path` under a temporary name in the same directory (created
@@ -119,7 +119,11 @@ fn creation_prefix(path: &Path) -> Option<String> {
 }
 
 /// Removes temporary files that creators of the pool at `path` left behind when they died
-/// mid-creation (their pid is gone); a live creator's file is left alone.
+/// mid-creation: a name exactly as [`creation_name`] makes them, of a pid that is gone, and
+/// a file nobody holds the lock of (a creator locks its file from just after making it
+/// until it links it or dies, and a server holds the lock of the pool it serves, whatever
+/// its name). A live creator's file, or a pool in use under such a name, is left alone.
+#[allow(unsafe_code)]
 pub(super) fn remove_stale_creations(path: &Path) {
     let Some(prefix) = creation_prefix(path) else {
         return;
@@ -127,17 +131,31 @@ pub(super) fn remove_stale_creations(path: &Path) {
     let Ok(entries) = std::fs::read_dir(parent_dir(path)) else {
         return;
     };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(pid) = name
             .to_str()
             .and_then(|n| n.strip_prefix(prefix.as_str()))
             .and_then(|rest| rest.split_once('-'))
+            .filter(|(pid, n)| digits(pid) && digits(n))
             .and_then(|(pid, _)| pid.parse::<u32>().ok())
         else {
             continue;
         };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        // Not following a link: a link with this name is not a creator's file.
+        let Ok(file) = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(entry.path())
+        else {
+            continue;
+        };
+        // SAFETY: flock on a descriptor this function owns; no memory is passed.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
             let _ = std::fs::remove_file(entry.path());
         }
     }
