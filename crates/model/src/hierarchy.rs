@@ -612,6 +612,14 @@ impl MemoryHierarchy {
         (data, t + media + self.p.pcie + self.pcie_time(len as u64))
     }
 
+    /// When an atomic's read that the RNIC starts at `now` (a failed compare, which writes
+    /// nothing) is ordered after every earlier inbound write: once they are visible, as a
+    /// successful one's write is (its visibility is in IIO order after theirs).
+    pub fn ordered_read_done(&mut self, now: Instant) -> Instant {
+        self.advance(now);
+        (now + self.p.proc + self.p.pcie).max(self.max_dma_visible)
+    }
+
     /// The bytes a read ordered after every inbound DMA so far sees (pending DMA records
     /// are applied over the visible image).
     pub fn read_ordered(&mut self, space: Space, addr: u64, len: usize) -> Vec<u8> {

@@ -260,6 +260,20 @@ impl<V: Verbs> Client<V> {
                 why: "WRITE is not one-sided on this server",
             });
         }
+        // A one-sided SEND (send-flush, send-comp, ...) is durable in the PM receive ring
+        // and applied later (or by recovery): a WRITE posted now would be overwritten by
+        // an older update applied after it.
+        if let Some(m) = self
+            .methods
+            .iter()
+            .flatten()
+            .find(|m| m.primitive() == crate::taxonomy::Primitive::Send && !m.two_sided())
+        {
+            return Err(PersistError::Unsuitable {
+                method: m.name.clone(),
+                why: "updates go through one-sided SENDs the server applies later",
+            });
+        }
         if offset
             .checked_add(data.len() as u64)
             .is_none_or(|e| e > hello.region_len)
@@ -519,7 +533,12 @@ impl<V: Verbs> Client<V> {
                         None if ring.is_some() => None,
                         // Nothing written (no method does that), or a READ: a byte of the
                         // update's first item.
-                        None => Some((items[0].0, (items[0].1.len() as u64).max(1))),
+                        // An empty update may sit at the region's very end: name a byte
+                        // inside the region (a READ orders every earlier write anyway).
+                        None => Some((
+                            items[0].0.min(hello.region_len.saturating_sub(1)),
+                            (items[0].1.len() as u64).max(1),
+                        )),
                     };
                     let region = region.map(|(off, len)| {
                         let at = Remote {
@@ -534,6 +553,11 @@ impl<V: Verbs> Client<V> {
                 }
                 Step::RqFlushOf(x) => {
                     let (off, data) = item(*x);
+                    let off = if data.is_empty() {
+                        off.min(hello.region_len.saturating_sub(1))
+                    } else {
+                        off
+                    };
                     (written, sent) = (None, false);
                     let at = Remote {
                         addr: hello.region_addr + off,

@@ -73,10 +73,13 @@ impl SimPair {
     pub fn recover_server(&self) -> Result<(Responder<NodeHandle>, RecoveryReport), VerbsError> {
         self.sim.restart(self.server.id());
         let mut r = Responder::create(self.server.clone(), self.setup, self.costs)?;
-        let report = self.sim.block_on(Instant::NEVER, async move {
-            let rep = r.recover().await;
-            (r, rep)
-        });
+        // A task of the server: a power failure during recovery stops it there.
+        let report = self
+            .sim
+            .block_on_node(&self.server, Instant::NEVER, async move {
+                let rep = r.recover().await;
+                (r, rep)
+            });
         report.ok_or(VerbsError::NodeDown(self.server.id()))
     }
 

@@ -10,6 +10,10 @@ use remora_model::config::{PersistenceDomain, RqwrbPlacement, ServerConfig};
 use remora_model::time::Duration;
 use remora_verbs::*;
 
+/// How far above the next expected sequence number a message's may be (serve and
+/// recovery both hold a connection's messages to it).
+const SEQ_GAP: u64 = 1 << 16;
+
 /// Sizes of what a server sets up for one client.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct ServerSetup {
@@ -216,6 +220,17 @@ impl<V: Verbs> Responder<V> {
             }
         }
         found.sort_by_key(|(seq, _, _)| *seq);
+        // Only the chain serve could have accepted: each within SEQ_GAP of the last.
+        let mut expected = applied + 1;
+        let chain = found
+            .iter()
+            .take_while(|(seq, _, _)| {
+                let ok = *seq >= expected && *seq - expected < SEQ_GAP;
+                expected = seq + 1;
+                ok
+            })
+            .count();
+        found.truncate(chain);
         for (seq, slot, entries) in &found {
             self.apply(*slot, entries.iter().map(|(o, d)| (*o, d.len())))
                 .await;
@@ -335,6 +350,12 @@ impl<V: Verbs> Responder<V> {
             .signaled(false),
         )?;
         let dmp = self.config.domain == PersistenceDomain::Dmp;
+        // The next sequence number the client may use: each message's must be at least
+        // this and less than SEQ_GAP above it, so a client raises the watermark by at most
+        // SEQ_GAP per message, and never to where a later Hello's seq_base is refused.
+        let mut next_seq = self.seq_base;
+        let in_window =
+            |seq: u64, next: u64| seq >= next && seq - next < SEQ_GAP && seq < MAX_SEQ_BASE;
         loop {
             let wc = next_completion(&self.v, self.rcq).await;
             if wc.status != WcStatus::Success {
@@ -371,10 +392,13 @@ impl<V: Verbs> Responder<V> {
                         // A sequence number past the Hello's range would, once recorded as
                         // applied, give every later client of this slot a first sequence
                         // number it must refuse.
-                        Ok(FrameRef::Apply { seq, .. }) if seq >= MAX_SEQ_BASE => {
+                        Ok(FrameRef::Apply { seq, .. } | FrameRef::Notify { seq, .. })
+                            if !in_window(seq, next_seq) =>
+                        {
                             self.stats.bad_frames += 1
                         }
                         Ok(FrameRef::Apply { seq, ack, entries }) => {
+                            next_seq = seq + 1;
                             if self.apply(slot, entries.map(|(o, d)| (o, d.len()))).await {
                                 self.mark_applied(seq).await;
                                 if ack {
@@ -385,6 +409,7 @@ impl<V: Verbs> Responder<V> {
                             }
                         }
                         Ok(FrameRef::Notify { seq, ack, entries }) => {
+                            next_seq = seq + 1;
                             let ok = entries.clone().all(|(o, l)| self.in_region(o, l as u64));
                             if ok {
                                 if dmp {

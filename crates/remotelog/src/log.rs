@@ -5,7 +5,8 @@
 //! | offset | what |
 //! |---|---|
 //! | 0 | tail pointer: number of records appended (compound appends write it as `b`) |
-//! | 8 | head: records below it were garbage-collected (written by the server) |
+//! | 8 | head as published to the client: records below it were garbage-collected (written by the server) |
+//! | 16 | durable head, the one recovery trusts: persisted before the head at 8 is published |
 //! | 64 + 64·(i mod capacity) | record `i` |
 //!
 //! A record is `seq (u64) | payload | crc32c (u32)` with `seq = i + 1`, so zeroed or stale
@@ -20,6 +21,10 @@ use remora_verbs::{Space, Verbs};
 pub const TAIL_OFF: u64 = 0;
 /// Offset of the GC head.
 pub const HEAD_OFF: u64 = 8;
+/// Offset of the durable GC head: the head recovery trusts. The collector persists it
+/// before it publishes the head at [`HEAD_OFF`], which the client reads and may reuse slots
+/// below at once: a head the client can see must already be durable.
+pub const HEAD_DURABLE_OFF: u64 = 16;
 /// Offset of the first record slot.
 pub const RECORDS_OFF: u64 = 64;
 
@@ -32,6 +37,11 @@ pub struct LogShape {
     pub capacity: u64,
     /// How often the server garbage-collects.
     pub gc_interval: Duration,
+    /// How long the collector is descheduled after each store, before the persist that
+    /// follows it (0 by default): a thread can be preempted there, and what the collector
+    /// publishes must not rely on the two running back to back (the crash checks of the
+    /// ring's reuse run with a pause).
+    pub gc_pause: Duration,
 }
 
 impl Default for LogShape {
@@ -40,6 +50,7 @@ impl Default for LogShape {
             record_bytes: 64,
             capacity: 4096,
             gc_interval: Duration::from_micros(50),
+            gc_pause: Duration::ZERO,
         }
     }
 }
@@ -226,7 +237,7 @@ pub fn recover_into(
         read(off, &mut b);
         u64::from_le_bytes(b)
     };
-    let head = word(HEAD_OFF);
+    let head = word(HEAD_DURABLE_OFF);
     let tail_pointer = word(TAIL_OFF);
     let tail = match update {
         Update::Compound => tail_pointer,
@@ -265,8 +276,15 @@ pub async fn collect_garbage<V: Verbs>(
         let read = |off: u64, buf: &mut [u8]| v.load(Space::Pm, region_addr + off, buf);
         let r = recover_into(read, &shape, update);
         if r.tail > r.head {
-            v.store(Space::Pm, region_addr + HEAD_OFF, &r.tail.to_le_bytes());
-            v.persist_local(region_addr + HEAD_OFF, 8).await;
+            // Durable first, then visible to the client (a store is visible at once, and
+            // durable only after its clwb+sfence).
+            for off in [HEAD_DURABLE_OFF, HEAD_OFF] {
+                v.store(Space::Pm, region_addr + off, &r.tail.to_le_bytes());
+                if shape.gc_pause > Duration::ZERO {
+                    v.compute(shape.gc_pause).await;
+                }
+                v.persist_local(region_addr + off, 8).await;
+            }
         }
     }
 }

@@ -523,11 +523,35 @@ impl Sim {
         limit: Instant,
         fut: impl Future<Output = T> + 'static,
     ) -> Option<T> {
+        self.block_on_owned(None, limit, fut)
+    }
+
+    /// [`block_on`](Self::block_on) with `fut` a task of `node`: a power failure of the
+    /// node ends it there, as it ends the node's other tasks, and gives `None` (a server's
+    /// recovery that a crash cuts short stops where the crash found it).
+    pub fn block_on_node<T: 'static>(
+        &self,
+        node: &NodeHandle,
+        limit: Instant,
+        fut: impl Future<Output = T> + 'static,
+    ) -> Option<T> {
+        self.block_on_owned(Some(node.id), limit, fut)
+    }
+
+    fn block_on_owned<T: 'static>(
+        &self,
+        owner: Option<NodeId>,
+        limit: Instant,
+        fut: impl Future<Output = T> + 'static,
+    ) -> Option<T> {
         let out = Rc::new(RefCell::new(None));
         let o = out.clone();
-        self.spawn(async move {
-            *o.borrow_mut() = Some(fut.await);
-        });
+        self.shared.exec.spawn(
+            owner,
+            Box::pin(async move {
+                *o.borrow_mut() = Some(fut.await);
+            }),
+        );
         loop {
             self.settle();
             if out.borrow().is_some() || !self.process_event(limit) {

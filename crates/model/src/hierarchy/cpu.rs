@@ -105,7 +105,7 @@ impl MemoryHierarchy {
 
     /// [`clwb`](Self::clwb) of `line`, the `i`-th of its range (its write-back issues after
     /// the `i` before it).
-    fn clwb_line(&mut self, now: Instant, i: u64, line: u64) {
+    pub(super) fn clwb_line(&mut self, now: Instant, i: u64, line: u64) {
         let Some(ls) = self.lines.get_mut(&line) else {
             return;
         };

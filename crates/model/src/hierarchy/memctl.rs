@@ -2,7 +2,7 @@
 //! mesh to the memory controllers, each channel's write-pending queue under ADR, and the
 //! PM banks the queue drains to (seed 000 §2, seed 004 Table III's geometry).
 
-use super::{MemoryHierarchy, LINE};
+use super::MemoryHierarchy;
 use crate::time::{Duration, Instant};
 use std::cmp::Reverse;
 
@@ -61,7 +61,13 @@ impl MemoryHierarchy {
             if live {
                 let line = self.records[id as usize].as_ref().unwrap().line;
                 self.stats.forced_evictions += 1;
-                self.clwb(now, line, LINE);
+                // A write-back by the cache, not a CPU `clwb`: the hierarchy's clock is not
+                // moved (`now` may be the new line's landing time, ahead of it), no CPU
+                // fence waits for it, and only what is visible by the clock leaves: an
+                // inbound DMA still in flight stays with its line's group.
+                let (fence, at) = (self.fence_until, self.now.min(now));
+                self.clwb_line(at, 0, line);
+                self.fence_until = fence;
                 return;
             }
         }

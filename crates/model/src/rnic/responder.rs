@@ -456,7 +456,8 @@ impl Rnic {
                             .dma_write(now, space, *addr, &v.to_le_bytes())
                             .visible
                     }
-                    None => now + self.proc + self.pcie,
+                    // A failed compare still read the word after every earlier write.
+                    None => self.hier.ordered_read_done(now),
                 } + self.pcie;
                 self.respond(t, pkt, Body::AtomicResp(old));
                 t

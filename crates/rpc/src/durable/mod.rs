@@ -425,8 +425,9 @@ impl DurablePair {
             &self.opts,
             Some(self.executions.clone()),
         )?;
+        // A task of the server: a power failure during recovery stops it there.
         self.sim
-            .block_on(Instant::NEVER, async move {
+            .block_on_node(&self.server, Instant::NEVER, async move {
                 let rep = s.recover().await;
                 rep.map(|r| (s, r))
             })
