@@ -194,9 +194,12 @@ impl ServerProc {
         let mut child = self.child.take().expect("server running");
         Killer(std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(ms));
+            // When the SIGKILL was sent: what failed before it, the kill did not cause.
+            #[allow(clippy::disallowed_methods)] // a real process's kill, on the wall clock
+            let at = std::time::Instant::now();
             let killed = child.kill().is_ok();
             let _ = child.wait();
-            killed
+            killed.then_some(at)
         }))
     }
 }
@@ -211,12 +214,17 @@ impl Drop for ServerProc {
 }
 
 /// A pending SIGKILL ([`ServerProc::kill_after`]).
-pub struct Killer(std::thread::JoinHandle<bool>);
+pub struct Killer(std::thread::JoinHandle<Option<std::time::Instant>>);
 
 impl Killer {
     /// Waits until the kill landed and the process was reaped; true if it was killed.
     pub fn join(self) -> bool {
-        self.0.join().unwrap_or(false)
+        self.join_at().is_some()
+    }
+
+    /// [`join`](Self::join), giving when the SIGKILL was sent, if it was.
+    pub fn join_at(self) -> Option<std::time::Instant> {
+        self.0.join().ok().flatten()
     }
 }
 

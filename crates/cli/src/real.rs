@@ -3,7 +3,7 @@
 //! which SIGKILLs a server process at random moments and checks that no acknowledged
 //! append was lost.
 
-use crate::killloop::{self, life_ms, runtime, server_command, KillArgs, ServerProc};
+use crate::killloop::{self, life_ms, runtime, server_command, KillArgs, Killer, ServerProc};
 use remora::{Primitive, Scenario, ServerSetup, Shape, Update};
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
@@ -403,6 +403,9 @@ pub struct RealCrashReport {
     pub example: Option<String>,
     /// New clients that left in the middle of their handshake (the takeover targets').
     pub left: u64,
+    /// SIGKILLs that landed while the clients came back (the server's recovery of their
+    /// rings, the handshakes, the reads of what survived), before any append of the life.
+    pub early: u64,
 }
 
 impl RealCrashReport {
@@ -417,6 +420,7 @@ impl RealCrashReport {
             violations: 0,
             example: None,
             left: 0,
+            early: 0,
         }
     }
 
@@ -590,14 +594,22 @@ pub fn real_crash(
         for i in (1..order.len()).rev() {
             order.swap(i, rng.range_inclusive(0, i as u64) as usize);
         }
+        // In a quarter of the lives between the first and the last (drawn), the SIGKILL
+        // lands while the clients come back: in the server's recovery of their rings, in
+        // their handshakes, in their reads of what survived; not only among appends.
+        let early = (life > 0 && life < args.kills && rng.range_inclusive(0, 3) == 0)
+            .then(|| server.kill_after(rng.range_inclusive(0, EARLY_KILL_MS)));
         // A fresh executor per life: the last life's client tasks end with it.
         let rt = runtime()?;
+        let mut early = early;
+        let cut_short = std::cell::Cell::new(false);
         let (verdicts, next_acked, killed) = rt.block_on(async {
             let mut verdicts = Vec::new();
             let mut logs = Vec::new();
             // The nodes, each with its connection, live until the life ends.
             let mut nodes = Vec::new();
             for &c in &order {
+                let back = async {
                 let (key, acked) = &mut who[c];
                 let conn = remora_soft::client::connect_as(&server.addr, &args.profile, *key)
                     .await
@@ -659,15 +671,32 @@ pub fn real_crash(
                     c,
                     LogClient::resume(client, shape, target.update, next, rec.head),
                 ));
+                Ok::<_, String>(())
+                }
+                .await;
+                if let Err(e) = back {
+                    // Only a SIGKILL sent before the failure may cut a client's return
+                    // short; the life ends there.
+                    let failed_at = wall();
+                    return match early.take().and_then(Killer::join_at) {
+                        Some(at) if at <= failed_at => {
+                            cut_short.set(true);
+                            Ok((verdicts, Vec::new(), true))
+                        }
+                        _ => Err(e),
+                    };
+                }
             }
             if life == args.kills {
                 return Ok::<_, String>((verdicts, Vec::new(), false));
             }
-            // Append until the server dies; the kill lands at a random moment. Every
-            // client appends until the server is gone (its connection closes, the append
-            // fails).
-            let life_ms = life_ms(&mut rng, args.max_life_ms);
-            let killer = server.kill_after(life_ms);
+            // Append until the server dies; the kill lands at a random moment (or when
+            // drawn above). Every client appends until the server is gone (its connection
+            // closes, the append fails).
+            let killer = match early.take() {
+                Some(k) => k,
+                None => server.kill_after(life_ms(&mut rng, args.max_life_ms)),
+            };
             let tasks: Vec<_> = logs
                 .into_iter()
                 .map(|(c, mut log)| {
@@ -698,6 +727,9 @@ pub fn real_crash(
         if killed {
             report.kills += 1;
         }
+        if cut_short.get() {
+            report.early += 1;
+        }
         for (c, now) in next_acked {
             report.acked += now.len() as u64;
             who[c].1.extend(now);
@@ -710,6 +742,11 @@ pub fn real_crash(
     let _ = std::fs::remove_file(&pool);
     Ok(report)
 }
+
+/// The latest a life's SIGKILL lands, in ms after the server listens, when it is drawn to
+/// land while the clients come back (their rings' recovery, handshakes and reads take a
+/// few milliseconds).
+const EARLY_KILL_MS: u64 = 5;
 
 /// The reports as Markdown.
 pub fn real_table_crash(rs: &[RealCrashReport]) -> String {
@@ -739,6 +776,12 @@ pub fn real_table_crash(rs: &[RealCrashReport]) -> String {
         rs.iter().map(|r| r.kills).sum::<u64>(),
         rs.iter().map(|r| r.acked).sum::<u64>()
     );
+    let early = rs.iter().map(|r| r.early).sum::<u64>();
+    if early > 0 {
+        summary += &format!(
+            "; {early} SIGKILLs landed while the clients came back (before the life's appends)"
+        );
+    }
     let left = rs.iter().map(|r| r.left).sum::<u64>();
     if left > 0 {
         summary +=

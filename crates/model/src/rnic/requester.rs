@@ -193,7 +193,15 @@ impl Rnic {
         let done_at = now;
         let q = &mut self.qps[qpn.0 as usize];
         q.last_progress = now;
-        let Some(idx) = q.sq.iter().position(|w| w.psn == pkt.psn && w.sent) else {
+        // A NAK for a request already done (on iWARP, every posted request is done once
+        // transmitted) is as late as one for a retired request: it must not reach the RNR
+        // branch, which rewinds only requests not done and would leave the responder
+        // waiting for ever for the refused PSN while the QP stays in RTS.
+        let nak = matches!(pkt.body, Body::Nak(_));
+        let Some(idx) =
+            q.sq.iter()
+                .position(|w| w.psn == pkt.psn && w.sent && !(nak && w.done.is_some()))
+        else {
             // A late response for a retired or rewound request. On iWARP, requests are
             // retired (completed) when the transport has them, so a refusal can only come
             // afterwards: like an RDMAP Terminate it fails the connection, and the
@@ -243,9 +251,13 @@ impl Rnic {
                 w.done = Some((WcStatus::Success, done_at));
             }
         }
+        // Progress: the RNR retry budget is per message (as rxe's reset_retry_counters,
+        // which a READ response and an atomic acknowledge call as an ACK does).
+        if !matches!(pkt.body, Body::Nak(_)) {
+            q.rnr_left = q.attr.rnr_retry;
+        }
         match &pkt.body {
-            // Progress: the RNR retry budget is per message (as rxe's reset_retry_counters).
-            Body::Ack => q.rnr_left = q.attr.rnr_retry,
+            Body::Ack => {}
             Body::Nak(NakCode::Rnr) => {
                 if q.rnr_left == 0 {
                     self.complete_with_error(now, qpn, idx, WcStatus::RnrRetryExcErr);

@@ -159,7 +159,16 @@ impl Rnic {
             EventKind::AccessNak
         };
         self.event(now, kind, req.dst_qp, req.psn as u64);
-        self.respond(now + self.proc, req, Body::Nak(code));
+        // Responses go in PSN order: a refusal that fails the QP must not depart before
+        // the response of an earlier non-posted request (its departure is the QP's
+        // `np_barrier`), or a runtime sending by departure time delivers it first and the
+        // requester flushes a request that was executed and answered. (An RNR NAK fails
+        // nothing: it may pass them, as ACKs do.)
+        let mut at = now + self.proc;
+        if code != NakCode::Rnr {
+            at = at.max(self.qps[req.dst_qp.0 as usize].np_barrier);
+        }
+        self.respond(at, req, Body::Nak(code));
         if code != NakCode::Rnr {
             // A responder that NAKs an access violation also stops executing the QP, and
             // the QP's own outstanding requests complete in error, as on every way into the

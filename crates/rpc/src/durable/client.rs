@@ -44,6 +44,11 @@ pub struct DurableClient<V: Verbs> {
     done: BTreeSet<u64>,
     probing: bool,
     wr_seq: u64,
+    /// A `send_entries` began posting and has not posted everything yet: a call dropped
+    /// there (a caller's time-out) left entries without their operator or doorbell, and
+    /// the server's processor stops at the first of them. Cleared by a new queue pair
+    /// (`resume` then re-sends them).
+    posting: bool,
 }
 
 impl<V: Verbs> DurableClient<V> {
@@ -85,6 +90,7 @@ impl<V: Verbs> DurableClient<V> {
             done: BTreeSet::new(),
             probing: false,
             wr_seq: 0,
+            posting: false,
         };
         c.open_qp()?;
         Ok(c)
@@ -173,6 +179,7 @@ impl<V: Verbs> DurableClient<V> {
         self.done.clear();
         self.probing = false;
         self.slow = false;
+        self.posting = false;
         Ok(self.qp)
     }
 
@@ -273,10 +280,18 @@ impl<V: Verbs> DurableClient<V> {
                 let issued = self.next_seq - 1;
                 let low = wc.imm.unwrap_or(0) as u64;
                 let mut upto = (issued & !0xffff_ffff) | low;
-                if upto > issued && upto >= 1 << 32 {
+                if upto > issued {
+                    // The latest number at or below `issued` with these low bits; none
+                    // (below 2^32) is a notification for requests never sent.
+                    if upto < 1 << 32 {
+                        return Err(RpcError::Malformed(format!(
+                            "a notification that requests up to {upto} are durable; \
+                             {issued} were sent"
+                        )));
+                    }
                     upto -= 1 << 32;
                 }
-                self.durable_known = self.durable_known.max(upto.min(issued));
+                self.durable_known = self.durable_known.max(upto);
             }
             len => {
                 let b = self.opts.recv_bytes();
@@ -300,6 +315,12 @@ impl<V: Verbs> DurableClient<V> {
                     }
                     ServerMsg::Reply(f) => {
                         let seq = f.reply.seq;
+                        if f.conn != self.opts.conn {
+                            return Err(RpcError::Malformed(format!(
+                                "a reply for connection {}'s request {seq}; this is connection {}",
+                                f.conn, self.opts.conn
+                            )));
+                        }
                         if seq > issued {
                             return Err(RpcError::Malformed(format!(
                                 "a reply for request {seq}; {issued} were sent"
@@ -569,6 +590,7 @@ impl<V: Verbs> DurableClient<V> {
     /// durable (seed 003 §4.2, §4.3).
     async fn send_entries(&mut self, reqs: &[Request]) -> Result<Instant, RpcError> {
         let (info, plan) = self.info()?;
+        self.posting = true;
         let last_seq = reqs.last().expect("at least one request").seq;
         let fault = self.opts.fault;
         if fault == Some(Fault::OperatorBeforeData) && !plan.server_acknowledges() {
@@ -583,6 +605,7 @@ impl<V: Verbs> DurableClient<V> {
             if plan.carrier == Family::Write {
                 self.post_doorbell(&info, last_seq, false)?;
             }
+            self.posting = false;
             self.wait_wr(id).await?;
             return Ok(self.v.now());
         }
@@ -593,6 +616,7 @@ impl<V: Verbs> DurableClient<V> {
             if plan.carrier == Family::Write {
                 self.post_doorbell(&info, last_seq, plan.data_flush.is_some())?;
             }
+            self.posting = false;
             self.pump_until(|c| c.durable_known >= last_seq).await?;
             return Ok(self.v.now());
         }
@@ -609,8 +633,20 @@ impl<V: Verbs> DurableClient<V> {
             // Wakes the server's thread once the operator is durable (fenced behind it).
             self.post_doorbell(&info, last_seq, true)?;
         }
+        self.posting = false;
         self.wait_wr(id).await?;
         Ok(self.v.now())
+    }
+
+    fn not_half_sent(&self) -> Result<(), RpcError> {
+        if self.posting {
+            return Err(RpcError::Connection(
+                "an earlier call was dropped while posting its requests (some lack their \
+                 operator or doorbell): reopen and resume"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 
     fn validate(&self, op: &Op) -> Result<(), RpcError> {
@@ -641,6 +677,7 @@ impl<V: Verbs> DurableClient<V> {
     /// Issues `ops`, up to [`DurableOptions::batch`] per Flush (§4.3), and returns one
     /// completion per op once every op is durable (reads: once their results arrived).
     pub async fn call_batch(&mut self, ops: Vec<Op>) -> Result<Vec<Completion>, RpcError> {
+        self.not_half_sent()?;
         for op in &ops {
             self.validate(op)?;
         }
@@ -705,11 +742,21 @@ impl<V: Verbs> DurableClient<V> {
     pub async fn resume(&mut self) -> Result<(), RpcError> {
         let (info, _) = self.info()?;
         let issued = self.next_seq - 1;
-        if let Some(&lost) = self
-            .pending
-            .keys()
-            .find(|&&s| s > info.processed && !self.unacked.contains_key(&s))
-        {
+        if info.processed > issued {
+            // The log holds requests this client never sent: its next sequence numbers
+            // are ones the server already executed.
+            return Err(RpcError::Malformed(format!(
+                "the server's log is processed up to {}; this client sent {issued}",
+                info.processed
+            )));
+        }
+        // Every request past the log's end that is not unacknowledged was acknowledged
+        // durable (answered or not).
+        let past = issued - info.processed;
+        if (self.unacked.range(info.processed + 1..).count() as u64) < past {
+            let lost = (info.processed + 1..=issued)
+                .find(|s| !self.unacked.contains_key(s))
+                .expect("fewer unacknowledged than issued past the end");
             return Err(RpcError::LostDurable {
                 processed: info.processed,
                 seq: lost,
