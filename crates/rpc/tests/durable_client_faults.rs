@@ -15,6 +15,17 @@ use remora_rpc::{Design, FlushForm, Op, Reply, RpcClient};
 use std::collections::{BTreeMap, BTreeSet};
 
 const OBJECTS: u64 = 4;
+/// Every durable design in both Flush forms.
+const DESIGNS: [(Design, FlushForm); 8] = [
+    (Design::SFlushRpc, FlushForm::Emulated),
+    (Design::WFlushRpc, FlushForm::Emulated),
+    (Design::SRFlushRpc, FlushForm::Emulated),
+    (Design::WRFlushRpc, FlushForm::Emulated),
+    (Design::SRFlushRpc, FlushForm::Native),
+    (Design::WRFlushRpc, FlushForm::Native),
+    (Design::WFlushRpc, FlushForm::Native),
+    (Design::SFlushRpc, FlushForm::Native),
+];
 /// Seeds per design, batch and configuration.
 const SEEDS: u64 = 6;
 
@@ -312,16 +323,7 @@ fn stress_from(
 
 #[test]
 fn crash_loops_with_calls_after_resume_lose_and_repeat_nothing() {
-    let designs = [
-        (Design::SFlushRpc, FlushForm::Emulated),
-        (Design::WFlushRpc, FlushForm::Emulated),
-        (Design::SRFlushRpc, FlushForm::Emulated),
-        (Design::WRFlushRpc, FlushForm::Emulated),
-        (Design::SRFlushRpc, FlushForm::Native),
-        (Design::WRFlushRpc, FlushForm::Native),
-        (Design::WFlushRpc, FlushForm::Native),
-        (Design::SFlushRpc, FlushForm::Native),
-    ];
+    let designs = DESIGNS;
     let seeds = SEEDS;
     let mut bad = Vec::new();
     for (d, f) in designs {
@@ -339,16 +341,7 @@ fn crash_loops_with_calls_after_resume_lose_and_repeat_nothing() {
 
 #[test]
 fn crash_loops_on_the_other_configurations_lose_and_repeat_nothing() {
-    let designs = [
-        (Design::SFlushRpc, FlushForm::Emulated),
-        (Design::WFlushRpc, FlushForm::Emulated),
-        (Design::SRFlushRpc, FlushForm::Emulated),
-        (Design::WRFlushRpc, FlushForm::Emulated),
-        (Design::SRFlushRpc, FlushForm::Native),
-        (Design::WRFlushRpc, FlushForm::Native),
-        (Design::WFlushRpc, FlushForm::Native),
-        (Design::SFlushRpc, FlushForm::Native),
-    ];
+    let designs = DESIGNS;
     let seeds = SEEDS;
     let mut bad = Vec::new();
     for config in [

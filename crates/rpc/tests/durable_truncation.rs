@@ -38,17 +38,10 @@ fn recovery_clears_a_self_committing_frame_in_the_slot_of_processed() {
     stale_entry_in_slot_of_processed(Design::WRFlushRpc, FlushForm::Native);
 }
 
-fn stale_entry_in_slot_of_processed(design: Design, form: FlushForm) {
-    let mut o = opts(design);
-    o.flush.form = form;
-    let frames = o.plan(&dmp(false)).unwrap().frame_commits();
-    let pair = DurablePair::new(7, LatencyProfile::default_profile(), dmp(false), o);
-    let cap = pair.opts.capacity as u64;
-    let conn = pair.opts.conn;
-    // The log's first client: two Puts, processed.
+/// The log's first client: two Puts, processed; gives the last sequence number.
+fn two_processed_puts(pair: &DurablePair) -> u64 {
     let mut old = pair.open().unwrap();
-    let old = pair
-        .sim
+    pair.sim
         .block_on(Instant::NEVER, async move {
             for i in 0..2u8 {
                 old.call(Op::Put {
@@ -59,10 +52,19 @@ fn stale_entry_in_slot_of_processed(design: Design, form: FlushForm) {
                 .unwrap();
             }
             old.drain().await.unwrap();
-            old
+            old.issued()
         })
-        .unwrap();
-    let p = old.issued();
+        .unwrap()
+}
+
+fn stale_entry_in_slot_of_processed(design: Design, form: FlushForm) {
+    let mut o = opts(design);
+    o.flush.form = form;
+    let frames = o.plan(&dmp(false)).unwrap().frame_commits();
+    let pair = DurablePair::new(7, LatencyProfile::default_profile(), dmp(false), o);
+    let cap = pair.opts.capacity as u64;
+    let conn = pair.opts.conn;
+    let p = two_processed_puts(&pair);
     assert_eq!(p, 2);
     // The state a crash can leave: entry p+cap (same slot as p) committed, p+1 not.
     // Written here as the old client's RDMA WRITE + flush would leave it.
@@ -151,23 +153,7 @@ fn recovery_clears_a_frame_whose_operator_word_was_not_zero() {
     assert!(o.plan(&dmp(false)).unwrap().frame_commits());
     let pair = DurablePair::new(7, LatencyProfile::default_profile(), dmp(false), o);
     let conn = pair.opts.conn;
-    let mut old = pair.open().unwrap();
-    let old = pair
-        .sim
-        .block_on(Instant::NEVER, async move {
-            for i in 0..2u8 {
-                old.call(Op::Put {
-                    key: 0,
-                    value: vec![i; 8],
-                })
-                .await
-                .unwrap();
-            }
-            old.drain().await.unwrap();
-            old
-        })
-        .unwrap();
-    let p = old.issued();
+    let p = two_processed_puts(&pair);
     let layout = pair.opts.log_layout(remora_model::rnic::PM_BASE).unwrap();
     let planted = p + 2;
     let stale = Request {
