@@ -242,6 +242,25 @@ impl State {
     }
 }
 
+/// Makes the RNIC's PM medium durable, or ends the process. A sync that fails (`msync`
+/// returning EIO) must not unwind into the executor, which catches a task's panic and goes
+/// on: the packets queued on the promise of this sync would leave at the next flush (the
+/// writer of the connection the panic ended sends what is left at once), and the pool has
+/// already forgotten the range it failed to write back. A power failure at this instant is
+/// what the process may show the world, nothing after it.
+pub(crate) fn sync_or_abort(rnic: &mut Rnic) {
+    struct Abort;
+    impl Drop for Abort {
+        fn drop(&mut self) {
+            eprintln!("the PM pool could not be made durable; stopping at once");
+            std::process::abort();
+        }
+    }
+    let guard = Abort;
+    rnic.sync_media();
+    std::mem::forget(guard);
+}
+
 struct Inner {
     st: RefCell<State>,
     /// The driver's waker while it waits for a kick.
@@ -640,7 +659,7 @@ impl RtNode {
             // Whatever the queued packets acknowledge is on stable storage before they
             // leave (at the next flush): one sync covers every line that entered the
             // persistence domain up to the last departure (the model's clock is there now).
-            st.rnic.sync_media();
+            sync_or_abort(&mut st.rnic);
             st.unflushed = true;
         }
     }

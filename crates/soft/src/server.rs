@@ -622,7 +622,8 @@ impl Slot {
                 let cleared = s.node.with(|r, now| {
                     let done = r.hierarchy().zero_idle(now, space, at, n);
                     // Only a chunk written needs its sync.
-                    done.map(|()| r.sync_media()).map_err(|t| (t, now))
+                    done.map(|()| crate::runtime::sync_or_abort(r))
+                        .map_err(|t| (t, now))
                 });
                 match cleared {
                     Ok(()) => {

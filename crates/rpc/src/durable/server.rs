@@ -742,14 +742,17 @@ impl<V: Verbs> Core<V> {
         let mut a = from;
         while a <= to {
             let mut b = a;
-            while b < to && self.layout.slot(b + 1) != 0 {
+            // A run ends at the ring's end, and before its length would pass an SGE's
+            // u32 (one entry always fits: `LogLayout::new` bounds `entry_bytes`).
+            let entry = self.layout.entry_bytes as u64;
+            while b < to && self.layout.slot(b + 1) != 0 && (b + 2 - a) * entry <= u32::MAX as u64 {
                 b += 1;
             }
             let start = self.layout.entry_addr(a);
-            let len = self.layout.entry_addr(b) + self.layout.entry_bytes as u64 - start;
+            let len = self.layout.entry_addr(b) + entry - start;
             let range = Sge {
                 addr: start,
-                len: len as u32,
+                len: u32::try_from(len).expect("a run fits an SGE"),
                 lkey: self.log_lkey,
             };
             self.v

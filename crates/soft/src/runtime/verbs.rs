@@ -171,7 +171,7 @@ impl remora_verbs::Verbs for RtNode {
             st.model_now = st.model_now.max(done);
             let t = st.model_now;
             st.rnic.handle_timeout(t);
-            st.rnic.sync_media();
+            super::sync_or_abort(&mut st.rnic);
         }
         self.inner.kick();
         // A fence long enough to sleep yielded already; a short one is this reading's work.
