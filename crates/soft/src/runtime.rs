@@ -249,16 +249,21 @@ impl State {
 /// already forgotten the range it failed to write back. A power failure at this instant is
 /// what the process may show the world, nothing after it.
 pub(crate) fn sync_or_abort(rnic: &mut Rnic) {
-    struct Abort;
-    impl Drop for Abort {
-        fn drop(&mut self) {
-            eprintln!("the PM pool could not be made durable; stopping at once");
-            std::process::abort();
-        }
-    }
-    let guard = Abort;
+    let guard = AbortOnUnwind("the PM pool could not be made durable");
     rnic.sync_media();
     std::mem::forget(guard);
+}
+
+/// Ends the process if dropped, that is if what it guards unwinds (it is forgotten once
+/// that is done): for work after which a panic caught by the executor would let packets
+/// leave on a promise not kept.
+struct AbortOnUnwind(&'static str);
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        eprintln!("{}; stopping at once", self.0);
+        std::process::abort();
+    }
 }
 
 struct Inner {
@@ -607,6 +612,16 @@ impl RtNode {
     /// Does everything due at `wall` (the caller's clock reading) or within [`JUMP`];
     /// leaves the next deadline beyond in `State::next`.
     fn step(&self, wall: Wall) {
+        // A panic in the middle of a step (a broken model invariant) could leave packets
+        // queued before the sync that must precede them, and the writer of a connection the
+        // panic ended sends what is queued: the process stops instead, as at a power
+        // failure.
+        let abort = AbortOnUnwind("the soft RNIC's step failed");
+        self.step_inner(wall);
+        std::mem::forget(abort);
+    }
+
+    fn step_inner(&self, wall: Wall) {
         let mut guard = self.inner.st.borrow_mut();
         let st = &mut *guard;
         let mut now = self.inner.now_at(st, wall);
