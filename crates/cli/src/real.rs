@@ -597,11 +597,10 @@ pub fn real_crash(
         // In a quarter of the lives between the first and the last (drawn), the SIGKILL
         // lands while the clients come back: in the server's recovery of their rings, in
         // their handshakes, in their reads of what survived; not only among appends.
-        let early = (life > 0 && life < args.kills && rng.range_inclusive(0, 3) == 0)
+        let mut early = (life > 0 && life < args.kills && rng.range_inclusive(0, 3) == 0)
             .then(|| server.kill_after(rng.range_inclusive(0, EARLY_KILL_MS)));
         // A fresh executor per life: the last life's client tasks end with it.
         let rt = runtime()?;
-        let mut early = early;
         let cut_short = std::cell::Cell::new(false);
         let (verdicts, next_acked, killed) = rt.block_on(async {
             let mut verdicts = Vec::new();

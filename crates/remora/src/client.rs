@@ -403,6 +403,15 @@ impl<V: Verbs> Client<V> {
             }
         }
         let item = |x: Item| items[x as usize];
+        // The bytes a FLUSH (or READ) names for an item: the item's own, or for an empty
+        // item a byte inside the region (an empty update may sit at the region's very end;
+        // a checked item's start is below it otherwise, so the clamp changes nothing).
+        let flush_span = |(off, data): (u64, &[u8])| {
+            (
+                off.min(hello.region_len.saturating_sub(1)),
+                (data.len() as u64).max(1),
+            )
+        };
         // Refuse an update the method cannot carry before posting anything, so a refused
         // call has no effect on the server.
         for step in &m.steps {
@@ -531,14 +540,9 @@ impl<V: Verbs> Client<V> {
                     let region = match written.take() {
                         Some((lo, hi)) => Some((lo, hi - lo)),
                         None if ring.is_some() => None,
-                        // Nothing written (no method does that), or a READ: a byte of the
-                        // update's first item.
-                        // An empty update may sit at the region's very end: name a byte
-                        // inside the region (a READ orders every earlier write anyway).
-                        None => Some((
-                            items[0].0.min(hello.region_len.saturating_sub(1)),
-                            (items[0].1.len() as u64).max(1),
-                        )),
+                        // Nothing written (no method does that), or a READ: the update's
+                        // first item (a READ orders every earlier write anyway).
+                        None => Some(flush_span(items[0])),
                     };
                     let region = region.map(|(off, len)| {
                         let at = Remote {
@@ -552,18 +556,13 @@ impl<V: Verbs> Client<V> {
                     }
                 }
                 Step::RqFlushOf(x) => {
-                    let (off, data) = item(*x);
-                    let off = if data.is_empty() {
-                        off.min(hello.region_len.saturating_sub(1))
-                    } else {
-                        off
-                    };
+                    let (off, len) = flush_span(item(*x));
                     (written, sent) = (None, false);
                     let at = Remote {
                         addr: hello.region_addr + off,
                         rkey: hello.region_rkey,
                     };
-                    last_flush = self.post_flush(at, (data.len() as u64).max(1))?;
+                    last_flush = self.post_flush(at, len)?;
                 }
                 Step::RqCompFlush => self.wait_wr(last_flush, "FLUSH").await?,
                 Step::RqWriteAtomic(x) => {

@@ -14,6 +14,14 @@ use remora_verbs::*;
 /// recovery both hold a connection's messages to it).
 const SEQ_GAP: u64 = 1 << 16;
 
+/// Whether a message numbered `seq` may follow when `next` is expected: at or above it,
+/// less than [`SEQ_GAP`] above, and in the Hello's range (recorded as applied, a number
+/// past it would give every later client of the slot a first sequence number it must
+/// refuse). Serve takes only such messages, and recovery replays only such a chain.
+fn follows(seq: u64, next: u64) -> bool {
+    seq >= next && seq - next < SEQ_GAP && seq < MAX_SEQ_BASE
+}
+
 /// Sizes of what a server sets up for one client.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct ServerSetup {
@@ -225,7 +233,7 @@ impl<V: Verbs> Responder<V> {
         let chain = found
             .iter()
             .take_while(|(seq, _, _)| {
-                let ok = *seq >= expected && *seq - expected < SEQ_GAP;
+                let ok = follows(*seq, expected);
                 expected = seq + 1;
                 ok
             })
@@ -350,12 +358,9 @@ impl<V: Verbs> Responder<V> {
             .signaled(false),
         )?;
         let dmp = self.config.domain == PersistenceDomain::Dmp;
-        // The next sequence number the client may use: each message's must be at least
-        // this and less than SEQ_GAP above it, so a client raises the watermark by at most
-        // SEQ_GAP per message, and never to where a later Hello's seq_base is refused.
+        // The next sequence number the client may use: a message must follow it
+        // (`follows`), so a client raises the watermark by at most SEQ_GAP per message.
         let mut next_seq = self.seq_base;
-        let in_window =
-            |seq: u64, next: u64| seq >= next && seq - next < SEQ_GAP && seq < MAX_SEQ_BASE;
         loop {
             let wc = next_completion(&self.v, self.rcq).await;
             if wc.status != WcStatus::Success {
@@ -389,11 +394,8 @@ impl<V: Verbs> Responder<V> {
                     self.v.load(self.ring.space, self.slot_addr(slot), bytes);
                     // Read in place: the data is copied from the slot, not from here.
                     match FrameRef::parse(bytes) {
-                        // A sequence number past the Hello's range would, once recorded as
-                        // applied, give every later client of this slot a first sequence
-                        // number it must refuse.
                         Ok(FrameRef::Apply { seq, .. } | FrameRef::Notify { seq, .. })
-                            if !in_window(seq, next_seq) =>
+                            if !follows(seq, next_seq) =>
                         {
                             self.stats.bad_frames += 1
                         }

@@ -145,6 +145,25 @@ pub enum Commit {
     Frame,
 }
 
+impl Commit {
+    /// The rule `plan`'s entries are written by.
+    pub fn of(plan: &crate::flush::FlushPlan) -> Commit {
+        if plan.frame_commits() {
+            Commit::Frame
+        } else {
+            Commit::Operator
+        }
+    }
+
+    /// What commits an entry, in words (`rpc-serve`'s pool layout record names it).
+    pub fn what(self) -> &'static str {
+        match self {
+            Commit::Operator => "its operator",
+            Commit::Frame => "its frame",
+        }
+    }
+}
+
 /// The log header: the connection's information (seed 003 §4.2).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct LogHeader {

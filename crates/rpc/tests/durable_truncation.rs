@@ -57,6 +57,35 @@ fn two_processed_puts(pair: &DurablePair) -> u64 {
         .unwrap()
 }
 
+/// A new client takes the recovered log (from `processed + 1`), which `server` then
+/// serves, and makes `puts`: each one's sequence number and whether it was acknowledged
+/// durable.
+fn new_client_puts(
+    pair: &DurablePair,
+    server: remora_rpc::durable::DurableServer<remora_sim::NodeHandle>,
+    puts: Vec<Op>,
+) -> Vec<(u64, bool)> {
+    let mut fresh = DurableClient::create(pair.client.clone(), &pair.opts).unwrap();
+    pair.sim
+        .connect((&pair.client, fresh.qp()), (&pair.server, server.qp()))
+        .unwrap();
+    fresh.attach(server.conn_info()).unwrap();
+    pair.sim.spawn_on(&pair.server, async move {
+        let _ = server.serve().await;
+    });
+    pair.sim
+        .block_on(Instant::NEVER, async move {
+            let mut acked = Vec::new();
+            for op in puts {
+                let c = fresh.call(op).await.unwrap();
+                acked.push((c.seq, c.durable_at.is_some()));
+            }
+            fresh.drain().await.unwrap();
+            acked
+        })
+        .unwrap()
+}
+
 fn stale_entry_in_slot_of_processed(design: Design, form: FlushForm) {
     let mut o = opts(design);
     o.flush.form = form;
@@ -102,32 +131,13 @@ fn stale_entry_in_slot_of_processed(design: Design, form: FlushForm) {
     assert_eq!(report.processed, p);
     let left = read_entry_with(&pair.server, &layout, conn, stale_seq, frames);
     // A new client takes the log, from processed + 1, and writes key 1 four times.
-    let mut fresh = DurableClient::create(pair.client.clone(), &pair.opts).unwrap();
-    pair.sim
-        .connect((&pair.client, fresh.qp()), (&pair.server, server.qp()))
-        .unwrap();
-    fresh.attach(server.conn_info()).unwrap();
-    pair.sim.spawn_on(&pair.server, async move {
-        let _ = server.serve().await;
-    });
-    let acked = pair
-        .sim
-        .block_on(Instant::NEVER, async move {
-            let mut acked = Vec::new();
-            for i in 1..=cap as u8 {
-                let c = fresh
-                    .call(Op::Put {
-                        key: 1,
-                        value: vec![i; 8],
-                    })
-                    .await
-                    .unwrap();
-                acked.push((c.seq, c.durable_at.is_some()));
-            }
-            fresh.drain().await.unwrap();
-            acked
+    let puts = (1..=cap as u8)
+        .map(|i| Op::Put {
+            key: 1,
+            value: vec![i; 8],
         })
-        .unwrap();
+        .collect();
+    let acked = new_client_puts(&pair, server, puts);
     assert_eq!(acked.last(), Some(&(stale_seq, true)), "{acked:?}");
     let got = pair.store().unwrap().read(1).unwrap();
     assert!(
@@ -182,32 +192,13 @@ fn recovery_clears_a_frame_whose_operator_word_was_not_zero() {
     assert_eq!(report.processed, p);
     let left = read_entry_with(&pair.server, &layout, conn, planted, true);
     // The next client of the log: Put key 1, then Put key 3 (its request `planted`).
-    let mut fresh = DurableClient::create(pair.client.clone(), &pair.opts).unwrap();
-    pair.sim
-        .connect((&pair.client, fresh.qp()), (&pair.server, server.qp()))
-        .unwrap();
-    fresh.attach(server.conn_info()).unwrap();
-    pair.sim.spawn_on(&pair.server, async move {
-        let _ = server.serve().await;
-    });
-    let acked = pair
-        .sim
-        .block_on(Instant::NEVER, async move {
-            let mut acked = Vec::new();
-            for key in [1u64, 3] {
-                let c = fresh
-                    .call(Op::Put {
-                        key,
-                        value: vec![9; 8],
-                    })
-                    .await
-                    .unwrap();
-                acked.push((c.seq, c.durable_at.is_some()));
-            }
-            fresh.drain().await.unwrap();
-            acked
+    let puts = [1u64, 3]
+        .map(|key| Op::Put {
+            key,
+            value: vec![9; 8],
         })
-        .unwrap();
+        .to_vec();
+    let acked = new_client_puts(&pair, server, puts);
     assert_eq!(acked.last(), Some(&(planted, true)), "{acked:?}");
     let got = pair.store().unwrap().read(3).unwrap();
     assert!(

@@ -149,11 +149,7 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
                     conn: opts.conn,
                     capacity: layout.capacity,
                     entry_bytes: layout.entry_bytes,
-                    commit: if plan.frame_commits() {
-                        Commit::Frame
-                    } else {
-                        Commit::Operator
-                    },
+                    commit: Commit::of(&plan),
                 };
                 let mut hb = [0u8; HEADER_BYTES];
                 v.load(Space::Pm, base, &mut hb);

@@ -343,11 +343,7 @@ fn layout(
     config: &ServerConfig,
     connections: u32,
 ) -> Result<String, RealServeError> {
-    let commit = if opts.plan(config)?.frame_commits() {
-        "its frame"
-    } else {
-        "its operator"
-    };
+    let commit = crate::redolog::Commit::of(&opts.plan(config)?).what();
     Ok(format!(
         "rpc-serve {}: a redo log per connection for {connections} connections, {} entries each, {} bytes apart, each entry committed by {commit}, then a store of {} objects of up to {} bytes",
         opts.design,
