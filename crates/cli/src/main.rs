@@ -195,6 +195,10 @@ enum Cmd {
         /// Skip the text's alternatives, READ-emulated FLUSH and iWARP variants.
         #[arg(long)]
         no_variants: bool,
+        /// Skip the runs that reuse RemoteLog's ring (`ring-reuse/…`: a four-record ring
+        /// through 24 appends, the collector descheduled between its stores and persists).
+        #[arg(long)]
+        no_reuse: bool,
         /// Latency profile: a built-in name or a TOML file.
         #[arg(long, value_name = "NAME|PATH", default_value = "default")]
         profile: String,
@@ -843,6 +847,7 @@ fn run(cli: Cli) -> Result<(), String> {
             seed,
             only,
             no_variants,
+            no_reuse,
             profile,
             threads,
             real: false,
@@ -859,6 +864,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 scenarios: true,
                 variants: !no_variants,
                 negative: true,
+                reuse: !no_reuse,
             };
             let bar = progress_bar("targets");
             let rs = paper::crashcheck(sel, &opts, only.as_deref(), threads, &|done, total| {

@@ -109,6 +109,9 @@ pub struct CrashSelection {
     pub variants: bool,
     /// The wrong methods that must be caught.
     pub negative: bool,
+    /// The 72 scenarios with RemoteLog's ring reused, and the wrong collector that must be
+    /// caught ([`check::reuse_targets`]).
+    pub reuse: bool,
 }
 
 /// Runs the crash checker; returns the reports (in target order).
@@ -128,6 +131,9 @@ pub fn crashcheck(
     }
     if sel.negative {
         targets.extend(check::negative_controls());
+    }
+    if sel.reuse {
+        targets.extend(check::reuse_targets());
     }
     if let Some(f) = filter {
         targets.retain(|t| t.name.contains(f));

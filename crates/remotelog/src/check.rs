@@ -11,15 +11,18 @@
 //! The checker is apart from the system: it recomputes expected records, and it judges
 //! negative controls (wrong methods) the same way, which must be caught.
 
-use crate::log::{collect_garbage, is_record, recover, LogClient, LogShape, Recovered};
+use crate::log::{
+    collect_garbage, is_log_full, is_record, recover, recover_into, LogClient, LogShape, Recovered,
+    HEAD_DURABLE_OFF, HEAD_OFF,
+};
 use remora::harness::SimPair;
 use remora::{Method, Primitive, Scenario, ServerSetup, Shape, Taxonomy, Update};
 use remora_model::config::{PersistenceDomain, ServerConfig, Transport};
 use remora_model::profile::LatencyProfile;
-use remora_model::time::Instant;
+use remora_model::time::{Duration, Instant};
 use remora_sim::crashcheck::{CrashRun, DryRun, Sweep};
 use remora_sim::{CrashAt, FaultPlan};
-use remora_verbs::FlushMethod;
+use remora_verbs::{FlushMethod, Space, Verbs};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
@@ -38,8 +41,56 @@ pub struct Target {
     pub method: Method,
     /// How FLUSH is performed.
     pub flush: FlushMethod,
-    /// True for a negative control: a wrong method the checker must catch.
+    /// True for a negative control: a wrong method (or collector) the checker must catch.
     pub wrong: bool,
+    /// Whether the run reuses the ring's slots, and the collector the server runs.
+    pub ring: Ring,
+}
+
+/// How a check uses RemoteLog's ring, and which garbage collector the server runs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Ring {
+    /// The ring outlasts the run ([`CheckOptions::shape`] and `appends`): the collector
+    /// runs, but no slot is reused and the client never reads the head.
+    Fresh,
+    /// The ring is smaller than the run ([`CheckOptions::reuse`]): the client waits for the
+    /// collector when the ring is full and overwrites the slots it freed, and the collector
+    /// is descheduled between each store and its persist. The promise is narrower: every
+    /// acknowledged append the client had not begun to overwrite survives.
+    Reused,
+    /// As `Reused`, but the server's collector publishes the head to the client before it
+    /// makes it durable: a negative control (the client then overwrites records that a
+    /// crash before the durable head is persisted needs; found by a review, seed 000 §4.1).
+    ReusedHeadVisibleFirst,
+}
+
+impl Ring {
+    fn reused(self) -> bool {
+        self != Ring::Fresh
+    }
+}
+
+/// The ring of a [`Ring::Reused`] check, and how many appends run through it.
+#[derive(Copy, Clone, Debug)]
+pub struct Reuse {
+    /// Appends per run: several times the capacity, so every slot is reused.
+    pub appends: u64,
+    /// The ring (its capacity, the collector's interval and pause).
+    pub shape: LogShape,
+}
+
+impl Default for Reuse {
+    fn default() -> Self {
+        Reuse {
+            appends: 24,
+            shape: LogShape {
+                capacity: 4,
+                gc_interval: Duration::from_micros(1),
+                gc_pause: Duration::from_micros(20),
+                ..LogShape::default()
+            },
+        }
+    }
 }
 
 /// Checker settings.
@@ -55,6 +106,8 @@ pub struct CheckOptions {
     pub profile: LatencyProfile,
     /// Log shape.
     pub shape: LogShape,
+    /// The ring and run length of [`Ring::Reused`] targets.
+    pub reuse: Reuse,
 }
 
 impl Default for CheckOptions {
@@ -68,6 +121,7 @@ impl Default for CheckOptions {
                 capacity: 256,
                 ..LogShape::default()
             },
+            reuse: Reuse::default(),
         }
     }
 }
@@ -95,7 +149,38 @@ pub fn scenario_target(t: &Taxonomy, sc: Scenario) -> Target {
             .clone(),
         flush: FlushMethod::for_caps(sc.config.caps),
         wrong: false,
+        ring: Ring::Fresh,
     }
+}
+
+/// The 72 scenarios with the ring reused ([`Ring::Reused`]), named `ring-reuse/…`, and the
+/// collector that publishes its head first, which must be caught, on the two DMP servers
+/// where a store is visible before it is durable.
+pub fn reuse_targets() -> Vec<Target> {
+    let mut v: Vec<Target> = scenario_targets()
+        .into_iter()
+        .map(|t| Target {
+            name: format!("ring-reuse/{}", t.name),
+            ring: Ring::Reused,
+            ..t
+        })
+        .collect();
+    let t = Taxonomy::shipped();
+    for config in ["DMP+noDDIO+PM-RQWRB", "DMP+DDIO+DRAM-RQWRB"] {
+        let sc = Scenario {
+            config: config.parse().expect("a Table 1 name"),
+            primitive: Primitive::Write,
+            update: Update::Singleton,
+        };
+        let correct = scenario_target(&t, sc);
+        v.push(Target {
+            name: format!("ring-reuse/head-visible-first/{}", correct.name),
+            wrong: true,
+            ring: Ring::ReusedHeadVisibleFirst,
+            ..correct
+        });
+    }
+    v
 }
 
 /// Other correct variants the library may run: the text's alternatives, and FLUSH
@@ -114,6 +199,7 @@ pub fn variant_targets() -> Vec<Target> {
                     method: m.clone(),
                     flush: FlushMethod::Native,
                     wrong: false,
+                    ring: Ring::Fresh,
                 });
             }
             let m = t.method_for(&config, Primitive::Write, update, Shape::default());
@@ -126,6 +212,7 @@ pub fn variant_targets() -> Vec<Target> {
                     method: m.clone(),
                     flush: FlushMethod::ReadAfterWrite,
                     wrong: false,
+                    ring: Ring::Fresh,
                 });
             }
         }
@@ -143,6 +230,7 @@ pub fn variant_targets() -> Vec<Target> {
                     method: m.clone(),
                     flush: FlushMethod::Native,
                     wrong: false,
+                    ring: Ring::Fresh,
                 });
             }
         }
@@ -175,6 +263,7 @@ pub fn negative_controls() -> Vec<Target> {
         method,
         flush: FlushMethod::Native,
         wrong: true,
+        ring: Ring::Fresh,
     };
     let mut iwarp_wsp = c("WSP+noDDIO+PM-RQWRB");
     iwarp_wsp.transport = Transport::IWarp;
@@ -252,8 +341,13 @@ fn run_once(
     seed: u64,
     crash: Option<CrashAt>,
 ) -> Result<Run, String> {
+    let (shape, appends) = if target.ring.reused() {
+        (opts.reuse.shape, opts.reuse.appends)
+    } else {
+        (opts.shape, opts.appends)
+    };
     let setup = ServerSetup {
-        region_len: opts.shape.region_len(),
+        region_len: shape.region_len(),
         ..ServerSetup::default()
     };
     let pair = SimPair::new(seed, opts.profile.clone(), target.config, setup);
@@ -261,22 +355,30 @@ fn run_once(
         pair.sim.set_faults(&FaultPlan::crash(pair.server.id(), at));
     }
     let (client, region) = pair.open().map_err(|e| e.to_string())?;
-    let (shape, update) = (opts.shape, target.update);
+    let update = target.update;
     let running = Rc::new(Cell::new(true));
     let r = running.clone();
-    pair.sim.spawn_on(
-        &pair.server,
-        collect_garbage(pair.server.clone(), region.addr, shape, update, move || {
-            r.get()
-        }),
-    );
+    let server = pair.server.clone();
+    match target.ring {
+        Ring::Fresh | Ring::Reused => pair.sim.spawn_on(
+            &pair.server,
+            collect_garbage(server, region.addr, shape, update, move || r.get()),
+        ),
+        Ring::ReusedHeadVisibleFirst => pair.sim.spawn_on(
+            &pair.server,
+            collect_head_visible_first(server, region.addr, shape, update, move || r.get()),
+        ),
+    }
     let acked = Rc::new(RefCell::new(Vec::new()));
+    // One past the highest record the client has begun to write: a reused ring's slots
+    // below `started - capacity` hold newer records, by design.
+    let started = Rc::new(Cell::new(0u64));
     let end = Rc::new(Cell::new(Instant::ZERO));
-    let (a, e, node, n) = (
+    let (a, s, e, node) = (
         acked.clone(),
+        started.clone(),
         end.clone(),
         pair.client.clone(),
-        opts.appends,
     );
     let (method, flush, primitive) = (target.method.clone(), target.flush, target.primitive);
     pair.sim.spawn_on(&pair.client, async move {
@@ -285,9 +387,17 @@ fn run_once(
             client.use_method(update, method);
             client.use_flush_method(flush);
             let mut log = LogClient::new(client, shape, update);
-            for _ in 0..n {
+            let mut full_waits = 0;
+            while log.next_index() < appends {
+                s.set(log.next_index() + 1);
                 match log.append().await {
                     Ok(i) => a.borrow_mut().push(i),
+                    // The ring is full: wait for the collector (bounded, so a collector
+                    // that stopped ends the run).
+                    Err(e) if is_log_full(&e) && full_waits < 1000 => {
+                        full_waits += 1;
+                        node.compute(Duration::from_micros(1)).await;
+                    }
                     Err(_) => break,
                 }
             }
@@ -297,19 +407,58 @@ fn run_once(
     });
     let events = pair.sim.run();
     let crashed = !pair.sim.crashed().is_empty();
+    if !crashed && (acked.borrow().len() as u64) < appends {
+        return Err(format!(
+            "{}: without a crash, {} of {appends} appends completed",
+            target.name,
+            acked.borrow().len()
+        ));
+    }
     let mut violation = None;
     if crashed {
         pair.recover_server().map_err(|e| e.to_string())?;
         let read = |off: u64, len: u64| pair.server_read(region.addr + off, len as usize);
         let rec = recover(read, &shape, update);
-        violation =
-            log_violation(&read, &shape, update, &rec, &acked.borrow()).map(|v| v.describe(&rec));
+        let kept: Vec<u64> = acked
+            .borrow()
+            .iter()
+            .copied()
+            .filter(|&i| i + shape.capacity >= started.get())
+            .collect();
+        violation = log_violation(&read, &shape, update, &rec, &kept).map(|v| v.describe(&rec));
+        if violation.is_none() && rec.head > rec.tail {
+            violation = Some(format!("head {} is past the tail {}", rec.head, rec.tail));
+        }
     }
     Ok(Run {
         events,
         end: end.get(),
         outcome: CrashRun { crashed, violation },
     })
+}
+
+/// The negative control of [`Ring::ReusedHeadVisibleFirst`]: [`collect_garbage`] with its
+/// two stores in the wrong order, so the client can see (and reuse the slots below) a head
+/// that a crash then takes back. The checker must catch it.
+async fn collect_head_visible_first<V: Verbs>(
+    v: V,
+    region_addr: u64,
+    shape: LogShape,
+    update: Update,
+    running: impl Fn() -> bool,
+) {
+    while running() {
+        v.compute(shape.gc_interval).await;
+        let read = |off: u64, buf: &mut [u8]| v.load(Space::Pm, region_addr + off, buf);
+        let r = recover_into(read, &shape, update);
+        if r.tail > r.head {
+            for off in [HEAD_OFF, HEAD_DURABLE_OFF] {
+                v.store(Space::Pm, region_addr + off, &r.tail.to_le_bytes());
+                v.compute(shape.gc_pause).await;
+                v.persist_local(region_addr + off, 8).await;
+            }
+        }
+    }
 }
 
 /// Checks one target with at least `opts.crash_points` crash points: every event

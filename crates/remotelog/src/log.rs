@@ -25,6 +25,15 @@ pub const HEAD_OFF: u64 = 8;
 /// before it publishes the head at [`HEAD_OFF`], which the client reads and may reuse slots
 /// below at once: a head the client can see must already be durable.
 pub const HEAD_DURABLE_OFF: u64 = 16;
+/// What [`LogClient::append`] fails with while the ring is full (see [`is_log_full`]).
+pub const LOG_FULL: &str = "log full: the server is not collecting";
+
+/// Whether `e` is [`LogClient::append`]'s "ring full" (wait for the collector and retry),
+/// not a failure of the connection.
+pub fn is_log_full(e: &PersistError) -> bool {
+    matches!(e, PersistError::Protocol(m) if *m == LOG_FULL)
+}
+
 /// Offset of the first record slot.
 pub const RECORDS_OFF: u64 = 64;
 
@@ -157,9 +166,7 @@ impl<V: Verbs> LogClient<V> {
             let h = self.client.read(HEAD_OFF, 8).await?;
             self.head = u64::from_le_bytes(h[..8].try_into().expect("8 bytes"));
             if i - self.head >= self.shape.capacity {
-                return Err(PersistError::Protocol(
-                    "log full: the server is not collecting",
-                ));
+                return Err(PersistError::Protocol(LOG_FULL));
             }
         }
         record_into(i, &mut self.rec);
