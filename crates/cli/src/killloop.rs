@@ -226,6 +226,12 @@ impl Killer {
     pub fn join_at(self) -> Option<std::time::Instant> {
         self.0.join().ok().flatten()
     }
+
+    /// Waits for the kill; true if it was sent at or before `failed_at` (what failed then
+    /// may have failed of it).
+    pub fn sent_before(self, failed_at: std::time::Instant) -> bool {
+        self.join_at().is_some_and(|at| at <= failed_at)
+    }
 }
 
 /// `err` with the last lines of the servers' log at `log` after it, for a loop that
@@ -248,6 +254,31 @@ pub fn with_server_tail(err: String, log: &Path) -> String {
         lines.len(),
         tail.join("\n  ")
     )
+}
+
+/// The wall clock, for latencies of real operations and the instants of real SIGKILLs.
+#[allow(clippy::disallowed_methods)] // real processes, on the wall clock
+pub fn wall() -> std::time::Instant {
+    std::time::Instant::now()
+}
+
+/// The latest a life's early SIGKILL lands, in ms after the server listens ([`early_kill`]):
+/// the clients' return (the server's recovery of their logs, handshakes, reads of what
+/// survived) takes a few milliseconds.
+pub const EARLY_KILL_MS: u64 = 5;
+
+/// In a quarter of the lives between the first and the last (drawn from `rng`), a SIGKILL
+/// of `server` within [`EARLY_KILL_MS`] of its start, so that it lands while the clients
+/// come back, not only among their operations. A client's failure counts as the kill's
+/// only if the kill was sent before it ([`Killer::sent_before`]).
+pub fn early_kill(
+    rng: &mut Prng,
+    life: u64,
+    kills: u64,
+    server: &mut ServerProc,
+) -> Option<Killer> {
+    (life > 0 && life < kills && rng.range_inclusive(0, 3) == 0)
+        .then(|| server.kill_after(rng.range_inclusive(0, EARLY_KILL_MS)))
 }
 
 /// How long the next server lives before its SIGKILL: uniform in `1..=max_ms` (at least

@@ -3,7 +3,9 @@
 //! which SIGKILLs a server process at random moments and checks that no acknowledged
 //! append was lost.
 
-use crate::killloop::{self, life_ms, runtime, server_command, KillArgs, Killer, ServerProc};
+use crate::killloop::{
+    self, early_kill, life_ms, runtime, server_command, wall, KillArgs, ServerProc,
+};
 use remora::{Primitive, Scenario, ServerSetup, Shape, Update};
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
@@ -129,11 +131,6 @@ pub(crate) fn shape_for(region_len: u64) -> LogShape {
         capacity: (region_len - RECORDS_OFF) / 64,
         ..LogShape::default()
     }
-}
-
-#[allow(clippy::disallowed_methods)] // wall-clock latency of real appends
-fn wall() -> std::time::Instant {
-    std::time::Instant::now()
 }
 
 /// One row of `remotelog --server`.
@@ -594,11 +591,9 @@ pub fn real_crash(
         for i in (1..order.len()).rev() {
             order.swap(i, rng.range_inclusive(0, i as u64) as usize);
         }
-        // In a quarter of the lives between the first and the last (drawn), the SIGKILL
-        // lands while the clients come back: in the server's recovery of their rings, in
-        // their handshakes, in their reads of what survived; not only among appends.
-        let mut early = (life > 0 && life < args.kills && rng.range_inclusive(0, 3) == 0)
-            .then(|| server.kill_after(rng.range_inclusive(0, EARLY_KILL_MS)));
+        // In some lives the SIGKILL lands while the clients come back: in the server's
+        // recovery of their rings, in their handshakes, in their reads of what survived.
+        let mut early = early_kill(&mut rng, life, args.kills, &mut server);
         // A fresh executor per life: the last life's client tasks end with it.
         let rt = runtime()?;
         let cut_short = std::cell::Cell::new(false);
@@ -677,8 +672,8 @@ pub fn real_crash(
                     // Only a SIGKILL sent before the failure may cut a client's return
                     // short; the life ends there.
                     let failed_at = wall();
-                    return match early.take().and_then(Killer::join_at) {
-                        Some(at) if at <= failed_at => {
+                    return match early.take().map(|k| k.sent_before(failed_at)) {
+                        Some(true) => {
                             cut_short.set(true);
                             Ok((verdicts, Vec::new(), true))
                         }
@@ -741,11 +736,6 @@ pub fn real_crash(
     let _ = std::fs::remove_file(&pool);
     Ok(report)
 }
-
-/// The latest a life's SIGKILL lands, in ms after the server listens, when it is drawn to
-/// land while the clients come back (their rings' recovery, handshakes and reads take a
-/// few milliseconds).
-const EARLY_KILL_MS: u64 = 5;
 
 /// The reports as Markdown.
 pub fn real_table_crash(rs: &[RealCrashReport]) -> String {

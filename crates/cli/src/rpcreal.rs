@@ -5,7 +5,7 @@
 //! the same clients (one, or several at once on shared keys) and checks every acknowledged
 //! Put and that every Put ran exactly once, in one serial order the store agrees with.
 
-use crate::killloop::{self, life_ms, server_command, KillArgs, ServerProc};
+use crate::killloop::{self, early_kill, life_ms, server_command, wall, KillArgs, ServerProc};
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::rnic::PM_BASE;
@@ -164,11 +164,6 @@ pub fn recovery_line(logs: &[(ConnInfo, RecoveryReport)]) -> String {
         logs.iter().map(|(_, r)| r.truncated).sum::<u64>(),
         if torn.is_empty() { "none".to_string() } else { torn.join("; ") }
     )
-}
-
-#[allow(clippy::disallowed_methods)] // wall-clock latency of real calls
-fn wall() -> std::time::Instant {
-    std::time::Instant::now()
 }
 
 /// The value `remora rpc` and the crash loop write with their `i`-th operation.
@@ -454,6 +449,9 @@ pub struct RpcCrashReport {
     pub clients: u32,
     /// Server processes killed with SIGKILL.
     pub kills: u64,
+    /// Of those, the SIGKILLs that cut the clients' return short (their reconnection,
+    /// resume or drain), drawn to land within a few milliseconds of the server's start.
+    pub early: u64,
     /// Puts acknowledged as durable (all clients).
     pub acked: u64,
     /// Committed entries recovery re-executed, over all restarts.
@@ -838,6 +836,7 @@ pub fn rpc_real_crash(
         wrong: target.wrong(),
         clients,
         kills: 0,
+        early: 0,
         acked: 0,
         reexecuted: 0,
         violations: 0,
@@ -859,6 +858,10 @@ pub fn rpc_real_crash(
         let (mut server, recovery) = start_server(exe, &pool, target, args)?;
         let (reexecuted, torn) = parse_recovery(&recovery);
         report.reexecuted += reexecuted;
+        // In some lives the SIGKILL lands while the clients come back: in the server's
+        // recovery of their logs, in their reconnections, resumes and drains.
+        let mut early = early_kill(&mut rng, life, k.kills, &mut server);
+        let cut_short = std::cell::Cell::new(false);
         let verdict = rt.block_on(async {
             if let Some(t) = torn {
                 return Ok((
@@ -871,57 +874,22 @@ pub fn rpc_real_crash(
                     false,
                 ));
             }
-            // (Re)connect and drain the clients one after the other.
-            for (slot, h) in conns.iter_mut().zip(hs.iter_mut()) {
-                let c = match slot {
-                    None => {
-                        let settings = ClientSettings {
-                            design: Some(target.design),
-                            // A negative control's clients join it (some are client-side).
-                            fault: target.fault,
-                            ..ClientSettings::default()
-                        };
-                        let c = timed(
-                            "connect",
-                            RealClient::connect(&server.addr, &k.profile, &settings),
-                        )
-                        .await?;
-                        h.conn = c.hello.opts.conn;
-                        slot.insert(c)
-                    }
-                    Some(c) => {
-                        match remora_exec::time::timeout(CALL_TIMEOUT, c.reconnect(&server.addr))
-                            .await
-                        {
-                            Ok(Ok(())) => {}
-                            // The recovered server lacks a Put it acknowledged: a verdict.
-                            Ok(Err(RealConnectError::Rpc(e @ RpcError::LostDurable { .. }))) => {
-                                let v = format!("life {life}: {}reconnect: {e}", who(h));
-                                return Ok((Some((Finding::LostPut, v)), false));
-                            }
-                            Ok(Err(e)) => {
-                                let v = format!("life {life}: {}reconnect: {e}", who(h));
-                                return Ok((Some((Finding::Failure, v)), false));
-                            }
-                            Err(_) => {
-                                let v = format!(
-                                    "life {life}: {}reconnect hung for {CALL_TIMEOUT:?}",
-                                    who(h)
-                                );
-                                return Ok((Some((Finding::Failure, v)), false));
-                            }
+            let back = come_back(&server, target, k, life, &mut conns, &mut hs, &who).await?;
+            match back {
+                // Only a SIGKILL sent before the failure may cut the clients' return short;
+                // the life ends there.
+                Some((Finding::Failure, v)) => {
+                    let failed_at = wall();
+                    return Ok(match early.take().map(|e| e.sent_before(failed_at)) {
+                        Some(true) => {
+                            cut_short.set(true);
+                            (None, true)
                         }
-                        c
-                    }
-                };
-                let executed = |r| Reply::all_executed(r).map_err(|e| e.to_string());
-                match timed("drain", c.client.drain()).await.and_then(executed) {
-                    Ok(r) => h.replied.extend(r.iter().map(|r| r.seq)),
-                    Err(e) => {
-                        let v = format!("life {life}: {}{e}", who(h));
-                        return Ok((Some((Finding::Failure, v)), false));
-                    }
+                        _ => (Some((Finding::Failure, v)), false),
+                    });
                 }
+                Some(found) => return Ok((Some(found), false)),
+                None => {}
             }
             let kv = conns[0].as_ref().expect("connected").hello.kv_layout();
             if let Some((f, v)) = judge(&hs, &pool, &kv)? {
@@ -930,8 +898,12 @@ pub fn rpc_real_crash(
             if life == k.kills {
                 return Ok((None, false));
             }
-            // Every client issues until the server dies; the kill lands at a random moment.
-            let killer = server.kill_after(life_ms(&mut rng, k.max_life_ms));
+            // Every client issues until the server dies; the kill lands at a random moment
+            // (or when drawn above).
+            let killer = match early.take() {
+                Some(e) => e,
+                None => server.kill_after(life_ms(&mut rng, k.max_life_ms)),
+            };
             let verdicts = join_all(conns.iter_mut().zip(hs.iter_mut()).map(|(c, h)| async {
                 let v = issue(c.as_mut().expect("connected"), h).await;
                 v.map(|(f, v)| (f, format!("life {life}: {}{v}", who(h))))
@@ -944,6 +916,9 @@ pub fn rpc_real_crash(
         drop(server);
         if killed {
             report.kills += 1;
+            if cut_short.get() {
+                report.early += 1;
+            }
         }
         if let Some((f, v)) = verdict {
             report.violations += 1;
@@ -957,6 +932,68 @@ pub fn rpc_real_crash(
     let _ = std::fs::remove_file(&pool);
     let _ = std::fs::remove_file(journal_path(&pool));
     Ok(report)
+}
+
+/// Connects every client (the first life) or reconnects it, and drains it, one after the
+/// other; the first thing that went wrong, if anything did (a failure or a lost Put).
+async fn come_back(
+    server: &ServerProc,
+    target: &RpcTarget,
+    k: &KillArgs,
+    life: u64,
+    conns: &mut [Option<RealClient>],
+    hs: &mut [History],
+    who: &dyn Fn(&History) -> String,
+) -> Result<Option<Found>, String> {
+    // (Re)connect and drain the clients one after the other.
+    for (slot, h) in conns.iter_mut().zip(hs.iter_mut()) {
+        let c = match slot {
+            None => {
+                let settings = ClientSettings {
+                    design: Some(target.design),
+                    // A negative control's clients join it (some are client-side).
+                    fault: target.fault,
+                    ..ClientSettings::default()
+                };
+                let c = timed(
+                    "connect",
+                    RealClient::connect(&server.addr, &k.profile, &settings),
+                )
+                .await?;
+                h.conn = c.hello.opts.conn;
+                slot.insert(c)
+            }
+            Some(c) => {
+                match remora_exec::time::timeout(CALL_TIMEOUT, c.reconnect(&server.addr)).await {
+                    Ok(Ok(())) => {}
+                    // The recovered server lacks a Put it acknowledged: a verdict.
+                    Ok(Err(RealConnectError::Rpc(e @ RpcError::LostDurable { .. }))) => {
+                        let v = format!("life {life}: {}reconnect: {e}", who(h));
+                        return Ok(Some((Finding::LostPut, v)));
+                    }
+                    Ok(Err(e)) => {
+                        let v = format!("life {life}: {}reconnect: {e}", who(h));
+                        return Ok(Some((Finding::Failure, v)));
+                    }
+                    Err(_) => {
+                        let v =
+                            format!("life {life}: {}reconnect hung for {CALL_TIMEOUT:?}", who(h));
+                        return Ok(Some((Finding::Failure, v)));
+                    }
+                }
+                c
+            }
+        };
+        let executed = |r| Reply::all_executed(r).map_err(|e| e.to_string());
+        match timed("drain", c.client.drain()).await.and_then(executed) {
+            Ok(r) => h.replied.extend(r.iter().map(|r| r.seq)),
+            Err(e) => {
+                let v = format!("life {life}: {}{e}", who(h));
+                return Ok(Some((Finding::Failure, v)));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// The reports as Markdown.
@@ -982,7 +1019,7 @@ pub fn rpc_crash_table(rs: &[RpcCrashReport]) -> String {
         ]
     });
     let clients = rs.iter().map(|r| r.clients).max().unwrap_or(1);
-    let summary = format!(
+    let mut summary = format!(
         "{} targets, {} SIGKILLs, {} acknowledged Puts checked, {} requests re-executed from redo logs{}",
         rs.len(),
         rs.iter().map(|r| r.kills).sum::<u64>(),
@@ -994,6 +1031,12 @@ pub fn rpc_crash_table(rs: &[RpcCrashReport]) -> String {
             String::new()
         }
     );
+    let early = rs.iter().map(|r| r.early).sum::<u64>();
+    if early > 0 {
+        summary += &format!(
+            "; {early} SIGKILLs landed while the clients came back (before the life's calls)"
+        );
+    }
     killloop::table(&header, rows, &summary)
 }
 
@@ -1134,6 +1177,7 @@ mod tests {
             wrong,
             clients: 1,
             kills: 3,
+            early: 0,
             acked: 3,
             reexecuted: 0,
             violations: finding.is_some() as u64,
