@@ -8,27 +8,11 @@ use remora::client::Client;
 use remora::harness::SimPair;
 use remora::responder::ServerSetup;
 use remora::taxonomy::{Primitive, Shape, Update};
-use remora_model::config::ServerConfig;
 use remora_model::profile::LatencyProfile;
-use remora_model::time::Instant;
-use remora_sim::{NodeHandle, Sim};
-use std::future::Future;
+use remora_sim::NodeHandle;
 
-fn cfg(s: &str) -> ServerConfig {
-    s.parse().expect("configuration name")
-}
-
-fn drive<T: 'static>(sim: &Sim, fut: impl Future<Output = T> + 'static) -> T {
-    sim.block_on(Instant::NEVER, fut)
-        .expect("the simulation ran out of work before the task finished")
-}
-
-/// A responder that takes 50 µs per message (as library.rs's recovery tests).
-fn slow_responder() -> LatencyProfile {
-    let mut p = LatencyProfile::default_profile();
-    p.cpu.msg_handle_ns = 50_000;
-    p
-}
+mod common;
+use common::{cfg, drive, slow_responder, RawQp};
 
 /// persist() with a one-sided SEND method (send-flush: the message is durable in the PM
 /// ring, applied later), then a WRITE of the same bytes with write_nowait + flush_writes,
@@ -82,69 +66,6 @@ fn a_write_is_refused_where_an_older_send_could_roll_it_back() {
     }
 }
 
-mod raw {
-    use remora_sim::NodeHandle;
-    use remora_verbs::*;
-
-    /// A client QP built by hand (as library.rs's RawQp): receive slots in DRAM.
-    pub struct RawQp {
-        pub node: NodeHandle,
-        pub qp: QpNum,
-        pub rcq: CqId,
-        pub buf: MrInfo,
-    }
-
-    impl RawQp {
-        pub fn new(node: &NodeHandle) -> RawQp {
-            let pd = node.alloc_pd().unwrap();
-            let base = node.alloc(Space::Dram, 8 * 256, 4096);
-            let buf = node
-                .reg_mr(pd, Space::Dram, base, 8 * 256, Access::LOCAL_WRITE)
-                .unwrap();
-            let scq = node.create_cq(64).unwrap();
-            let rcq = node.create_cq(64).unwrap();
-            let qp = node.create_qp(pd, scq, rcq, QpAttr::default()).unwrap();
-            let raw = RawQp {
-                node: node.clone(),
-                qp,
-                rcq,
-                buf,
-            };
-            for i in 0..8 {
-                raw.post_slot(i);
-            }
-            raw
-        }
-        fn post_slot(&self, i: u64) {
-            let sge = Sge {
-                addr: self.buf.addr + i * 256,
-                len: 256,
-                lkey: self.buf.lkey,
-            };
-            self.node
-                .post_recv(self.qp, RecvWr { wr_id: i, sge })
-                .unwrap();
-        }
-        pub fn send(&self, wr_id: u64, bytes: Vec<u8>) {
-            self.node
-                .post_send(
-                    self.qp,
-                    SendWr::new(wr_id, Opcode::Send, Payload::inline(bytes), None).signaled(false),
-                )
-                .unwrap();
-        }
-        pub async fn recv(&self) -> Vec<u8> {
-            let wc = next_completion(&self.node, self.rcq).await;
-            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
-            let mut b = vec![0u8; wc.byte_len as usize];
-            self.node
-                .load(Space::Dram, self.buf.addr + wc.wr_id * 256, &mut b);
-            self.post_slot(wc.wr_id);
-            b
-        }
-    }
-}
-
 /// serve() refuses an Apply with seq >= MAX_SEQ_BASE, but accepts and records
 /// MAX_SEQ_BASE - 1. The slot's next Hello then says seq_base = MAX_SEQ_BASE (which
 /// Hello::parse accepts), and the next, honest client's every Apply (seq >= MAX_SEQ_BASE)
@@ -163,7 +84,7 @@ fn one_bad_client_cannot_make_a_later_clients_durable_sends_vanish() {
     let mut responder =
         Responder::create(pair.server.clone(), pair.setup, CpuCosts::from_profile(&p)).unwrap();
     let region = responder.region();
-    let bad = raw::RawQp::new(&pair.client);
+    let bad = RawQp::new(&pair.client);
     pair.sim
         .connect((&pair.client, bad.qp), (&pair.server, responder.qp()))
         .unwrap();

@@ -13,20 +13,12 @@ use remora_model::profile::LatencyProfile;
 use remora_model::time::Instant;
 use remora_sim::{NodeHandle, Sim};
 use remora_verbs::*;
-use std::future::Future;
 
-fn cfg(s: &str) -> ServerConfig {
-    s.parse().expect("configuration name")
-}
+mod common;
+use common::{cfg, drive, slow_responder, RawQp};
 
 fn profile() -> LatencyProfile {
     LatencyProfile::default_profile()
-}
-
-/// Runs `fut` (with every other task) until it finishes.
-fn drive<T: 'static>(sim: &Sim, fut: impl Future<Output = T> + 'static) -> T {
-    sim.block_on(Instant::NEVER, fut)
-        .expect("the simulation ran out of work before the task finished")
 }
 
 /// What a power failure of `node` now would leave at `addr`.
@@ -426,77 +418,6 @@ fn nothing_works_before_connect() {
 
 // ---------------------------------------------------------------- responder robustness
 
-/// A client QP built by hand: receive slots in registered DRAM.
-struct RawQp {
-    node: NodeHandle,
-    qp: QpNum,
-    scq: CqId,
-    rcq: CqId,
-    buf: MrInfo,
-}
-
-const RAW_SLOTS: u64 = 8;
-const RAW_SLOT_BYTES: u64 = 256;
-
-impl RawQp {
-    fn new(node: &NodeHandle) -> RawQp {
-        let pd = node.alloc_pd().unwrap();
-        let len = RAW_SLOTS * RAW_SLOT_BYTES;
-        let base = node.alloc(Space::Dram, len, 4096);
-        let buf = node
-            .reg_mr(pd, Space::Dram, base, len, Access::LOCAL_WRITE)
-            .unwrap();
-        let scq = node.create_cq(64).unwrap();
-        let rcq = node.create_cq(64).unwrap();
-        let qp = node.create_qp(pd, scq, rcq, QpAttr::default()).unwrap();
-        let raw = RawQp {
-            node: node.clone(),
-            qp,
-            scq,
-            rcq,
-            buf,
-        };
-        for i in 0..RAW_SLOTS {
-            raw.post_slot(i);
-        }
-        raw
-    }
-
-    fn post_slot(&self, i: u64) {
-        let sge = Sge {
-            addr: self.buf.addr + i * RAW_SLOT_BYTES,
-            len: RAW_SLOT_BYTES as u32,
-            lkey: self.buf.lkey,
-        };
-        self.node
-            .post_recv(self.qp, RecvWr { wr_id: i, sge })
-            .unwrap();
-    }
-
-    fn send(&self, wr_id: u64, bytes: Vec<u8>) {
-        self.node
-            .post_send(
-                self.qp,
-                SendWr::new(wr_id, Opcode::Send, Payload::inline(bytes), None).signaled(false),
-            )
-            .unwrap();
-    }
-
-    /// The bytes of the next message received.
-    async fn recv(&self) -> Vec<u8> {
-        let wc = next_completion(&self.node, self.rcq).await;
-        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
-        let mut b = vec![0u8; wc.byte_len as usize];
-        self.node.load(
-            Space::Dram,
-            self.buf.addr + wc.wr_id * RAW_SLOT_BYTES,
-            &mut b,
-        );
-        self.post_slot(wc.wr_id);
-        b
-    }
-}
-
 #[test]
 fn bad_messages_get_no_effect_and_the_responder_keeps_serving() {
     let p = profile();
@@ -638,14 +559,6 @@ fn bad_messages_get_no_effect_and_the_responder_keeps_serving() {
 }
 
 // ------------------------------------------------------------------------------ recovery
-
-/// A profile whose responder takes 50 µs per message: a one-sided SEND + FLUSH returns
-/// long before the responder applies the message, so a crash finds it unapplied.
-fn slow_responder() -> LatencyProfile {
-    let mut p = profile();
-    p.cpu.msg_handle_ns = 50_000;
-    p
-}
 
 /// Persists `updates` with `client`, then (if `crash`) cuts the server's power the
 /// instant the last persist returns. Returns the client and the sequence numbers used.
