@@ -53,6 +53,7 @@ impl PmMedia for Oracle {
     }
 }
 
+#[derive(Clone)]
 struct ServerHandles {
     durable: Arc<Mutex<SparseMem>>,
     fail_next: Arc<AtomicBool>,
@@ -123,6 +124,78 @@ fn server(
     (h, t)
 }
 
+/// The client's side of a connection to a [`server`]: its node (id 0), queue pair and
+/// completion queue, the server's region, and the server's handles.
+#[derive(Clone)]
+struct Conn {
+    node: RtNode,
+    qp: QpNum,
+    cq: CqId,
+    remote: Remote,
+    server: ServerHandles,
+}
+
+impl Conn {
+    /// The server's region at `off`.
+    fn at(&self, off: u64) -> Remote {
+        Remote {
+            addr: self.remote.addr + off,
+            rkey: self.remote.rkey,
+        }
+    }
+
+    /// The next completion, or `None` after 5 s without one.
+    async fn next(&self) -> Option<WorkCompletion> {
+        remora_exec::time::timeout(Duration::from_secs(5), next_completion(&self.node, self.cq))
+            .await
+            .ok()
+    }
+}
+
+/// Starts a [`server`] of `config`/`profile`, connects a client node to it over loopback,
+/// runs `body` on the client's executor, then stops both.
+async fn with_conn<T>(
+    config: &str,
+    profile: LatencyProfile,
+    body: impl AsyncFnOnce(Conn) -> T,
+) -> T {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx_s, rx_s) = mpsc::channel();
+    let (tx_c, rx_c) = mpsc::channel();
+    let (server, t) = server(config, profile.clone(), listener, tx_s, rx_c);
+    let stream = remora_exec::net::TcpStream::connect(addr).await.unwrap();
+    stream.set_nodelay(true).unwrap();
+    let rnic = Rnic::new(
+        0,
+        config.parse().unwrap(),
+        &real_time_profile(&profile),
+        Prng::from_seed(0),
+    );
+    let node = RtNode::new(rnic);
+    remora_exec::spawn_local(node.clone().drive());
+    let pd = node.alloc_pd().unwrap();
+    let cq = node.create_cq(1 << 12).unwrap();
+    let qp = node.create_qp(pd, cq, cq, QpAttr::default()).unwrap();
+    let (r, w) = stream.into_split();
+    node.attach(1, r, w, |_| {});
+    let (peer_qp, remote) = rx_s.recv().unwrap();
+    tx_c.send(qp).unwrap();
+    node.connect(qp, 1, peer_qp).unwrap();
+    let conn = Conn {
+        node,
+        qp,
+        cq,
+        remote,
+        server,
+    };
+    let out = body(conn.clone()).await;
+    conn.server.done.store(true, Ordering::SeqCst);
+    conn.node.close();
+    t.join().unwrap();
+    out
+}
+
 /// What the client saw of one FLUSH: its status, and whether the server's durable image
 /// held the flushed bytes when the client had its completion.
 #[derive(Debug, PartialEq)]
@@ -139,37 +212,12 @@ fn run(
     profile: LatencyProfile,
     rounds: usize,
     writes: usize,
-    before_flush: impl Fn(usize, &ServerHandles) + 'static,
+    before_flush: impl Fn(usize, &ServerHandles),
 ) -> Vec<Seen> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (tx_s, rx_s) = mpsc::channel();
-    let (tx_c, rx_c) = mpsc::channel();
-    let (h, t) = server(config, profile.clone(), listener, tx_s, rx_c);
-    let config = config.to_string();
-    let durable = h.durable.clone();
-    let seen = remora_exec::block_on(async move {
-        let stream = remora_exec::net::TcpStream::connect(addr).await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        let rnic = Rnic::new(
-            0,
-            config.parse().unwrap(),
-            &real_time_profile(&profile),
-            Prng::from_seed(0),
-        );
-        let node = RtNode::new(rnic);
-        remora_exec::spawn_local(node.clone().drive());
-        let pd = node.alloc_pd().unwrap();
-        let cq = node.create_cq(1 << 12).unwrap();
-        let qp = node.create_qp(pd, cq, cq, QpAttr::default()).unwrap();
-        let (r, w) = stream.into_split();
-        node.attach(1, r, w, |_| {});
-        let (peer_qp, remote) = rx_s.recv().unwrap();
-        tx_c.send(qp).unwrap();
-        node.connect(qp, 1, peer_qp).unwrap();
+    remora_exec::block_on(with_conn(config, profile, async |c: Conn| {
         let mut seen = Vec::new();
         for round in 0..rounds {
-            before_flush(round, &h);
+            before_flush(round, &c.server);
             let base = (round * writes * 64) as u64 % (REGION - (writes as u64) * 64);
             let mut last = Vec::new();
             for i in 0..writes {
@@ -180,16 +228,13 @@ fn run(
                     i as u64,
                     Opcode::Write,
                     Payload::inline(data.clone()),
-                    Some(Remote {
-                        addr: remote.addr + base + i as u64 * 64,
-                        rkey: remote.rkey,
-                    }),
+                    Some(c.at(base + i as u64 * 64)),
                 );
                 wr.signaled = false;
-                node.post_send(qp, wr).unwrap();
+                c.node.post_send(c.qp, wr).unwrap();
                 last = data;
             }
-            let last_addr = remote.addr + base + (writes as u64 - 1) * 64;
+            let last_addr = c.remote.addr + base + (writes as u64 - 1) * 64;
             let flush = SendWr::new(
                 1 << 40,
                 Opcode::Flush {
@@ -197,22 +242,13 @@ fn run(
                     len: writes as u64 * 64,
                 },
                 Payload::None,
-                Some(Remote {
-                    addr: remote.addr + base,
-                    rkey: remote.rkey,
-                }),
+                Some(c.at(base)),
             );
-            node.post_send(qp, flush).unwrap();
-            let wc = match remora_exec::time::timeout(
-                Duration::from_secs(5),
-                next_completion(&node, cq),
-            )
-            .await
-            {
-                Ok(wc) => wc,
-                Err(_) => break,
+            c.node.post_send(c.qp, flush).unwrap();
+            let Some(wc) = c.next().await else {
+                break;
             };
-            let ok = durable.lock().unwrap().read_vec(last_addr, 64) == last;
+            let ok = c.server.durable.lock().unwrap().read_vec(last_addr, 64) == last;
             if std::env::var_os(CHILD).is_some() {
                 // The parent reads what the child saw up to its end, abort or not.
                 use std::io::Write;
@@ -228,12 +264,8 @@ fn run(
                 break;
             }
         }
-        h.done.store(true, Ordering::SeqCst);
-        node.close();
         seen
-    });
-    t.join().unwrap();
-    seen
+    }))
 }
 
 /// Sanity of the oracle: with syncs that succeed, every FLUSH completion finds its bytes
@@ -324,38 +356,9 @@ fn a_failed_sync_stops_the_process_before_its_acknowledgement_leaves() {
 /// at each FLUSH completion that what it covers is durable, and under WSP (the RNIC in the
 /// domain) also at the ATOMIC WRITE's. Returns the bad completions.
 fn run_np(config: &str, profile: LatencyProfile, rounds: usize, writes: usize) -> Vec<String> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (tx_s, rx_s) = mpsc::channel();
-    let (tx_c, rx_c) = mpsc::channel();
-    let (h, t) = server(config, profile.clone(), listener, tx_s, rx_c);
     let wsp = config.starts_with("WSP");
-    let config = config.to_string();
-    let durable = h.durable.clone();
-    let bad = remora_exec::block_on(async move {
-        let stream = remora_exec::net::TcpStream::connect(addr).await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        let rnic = Rnic::new(
-            0,
-            config.parse().unwrap(),
-            &real_time_profile(&profile),
-            Prng::from_seed(0),
-        );
-        let node = RtNode::new(rnic);
-        remora_exec::spawn_local(node.clone().drive());
-        let pd = node.alloc_pd().unwrap();
-        let cq = node.create_cq(1 << 12).unwrap();
-        let qp = node.create_qp(pd, cq, cq, QpAttr::default()).unwrap();
-        let (r, w) = stream.into_split();
-        node.attach(1, r, w, |_| {});
-        let (peer_qp, remote) = rx_s.recv().unwrap();
-        tx_c.send(qp).unwrap();
-        node.connect(qp, 1, peer_qp).unwrap();
+    remora_exec::block_on(with_conn(config, profile, async |c: Conn| {
         let mut bad = Vec::new();
-        let at = |off: u64| Remote {
-            addr: remote.addr + off,
-            rkey: remote.rkey,
-        };
         for round in 0..rounds {
             let base = (round as u64 * 8192) % (REGION - 8192);
             let mut expect: Vec<(u64, Vec<u8>)> = Vec::new();
@@ -368,11 +371,11 @@ fn run_np(config: &str, profile: LatencyProfile, rounds: usize, writes: usize) -
                     0,
                     Opcode::Write,
                     Payload::inline(data.clone()),
-                    Some(at(off)),
+                    Some(c.at(off)),
                 );
                 wr.signaled = false;
-                node.post_send(qp, wr).unwrap();
-                expect.push((remote.addr + off, data));
+                c.node.post_send(c.qp, wr).unwrap();
+                expect.push((c.remote.addr + off, data));
             }
             let f1 = SendWr::new(
                 1,
@@ -381,18 +384,18 @@ fn run_np(config: &str, profile: LatencyProfile, rounds: usize, writes: usize) -
                     len: writes as u64 * 64,
                 },
                 Payload::None,
-                Some(at(base)),
+                Some(c.at(base)),
             );
-            node.post_send(qp, f1).unwrap();
+            c.node.post_send(c.qp, f1).unwrap();
             let aoff = base + 4096;
             let value = 0x0101_0101_0101_0101u64 * ((round as u64 % 250) + 1);
             let aw = SendWr::new(
                 2,
                 Opcode::AtomicWrite { value },
                 Payload::None,
-                Some(at(aoff)),
+                Some(c.at(aoff)),
             );
-            node.post_send(qp, aw).unwrap();
+            c.node.post_send(c.qp, aw).unwrap();
             let f2 = SendWr::new(
                 3,
                 Opcode::Flush {
@@ -400,14 +403,11 @@ fn run_np(config: &str, profile: LatencyProfile, rounds: usize, writes: usize) -
                     len: 8,
                 },
                 Payload::None,
-                Some(at(aoff)),
+                Some(c.at(aoff)),
             );
-            node.post_send(qp, f2).unwrap();
+            c.node.post_send(c.qp, f2).unwrap();
             for _ in 0..3 {
-                let Ok(wc) =
-                    remora_exec::time::timeout(Duration::from_secs(5), next_completion(&node, cq))
-                        .await
-                else {
+                let Some(wc) = c.next().await else {
                     bad.push(format!("round {round}: no completion"));
                     break;
                 };
@@ -415,7 +415,7 @@ fn run_np(config: &str, profile: LatencyProfile, rounds: usize, writes: usize) -
                     bad.push(format!("round {round}: {wc:?}"));
                     break;
                 }
-                let d = durable.lock().unwrap();
+                let d = c.server.durable.lock().unwrap();
                 let check = |what: &str, a: u64, v: &[u8], bad: &mut Vec<String>| {
                     if d.read_vec(a, v.len()) != v {
                         bad.push(format!(
@@ -423,34 +423,21 @@ fn run_np(config: &str, profile: LatencyProfile, rounds: usize, writes: usize) -
                         ));
                     }
                 };
+                let atomic = c.remote.addr + aoff;
                 match wc.wr_id {
                     1 => {
                         for (a, v) in &expect {
                             check("FLUSH 1", *a, v, &mut bad);
                         }
                     }
-                    2 if wsp => check(
-                        "ATOMIC WRITE (WSP)",
-                        remote.addr + aoff,
-                        &value.to_le_bytes(),
-                        &mut bad,
-                    ),
-                    3 => check(
-                        "FLUSH 2",
-                        remote.addr + aoff,
-                        &value.to_le_bytes(),
-                        &mut bad,
-                    ),
+                    2 if wsp => check("ATOMIC WRITE (WSP)", atomic, &value.to_le_bytes(), &mut bad),
+                    3 => check("FLUSH 2", atomic, &value.to_le_bytes(), &mut bad),
                     _ => {}
                 }
             }
         }
-        h.done.store(true, Ordering::SeqCst);
-        node.close();
         bad
-    });
-    t.join().unwrap();
-    bad
+    }))
 }
 
 #[test]
