@@ -635,7 +635,13 @@ pub fn real_crash(
                             .map_err(|e| e.to_string())?,
                     ),
                 };
-                client.use_method(target.update, target.method.clone());
+                if target.wrong {
+                    client.use_method_unchecked(target.update, target.method.clone());
+                } else {
+                    client
+                        .use_method(target.update, target.method.clone())
+                        .map_err(|e| e.to_string())?;
+                }
                 client.use_flush_method(target.flush);
                 // Check what survived the previous life.
                 // Read what the log can hold so far: every acknowledged record and room for

@@ -213,9 +213,25 @@ impl<V: Verbs> Client<V> {
         self.methods.as_ref().map(|m| &*m[update as usize])
     }
 
-    /// Replaces the method used for `update`. For experiments and for the crash checker's
-    /// negative controls: nothing checks that the method is correct for the server.
-    pub fn use_method(&mut self, update: Update, method: Method) {
+    /// Replaces the method used for `update`, if it is correct for the server
+    /// ([`Taxonomy::check_method`]): a method that is not is refused (`Unsuitable`) and the
+    /// one in use stays. Refused before [`connect`](Self::connect) (`NotConnected`).
+    pub fn use_method(&mut self, update: Update, method: Method) -> Result<(), PersistError> {
+        let hello = self.hello.ok_or(PersistError::NotConnected)?;
+        self.taxonomy
+            .check_method(&hello.config, update, &method)
+            .map_err(|why| PersistError::Unsuitable {
+                method: method.name.clone(),
+                why,
+            })?;
+        self.use_method_unchecked(update, method);
+        Ok(())
+    }
+
+    /// [`use_method`](Self::use_method) without the check: for the crash checker's negative
+    /// controls (wrong methods it must catch) and experiments. A wrong method loses
+    /// updates it acknowledged.
+    pub fn use_method_unchecked(&mut self, update: Update, method: Method) {
         if let Some(m) = &mut self.methods {
             m[update as usize] = Arc::new(method);
         }
@@ -421,6 +437,15 @@ impl<V: Verbs> Client<V> {
                 }
                 Step::RqWriteAtomic(x) if item(*x).1.len() != 8 => {
                     return Err(unsuitable("ATOMIC WRITE carries exactly 8 bytes"));
+                }
+                // The RNIC executes an ATOMIC WRITE on one aligned 8-byte word only and
+                // fails the connection otherwise, after the earlier steps took effect.
+                Step::RqWriteAtomic(x)
+                    if !hello.region_addr.wrapping_add(item(*x).0).is_multiple_of(8) =>
+                {
+                    return Err(unsuitable(
+                        "ATOMIC WRITE needs an 8-byte-aligned target (write-flush-wait-write-flush does not)",
+                    ));
                 }
                 Step::RqSend(xs) if xs.len() > MAX_ENTRIES => {
                     return Err(unsuitable("more entries than one message carries"));

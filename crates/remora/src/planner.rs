@@ -92,7 +92,10 @@ pub fn predict(
         if client.connect(method.primitive(), shape).await.is_err() {
             return;
         }
-        client.use_method(update, method);
+        // A method that is not correct for the server gets no prediction.
+        if client.use_method(update, method).is_err() {
+            return;
+        }
         client.use_flush_method(flush);
         let record = [0x5au8; 64];
         // `b` at offset 0, the records after it.

@@ -462,6 +462,47 @@ impl Taxonomy {
         v
     }
 
+    /// Whether `method` makes `update`s durable (and a compound update's in order) on a
+    /// server of `config`: a method of this taxonomy for that update kind that is either
+    /// two-sided (the message-passing idiom is universal, seed 000 §3.4: the responder
+    /// flushes under DMP whatever the method's steps say) or one-sided and given for
+    /// `config` by [`method_for`](Self::method_for) or [`alternatives`](Self::alternatives),
+    /// or for a weaker persistence domain (what is durable under DMP without DDIO is under
+    /// MHP, with or without DDIO, and what is under MHP is under WSP). Gives why not.
+    pub fn check_method(
+        &self,
+        config: &ServerConfig,
+        update: Update,
+        method: &Method,
+    ) -> Result<(), &'static str> {
+        if self.methods.get(&method.name) != Some(method) {
+            return Err("not a method of the taxonomy");
+        }
+        if method.update() != update {
+            return Err("made for the other kind of update");
+        }
+        if method.two_sided() {
+            return Ok(());
+        }
+        for domain in DOMAINS.into_iter().filter(|d| *d <= config.domain) {
+            let mut c = *config;
+            c.domain = domain;
+            if domain < config.domain {
+                c.ddio = false;
+            }
+            let shapes = [Shape { b_len: 8 }, Shape { b_len: 16 }];
+            let admitted = Primitive::ALL
+                .iter()
+                .flat_map(|p| shapes.iter().map(|s| self.method_for(&c, *p, update, *s)))
+                .chain(self.alternatives(&c, update))
+                .any(|m| m.name == method.name);
+            if admitted {
+                return Ok(());
+            }
+        }
+        Err("not correct for this server (seed 000 Tables 2-3)")
+    }
+
     /// Table 2 or 3 as Markdown, laid out like the paper (rows: DDIO × RQWRB; columns:
     /// domain × primitive; steps separated by `<br>`).
     pub fn markdown(&self, update: Update) -> String {

@@ -380,11 +380,21 @@ fn run_once(
         end.clone(),
         pair.client.clone(),
     );
+    // Why the library refused the target's method, if it did.
+    let refused = Rc::new(RefCell::new(None));
     let (method, flush, primitive) = (target.method.clone(), target.flush, target.primitive);
+    let (wrong, r) = (target.wrong, refused.clone());
     pair.sim.spawn_on(&pair.client, async move {
         let mut client = client;
         if client.connect(primitive, Shape::default()).await.is_ok() {
-            client.use_method(update, method);
+            // A negative control is forced past the library's check; any other method
+            // must pass it.
+            if wrong {
+                client.use_method_unchecked(update, method);
+            } else if let Err(e) = client.use_method(update, method) {
+                *r.borrow_mut() = Some(e.to_string());
+                return;
+            }
             client.use_flush_method(flush);
             let mut log = LogClient::new(client, shape, update);
             let mut full_waits = 0;
@@ -406,6 +416,12 @@ fn run_once(
         running.set(false);
     });
     let events = pair.sim.run();
+    if let Some(e) = refused.borrow().as_ref() {
+        return Err(format!(
+            "{}: the library refused the method: {e}",
+            target.name
+        ));
+    }
     let crashed = !pair.sim.crashed().is_empty();
     if !crashed && (acked.borrow().len() as u64) < appends {
         return Err(format!(

@@ -37,7 +37,7 @@ fn a_power_failure_stops_recovery_and_the_next_recovery_finishes_it() {
     pair.sim.spawn_on(&pair.client, async move {
         let mut c = client;
         c.connect(t.primitive, Shape::default()).await.unwrap();
-        c.use_method(t.update, t.method.clone());
+        c.use_method(t.update, t.method.clone()).unwrap();
         let mut log = LogClient::new(c, shape, t.update);
         while let Ok(i) = log.append().await {
             a.borrow_mut().push(i);
