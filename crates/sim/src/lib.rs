@@ -129,8 +129,11 @@ pub struct World {
     /// packet without heap memory (see `process_event`); `push_with` overwrites it.
     payloads: Vec<Option<Ev>>,
     /// Per slot of a packet: it left its sender at this instant, sent by the sender's
-    /// incarnation with this index (if that incarnation lost power before, it never left).
-    sent: Vec<(Instant, u32)>,
+    /// incarnation with this index (if that incarnation lost power before, it never left),
+    /// to the receiver's incarnation with this index (if that one lost power before the
+    /// packet arrived, the packet is lost with it: a restarted node's RNIC never sees
+    /// what was on its way to the one before).
+    sent: Vec<(Instant, u32, u32)>,
     free_slots: Vec<u32>,
     seq: u64,
     events_processed: u64,
@@ -160,7 +163,7 @@ impl World {
             Some(s) => s,
             None => {
                 self.payloads.push(None);
-                self.sent.push((Instant::ZERO, 0));
+                self.sent.push((Instant::ZERO, 0, 0));
                 self.payloads.len() as u32 - 1
             }
         };
@@ -239,9 +242,9 @@ impl World {
                 name: body_name(&pkt.body).to_string(),
             });
         }
-        let life = self.deaths[s].len() as u32;
+        let (life, dst_life) = (self.deaths[s].len() as u32, self.deaths[d].len() as u32);
         let slot = self.push_with(arrive, move || Ev::Deliver(pkt));
-        self.sent[slot as usize] = (depart, life);
+        self.sent[slot as usize] = (depart, life, dst_life);
     }
 
     /// The first instant at or after now at which node `n`'s threads run.
@@ -300,6 +303,66 @@ fn body_name(b: &Body) -> &'static str {
         Body::SFlush { .. } => "SFLUSH",
         Body::Datagram { .. } => "UD_SEND",
     }
+}
+
+/// What a packet carries beyond its time, ends, PSN and length, as fingerprint words:
+/// its kind, its header fields and a digest of its bytes, so that runs that send other
+/// bytes, or other requests of the same size, have other fingerprints.
+fn packet_words(pkt: &Packet) -> [u64; 4] {
+    use remora_model::hierarchy::FlushPlacement;
+    let imm = |v: &Option<u32>| v.map_or(0, |v| 1 << 32 | v as u64);
+    let key = |rkey: &u32, more: u64| (*rkey as u64) << 32 ^ more;
+    let (kind, a, b, data): (u64, u64, u64, &[u8]) = match &pkt.body {
+        Body::Write {
+            addr,
+            rkey,
+            data,
+            imm: i,
+            ack_req,
+        } => (1, *addr, key(rkey, imm(i) << 1 | *ack_req as u64), data),
+        Body::Send {
+            data,
+            imm: i,
+            ack_req,
+        } => (2, 0, imm(i) << 1 | *ack_req as u64, data),
+        Body::Read { addr, rkey, len } => (3, *addr, key(rkey, *len as u64), &[]),
+        Body::Atomic {
+            addr,
+            rkey,
+            compare,
+            operand,
+        } => (
+            4,
+            *addr ^ compare.map_or(0, |c| c.rotate_left(17) ^ 1),
+            key(rkey, 0) ^ *operand,
+            &[],
+        ),
+        Body::Flush {
+            addr,
+            rkey,
+            len,
+            placement,
+        } => (
+            5 | (matches!(placement, FlushPlacement::Persistence) as u64) << 8,
+            *addr,
+            key(rkey, 0) ^ *len,
+            &[],
+        ),
+        Body::NonPostedWrite {
+            addr,
+            rkey,
+            data,
+            atomic,
+        } => (6 | (*atomic as u64) << 8, *addr, key(rkey, 0), data),
+        Body::Ack => (7, 0, 0, &[]),
+        Body::Nak(code) => (8, *code as u64, 0, &[]),
+        Body::ReadResp(data) => (9, 0, 0, data),
+        Body::AtomicResp(v) => (10, *v, 0, &[]),
+        Body::Done => (11, 0, 0, &[]),
+        Body::SFlush { send_psn } => (12, *send_psn as u64, 0, &[]),
+        Body::Datagram { qkey, data, imm: i } => (13, *qkey as u64, imm(i), data),
+    };
+    [kind, a, b, trace::digest(data)]
 }
 
 pub(crate) struct Shared {
@@ -628,12 +691,14 @@ impl Sim {
                 return false;
             }
             let k = w.events_processed;
-            if let Some(pos) = w
+            // Every crash planned before this event lands (two nodes may share one), in
+            // the plan's order.
+            while let Some(pos) = w
                 .event_crashes
                 .iter()
                 .position(|c| c.at == CrashAt::Event(k))
             {
-                let c = w.event_crashes.swap_remove(pos);
+                let c = w.event_crashes.remove(pos);
                 w.crash(c.node);
                 drop(w);
                 self.shared.exec.cancel_owned_by(c.node);
@@ -652,8 +717,9 @@ impl Sim {
                 ..
             } = &mut *w;
             if let Some(Ev::Deliver(pkt)) = &payloads[slot as usize] {
-                let (depart, life) = sent[slot as usize];
+                let (depart, life, dst_life) = sent[slot as usize];
                 let (dst, heap) = (pkt.dst, pkt.holds_heap());
+                let [kind, a, b, bytes] = packet_words(pkt);
                 trace.fold(&[
                     1,
                     at.as_nanos(),
@@ -661,12 +727,19 @@ impl Sim {
                     dst as u64,
                     pkt.psn as u64,
                     pkt.payload_len(),
+                    (pkt.src_qp.0 as u64) << 32 | pkt.dst_qp.0 as u64,
+                    kind,
+                    a,
+                    b,
+                    bytes,
                 ]);
                 // The RNIC computes a response's departure ahead of time; if its node lost
                 // power before that instant, the packet never left.
+                // Nor does one reach a receiver that lost power while it was on its way.
                 let lost = deaths[pkt.src as usize]
                     .get(life as usize)
-                    .is_some_and(|&c| c < depart);
+                    .is_some_and(|&c| c < depart)
+                    || deaths[dst as usize].len() as u32 != dst_life;
                 if !lost {
                     nodes[dst as usize].handle_packet(at, pkt);
                 }
