@@ -237,6 +237,9 @@ struct Qp {
     flush: flush::QpFlush,
     /// Destroyed: its number waits in `free_qps` for reuse.
     freed: bool,
+    /// Which QP of its number this is (numbers are reused): a lost completion fails the QP
+    /// it was for, never a later one that took the number (see `deliver_cqe`).
+    serial: u64,
 }
 
 impl Qp {
@@ -265,6 +268,7 @@ impl Qp {
             doorbell: false,
             flush: flush::QpFlush::default(),
             freed: false,
+            serial: 0,
         }
     }
 
@@ -355,9 +359,11 @@ pub struct Rnic {
     /// Completions waiting for their time, each carried in its entry (no side table to
     /// insert into and remove from per completion).
     cqe_pending: BinaryHeap<Reverse<PendingCqe>>,
-    /// QPs whose completion a full CQ lost, with when: moved to the error state by the
-    /// next `handle_timeout` (see `deliver_cqe`).
-    overruns: Vec<(Instant, QpNum)>,
+    /// QPs whose completion a full CQ lost, with when and the QP's `serial`: moved to the
+    /// error state by the next `handle_timeout` (see `deliver_cqe`).
+    overruns: Vec<(Instant, QpNum, u64)>,
+    /// The last `serial` given to a QP.
+    qp_serial: u64,
     seq: u64,
     alloc_next: [u64; 2],
     events: Option<Vec<NodeEvent>>,
@@ -390,6 +396,8 @@ struct PendingCqe {
     seq: u64,
     cq: u32,
     wc: WorkCompletion,
+    /// The `serial` of the QP it is for.
+    serial: u64,
 }
 
 impl PartialEq for PendingCqe {
@@ -463,6 +471,7 @@ impl Rnic {
             timers: BinaryHeap::new(),
             cqe_pending: BinaryHeap::new(),
             overruns: Vec::new(),
+            qp_serial: 0,
             seq: 0,
             alloc_next: [0x1000, PM_BASE],
             events: None,
@@ -756,6 +765,8 @@ impl Rnic {
                 QpNum(self.qps.len() as u32 - 1)
             }
         };
+        self.qp_serial += 1;
+        self.qps[qpn.0 as usize].serial = self.qp_serial;
         self.created_qp(qpn);
         Ok(qpn)
     }
@@ -1061,7 +1072,7 @@ impl Rnic {
     /// [`poll_timeout`](Self::poll_timeout) when a CQ overran (rare: off its path).
     #[cold]
     fn with_overruns(&self, next: Option<Instant>) -> Option<Instant> {
-        let o = self.overruns.iter().map(|&(t, _)| t).min();
+        let o = self.overruns.iter().map(|&(t, _, _)| t).min();
         [next, o].into_iter().flatten().min()
     }
 
@@ -1072,32 +1083,36 @@ impl Rnic {
     /// the error state, at the next [`handle_timeout`](Self::handle_timeout): its
     /// application learns of it from its next request instead of waiting for ever, and
     /// one connection's overrun never stops the node. Counted in
-    /// [`RnicStats::cq_overruns`].
+    /// [`RnicStats::cq_overruns`]. `serial` is the QP's (see `Qp::serial`): a QP destroyed
+    /// meanwhile, whose number a new QP took, fails nothing.
     #[inline]
-    fn deliver_cqe(&mut self, at: Instant, cq: u32, wc: WorkCompletion) {
+    fn deliver_cqe(&mut self, at: Instant, cq: u32, wc: WorkCompletion, serial: u64) {
         let c = &mut self.cqs[cq as usize];
         if c.entries.len() < c.depth {
             let (qp, wr_id) = (wc.qp, wc.wr_id);
             c.entries.push_back(wc);
             self.event(at, EventKind::Completed, qp, wr_id);
         } else {
-            self.overrun(at, wc.qp);
+            self.overrun(at, wc.qp, serial);
         }
     }
 
-    /// A completion for `qp` was lost to a full CQ (see `deliver_cqe`).
+    /// A completion for `qp` (of `serial`) was lost to a full CQ (see `deliver_cqe`).
     #[cold]
-    fn overrun(&mut self, at: Instant, qp: QpNum) {
+    fn overrun(&mut self, at: Instant, qp: QpNum, serial: u64) {
         self.stats.cq_overruns += 1;
-        self.overruns.push((at, qp));
+        self.overruns.push((at, qp, serial));
     }
 
     /// Moves the QPs whose completions a full CQ lost to the error state (see
     /// `deliver_cqe`).
     #[cold]
     fn fail_overrun_qps(&mut self, now: Instant) {
-        for (_, qp) in std::mem::take(&mut self.overruns) {
-            if self.qp_live(qp) && self.qps[qp.0 as usize].state != QpState::Error {
+        for (_, qp, serial) in std::mem::take(&mut self.overruns) {
+            let q = self.qps.get(qp.0 as usize);
+            // The QP the completion was for, not one that took its number since.
+            let same = q.is_some_and(|q| !q.freed && q.serial == serial);
+            if same && self.qps[qp.0 as usize].state != QpState::Error {
                 self.enter_error(now, qp);
                 self.retire(now, qp);
             }
@@ -1112,8 +1127,14 @@ impl Rnic {
             .peek()
             .is_some_and(|Reverse(p)| p.at <= now)
         {
-            let Reverse(PendingCqe { at: t, cq, wc, .. }) = self.cqe_pending.pop().expect("peeked");
-            self.deliver_cqe(t, cq, wc);
+            let Reverse(PendingCqe {
+                at: t,
+                cq,
+                wc,
+                serial,
+                ..
+            }) = self.cqe_pending.pop().expect("peeked");
+            self.deliver_cqe(t, cq, wc, serial);
         }
         if !self.overruns.is_empty() {
             self.fail_overrun_qps(now);

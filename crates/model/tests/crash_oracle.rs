@@ -399,6 +399,68 @@ fn a_failed_cas_response_does_not_precede_the_earlier_write_it_returns() {
     );
 }
 
+/// A FLUSH with persistence placement of a DRAM region is refused (NAK remote access),
+/// never answered as done: DRAM loses everything at a power failure, so a "persistent"
+/// answer would be a lie the requester builds on. A server can register DRAM with every
+/// right (`Access::ALL`); rxe refuses `IB_ACCESS_FLUSH_PERSISTENT` on non-pmem memory, and
+/// the model's SFlush and RFlush already refuse DRAM. Before the fix the FLUSH was answered
+/// `Done` and the WRITE it answered for was gone after a power failure then (found by
+/// review).
+#[test]
+fn a_persistent_flush_of_a_dram_region_is_refused() {
+    let p = LatencyProfile::default_profile();
+    for cfg in [
+        "DMP+noDDIO+PM-RQWRB",
+        "MHP+DDIO+PM-RQWRB",
+        "WSP+DDIO+PM-RQWRB",
+    ] {
+        let (mut a, mut b) = (node(1, cfg, &p), node(2, cfg, &p));
+        a.rnic.connect(a.qp, 2, b.qp).unwrap();
+        b.rnic.connect(b.qp, 1, a.qp).unwrap();
+        let pd = b.rnic.alloc_pd();
+        let at = b.rnic.alloc(Space::Dram, 4096, 4096);
+        let dram = b
+            .rnic
+            .reg_mr(pd, Space::Dram, at, 4096, Access::ALL)
+            .unwrap();
+        // The QP must be in the MR's protection domain: a second QP pair on it.
+        let cq = b.rnic.create_cq(64).unwrap();
+        let bqp = b.rnic.create_qp(pd, cq, cq, QpAttr::default()).unwrap();
+        let apd = a.rnic.alloc_pd();
+        let acq = a.rnic.create_cq(64).unwrap();
+        let aqp = a.rnic.create_qp(apd, acq, acq, QpAttr::default()).unwrap();
+        a.rnic.connect(aqp, 2, bqp).unwrap();
+        b.rnic.connect(bqp, 1, aqp).unwrap();
+        let r = Remote {
+            addr: dram.addr,
+            rkey: dram.rkey,
+        };
+        let t = ns(1_000);
+        let write = SendWr::new(1, Opcode::Write, Payload::inline(vec![0x5a; 64]), Some(r));
+        a.rnic.post_send(t, aqp, write).unwrap();
+        a.rnic.post_send(t, aqp, SendWr::wflush(2, r, 64)).unwrap();
+        a.rnic.process_doorbells(t);
+        let pkts: Vec<Packet> =
+            std::iter::from_fn(|| a.rnic.poll_transmit().map(|(_, p)| p)).collect();
+        assert_eq!(pkts.len(), 2);
+        for p in &pkts {
+            b.rnic.handle_packet(t, p);
+        }
+        let resp: Vec<(Instant, Packet)> = std::iter::from_fn(|| b.rnic.poll_transmit()).collect();
+        let flush = resp
+            .iter()
+            .find(|(_, p)| p.psn == pkts[1].psn)
+            .expect("the FLUSH is answered");
+        assert_eq!(
+            flush.1.body,
+            Body::Nak(remora_model::wire::NakCode::RemoteAccess),
+            "{cfg}: a persistent FLUSH of DRAM answered {:?} at {:?}",
+            flush.1.body,
+            flush.0
+        );
+    }
+}
+
 #[derive(Clone, Debug)]
 enum ROp {
     Write { off: u16, len: u16, gap: u16 },

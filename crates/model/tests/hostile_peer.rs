@@ -228,6 +228,47 @@ fn an_overrun_fails_the_queue_pair_it_was_for() {
     ));
 }
 
+/// A completion lost to a full CQ fails the QP it was for, not another: when the
+/// application destroys that QP before the RNIC next runs its timers (it gave up on the
+/// connection) and a new connection's QP takes the number, the new QP works. Before the
+/// fix the overrun was remembered by QP number only, and the new QP was moved to the
+/// error state at the next `handle_timeout` (found by review).
+#[test]
+fn an_overrun_does_not_fail_a_new_queue_pair_that_took_the_number() {
+    let (mut a, mut b) = pair(1);
+    let t = Instant::from_nanos(1_000);
+    let remote = Remote {
+        addr: b.mr.addr,
+        rkey: b.mr.rkey,
+    };
+    for i in 0..2 {
+        let wr = SendWr::new(i, Opcode::Write, Payload::inline(vec![7; 8]), Some(remote));
+        a.rnic.post_send(t, a.qp, wr).unwrap();
+    }
+    for r in sent(&mut a, t) {
+        b.rnic.handle_packet(t + Duration::from_micros(2), &r);
+    }
+    let later = t + Duration::from_micros(10);
+    settle(&mut b, later);
+    // The ACK completes both WRITEs at once: the second completion finds the CQ full.
+    for p in sent(&mut b, later) {
+        a.rnic.handle_packet(later, &p);
+    }
+    assert_eq!(a.rnic.stats().cq_overruns, 1);
+    let old = a.qp;
+    a.rnic.destroy_qp(later, old).unwrap();
+    let pd = a.rnic.alloc_pd();
+    let cq = a.rnic.create_cq(16).unwrap();
+    let qp = a.rnic.create_qp(pd, cq, cq, QpAttr::default()).unwrap();
+    assert_eq!(qp, old, "the new QP takes the destroyed one's number");
+    a.rnic.connect(qp, B, QpNum(9)).unwrap();
+    settle(&mut a, later + Duration::from_micros(10));
+    let wr = SendWr::new(5, Opcode::Send, Payload::inline(vec![1; 8]), None);
+    a.rnic
+        .post_send(later + Duration::from_micros(10), qp, wr)
+        .expect("the new connection's QP is not failed by the old one's overrun");
+}
+
 /// With a largest message set (the soft wire's frame bound), a READ beyond it is answered
 /// with NAK invalid request (not a response the peer's wire would refuse), and a request
 /// posted beyond it is refused at once.

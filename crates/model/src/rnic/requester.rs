@@ -380,11 +380,12 @@ impl Rnic {
     pub(super) fn push_cqe(&mut self, now: Instant, at: Instant, cq: CqId, wc: WorkCompletion) {
         // A completion never overtakes an earlier one of the same CQ (a READ that places
         // data locally finishes later than the WRITE acknowledged after it).
+        let serial = self.qps[wc.qp.0 as usize].serial;
         let c = &mut self.cqs[cq.0 as usize];
         let at = at.max(c.last_at);
         c.last_at = at;
         if at <= now && self.cqe_pending.is_empty() {
-            self.deliver_cqe(at, cq.0, wc);
+            self.deliver_cqe(at, cq.0, wc, serial);
             return;
         }
         self.seq += 1;
@@ -393,6 +394,7 @@ impl Rnic {
             seq: self.seq,
             cq: cq.0,
             wc,
+            serial,
         }));
     }
 

@@ -482,6 +482,15 @@ impl Rnic {
                     crate::hierarchy::FlushPlacement::Persistence => Access::FLUSH_PERSISTENT,
                 };
                 let space = match self.check_remote(qpn, *rkey, *addr, *len, need) {
+                    // DRAM cannot be made persistent: a region there never holds the
+                    // persistence-placement right, whatever its registration says (rxe
+                    // refuses `IB_ACCESS_FLUSH_PERSISTENT` on non-pmem memory), as SFlush
+                    // refuses a SEND that landed in DRAM and RFlush a DRAM range.
+                    Ok(Space::Dram)
+                        if *placement == crate::hierarchy::FlushPlacement::Persistence =>
+                    {
+                        return self.nak(now, pkt, NakCode::RemoteAccess)
+                    }
                     Ok(s) => s,
                     Err(code) => return self.nak(now, pkt, code),
                 };
