@@ -669,7 +669,8 @@ impl<V: Verbs> Client<V> {
             buf,
         );
         self.post_ack_slot(wc.wr_id)?;
-        Ok(Frame::parse(buf)?)
+        // A message of known length: bytes after its frame are refused, not ignored.
+        Ok(Frame::parse_exact(buf)?)
     }
 
     async fn wait_ack(&mut self, seq: u64) -> Result<(), PersistError> {

@@ -392,8 +392,9 @@ impl<V: Verbs> Responder<V> {
                     let mut scratch = remora_model::bytes::Scratch::new();
                     let bytes = scratch.get(len);
                     self.v.load(self.ring.space, self.slot_addr(slot), bytes);
-                    // Read in place: the data is copied from the slot, not from here.
-                    match FrameRef::parse(bytes) {
+                    // Read in place: the data is copied from the slot, not from here. The
+                    // message's length is known: bytes after its frame are not ignored.
+                    match FrameRef::parse_exact(bytes) {
                         Ok(FrameRef::Apply { seq, .. } | FrameRef::Notify { seq, .. })
                             if !follows(seq, next_seq) =>
                         {

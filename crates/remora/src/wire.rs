@@ -125,6 +125,9 @@ pub enum FrameError {
     /// A field holds a value outside its range.
     #[error("bad value for {0}")]
     BadValue(&'static str),
+    /// Bytes after the frame in a message of known length ([`FrameRef::parse_exact`]).
+    #[error("{0} bytes after the frame")]
+    Trailing(usize),
 }
 
 struct Reader<'a> {
@@ -266,6 +269,12 @@ impl Frame {
     /// [`FrameRef::parse`], which checks the same and copies nothing).
     pub fn parse(buf: &[u8]) -> Result<Frame, FrameError> {
         FrameRef::parse(buf).map(|f| f.to_frame())
+    }
+
+    /// As [`parse`](Self::parse), for a message whose length is known (a received SEND):
+    /// the frame must be all of `buf` ([`FrameRef::parse_exact`]).
+    pub fn parse_exact(buf: &[u8]) -> Result<Frame, FrameError> {
+        FrameRef::parse_exact(buf).map(|f| f.to_frame())
     }
 }
 
@@ -421,8 +430,24 @@ impl<'a> FrameRef<'a> {
     }
 
     /// Parses a frame at the start of `buf` (trailing bytes, e.g. the rest of a receive
-    /// slot, are ignored).
+    /// slot whose message length recovery does not know, are ignored).
     pub fn parse(buf: &'a [u8]) -> Result<FrameRef<'a>, FrameError> {
+        FrameRef::parse_prefix(buf).map(|(f, _)| f)
+    }
+
+    /// Parses a message of known length (a received SEND, its completion's byte count):
+    /// the frame must be all of `buf`, and bytes after it are refused
+    /// ([`FrameError::Trailing`]) rather than ignored.
+    pub fn parse_exact(buf: &'a [u8]) -> Result<FrameRef<'a>, FrameError> {
+        let (f, used) = FrameRef::parse_prefix(buf)?;
+        if used != buf.len() {
+            return Err(FrameError::Trailing(buf.len() - used));
+        }
+        Ok(f)
+    }
+
+    /// The frame at the start of `buf` and its length.
+    fn parse_prefix(buf: &'a [u8]) -> Result<(FrameRef<'a>, usize), FrameError> {
         let mut r = Reader { b: buf, at: 0 };
         if r.take(4)? != MAGIC {
             return Err(FrameError::BadMagic);
@@ -446,6 +471,20 @@ impl<'a> FrameRef<'a> {
         }
         if count > MAX_ENTRIES {
             return Err(FrameError::BadValue("entry count"));
+        }
+        // A Hello or an Ack has no entries and wants no Ack, and a Hello has no sequence
+        // number: `emit` writes zero there, and one encoding per frame leaves no bytes
+        // this build would take in without understanding them.
+        if matches!(kind, KIND_HELLO | KIND_ACK) {
+            if count != 0 {
+                return Err(FrameError::BadValue("entry count"));
+            }
+            if flags != 0 {
+                return Err(FrameError::BadValue("flags"));
+            }
+            if kind == KIND_HELLO && seq != 0 {
+                return Err(FrameError::BadValue("sequence number of a Hello"));
+            }
         }
         let total = HEADER
             .checked_add(body_len)
@@ -531,7 +570,7 @@ impl<'a> FrameRef<'a> {
         if body.at != total {
             return Err(FrameError::BadValue("body length"));
         }
-        Ok(frame)
+        Ok((frame, total))
     }
 }
 
@@ -606,8 +645,12 @@ mod tests {
         fn round_trips(f in frames(), pad in 0usize..8) {
             let mut b = f.emit();
             prop_assert_eq!(b.len(), f.buffer_len());
+            prop_assert_eq!(Frame::parse_exact(&b), Ok(f.clone()));
             b.extend(std::iter::repeat_n(0xAA, pad));
-            prop_assert_eq!(Frame::parse(&b).unwrap(), f);
+            prop_assert_eq!(Frame::parse(&b).unwrap(), f.clone());
+            if pad > 0 {
+                prop_assert_eq!(Frame::parse_exact(&b), Err(FrameError::Trailing(pad)));
+            }
         }
 
         #[test]

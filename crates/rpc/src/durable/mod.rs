@@ -224,16 +224,22 @@ impl ServerMsg {
             ServerMsg::Reply(r) => r.to_bytes(),
         }
     }
-    /// Parses a message.
+    /// Parses a message: `b` is the whole receive, so bytes after the frame are an error.
     pub fn parse(b: &[u8]) -> Result<ServerMsg, RpcError> {
         if b.len() == 16 && &b[0..8] == b"DA\0\0\0\0\0\0" {
             return Ok(ServerMsg::Durable {
                 upto: u64::from_le_bytes(b[8..16].try_into().unwrap()),
             });
         }
-        ReplyFrame::parse(b)
-            .map(|(r, _)| ServerMsg::Reply(r))
-            .map_err(|e| RpcError::Malformed(format!("server message: {e}")))
+        let (r, used) = ReplyFrame::parse(b)
+            .map_err(|e| RpcError::Malformed(format!("server message: {e}")))?;
+        if used != b.len() {
+            return Err(RpcError::Malformed(format!(
+                "server message: {} bytes after a {used}-byte reply",
+                b.len() - used
+            )));
+        }
+        Ok(ServerMsg::Reply(r))
     }
 }
 

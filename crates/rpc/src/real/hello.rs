@@ -158,8 +158,9 @@ impl DurableHello {
     }
 
     /// Parses exactly one frame. Rejects truncation, another magic or version, a flipped
-    /// byte (CRC-32C), unknown codes, non-zero reserved bytes, and a log layout that does
-    /// not follow from the options.
+    /// byte (CRC-32C), unknown codes, non-zero reserved bytes, a log layout that does not
+    /// follow from the options, and a log or object store past the end of the address
+    /// space.
     pub fn parse(b: &[u8]) -> Result<DurableHello, HelloError> {
         if b.len() != HELLO_BYTES {
             return Err(HelloError::Length(b.len()));
@@ -228,6 +229,34 @@ impl DurableHello {
                 layout.entry_bytes
             ));
         }
+        // Every entry's address is `base` plus its offset, every object's `kv_base` plus
+        // its: a log or a store that runs past the address space would overflow them.
+        if layout.base.checked_add(layout.bytes()).is_none() {
+            return bad(format!(
+                "a redo log at {:#x} of {} bytes runs past the address space",
+                layout.base,
+                layout.bytes()
+            ));
+        }
+        let kv_base = u64_at(80);
+        let kv = KvLayout {
+            base: kv_base,
+            objects: opts.objects,
+            max_value: opts.max_value as u64,
+        };
+        if kv
+            .slot_bytes()
+            .checked_mul(kv.objects)
+            .and_then(|n| kv_base.checked_add(n))
+            .is_none()
+        {
+            return bad(format!(
+                "an object store at {kv_base:#x} of {} objects of {} bytes runs past the \
+                 address space",
+                kv.objects,
+                kv.slot_bytes()
+            ));
+        }
         let (processed, before) = (u64_at(64), u64_at(72));
         // A connection numbers its requests from `processed + 1` up: no watermark near the
         // top of the range is real, and one there would wrap the client's count.
@@ -248,7 +277,7 @@ impl DurableHello {
                 processed,
                 processed_before_recovery: before,
             },
-            kv_base: u64_at(80),
+            kv_base,
             key: u64_at(88),
         })
     }
