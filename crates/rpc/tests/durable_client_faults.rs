@@ -471,6 +471,21 @@ fn a_zero_length_notification_cannot_vouch_for_requests_never_sent() {
     );
 }
 
+/// A zero-length message is a native RFlush's notification; under a plan without one (the
+/// client flushes its requests itself) it is malformed, whatever it names.
+#[test]
+fn a_zero_length_notification_is_refused_where_the_plan_has_no_receiver_rflush() {
+    let put = Op::Put {
+        key: 1,
+        value: vec![1; 16],
+    };
+    let got = bare_server_says(Design::SFlushRpc, vec![(vec![], 1)], put);
+    assert!(
+        matches!(&got, Err(RpcError::Malformed(_))),
+        "an SFlush-RPC client took a zero-length notification: {got:?}"
+    );
+}
+
 /// A reply frame names its connection; one for another connection's request 1 is taken as
 /// this connection's request 1: a Get returns another connection's value.
 #[test]

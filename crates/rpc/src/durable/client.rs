@@ -277,6 +277,13 @@ impl<V: Verbs> DurableClient<V> {
             0 => {
                 // A native RFlush's notification: the immediate is the low 32 bits of the
                 // last durable sequence number (no backlog notice; replies carry it).
+                // Only a plan with a receiver-side RFlush has the server send one.
+                if !self.plan.is_some_and(|p| p.receiver_rflush) {
+                    return Err(RpcError::Malformed(
+                        "a zero-length notification, which only a native RFlush's receiver sends"
+                            .into(),
+                    ));
+                }
                 let issued = self.next_seq - 1;
                 let low = wc.imm.unwrap_or(0) as u64;
                 let mut upto = (issued & !0xffff_ffff) | low;
