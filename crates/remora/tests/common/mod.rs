@@ -91,21 +91,16 @@ impl RawQp {
 
     /// The next message, or `None` if none has come (poll once).
     pub fn try_recv(&self) -> Option<Vec<u8>> {
-        let wc = self.node.poll_one(self.rcq)?;
-        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
-        let mut b = vec![0u8; wc.byte_len as usize];
-        self.node.load(
-            Space::Dram,
-            self.buf.addr + wc.wr_id * RAW_SLOT_BYTES,
-            &mut b,
-        );
-        self.post_slot(wc.wr_id);
-        Some(b)
+        Some(self.take(self.node.poll_one(self.rcq)?))
     }
 
     /// The bytes of the next message received.
     pub async fn recv(&self) -> Vec<u8> {
-        let wc = next_completion(&self.node, self.rcq).await;
+        self.take(next_completion(&self.node, self.rcq).await)
+    }
+
+    /// The bytes a receive completion placed in its slot; the slot is posted again.
+    fn take(&self, wc: WorkCompletion) -> Vec<u8> {
         assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
         let mut b = vec![0u8; wc.byte_len as usize];
         self.node.load(
