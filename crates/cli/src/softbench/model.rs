@@ -4,7 +4,7 @@
 //! miss is made of.
 
 use super::latency::ScenarioRow;
-use super::quantiles;
+use super::{quantiles, rank};
 use remora::Scenario;
 use remora_model::profile::LatencyProfile;
 use std::fmt::Write as _;
@@ -163,7 +163,7 @@ impl Cause {
 fn preempted_us(ns: &[u64]) -> f64 {
     let mut sorted = ns.to_vec();
     sorted.sort_unstable();
-    let Some(&p50) = sorted.get(sorted.len() / 2) else {
+    let Some(&p50) = sorted.get(rank(sorted.len(), 50)) else {
         return 0.0;
     };
     let excess: u64 = sorted
@@ -255,7 +255,7 @@ fn summary(verdicts: &[Verdict]) -> String {
         verdicts.len(),
         ratios.first().copied().unwrap_or(f64::NAN),
         ratios.last().copied().unwrap_or(f64::NAN),
-        ratios.get(ratios.len() / 2).copied().unwrap_or(f64::NAN),
+        ratios.get(rank(ratios.len(), 50)).copied().unwrap_or(f64::NAN),
     );
     for cause in Cause::OUTSIDE {
         let these: Vec<String> = outside
