@@ -99,3 +99,60 @@ fn section_4_trends_hold() {
         assert!((on - off).abs() < 0.05 * on, "{d}: DDIO on {on}, off {off}");
     }
 }
+
+/// Claims of §4.3 and §4.4 the test above leaves unchecked, which the model reproduces.
+#[test]
+fn section_4_configuration_claims_hold() {
+    let rs = results();
+    use Primitive::*;
+    use Update::*;
+    // §4.3: "for the DDIO_DRAM_RQWRB_WRITE bars, MHP performs significantly better than
+    // DMP", one-sided against a message exchange.
+    let mhp = mean(&rs, Singleton, "MHP+DDIO+DRAM-RQWRB", Write);
+    let dmp = mean(&rs, Singleton, "DMP+DDIO+DRAM-RQWRB", Write);
+    assert!(mhp < 0.8 * dmp, "MHP {mhp} vs DMP {dmp}");
+    // §4.3: "WSP enables the best latency": no configuration of the same DDIO / RQWRB
+    // row and primitive beats WSP.
+    for row in [
+        "DDIO+DRAM-RQWRB",
+        "DDIO+PM-RQWRB",
+        "noDDIO+DRAM-RQWRB",
+        "noDDIO+PM-RQWRB",
+    ] {
+        for p in [Write, WriteImm, Send] {
+            for u in [Singleton, Compound] {
+                let wsp = mean(&rs, u, &format!("WSP+{row}"), p);
+                for d in ["DMP", "MHP"] {
+                    let other = mean(&rs, u, &format!("{d}+{row}"), p);
+                    assert!(
+                        wsp <= 1.01 * other,
+                        "{u:?} {p:?} {row}: WSP {wsp}, {d} {other}"
+                    );
+                }
+            }
+        }
+    }
+    // §4.4: a PM receive buffer makes the compound SEND one-sided "provided the persistence
+    // domain is either MHP or WSP, or DDIO is turned off".
+    for cfg in ["DMP+noDDIO", "MHP+DDIO", "WSP+DDIO"] {
+        let pm = mean(&rs, Compound, &format!("{cfg}+PM-RQWRB"), Send);
+        let dram = mean(&rs, Compound, &format!("{cfg}+DRAM-RQWRB"), Send);
+        assert!(pm < 0.8 * dram, "{cfg}: PM {pm} vs DRAM {dram}");
+    }
+    // ... but not under DMP with DDIO on: the SEND lands in the cache.
+    let pm = mean(&rs, Compound, "DMP+DDIO+PM-RQWRB", Send);
+    let dram = mean(&rs, Compound, "DMP+DDIO+DRAM-RQWRB", Send);
+    assert!(pm > 0.9 * dram, "DMP+DDIO: PM {pm} vs DRAM {dram}");
+    // §4.4: the one-sided compound gain over message passing "is more pronounced ... for
+    // WSP" than for MHP.
+    let gain = |d: &str| {
+        let cfg = format!("{d}+DDIO+DRAM-RQWRB");
+        1.0 - mean(&rs, Compound, &cfg, Write) / mean(&rs, Compound, &cfg, Send)
+    };
+    assert!(
+        gain("WSP") > gain("MHP") + 0.05,
+        "WSP {} vs MHP {}",
+        gain("WSP"),
+        gain("MHP")
+    );
+}

@@ -37,7 +37,7 @@ pub(super) fn us(ns: f64) -> String {
     }
 }
 
-fn size(b: u64) -> String {
+pub(super) fn size(b: u64) -> String {
     if b >= 1024 && b.is_multiple_of(1024) {
         format!("{} KB", b / 1024)
     } else {
