@@ -159,6 +159,17 @@ impl<V: Verbs> KvStore<V> {
         Ok(Some((Stamp { conn, seq }, value)))
     }
 
+    /// Whether `key`'s object was written but does not read back (its header is there, its
+    /// length or checksum fails): a crash caught a Put's write-back of it half-way.
+    pub fn torn(&self, key: u64) -> bool {
+        let Ok(at) = self.layout.slot(key) else {
+            return false;
+        };
+        let mut h = [0u8; 20];
+        self.v.load(Space::Pm, at, &mut h);
+        h.iter().any(|&b| b != 0) && matches!(self.read(key), Ok(None))
+    }
+
     /// Executes request `seq` of connection `conn` and makes its effect durable (stores,
     /// then `clwb`+`sfence` of the slot) before returning. A Put already executed (the
     /// object carries this stamp or a later one of the same connection) is skipped. A

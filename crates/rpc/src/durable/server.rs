@@ -339,6 +339,14 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
         // then skips the Put (and counts it if it was not counted).
         match self.kv.read(*key) {
             Ok(Some((st, _))) if st.conn == self.opts.conn && st.seq == seq => {}
+            // A torn object (written, its checksum failing): the crash caught a Put's
+            // write-back of it, this one's or another log's next Put of the key. Either
+            // way no Put past any watermark is acknowledged as executed, so this one runs
+            // now and repairs the object: another log's recovery must never read it torn
+            // (a Get would answer "no value", which the key never held since it was
+            // first written). Should the torn Put be another log's, its own recovery
+            // still runs it, after this one.
+            Ok(None) if self.kv.torn(*key) => {}
             _ => return Ok(false),
         }
         let reply = self.kv.apply(self.opts.conn, seq, &r.op).await;
@@ -870,6 +878,24 @@ impl<V: Verbs> Core<V> {
             if self.plan.server_acknowledges() && seq > self.durable.get() {
                 let from = self.durable.get() + 1;
                 let mut ok = true;
+                if self.plan.frame_commits() {
+                    // The RNIC's RFlush acknowledges every entry it covers, and each
+                    // frame is its own commit record: a corrupt one acknowledged as
+                    // durable would stop recovery there, and with it every entry
+                    // acknowledged after it. The CPU checks the frames before it posts
+                    // (those the processor has executed already are durable in the store
+                    // and the watermark, and their slots may hold a newer lap).
+                    for s in from.max(self.processed.get() + 1)..=seq {
+                        let entry = read_entry_with(&self.v, &self.layout, self.opts.conn, s, true);
+                        if !matches!(entry, EntryState::Committed(_)) {
+                            self.bump(|st| st.bad_entries += 1);
+                            return RpcError::Malformed(format!(
+                                "entry {s}: not a well-formed request of connection {}",
+                                self.opts.conn
+                            ));
+                        }
+                    }
+                }
                 if self.plan.responder_cpu {
                     for s in from..=seq {
                         let log = self.work_log.as_ref();
@@ -928,12 +954,22 @@ impl<V: Verbs> Core<V> {
             let mut next = self.processed.get() + 1;
             loop {
                 let seen = self.notify.generation.get();
+                let giving_up =
+                    polls > 0 && self.v.now().saturating_since(polling_since) >= POLL_GIVE_UP;
                 match read_entry_with(&self.v, &self.layout, self.opts.conn, next, frames) {
                     EntryState::Committed(r) => {
                         polls = 0;
                         let worker = pool.acquire().await;
                         tasks.start(self.execute(next, r, worker));
                         next += 1;
+                    }
+                    // Still torn when the polling gives up: its data is not the request
+                    // its operator commits, and never will be (the client wrote the
+                    // operator over something else). The connection ends with the reason,
+                    // once every earlier entry is processed (none is left mid-store),
+                    // instead of waiting forever with every later entry stuck behind it.
+                    EntryState::Torn(why) if giving_up && self.processed.get() + 1 == next => {
+                        return RpcError::Malformed(format!("entry {next}: {why}"));
                     }
                     // Not committed yet (or, live, an operator visible before its data).
                     _ if self.arrived.get() >= next
