@@ -905,9 +905,13 @@ mod tests {
             .unwrap_or(1 << 22);
         let dead = pid_max + 1;
         let me = std::process::id();
-        for (pid, n) in [(dead, 0), (me, 99)] {
-            std::fs::write(creation_name(&p, pid, n).unwrap(), b"half made").unwrap();
-        }
+        std::fs::write(creation_name(&p, dead, 0).unwrap(), b"half made").unwrap();
+        // A live creator's: empty between making and locking it, locked once it grows.
+        std::fs::write(creation_name(&p, me, 99).unwrap(), b"").unwrap();
+        let growing = creation_name(&p, me, 98).unwrap();
+        std::fs::write(&growing, b"half made").unwrap();
+        let held = File::open(&growing).unwrap();
+        lock(&growing, &held).unwrap();
         // Another pool's temporary file is not this pool's business.
         let other = creation_name(&dir.path().join("other"), dead, 0).unwrap();
         std::fs::write(&other, b"another pool's").unwrap();
@@ -916,10 +920,49 @@ mod tests {
             names(dir.path()),
             vec![
                 format!(".other.creating-{dead}-0"),
+                format!(".pool.creating-{me}-98"),
                 format!(".pool.creating-{me}-99"),
                 "pool".to_string()
             ]
         );
+        drop(held);
+    }
+
+    /// A creator killed mid-way leaves its temporary file under its pid, and a later
+    /// server with that pid (a restart in a container: pid 1 each time) names its own
+    /// temporary file the same: it failed with "File exists" at every start, and the
+    /// file, as large as the pool, stayed for as long as the pid lived (review). A file
+    /// with anything in it is stale whoever has its pid now, and goes; an empty one may be
+    /// a live creator's, is kept, and the creation takes the next name.
+    #[test]
+    fn a_creator_killed_mid_way_does_not_block_a_later_one_with_its_pid() {
+        let dir = tmp_dir();
+        let me = std::process::id();
+        // The names the next creations of this process take (tests running beside this
+        // one create pools too).
+        let p = dir.path().join("pool");
+        let next = super::file::next_creation();
+        for n in next..next + 32 {
+            std::fs::write(creation_name(&p, me, n).unwrap(), b"half made").unwrap();
+        }
+        let pool = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
+        assert!(pool.created());
+        drop(pool);
+        assert_eq!(names(dir.path()), vec!["pool".to_string()]);
+        // Killed before it locked its file: empty, kept, passed over.
+        let q = dir.path().join("queue");
+        let next = super::file::next_creation();
+        let mut want = vec!["pool".to_string(), "queue".to_string()];
+        for n in next..next + 8 {
+            let name = creation_name(&q, me, n).unwrap();
+            std::fs::write(&name, b"").unwrap();
+            want.push(name.file_name().unwrap().to_string_lossy().into_owned());
+        }
+        let pool = Pool::open_or_create(&q, MIN_POOL_BYTES).unwrap();
+        assert!(pool.created());
+        drop(pool);
+        want.sort();
+        assert_eq!(names(dir.path()), want);
     }
 
     /// A file named as a dead creator's temporary file of this pool, but which is a pool

@@ -10,6 +10,18 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+/// Creations of pools this process has begun: the number in a creator's temporary name.
+static CREATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Temporary names [`create`] passes over (taken by files it did not make) before it gives up.
+const CREATION_TRIES: u32 = 64;
+
+/// The number the next creation of this process takes (for tests).
+#[cfg(test)]
+pub(super) fn next_creation() -> u64 {
+    CREATIONS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Makes a new pool at `path` under a temporary name in the same directory (created
 /// exclusively, locked, allocated, header written and synced), then links it to `path`.
 /// `None` if another process published a pool at `path` first (the caller opens that).
@@ -18,20 +30,32 @@ pub(super) fn create(path: &Path, len: u64) -> Result<Option<File>, PoolError> {
         path: path.to_path_buf(),
         err,
     };
-    static CREATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = CREATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = creation_name(path, std::process::id(), n).ok_or_else(|| {
-        io(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a file path",
-        ))
-    })?;
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .map_err(io)?;
+    // A name of this pid and number may exist all the same: a previous process with this
+    // pid left it (a server restarted in a container is pid 1 each time), empty if it died
+    // before it locked it (see `remove_stale_creations`), or a process in another pid
+    // namespace uses it. The next number, then.
+    let mut tries = 0;
+    let (tmp, file) = loop {
+        let n = CREATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = creation_name(path, std::process::id(), n).ok_or_else(|| {
+            io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a file path",
+            ))
+        })?;
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+        {
+            Ok(file) => break (tmp, file),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < CREATION_TRIES => {
+                tries += 1;
+            }
+            Err(e) => return Err(io(e)),
+        }
+    };
     // Whatever happens from here, the temporary name goes; a published pool keeps its link.
     struct Unlink<'a>(&'a Path);
     impl Drop for Unlink<'_> {
@@ -42,13 +66,16 @@ pub(super) fn create(path: &Path, len: u64) -> Result<Option<File>, PoolError> {
     let _unlink = Unlink(&tmp);
     lock(path, &file)?;
     let size = HEADER_BYTES + len;
-    let free = free_bytes(&tmp).map_err(io)?;
-    if free < size {
-        return Err(PoolError::NoSpace {
-            path: path.to_path_buf(),
-            need: size,
-            free,
-        });
+    // A file system that keeps no count of its blocks is not asked in advance; the
+    // allocation below says whether the pool fits.
+    if let Some(free) = free_bytes(&tmp).map_err(io)? {
+        if free < size {
+            return Err(PoolError::NoSpace {
+                path: path.to_path_buf(),
+                need: size,
+                free,
+            });
+        }
     }
     file.set_len(size).map_err(io)?;
     allocate(path, &file, size)?;
@@ -119,10 +146,11 @@ fn creation_prefix(path: &Path) -> Option<String> {
 }
 
 /// Removes temporary files that creators of the pool at `path` left behind when they died
-/// mid-creation: a name exactly as [`creation_name`] makes them, of a pid that is gone, and
-/// a file nobody holds the lock of (a creator locks its file from just after making it
-/// until it links it or dies, and a server holds the lock of the pool it serves, whatever
-/// its name). A live creator's file, or a pool in use under such a name, is left alone.
+/// mid-creation: a name exactly as [`creation_name`] makes them, of a pid that is gone (or
+/// a file that is not empty, whatever its pid), and a file nobody holds the lock of (a
+/// creator locks its file from just after making it, before it writes anything, until it
+/// links it or dies, and a server holds the lock of the pool it serves, whatever its
+/// name). A live creator's file, or a pool in use under such a name, is left alone.
 #[allow(unsafe_code)]
 pub(super) fn remove_stale_creations(path: &Path) {
     let Some(prefix) = creation_prefix(path) else {
@@ -143,9 +171,6 @@ pub(super) fn remove_stale_creations(path: &Path) {
         else {
             continue;
         };
-        if Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
         // Not following a link: a link with this name is not a creator's file.
         let Ok(file) = OpenOptions::new()
             .read(true)
@@ -154,6 +179,15 @@ pub(super) fn remove_stale_creations(path: &Path) {
         else {
             continue;
         };
+        // An empty file of a live pid may be a creator's between making and locking it. A
+        // file with anything in it is not (a creator grows it only once it holds the
+        // lock), whoever has that pid now: a pid is reused, by a server restarted in a
+        // container (pid 1 each time) at once, and a creator killed mid-way must not
+        // leave, for as long as its pid lives on, a file as large as the pool.
+        let empty = file.metadata().map_or(true, |m| m.len() == 0);
+        if empty && Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
         // SAFETY: flock on a descriptor this function owns; no memory is passed.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
             let _ = std::fs::remove_file(entry.path());
@@ -218,9 +252,11 @@ pub(super) fn lock_holder(meta: &std::fs::Metadata) -> Option<u32> {
     })
 }
 
-/// Bytes free for this user on the file system `path` is on.
+/// Bytes free for this user on the file system `path` is on; `None` for one that keeps no
+/// count of its blocks (`ramfs`, a `tmpfs` mounted without a size limit: `statvfs` says 0
+/// blocks in all, and 0 free, however much it can hold).
 #[allow(unsafe_code)]
-pub(super) fn free_bytes(path: &Path) -> std::io::Result<u64> {
+pub(super) fn free_bytes(path: &Path) -> std::io::Result<Option<u64>> {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
@@ -231,7 +267,10 @@ pub(super) fn free_bytes(path: &Path) -> std::io::Result<u64> {
     }
     // SAFETY: statvfs returned 0, so it filled the struct.
     let st = unsafe { st.assume_init() };
-    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+    if st.f_blocks == 0 {
+        return Ok(None);
+    }
+    Ok(Some(st.f_bavail.saturating_mul(st.f_frsize)))
 }
 
 /// Allocates every block of the pool file's first `size` bytes, so no store into the
@@ -245,7 +284,7 @@ pub(super) fn allocate(path: &Path, file: &File, size: u64) -> Result<(), PoolEr
         libc::ENOSPC => Err(PoolError::NoSpace {
             path: path.to_path_buf(),
             need: size,
-            free: free_bytes(path).unwrap_or(0),
+            free: free_bytes(path).ok().flatten().unwrap_or(0),
         }),
         e => Err(PoolError::Io {
             path: path.to_path_buf(),
