@@ -4,7 +4,7 @@ use remora_model::LatencyProfile;
 use std::path::Path;
 
 /// The profiles compiled into remora, by name.
-pub const BUILTIN: [&str; 2] = ["default", "cx4-100g"];
+pub const BUILTIN: [&str; 3] = ["default", "cx4-100g", "slow-data-path"];
 
 /// A built-in profile by name; the error lists the names that exist.
 pub fn builtin(name: &str) -> Result<LatencyProfile, String> {
@@ -45,7 +45,10 @@ mod tests {
             assert_eq!(load(name).unwrap().name, name);
         }
         let e = load("no-such-profile").unwrap_err();
-        assert!(e.contains("default") && e.contains("cx4-100g"), "{e}");
+        assert!(
+            e.contains("default") && e.contains("cx4-100g") && e.contains("slow-data-path"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -779,14 +779,15 @@ impl MemoryHierarchy {
         }
     }
 
-    fn pcie_time(&self, bytes: u64) -> Duration {
+    /// Time to move `bytes` across PCIe at its bandwidth (latency excluded), rounded up.
+    pub(crate) fn pcie_time(&self, bytes: u64) -> Duration {
         Duration::from_nanos((bytes * 8).div_ceil(self.p.pcie_gbps))
     }
 
     /// [`pcie_time`](Self::pcie_time) of an inbound write, remembered for the next write
     /// of the same length: a stream's writes all have one length, and a 64-bit division
     /// per write is a noticeable part of the line's cost.
-    fn pcie_time_of_write(&mut self, bytes: u64) -> Duration {
+    pub(crate) fn pcie_time_of_write(&mut self, bytes: u64) -> Duration {
         if self.pcie_memo.0 != bytes {
             self.pcie_memo = (bytes, self.pcie_time(bytes));
         }

@@ -148,6 +148,13 @@ pub enum ProfileError {
 }
 
 impl LatencyProfile {
+    /// Most memory channels a profile may give (the hierarchy keeps one entry per channel).
+    pub const MAX_PM_CHANNELS: u64 = 64;
+    /// Most banks per channel a profile may give (the hierarchy keeps one entry per bank).
+    pub const MAX_PM_BANKS: u64 = 1024;
+    /// Largest per-message header (an InfiniBand one is under 100 bytes).
+    pub const MAX_HEADER_BYTES: u64 = 65536;
+
     /// Parses and validates a profile.
     pub fn from_toml(text: &str) -> Result<Self, ProfileError> {
         let p: LatencyProfile = toml::from_str(text)?;
@@ -192,8 +199,22 @@ impl LatencyProfile {
         if self.rnic.pcie_gbps == 0 {
             return bad("rnic.pcie_gbps", "must be positive");
         }
-        if self.pm.channels == 0 || self.pm.banks_per_channel == 0 {
-            return bad("pm.channels/banks_per_channel", "must be positive");
+        if self.network.header_bytes > Self::MAX_HEADER_BYTES {
+            // Beyond this `wire_time` of a largest message overflows.
+            return bad("network.header_bytes", "must be at most 65536");
+        }
+        if self.pm.channels == 0 {
+            return bad("pm.channels", "must be positive");
+        }
+        if self.pm.banks_per_channel == 0 {
+            return bad("pm.banks_per_channel", "must be positive");
+        }
+        // The memory system keeps an entry per channel and per bank.
+        if self.pm.channels > Self::MAX_PM_CHANNELS {
+            return bad("pm.channels", "must be at most 64");
+        }
+        if self.pm.banks_per_channel > Self::MAX_PM_BANKS {
+            return bad("pm.banks_per_channel", "must be at most 1024");
         }
         if !pow2(self.pm.row_bytes) || !pow2(self.pm.interleave_bytes) {
             return bad("pm.row_bytes/interleave_bytes", "must be powers of two");
@@ -211,14 +232,31 @@ impl LatencyProfile {
             return bad("rnic.ack_timeout_ns", "must be positive");
         }
         // The simulator's requester never retransmits (a lossless fabric): a response later
-        // than the time-out fails its request. A FLUSH waits for a line's way to the WPQ.
+        // than the time-out fails its request. A FLUSH waits for a line's way to the WPQ
+        // (with a translation miss on the way in, if any) and answers over PCIe; a READ used
+        // as a FLUSH then reads the medium, and an SFlush first looks up its landing buffer.
+        let miss = if self.rnic.translation_miss_every > 0 {
+            self.rnic.translation_miss_ns
+        } else {
+            0
+        };
         let flush_wait = [
             self.network.nic_rtt_ns,
             self.rnic.proc_ns,
-            2 * self.rnic.pcie_ns,
+            miss,
+            self.rnic.pcie_ns.saturating_mul(2),
             self.host.iio_ns,
             self.host.imc_ns,
             self.host.imc_jitter_ns,
+            [
+                self.pm.read_ns,
+                self.host.dram_ns,
+                self.host.llc_ns,
+                self.rnic.sflush_lookup_ns,
+            ]
+            .into_iter()
+            .max()
+            .unwrap_or(0),
         ]
         .into_iter()
         .fold(0u64, u64::saturating_add);
@@ -226,9 +264,11 @@ impl LatencyProfile {
             return bad(
                 "rnic.ack_timeout_ns",
                 "must exceed the longest a FLUSH can wait on this profile's data path \
-                 (network.nic_rtt_ns + rnic.proc_ns + 2 x rnic.pcie_ns + host.iio_ns + \
-                 host.imc_ns + host.imc_jitter_ns): the simulator's requester never \
-                 retransmits, so a later response fails its request (RetryExcErr)",
+                 (network.nic_rtt_ns + rnic.proc_ns + rnic.translation_miss_ns + \
+                 2 x rnic.pcie_ns + host.iio_ns + host.imc_ns + host.imc_jitter_ns + the \
+                 largest of pm.read_ns, host.dram_ns, host.llc_ns and rnic.sflush_lookup_ns): \
+                 the simulator's requester never retransmits, so a later response fails its \
+                 request (RetryExcErr)",
             );
         }
         Ok(())
@@ -302,6 +342,31 @@ mod tests {
             Err(ProfileError::Invalid { field, .. }) => assert_eq!(field, "rnic.ack_timeout_ns"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn every_wait_of_a_flush_counts_against_the_ack_time_out() {
+        // Each alone outlasts the default's 1 ms time-out: a translation miss on the way
+        // in, a READ used as a FLUSH reading the medium, an SFlush's lookup.
+        for (from, to) in [
+            ("translation_miss_ns = 800", "translation_miss_ns = 2000000"),
+            ("read_ns = 140", "read_ns = 2000000"),
+            ("sflush_lookup_ns = 7000", "sflush_lookup_ns = 2000000"),
+        ] {
+            let t = DEFAULT_TOML.replace(from, to);
+            assert_ne!(t, DEFAULT_TOML);
+            match LatencyProfile::from_toml(&t) {
+                Err(ProfileError::Invalid { field, .. }) => {
+                    assert_eq!(field, "rnic.ack_timeout_ns", "{to}")
+                }
+                other => panic!("{to}: {other:?}"),
+            }
+        }
+        // A miss that never happens does not count.
+        let never = DEFAULT_TOML
+            .replace("translation_miss_every = 16", "translation_miss_every = 0")
+            .replace("translation_miss_ns = 800", "translation_miss_ns = 2000000");
+        LatencyProfile::from_toml(&never).unwrap();
     }
 
     #[test]

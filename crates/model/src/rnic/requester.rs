@@ -40,6 +40,13 @@ impl Rnic {
             };
             let ready = (now + self.proc + fetch).max(self.tx_free).max(flushed);
             self.tx_free = ready;
+            // The responder places a message only once it has all of it (one packet in
+            // this model), over its PCIe: an answer behind it (the ACK of a FLUSH or READ
+            // after a large WRITE) is that much later. A real RNIC places MTU packets as
+            // they arrive, and its time-out runs per packet.
+            let placing = self
+                .hier
+                .pcie_time_of_write(self.qps[qpn.0 as usize].sq[idx].len);
             let q = &mut self.qps[qpn.0 as usize];
             let unreliable = q.attr.qp_type != QpType::Rc;
             let last = idx + 1 == q.sq.len();
@@ -91,7 +98,7 @@ impl Rnic {
             }
             self.stats.requests_sent += 1;
             self.event(ready, EventKind::Transmitted, qpn, wr_id);
-            self.arm_ack_timer(tx_done, idle, qpn);
+            self.arm_ack_timer(tx_done + placing, idle, qpn);
         }
         self.retire(now, qpn);
     }
