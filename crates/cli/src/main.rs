@@ -80,7 +80,7 @@ enum Cmd {
         #[arg(long, value_name = "PATH")]
         trace: Option<PathBuf>,
         /// Number of appends.
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
         appends: u64,
     },
     /// Benchmarks.
@@ -139,9 +139,10 @@ enum Cmd {
         /// singleton or compound.
         #[arg(long, default_value = "singleton", value_parser = parse_update)]
         update: Update,
-        /// Length of the second update of a compound update (ATOMIC WRITE carries 8 bytes).
-        #[arg(long, default_value_t = 8)]
-        b_len: u64,
+        /// Length of the second update of a compound update (ATOMIC WRITE carries 8
+        /// bytes) [default: 8]; 1 byte to 960 KiB (the simulated region's room).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=paper::MAX_B_LEN))]
+        b_len: Option<u64>,
         /// Latency profile: a built-in name or a TOML file.
         #[arg(long, value_name = "NAME|PATH", default_value = "default")]
         profile: String,
@@ -150,23 +151,24 @@ enum Cmd {
     /// latency laid out like Figure 2, with CSV, JSON and an SVG plot.
     Remotelog {
         /// Appends per scenario (the paper ran 10,000,000; the default is a quick run).
-        #[arg(long, default_value_t = 200_000)]
+        #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
         appends: u64,
         /// Simulation seed.
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 1, conflicts_with = "server")]
         seed: u64,
         /// Latency profile: a built-in name or a TOML file.
         #[arg(long, value_name = "NAME|PATH", default_value = "default")]
         profile: String,
         /// Worker threads (scenarios run in parallel).
-        #[arg(long, default_value_t = default_threads())]
+        #[arg(long, default_value_t = default_threads(), value_parser = threads_parser(),
+              conflicts_with = "server")]
         threads: usize,
         /// Directory for remotelog.csv, remotelog.json, remotelog.svg and figure2.md.
-        #[arg(long, default_value = "out")]
+        #[arg(long, default_value = "out", conflicts_with = "server")]
         out: PathBuf,
         /// Also write the results page with the paper's claims beside the model's here
         /// (docs/results/remotelog.md), with the plot and data beside it.
-        #[arg(long, value_name = "PATH")]
+        #[arg(long, value_name = "PATH", conflicts_with = "server")]
         results: Option<PathBuf>,
         /// Run against a soft-RNIC server (`remora serve`) instead of the simulator: the six
         /// scenarios of the server's configuration, wall-clock latency.
@@ -181,10 +183,12 @@ enum Cmd {
     /// and check that no acknowledged append was lost; wrong methods must be caught.
     Crashcheck {
         /// Crash points per target (at least).
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..),
+              conflicts_with = "real")]
         points: u64,
         /// Appends per run.
-        #[arg(long, default_value_t = 8)]
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..),
+              conflicts_with = "real")]
         appends: u64,
         /// First seed.
         #[arg(long, default_value_t = 1)]
@@ -193,27 +197,28 @@ enum Cmd {
         #[arg(long)]
         only: Option<String>,
         /// Skip the text's alternatives, READ-emulated FLUSH and iWARP variants.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "real")]
         no_variants: bool,
         /// Skip the runs that reuse RemoteLog's ring (`ring-reuse/…`: a four-record ring
         /// through 24 appends, the collector descheduled between its stores and persists).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "real")]
         no_reuse: bool,
         /// Latency profile: a built-in name or a TOML file.
         #[arg(long, value_name = "NAME|PATH", default_value = "default")]
         profile: String,
         /// Worker threads.
-        #[arg(long, default_value_t = default_threads())]
+        #[arg(long, default_value_t = default_threads(), value_parser = threads_parser(),
+              conflicts_with = "real")]
         threads: usize,
         /// Real crashes: start `remora serve` processes and SIGKILL them at random moments,
         /// restart on the same pool file, recover, and check over TCP.
         #[arg(long)]
         real: bool,
         /// With --real: SIGKILLs per target.
-        #[arg(long, default_value_t = 14)]
+        #[arg(long, default_value_t = 14, value_parser = clap::value_parser!(u64).range(1..))]
         kills: u64,
         /// With --real: longest life of a server before its SIGKILL, ms.
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
         max_life_ms: u64,
         /// With --real: which targets: correct, negative, or all.
         #[arg(long, default_value = "all")]
@@ -259,8 +264,8 @@ enum Cmd {
         /// Redo-log entries.
         #[arg(long, default_value_t = 64)]
         capacity: u32,
-        /// Objects in the store (keys 0..objects).
-        #[arg(long, default_value_t = 64)]
+        /// Objects in the store (keys 0..objects; at least one).
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
         objects: u64,
         /// Largest value, bytes.
         #[arg(long, default_value_t = 1024)]
@@ -302,7 +307,7 @@ enum Cmd {
         #[arg(long, value_parser = rpcreal::parse_durable)]
         design: Option<remora_rpc::Design>,
         /// Operations (every fourth a Get, the rest Puts).
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
         ops: u64,
         /// Requests per RPC: up to N operations share one Flush (seed 003 §4.3, Figure
         /// 6(b)); a batch's latency counts for each of its operations.
@@ -317,10 +322,10 @@ enum Cmd {
     /// clients, and check every acknowledged Put; negative controls must be caught.
     RpcCrashcheck {
         /// SIGKILLs per target.
-        #[arg(long, default_value_t = 10)]
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
         kills: u64,
         /// Longest life of a server before its SIGKILL, ms.
-        #[arg(long, default_value_t = 30)]
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
         max_life_ms: u64,
         /// Seed of the kill times.
         #[arg(long, default_value_t = 1)]
@@ -358,6 +363,11 @@ enum Cmd {
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
         clients: u32,
     },
+}
+
+/// Worker threads: at least one (none would be raised to one without a word).
+fn threads_parser() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096)
 }
 
 fn default_threads() -> usize {
@@ -446,7 +456,7 @@ enum BenchCmd {
         #[arg(long)]
         quick: bool,
         /// Divide the paper's sizes (50K objects, 300K operations, 30K per sender) by N.
-        #[arg(long, default_value_t = 1, value_name = "N")]
+        #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
         divisor: u64,
         /// Designs: comma-separated names, or all, baselines, durable.
         #[arg(long, default_value = "all", value_parser = remora_cli::rpcbench::parse_designs)]
@@ -457,7 +467,7 @@ enum BenchCmd {
         #[arg(long, default_value = "all", value_parser = remora_cli::rpcbench::parse_sets)]
         sets: std::vec::Vec<remora_rpc::bench::Set>,
         /// Worker threads (each simulation is single-threaded).
-        #[arg(long, default_value_t = default_threads())]
+        #[arg(long, default_value_t = default_threads(), value_parser = threads_parser())]
         threads: usize,
         /// Flush primitives of the durable RPCs: emulated (what the paper measured) or native.
         #[arg(long, default_value = "emulated", value_parser = remora_cli::rpcbench::parse_flush)]
@@ -467,17 +477,21 @@ enum BenchCmd {
         processing_us: u64,
         /// Server worker threads executing requests, the same for every design (default:
         /// the 40 cores of seed 003's server, §5.1).
-        #[arg(long, default_value_t = remora_rpc::bench::SERVER_THREADS)]
+        #[arg(long, default_value_t = remora_rpc::bench::SERVER_THREADS,
+              value_parser = clap::value_parser!(u32).range(1..))]
         server_threads: u32,
         /// Busy link of Figure 14: the background sender's offered load, percent of the
         /// link bandwidth.
-        #[arg(long, default_value_t = 100, value_name = "PERCENT")]
+        #[arg(long, default_value_t = 100, value_name = "PERCENT",
+              value_parser = clap::value_parser!(u32).range(1..))]
         net_load: u32,
-        /// Busy CPU of Figures 15-16: the background program's share of the CPU, percent.
-        #[arg(long, default_value_t = remora_rpc::bench::CPU_LOAD.percent, value_name = "PERCENT")]
+        /// Busy CPU of Figures 15-16: the background program's share of the CPU, percent
+        /// (1 to 99).
+        #[arg(long, default_value_t = remora_rpc::bench::CPU_LOAD.percent, value_name = "PERCENT",
+              value_parser = clap::value_parser!(u32).range(1..=99))]
         cpu_load: u32,
         /// Busy CPU of Figures 15-16: mean scheduling period, µs.
-        #[arg(long, default_value_t = 100, value_name = "US")]
+        #[arg(long, default_value_t = 100, value_name = "US", value_parser = clap::value_parser!(u64).range(1..))]
         cpu_period_us: u64,
         /// Simulation seed.
         #[arg(long, default_value_t = 3)]
@@ -697,9 +711,18 @@ fn run(cli: Cli) -> Result<(), String> {
             b_len,
             profile,
         } => {
+            // A singleton update has no second part: the flag would be ignored.
+            if update == Update::Singleton && b_len.is_some() {
+                return Err(
+                    "--b-len is the length of a compound update's second part; a singleton \
+                     update has none (add --update compound)"
+                        .into(),
+                );
+            }
+            let b_len = b_len.unwrap_or(8);
             print!(
                 "{}",
-                paper::plan(&config, update, b_len, &profiles::load(&profile)?)
+                paper::plan(&config, update, b_len, &profiles::load(&profile)?)?
             );
         }
         Cmd::Serve {
@@ -983,8 +1006,51 @@ fn run(cli: Cli) -> Result<(), String> {
     Ok(())
 }
 
+/// The flags of `crashcheck` that mean something only with `--real` (clap's `requires`
+/// cannot say so: a flag's default counts as given).
+const REAL_ONLY: [&str; 7] = [
+    "kills",
+    "max_life_ms",
+    "targets",
+    "server_prefix",
+    "server_listen",
+    "server_log",
+    "clients",
+];
+
+/// Refuses, as clap refuses a conflict, a `crashcheck` without `--real` given a flag that
+/// only `--real` uses: it would be ignored, the run not the one asked for.
+fn refuse_flags_of_the_other_mode(matches: &clap::ArgMatches) {
+    use clap::parser::ValueSource;
+    let Some(("crashcheck", m)) = matches.subcommand() else {
+        return;
+    };
+    if m.get_flag("real") {
+        return;
+    }
+    for id in REAL_ONLY {
+        if m.value_source(id) == Some(ValueSource::CommandLine) {
+            let flag = format!("--{}", id.replace('_', "-"));
+            <Cli as clap::CommandFactory>::command()
+                .error(
+                    clap::error::ErrorKind::MissingRequiredArgument,
+                    format!(
+                        "{flag} is a flag of the real crash loop: it needs --real (without it \
+                         the simulator's checker runs, and would ignore {flag})"
+                    ),
+                )
+                .exit();
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    refuse_flags_of_the_other_mode(&matches);
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     // Refused here, before anything is served, rather than by the first node made; a
     // slice set from the environment is said, since it changes how tasks interleave.
     match remora_soft::runtime::cpu_slice_from_env() {

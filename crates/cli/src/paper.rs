@@ -27,9 +27,32 @@ pub fn taxonomy() -> String {
     s
 }
 
-/// The planner's ranking and choice for a server, as text.
-pub fn plan(config: &ServerConfig, update: Update, b_len: u64, profile: &LatencyProfile) -> String {
-    planner::explain(config, update, Shape { b_len }, profile)
+/// The longest compound `b` the planner's simulated server can carry: its 1 MiB region
+/// holds `b` first, then the 1,024 64-byte records [`planner::predict`] cycles through.
+pub const MAX_B_LEN: u64 = (1 << 20) - 1024 * 64;
+
+/// The planner's ranking and choice for a server, as text; an error when no correct
+/// method can carry the update (never an empty plan).
+pub fn plan(
+    config: &ServerConfig,
+    update: Update,
+    b_len: u64,
+    profile: &LatencyProfile,
+) -> Result<String, String> {
+    if update == Update::Compound && !(1..=MAX_B_LEN).contains(&b_len) {
+        return Err(format!(
+            "--b-len {b_len}: a compound update's second part must be 1 to {MAX_B_LEN} bytes"
+        ));
+    }
+    let ranked = planner::plan(config, update, Shape { b_len }, profile);
+    if ranked.is_empty() {
+        return Err(format!(
+            "no correct method for {config} could persist a {} update (--b-len {b_len}) \
+             on the simulator",
+            update.name()
+        ));
+    }
+    Ok(planner::render(config, update, profile, &ranked))
 }
 
 /// Settings of `remora remotelog`.

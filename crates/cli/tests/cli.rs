@@ -93,3 +93,14 @@ fn bench_sim_runs_small() {
     let bad = remora(&["bench", "sim", "--batch", "0"]);
     assert!(!bad.status.success());
 }
+
+#[test]
+fn an_unknown_profile_lists_every_built_in_one() {
+    // `slow-data-path` is built in (the crash loops' help suggests it) and must be offered.
+    let out = remora(&["demo", "--appends", "1", "--profile", "slow-data-pth"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    for name in ["default", "cx4-100g", "slow-data-path"] {
+        assert!(err.contains(name), "{name} missing: {err}");
+    }
+}

@@ -51,6 +51,7 @@ impl Transport {
 
 /// Optional RNIC operations: the IBTA extensions discussed in seed 000 §2.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NicCaps {
     /// RDMA FLUSH exists; without it FLUSH is emulated by an RDMA READ (seed 000 §3.4).
     pub native_flush: bool,
@@ -82,7 +83,10 @@ impl Default for NicCaps {
 }
 
 /// A responder's configuration: what a client must know to persist an update correctly.
+/// As data (`serve --config-file`) an unknown key is refused: a misspelt `caps` table
+/// would otherwise leave every NIC extension on.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     /// Persistence domain.
     pub domain: PersistenceDomain,

@@ -153,7 +153,21 @@ pub fn explain(
     shape: Shape,
     profile: &LatencyProfile,
 ) -> String {
-    let plan = plan(config, update, shape, profile);
+    render(
+        config,
+        update,
+        profile,
+        &plan(config, update, shape, profile),
+    )
+}
+
+/// [`explain`] of a plan already made.
+pub fn render(
+    config: &ServerConfig,
+    update: Update,
+    profile: &LatencyProfile,
+    plan: &[Candidate],
+) -> String {
     let mut s = format!("Server {config}, {} updates, profile {:?}\n\n| rank | method | flush | predicted mean | why it is correct |\n|---|---|---|---|---|\n", update.name(), profile.name);
     for (i, c) in plan.iter().enumerate() {
         let flush = if c.method.uses_flush() {
