@@ -123,7 +123,7 @@ pub enum ServeError {
     #[error(transparent)]
     Pool(#[from] PoolError),
     /// The pool cannot hold one client's region and receive ring.
-    #[error("pool {}: it holds {have} bytes of PM past its header; one client needs {need} (a larger --pool-bytes, or a smaller --region-bytes); the pool is left as it was", path.display())]
+    #[error("pool {}: it holds {have} bytes of PM past its header; the server needs {need} (a larger --pool-bytes, or less to hold: serve's --region-bytes, rpc-serve's --connections, --capacity, --objects or --max-value); the pool is left as it was", path.display())]
     PoolTooSmall {
         /// The pool file.
         path: std::path::PathBuf,
