@@ -898,7 +898,7 @@ fn sizes_text(rs: &Results) -> String {
     )
 }
 
-/// The graph a PageRank run ran on (its workload is named "PageRank <graph>").
+/// The graph a PageRank run ran on (its workload is named `"PageRank <graph>"`).
 pub(super) fn pagerank_graph(r: &RunResult) -> &str {
     r.workload.trim_start_matches("PageRank ")
 }

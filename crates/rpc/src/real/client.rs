@@ -1,4 +1,4 @@
-//! The client side: [`RealClient`] connects a [`DurableClient`](crate::durable::DurableClient)
+//! The client side: [`RealClient`] connects a [`DurableClient`]
 //! to a soft-RNIC server, and reconnects it after the server restarted.
 
 use crate::api::{RpcError, ServerCosts};
