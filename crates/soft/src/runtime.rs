@@ -135,6 +135,17 @@ impl std::fmt::Display for NetStats {
     }
 }
 
+/// What a node holds for its connections ([`RtNode::tables`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tables {
+    /// Attached connections.
+    pub peers: usize,
+    /// Packets held for a later departure.
+    pub held_packets: usize,
+    /// Tasks waiting for a completion.
+    pub cq_waiters: usize,
+}
+
 struct State {
     rnic: Rnic,
     model_now: Instant,
@@ -433,6 +444,17 @@ impl RtNode {
         }
         self.inner.closed.set(true);
         self.inner.kick();
+    }
+
+    /// What the node holds for its connections now: for a server whose clients have all
+    /// left, each should be back to nothing.
+    pub fn tables(&self) -> Tables {
+        let st = self.inner.st.borrow();
+        Tables {
+            peers: st.peers.len(),
+            held_packets: st.held.len(),
+            cq_waiters: st.cq_waiters.len(),
+        }
     }
 
     /// Network counters.

@@ -184,6 +184,11 @@ impl LiveObjects {
     fn set(&self, v: Objects) {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = v;
     }
+    /// Takes the counts from `node` now (for servers of other protocols, as their
+    /// connections end).
+    pub fn update(&self, node: &RtNode) {
+        self.set(node.with(|r, _| r.live_objects()));
+    }
 }
 
 /// Runs the server until SIGTERM or Ctrl-C (returns `Ok`) or a fatal error. `started` is

@@ -114,6 +114,9 @@ pub struct RealStarted {
     pub logs: Vec<(ConnInfo, RecoveryReport)>,
     /// The store's layout.
     pub kv: KvLayout,
+    /// The server RNIC's live objects, updated whenever a connection or a handshake
+    /// ends (readable from any thread).
+    pub objects: remora_soft::server::LiveObjects,
 }
 
 /// Why a durable-RPC server could not start.
@@ -187,6 +190,8 @@ struct ServerState {
     store_lock: Rc<StoreLock>,
     /// How long a log stays its client's after the client leaves.
     lease: std::time::Duration,
+    /// The RNIC's live objects, for [`RealStarted::objects`].
+    objects: remora_soft::server::LiveObjects,
 }
 
 impl ServerState {
@@ -314,6 +319,7 @@ impl ServerState {
     /// Frees slot `k` that no connection used.
     fn unclaim(&self, k: usize) {
         self.slots.borrow_mut()[k].busy = false;
+        self.objects.update(self.pinned.node());
         self.idle.notify_waiters();
     }
 
@@ -445,6 +451,7 @@ pub async fn serve_durable(
         idle: remora_exec::sync::Notify::new(),
         store_lock: Rc::new(StoreLock::default()),
         lease: o.lease,
+        objects: Default::default(),
     });
     // Every connection's log is recovered before anyone connects: a client that never
     // comes back still has its acknowledged requests executed.
@@ -477,14 +484,19 @@ pub async fn serve_durable(
         info: logs[0].0,
         logs,
         kv: state.kv,
+        objects: {
+            state.objects.update(&node);
+            state.objects.clone()
+        },
     });
     remora_soft::server::accept_until_shutdown(listener, admitter, move |stream, place| {
         let state = state.clone();
         async move {
             // A failed or malformed handshake only ends this connection.
-            if let Err(e) = handle(stream, place, state).await {
+            if let Err(e) = handle(stream, place, state.clone()).await {
                 eprintln!("durable-RPC connection: {e}");
             }
+            state.objects.update(state.pinned.node());
         }
     })
     .await;
