@@ -1,5 +1,6 @@
 //! The durable-RPC server's processing loop against a client that breaks the protocol,
-//! request by request (the test speaks for the client over a bare queue pair).
+//! request by request (the test speaks for the client over a bare queue pair): entries a
+//! native RFlush would acknowledge unchecked, and a torn entry a client committed itself.
 
 use remora_model::profile::LatencyProfile;
 use remora_model::time::Instant;
@@ -7,6 +8,7 @@ use remora_model::verbs::{Opcode, Payload, Remote, SendWr};
 use remora_rpc::durable::{DurableOptions, DurablePair, DurableServer};
 use remora_rpc::harness::dmp;
 use remora_rpc::proto::Request;
+use remora_rpc::redolog::Operator;
 use remora_rpc::{Design, FlushForm, Op, RpcError};
 use remora_verbs::Verbs;
 
@@ -52,11 +54,22 @@ fn serve_after(
     qp: remora_model::verbs::QpNum,
     posts: Vec<SendWr>,
 ) -> Option<RpcError> {
+    serve_within(pair, server, qp, posts, 10_000_000)
+}
+
+/// [`serve_after`] within `ns` of simulated time.
+fn serve_within(
+    pair: &DurablePair,
+    server: DurableServer<remora_sim::NodeHandle>,
+    qp: remora_model::verbs::QpNum,
+    posts: Vec<SendWr>,
+    ns: u64,
+) -> Option<RpcError> {
     let c = pair.client.clone();
     for wr in posts {
         c.post_send(qp, wr).unwrap();
     }
-    let limit = Instant::from_nanos(pair.sim.now().as_nanos() + 10_000_000);
+    let limit = Instant::from_nanos(pair.sim.now().as_nanos() + ns);
     pair.sim.block_on(limit, server.serve())
 }
 
@@ -190,4 +203,49 @@ fn no_entry_a_native_rflush_acknowledged_is_lost_in_a_crash() {
         "entries up to {acked} acknowledged durable, recovery kept up to {}: {report:?}",
         report.processed
     );
+}
+
+/// WFlush-RPC: the client commits an entry with its own operator. An operator over data
+/// that is not its request (here a frame with a byte off) is torn: never executed. The
+/// server polled it for a minute and then waited forever, the connection neither served
+/// (every later request stuck behind it, acknowledged durable by the client's own Flush)
+/// nor ended; it now ends with the reason once the polling gives up.
+#[test]
+fn a_torn_entry_ends_the_connection_with_its_reason() {
+    let (pair, server, qp, _, _) = setup(opts(Design::WFlushRpc, FlushForm::Emulated));
+    let info = server.conn_info();
+    let good = Request {
+        conn: pair.opts.conn,
+        seq: 1,
+        op: Op::Put {
+            key: 1,
+            value: vec![1; 16],
+        },
+    };
+    let mut one = good.to_bytes();
+    let last = one.len() - 1;
+    one[last] ^= 0xFF;
+    let operator = SendWr::new(
+        4,
+        Opcode::Write,
+        Payload::inline(Operator::of(&good).to_word().to_le_bytes().to_vec()),
+        Some(Remote {
+            addr: info.layout.entry_addr(1),
+            rkey: info.log_rkey,
+        }),
+    );
+    let posts = vec![
+        entry_write(1, one, &info),
+        operator,
+        entry_write(2, put(&pair, 2), &info),
+        doorbell(1, &info),
+    ];
+    let stats = server.stats();
+    let e = serve_within(&pair, server, qp, posts, 120_000_000_000)
+        .expect("the server stopped within two minutes");
+    assert!(
+        e.to_string().contains("entry 1") && e.to_string().contains("corrupt data"),
+        "{e}"
+    );
+    assert_eq!(stats.get().processed, 0);
 }
