@@ -382,15 +382,17 @@ use remora_rpc::proto::ReplyFrame;
 use remora_rpc::RpcError;
 use remora_verbs::{Space, Verbs};
 
-/// A client of `design` connected to a bare server queue pair the test speaks for: once
-/// the client's first request arrives (a SEND into a posted receive), the server sends
-/// `msgs` (bytes, immediate). Returns what `op` returned.
+/// A client of `design` (its Flush primitives in `form`) connected to a bare server queue
+/// pair the test speaks for: once the client's first request arrives (a SEND into a posted
+/// receive), the server sends `msgs` (bytes, immediate). Returns what `op` returned.
 fn bare_server_says(
     design: Design,
+    form: FlushForm,
     msgs: Vec<(Vec<u8>, u32)>,
     op: Op,
 ) -> Result<remora_rpc::Completion, RpcError> {
     let mut o = DurableOptions::new(design);
+    o.flush.form = form;
     o.capacity = 8;
     o.objects = 4;
     o.max_value = 64;
@@ -454,17 +456,27 @@ fn bare_server_says(
         .unwrap()
 }
 
+/// What a Put of `design` (in `form`) returns when the server's only answer is a
+/// zero-length message with immediate `imm`.
+fn put_answered_by_zero_length(
+    design: Design,
+    form: FlushForm,
+    imm: u32,
+) -> Result<remora_rpc::Completion, RpcError> {
+    let put = Op::Put {
+        key: 1,
+        value: vec![1; 16],
+    };
+    bare_server_says(design, form, vec![(vec![], imm)], put)
+}
+
 /// A zero-length message (a native RFlush's notification) whose immediate names a
 /// sequence number beyond what the client sent: the client takes every request it sent
 /// as durable, though the server persisted nothing. (A `Durable` message saying the same
 /// is refused as Malformed: `a_server_cannot_vouch_for_requests_never_sent`.)
 #[test]
 fn a_zero_length_notification_cannot_vouch_for_requests_never_sent() {
-    let put = Op::Put {
-        key: 1,
-        value: vec![1; 16],
-    };
-    let got = bare_server_says(Design::SRFlushRpc, vec![(vec![], 1_000_000)], put);
+    let got = put_answered_by_zero_length(Design::SRFlushRpc, FlushForm::Native, 1_000_000);
     assert!(
         matches!(&got, Err(RpcError::Malformed(_))),
         "a Put acknowledged durable by a notification for request 1000000 of 1 sent: {got:?}"
@@ -472,18 +484,20 @@ fn a_zero_length_notification_cannot_vouch_for_requests_never_sent() {
 }
 
 /// A zero-length message is a native RFlush's notification; under a plan without one (the
-/// client flushes its requests itself) it is malformed, whatever it names.
+/// client flushes its requests itself, or the emulated RFlush's responder CPU answers) it
+/// is malformed, whatever it names.
 #[test]
 fn a_zero_length_notification_is_refused_where_the_plan_has_no_receiver_rflush() {
-    let put = Op::Put {
-        key: 1,
-        value: vec![1; 16],
-    };
-    let got = bare_server_says(Design::SFlushRpc, vec![(vec![], 1)], put);
-    assert!(
-        matches!(&got, Err(RpcError::Malformed(_))),
-        "an SFlush-RPC client took a zero-length notification: {got:?}"
-    );
+    for (design, form) in [
+        (Design::SFlushRpc, FlushForm::Emulated),
+        (Design::SRFlushRpc, FlushForm::Emulated),
+    ] {
+        let got = put_answered_by_zero_length(design, form, 1);
+        assert!(
+            matches!(&got, Err(RpcError::Malformed(_))),
+            "{design} ({form:?}) took a zero-length notification: {got:?}"
+        );
+    }
 }
 
 /// A reply frame names its connection; one for another connection's request 1 is taken as
@@ -498,7 +512,12 @@ fn a_reply_for_another_connection_is_not_taken() {
         (ServerMsg::Durable { upto: 1 }.to_bytes(), 0),
         (ServerMsg::Reply(other).to_bytes(), 0),
     ];
-    let got = bare_server_says(Design::SRFlushRpc, msgs, Op::Get { key: 1 });
+    let got = bare_server_says(
+        Design::SRFlushRpc,
+        FlushForm::Emulated,
+        msgs,
+        Op::Get { key: 1 },
+    );
     assert!(
         matches!(&got, Err(RpcError::Malformed(_))),
         "connection 1's Get took connection 99's reply: {got:?}"
