@@ -9,7 +9,6 @@ use remora_model::rnic::Objects;
 use remora_model::ServerConfig;
 use remora_soft::cm::{Cm, CM_FRAME};
 use remora_soft::server::{serve, Admission, LiveObjects, ServeOptions};
-use std::io::{Read, Write};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -19,8 +18,8 @@ const ROUNDS: usize = 10;
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// A two-slot server with no lease (every connection's slot goes to the next new client,
-/// cleared) on a thread of its own.
-fn start(pool: std::path::PathBuf) -> (String, LiveObjects) {
+/// cleared), its pool at `pool`.
+fn options(pool: std::path::PathBuf) -> ServeOptions {
     let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
     let setup = ServerSetup {
         region_len: 1 << 20,
@@ -28,7 +27,7 @@ fn start(pool: std::path::PathBuf) -> (String, LiveObjects) {
     };
     let bytes = remora_soft::server::pool_bytes_for(2, &setup, config.rqwrb)
         .max(remora_soft::pool::MIN_POOL_BYTES);
-    let opts = ServeOptions {
+    ServeOptions {
         listen: "127.0.0.1:0".into(),
         pool,
         pool_bytes: remora_soft::pool::PoolBytes::AtLeast(bytes),
@@ -38,7 +37,12 @@ fn start(pool: std::path::PathBuf) -> (String, LiveObjects) {
         lease: Duration::ZERO,
         admission: Admission::DEFAULT,
         fault: None,
-    };
+    }
+}
+
+/// [`options`]'s server on a thread of its own.
+fn start(pool: std::path::PathBuf) -> (String, LiveObjects) {
+    let opts = options(pool);
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         if let Err(e) = remora_exec::block_on(serve(opts, |s| {
@@ -68,31 +72,21 @@ fn run<T>(f: impl std::future::Future<Output = T>) -> T {
         .expect("finished within 60 s")
 }
 
-/// A raw client's handshake up to `step` (0: its Hello; 1: its Ready; 2: the server's
-/// Accepted, after any clear), then a reset.
-fn raw_until(addr: &str, step: u8) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(&Cm::Hello { key: 0 }.emit()).unwrap();
-    let mut f = [0u8; CM_FRAME];
-    if step > 0 {
-        s.read_exact(&mut f).unwrap();
-        assert!(matches!(Cm::parse(&f), Ok(Cm::Assign { .. })), "{f:?}");
-        let qp = remora_model::verbs::QpNum(77);
-        s.write_all(&Cm::Ready { qp }.emit()).unwrap();
+/// One round of clients leaving every way: served and closed cleanly after its work,
+/// served and gone mid-operation, then reset at each step of the handshake.
+async fn one_round(addr: &str, p: &LatencyProfile, round: usize) {
+    let (node, _, mut c) = remora_soft::client::connect(addr, p).await.unwrap();
+    c.connect(Primitive::Write, Shape::default()).await.unwrap();
+    c.persist(64, &[round as u8; 64]).await.unwrap();
+    node.close();
+    let (node, _, mut c) = remora_soft::client::connect(addr, p).await.unwrap();
+    c.connect(Primitive::Write, Shape::default()).await.unwrap();
+    let big = vec![round as u8; 256 << 10];
+    let _ = remora_exec::time::timeout(Duration::from_micros(100), c.persist(0, &big)).await;
+    node.close();
+    for step in 0..3 {
+        raw_until(addr, step).await;
     }
-    if step > 1 {
-        loop {
-            s.read_exact(&mut f).unwrap();
-            match Cm::parse(&f) {
-                Ok(Cm::Clearing { .. }) => continue,
-                Ok(Cm::Accepted { .. }) => break,
-                other => panic!("{other:?}"),
-            }
-        }
-    }
-    socket2::SockRef::from(&s)
-        .set_linger(Some(Duration::ZERO))
-        .unwrap();
 }
 
 #[test]
@@ -104,25 +98,7 @@ fn clients_that_come_and_go_leave_no_objects_or_descriptors_behind() {
     std::thread::sleep(Duration::from_millis(200));
     let base = open_fds();
     for round in 0..ROUNDS {
-        // Served, closed cleanly after its work.
-        run(async {
-            let (node, _, mut c) = remora_soft::client::connect(&addr, &p).await.unwrap();
-            c.connect(Primitive::Write, Shape::default()).await.unwrap();
-            c.persist(64, &[round as u8; 64]).await.unwrap();
-            node.close();
-        });
-        // Served, gone mid-operation.
-        run(async {
-            let (node, _, mut c) = remora_soft::client::connect(&addr, &p).await.unwrap();
-            c.connect(Primitive::Write, Shape::default()).await.unwrap();
-            let big = vec![round as u8; 256 << 10];
-            let _ =
-                remora_exec::time::timeout(Duration::from_micros(100), c.persist(0, &big)).await;
-            node.close();
-        });
-        for step in 0..3 {
-            raw_until(&addr, step);
-        }
+        run(one_round(&addr, &p, round));
         drop(std::net::TcpStream::connect(&addr).unwrap());
     }
     within(|| objects.get() == Objects::default());
@@ -137,8 +113,9 @@ fn clients_that_come_and_go_leave_no_objects_or_descriptors_behind() {
     assert!(after <= base, "{after} descriptors open, {base} before");
 }
 
-/// [`raw_until`] on the executor (for a server on the same thread).
-async fn raw_until_async(addr: &str, step: u8) {
+/// A raw client's handshake up to `step` (0: its Hello; 1: its Ready; 2: the server's
+/// Accepted, after any clear), then a reset.
+async fn raw_until(addr: &str, step: u8) {
     let mut s = remora_exec::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(&Cm::Hello { key: 0 }.emit()).await.unwrap();
     let mut f = [0u8; CM_FRAME];
@@ -171,24 +148,7 @@ fn a_servers_node_keeps_no_table_entry_for_clients_gone() {
     use std::cell::RefCell;
     use std::rc::Rc;
     let dir = tempfile::tempdir().unwrap();
-    let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
-    let setup = ServerSetup {
-        region_len: 1 << 20,
-        ..ServerSetup::default()
-    };
-    let bytes = remora_soft::server::pool_bytes_for(2, &setup, config.rqwrb)
-        .max(remora_soft::pool::MIN_POOL_BYTES);
-    let opts = ServeOptions {
-        listen: "127.0.0.1:0".into(),
-        pool: dir.path().join("pool"),
-        pool_bytes: remora_soft::pool::PoolBytes::AtLeast(bytes),
-        config,
-        profile: LatencyProfile::default_profile(),
-        setup,
-        lease: Duration::ZERO,
-        admission: Admission::DEFAULT,
-        fault: None,
-    };
+    let opts = options(dir.path().join("pool"));
     remora_exec::block_on(async move {
         let up = Rc::new(RefCell::new(None));
         let up2 = up.clone();
@@ -207,19 +167,7 @@ fn a_servers_node_keeps_no_table_entry_for_clients_gone() {
         let tasks = remora_exec::tasks();
         let p = LatencyProfile::default_profile();
         for round in 0..ROUNDS {
-            let (cnode, _, mut c) = remora_soft::client::connect(&addr, &p).await.unwrap();
-            c.connect(Primitive::Write, Shape::default()).await.unwrap();
-            c.persist(64, &[round as u8; 64]).await.unwrap();
-            cnode.close();
-            let (cnode, _, mut c) = remora_soft::client::connect(&addr, &p).await.unwrap();
-            c.connect(Primitive::Write, Shape::default()).await.unwrap();
-            let big = vec![round as u8; 256 << 10];
-            let _ =
-                remora_exec::time::timeout(Duration::from_micros(100), c.persist(0, &big)).await;
-            cnode.close();
-            for step in 0..3 {
-                raw_until_async(&addr, step).await;
-            }
+            one_round(&addr, &p, round).await;
         }
         for _ in 0..5000 {
             if node.tables() == at_start
