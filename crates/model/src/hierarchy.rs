@@ -780,7 +780,7 @@ impl MemoryHierarchy {
     }
 
     /// Time to move `bytes` across PCIe at its bandwidth (latency excluded), rounded up.
-    pub(crate) fn pcie_time(&self, bytes: u64) -> Duration {
+    fn pcie_time(&self, bytes: u64) -> Duration {
         Duration::from_nanos((bytes * 8).div_ceil(self.p.pcie_gbps))
     }
 

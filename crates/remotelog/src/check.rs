@@ -12,8 +12,8 @@
 //! negative controls (wrong methods) the same way, which must be caught.
 
 use crate::log::{
-    collect_garbage, is_log_full, is_record, recover, recover_into, LogClient, LogShape, Recovered,
-    HEAD_DURABLE_OFF, HEAD_OFF,
+    collect_garbage, collect_garbage_head_visible_first, is_log_full, is_record, recover,
+    LogClient, LogShape, Recovered,
 };
 use remora::harness::SimPair;
 use remora::{Method, Primitive, Scenario, ServerSetup, Shape, Taxonomy, Update};
@@ -22,7 +22,7 @@ use remora_model::profile::LatencyProfile;
 use remora_model::time::{Duration, Instant};
 use remora_sim::crashcheck::{CrashRun, DryRun, Sweep};
 use remora_sim::{CrashAt, FaultPlan};
-use remora_verbs::{FlushMethod, Space, Verbs};
+use remora_verbs::{FlushMethod, Verbs};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
@@ -366,7 +366,7 @@ fn run_once(
         ),
         Ring::ReusedHeadVisibleFirst => pair.sim.spawn_on(
             &pair.server,
-            collect_head_visible_first(server, region.addr, shape, update, move || r.get()),
+            collect_garbage_head_visible_first(server, region.addr, shape, update, move || r.get()),
         ),
     }
     let acked = Rc::new(RefCell::new(Vec::new()));
@@ -451,30 +451,6 @@ fn run_once(
         end: end.get(),
         outcome: CrashRun { crashed, violation },
     })
-}
-
-/// The negative control of [`Ring::ReusedHeadVisibleFirst`]: [`collect_garbage`] with its
-/// two stores in the wrong order, so the client can see (and reuse the slots below) a head
-/// that a crash then takes back. The checker must catch it.
-async fn collect_head_visible_first<V: Verbs>(
-    v: V,
-    region_addr: u64,
-    shape: LogShape,
-    update: Update,
-    running: impl Fn() -> bool,
-) {
-    while running() {
-        v.compute(shape.gc_interval).await;
-        let read = |off: u64, buf: &mut [u8]| v.load(Space::Pm, region_addr + off, buf);
-        let r = recover_into(read, &shape, update);
-        if r.tail > r.head {
-            for off in [HEAD_OFF, HEAD_DURABLE_OFF] {
-                v.store(Space::Pm, region_addr + off, &r.tail.to_le_bytes());
-                v.compute(shape.gc_pause).await;
-                v.persist_local(region_addr + off, 8).await;
-            }
-        }
-    }
 }
 
 /// Checks one target with at least `opts.crash_points` crash points: every event

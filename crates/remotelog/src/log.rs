@@ -278,14 +278,55 @@ pub async fn collect_garbage<V: Verbs>(
     update: Update,
     running: impl Fn() -> bool,
 ) {
+    // Durable first, then visible to the client (a store is visible at once, and durable
+    // only after its clwb+sfence).
+    collect(
+        v,
+        region_addr,
+        shape,
+        update,
+        running,
+        [HEAD_DURABLE_OFF, HEAD_OFF],
+    )
+    .await
+}
+
+/// [`collect_garbage`] with its two stores in the wrong order: the client can see (and
+/// reuse the slots below) a head that a crash then takes back. Only for the crash
+/// checker's negative control, which must be caught.
+pub async fn collect_garbage_head_visible_first<V: Verbs>(
+    v: V,
+    region_addr: u64,
+    shape: LogShape,
+    update: Update,
+    running: impl Fn() -> bool,
+) {
+    collect(
+        v,
+        region_addr,
+        shape,
+        update,
+        running,
+        [HEAD_OFF, HEAD_DURABLE_OFF],
+    )
+    .await
+}
+
+/// The collector, storing and persisting the new head at the two offsets in `order`.
+async fn collect<V: Verbs>(
+    v: V,
+    region_addr: u64,
+    shape: LogShape,
+    update: Update,
+    running: impl Fn() -> bool,
+    order: [u64; 2],
+) {
     while running() {
         v.compute(shape.gc_interval).await;
         let read = |off: u64, buf: &mut [u8]| v.load(Space::Pm, region_addr + off, buf);
         let r = recover_into(read, &shape, update);
         if r.tail > r.head {
-            // Durable first, then visible to the client (a store is visible at once, and
-            // durable only after its clwb+sfence).
-            for off in [HEAD_DURABLE_OFF, HEAD_OFF] {
+            for off in order {
                 v.store(Space::Pm, region_addr + off, &r.tail.to_le_bytes());
                 if shape.gc_pause > Duration::ZERO {
                     v.compute(shape.gc_pause).await;
