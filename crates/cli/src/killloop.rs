@@ -234,6 +234,14 @@ impl Killer {
     }
 }
 
+/// Whether a failure now was caused by the life's early SIGKILL ([`early_kill`]), if one
+/// was drawn: only a kill sent before the failure may cut the clients' return short. Takes
+/// the kill (and waits for it).
+pub fn failed_of_early_kill(early: &mut Option<Killer>) -> bool {
+    let failed_at = wall();
+    early.take().is_some_and(|k| k.sent_before(failed_at))
+}
+
 /// `err` with the last lines of the servers' log at `log` after it, for a loop that
 /// failed: what the servers said last is often why.
 pub fn with_server_tail(err: String, log: &Path) -> String {

@@ -4,7 +4,8 @@
 //! append was lost.
 
 use crate::killloop::{
-    self, early_kill, life_ms, runtime, server_command, wall, KillArgs, ServerProc,
+    self, early_kill, failed_of_early_kill, life_ms, runtime, server_command, wall, KillArgs,
+    ServerProc,
 };
 use remora::{Primitive, Scenario, ServerSetup, Shape, Update};
 use remora_model::prng::Prng;
@@ -604,87 +605,84 @@ pub fn real_crash(
             let mut nodes = Vec::new();
             for &c in &order {
                 let back = async {
-                let (key, acked) = &mut who[c];
-                let conn = remora_soft::client::connect_as(&server.addr, &args.profile, *key)
-                    .await
-                    .map_err(|e| format!("client {c}: {e}"))?;
-                let mut client = conn.client;
-                *key = conn.key;
-                client
-                    .connect(target.primitive, Shape::default())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                // With several clients each marks its region as its own (by the library's
-                // correct method) before its first append, and checks the mark whenever it
-                // comes back: its records alone would not tell its log from another's.
-                let mut tag = [0u8; 64];
-                tag[..8].copy_from_slice(&(OWNER_TAG | c as u64).to_le_bytes());
-                let found = match (many, life) {
-                    (false, _) => None,
-                    (true, 0) => {
-                        client
-                            .persist(mark_off, &tag)
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        None
-                    }
-                    (true, _) => Some(
-                        client
-                            .read(mark_off, 64)
-                            .await
-                            .map_err(|e| e.to_string())?,
-                    ),
-                };
-                if target.wrong {
-                    client.use_method_unchecked(target.update, target.method.clone());
-                } else {
+                    let (key, acked) = &mut who[c];
+                    let conn = remora_soft::client::connect_as(&server.addr, &args.profile, *key)
+                        .await
+                        .map_err(|e| format!("client {c}: {e}"))?;
+                    let mut client = conn.client;
+                    *key = conn.key;
                     client
-                        .use_method(target.update, target.method.clone())
+                        .connect(target.primitive, Shape::default())
+                        .await
                         .map_err(|e| e.to_string())?;
-                }
-                client.use_flush_method(target.flush);
-                // Check what survived the previous life.
-                // Read what the log can hold so far: every acknowledged record and room for
-                // records that persisted without an acknowledgement.
-                let upto = acked.last().map_or(0, |i| i + 1) + 256;
-                let image = read_records(&mut client, &shape, upto)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let read = |off: u64, len: u64| image[off as usize..(off + len) as usize].to_vec();
-                let rec = recover(read, &shape, target.update);
-                let client_name = if many {
-                    format!("client {c}, ")
-                } else {
-                    String::new()
-                };
-                if let Some(found) = found.filter(|f| f[..] != tag[..]) {
-                    verdicts.push(format!(
-                        "{client_name}life {life}: given a region not its own (its mark reads {:#018x})",
-                        u64::from_le_bytes(found[..8].try_into().expect("8 bytes"))
+                    // With several clients each marks its region as its own (by the library's
+                    // correct method) before its first append, and checks the mark whenever it
+                    // comes back: its records alone would not tell its log from another's.
+                    let mut tag = [0u8; 64];
+                    tag[..8].copy_from_slice(&(OWNER_TAG | c as u64).to_le_bytes());
+                    let found = match (many, life) {
+                        (false, _) => None,
+                        (true, 0) => {
+                            client
+                                .persist(mark_off, &tag)
+                                .await
+                                .map_err(|e| e.to_string())?;
+                            None
+                        }
+                        (true, _) => {
+                            Some(client.read(mark_off, 64).await.map_err(|e| e.to_string())?)
+                        }
+                    };
+                    if target.wrong {
+                        client.use_method_unchecked(target.update, target.method.clone());
+                    } else {
+                        client
+                            .use_method(target.update, target.method.clone())
+                            .map_err(|e| e.to_string())?;
+                    }
+                    client.use_flush_method(target.flush);
+                    // Check what survived the previous life.
+                    // Read what the log can hold so far: every acknowledged record and room for
+                    // records that persisted without an acknowledgement.
+                    let upto = acked.last().map_or(0, |i| i + 1) + 256;
+                    let image = read_records(&mut client, &shape, upto)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let read =
+                        |off: u64, len: u64| image[off as usize..(off + len) as usize].to_vec();
+                    let rec = recover(read, &shape, target.update);
+                    let client_name = if many {
+                        format!("client {c}, ")
+                    } else {
+                        String::new()
+                    };
+                    if let Some(found) = found.filter(|f| f[..] != tag[..]) {
+                        verdicts.push(format!(
+                            "{client_name}life {life}: given a region not its own (its mark reads \
+                             {:#018x})",
+                            u64::from_le_bytes(found[..8].try_into().expect("8 bytes"))
+                        ));
+                    } else if let Some(v) = log_violation(&read, &shape, target.update, &rec, acked)
+                    {
+                        verdicts.push(format!("{client_name}life {life}: {}", v.describe(&rec)));
+                    }
+                    let next = rec.tail.max(acked.last().map_or(0, |i| i + 1));
+                    nodes.push(conn.node);
+                    logs.push((
+                        c,
+                        LogClient::resume(client, shape, target.update, next, rec.head),
                     ));
-                } else if let Some(v) = log_violation(&read, &shape, target.update, &rec, acked) {
-                    verdicts.push(format!("{client_name}life {life}: {}", v.describe(&rec)));
-                }
-                let next = rec.tail.max(acked.last().map_or(0, |i| i + 1));
-                nodes.push(conn.node);
-                logs.push((
-                    c,
-                    LogClient::resume(client, shape, target.update, next, rec.head),
-                ));
-                Ok::<_, String>(())
+                    Ok::<_, String>(())
                 }
                 .await;
                 if let Err(e) = back {
                     // Only a SIGKILL sent before the failure may cut a client's return
                     // short; the life ends there.
-                    let failed_at = wall();
-                    return match early.take().map(|k| k.sent_before(failed_at)) {
-                        Some(true) => {
-                            cut_short.set(true);
-                            Ok((verdicts, Vec::new(), true))
-                        }
-                        _ => Err(e),
-                    };
+                    if !failed_of_early_kill(&mut early) {
+                        return Err(e);
+                    }
+                    cut_short.set(true);
+                    return Ok((verdicts, Vec::new(), true));
                 }
             }
             if life == args.kills {

@@ -5,7 +5,9 @@
 //! the same clients (one, or several at once on shared keys) and checks every acknowledged
 //! Put and that every Put ran exactly once, in one serial order the store agrees with.
 
-use crate::killloop::{self, early_kill, life_ms, server_command, wall, KillArgs, ServerProc};
+use crate::killloop::{
+    self, early_kill, failed_of_early_kill, life_ms, server_command, wall, KillArgs, ServerProc,
+};
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::rnic::PM_BASE;
@@ -879,14 +881,11 @@ pub fn rpc_real_crash(
                 // Only a SIGKILL sent before the failure may cut the clients' return short;
                 // the life ends there.
                 Some((Finding::Failure, v)) => {
-                    let failed_at = wall();
-                    return Ok(match early.take().map(|e| e.sent_before(failed_at)) {
-                        Some(true) => {
-                            cut_short.set(true);
-                            (None, true)
-                        }
-                        _ => (Some((Finding::Failure, v)), false),
-                    });
+                    if !failed_of_early_kill(&mut early) {
+                        return Ok((Some((Finding::Failure, v)), false));
+                    }
+                    cut_short.set(true);
+                    return Ok((None, true));
                 }
                 Some(found) => return Ok((Some(found), false)),
                 None => {}
