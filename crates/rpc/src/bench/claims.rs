@@ -539,6 +539,7 @@ fn sensitivity_claims(rs: &Results) -> Vec<Claim> {
     let mut small = Vec::new();
     let mut large = Vec::new();
     let mut designs: Vec<&str> = rs.sizes.iter().map(|r| r.design.as_str()).collect();
+    designs.sort_unstable();
     designs.dedup();
     for d in designs {
         if let (Some(a), Some(b), Some(c)) = (at(d, 64), at(d, 4096), at(d, largest)) {
