@@ -46,6 +46,11 @@ impl KvLayout {
     pub fn bytes(&self) -> u64 {
         self.slot_bytes() * self.objects
     }
+    /// [`bytes`](Self::bytes), or `None` for a store larger than the address space (options
+    /// or a peer's hello naming one: its size would wrap).
+    pub fn checked_bytes(&self) -> Option<u64> {
+        self.slot_bytes().checked_mul(self.objects)
+    }
     /// Address of `key`'s slot: the client-side index of §5.1 is this arithmetic.
     pub fn slot(&self, key: u64) -> Result<u64, RpcError> {
         if key >= self.objects {

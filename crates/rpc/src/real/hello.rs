@@ -245,8 +245,7 @@ impl DurableHello {
             max_value: opts.max_value as u64,
         };
         if kv
-            .slot_bytes()
-            .checked_mul(kv.objects)
+            .checked_bytes()
             .and_then(|n| kv_base.checked_add(n))
             .is_none()
         {

@@ -34,7 +34,7 @@ fn store_bytes(opts: &DurableOptions) -> Result<u64, RpcError> {
         objects: opts.objects,
         max_value: opts.max_value as u64,
     };
-    kv.slot_bytes().checked_mul(kv.objects).ok_or_else(|| {
+    kv.checked_bytes().ok_or_else(|| {
         RpcError::Malformed(format!(
             "server options: a store of {} objects of {} bytes exceeds the address space",
             kv.objects,
