@@ -43,6 +43,11 @@ pub enum ReplyStatus {
     /// A Put's value is larger than an object slot holds.
     #[error("refused: the value is larger than an object slot")]
     ValueTooLarge,
+    /// A Scan asked for more objects than the connection's `max_scan`: its reply would not
+    /// fit the client's receive buffers (the library client never sends one; a client
+    /// writing its log directly can).
+    #[error("refused: the Scan asks for more objects than the connection allows")]
+    ScanTooLarge,
 }
 
 impl ReplyStatus {
@@ -52,6 +57,7 @@ impl ReplyStatus {
             ReplyStatus::Ok => 0,
             ReplyStatus::KeyOutsideStore => 1,
             ReplyStatus::ValueTooLarge => 2,
+            ReplyStatus::ScanTooLarge => 3,
         }
     }
 
@@ -61,6 +67,7 @@ impl ReplyStatus {
             0 => ReplyStatus::Ok,
             1 => ReplyStatus::KeyOutsideStore,
             2 => ReplyStatus::ValueTooLarge,
+            3 => ReplyStatus::ScanTooLarge,
             _ => return None,
         })
     }

@@ -92,6 +92,18 @@ pub fn parse_object(slot: &[u8], max_value: u64) -> Option<(Stamp, Vec<u8>)> {
     Some((Stamp { conn, seq }, value.to_vec()))
 }
 
+/// What an object slot holds ([`KvStore::load`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlotState {
+    /// Never written (its header is all zero).
+    Empty,
+    /// Written, but it does not read back (length or checksum fails): a crash caught a
+    /// Put's write-back half-way.
+    Torn,
+    /// An intact object: its stamp and value.
+    Written(Stamp, Vec<u8>),
+}
+
 /// Per-request execution counts kept outside the simulated machine (they survive its
 /// crashes), so a checker can tell "executed exactly once" from "executed twice".
 pub type ExecutionLog = Rc<RefCell<BTreeMap<(u32, u64), u32>>>;
@@ -107,6 +119,8 @@ pub struct KvStore<V: Verbs> {
     layout: KvLayout,
     executions: Option<ExecutionLog>,
     hook: Option<ExecutionHook>,
+    /// Most objects a Scan may ask for (`None`: any number).
+    max_scan: Option<u32>,
 }
 
 impl<V: Verbs> KvStore<V> {
@@ -118,7 +132,16 @@ impl<V: Verbs> KvStore<V> {
             layout,
             executions: None,
             hook: None,
+            max_scan: None,
         }
+    }
+
+    /// Refuses a Scan of more than `max` objects ([`ReplyStatus::ScanTooLarge`]): a
+    /// durable-RPC client's receive buffers hold `max_scan` objects, and a request read
+    /// from a log is only as trustworthy as the client that wrote it.
+    pub fn with_max_scan(mut self, max: u32) -> Self {
+        self.max_scan = Some(max);
+        self
     }
 
     /// Counts every executed (not skipped) Put in `log`.
@@ -146,40 +169,48 @@ impl<V: Verbs> KvStore<V> {
     /// Reads `key`'s header and value; `None` if the slot was never written or its
     /// checksum fails (a torn write that never became durable as a whole).
     pub fn read(&self, key: u64) -> Result<Option<(Stamp, Vec<u8>)>, RpcError> {
-        let at = self.layout.slot(key)?;
-        let mut h = [0u8; 20];
-        self.v.load(Space::Pm, at, &mut h);
-        let conn = u32::from_le_bytes(h[0..4].try_into().unwrap());
-        let len = u32::from_le_bytes(h[4..8].try_into().unwrap()) as u64;
-        let seq = u64::from_le_bytes(h[8..16].try_into().unwrap());
-        let crc = u32::from_le_bytes(h[16..20].try_into().unwrap());
-        if seq == 0 || len > self.layout.max_value {
-            return Ok(None);
-        }
-        let mut value = vec![0u8; len as usize];
-        self.v.load(Space::Pm, at + OBJECT_HEADER, &mut value);
-        if remora::checksum::crc32c_append(remora::checksum::crc32c(&h[0..16]), &value) != crc {
-            return Ok(None);
-        }
-        Ok(Some((Stamp { conn, seq }, value)))
+        Ok(match self.load(key)? {
+            SlotState::Written(stamp, value) => Some((stamp, value)),
+            SlotState::Empty | SlotState::Torn => None,
+        })
     }
 
     /// Whether `key`'s object was written but does not read back (its header is there, its
     /// length or checksum fails): a crash caught a Put's write-back of it half-way.
     pub fn torn(&self, key: u64) -> bool {
-        let Ok(at) = self.layout.slot(key) else {
-            return false;
-        };
+        matches!(self.load(key), Ok(SlotState::Torn))
+    }
+
+    /// What `key`'s slot holds, read once: [`read`](Self::read) and
+    /// [`torn`](Self::torn) in one look (recovery's settle asks both of one object).
+    pub fn load(&self, key: u64) -> Result<SlotState, RpcError> {
+        let at = self.layout.slot(key)?;
         let mut h = [0u8; 20];
         self.v.load(Space::Pm, at, &mut h);
-        h.iter().any(|&b| b != 0) && matches!(self.read(key), Ok(None))
+        if h.iter().all(|&b| b == 0) {
+            return Ok(SlotState::Empty);
+        }
+        let conn = u32::from_le_bytes(h[0..4].try_into().unwrap());
+        let len = u32::from_le_bytes(h[4..8].try_into().unwrap()) as u64;
+        let seq = u64::from_le_bytes(h[8..16].try_into().unwrap());
+        let crc = u32::from_le_bytes(h[16..20].try_into().unwrap());
+        if seq == 0 || len > self.layout.max_value {
+            return Ok(SlotState::Torn);
+        }
+        let mut value = vec![0u8; len as usize];
+        self.v.load(Space::Pm, at + OBJECT_HEADER, &mut value);
+        if remora::checksum::crc32c_append(remora::checksum::crc32c(&h[0..16]), &value) != crc {
+            return Ok(SlotState::Torn);
+        }
+        Ok(SlotState::Written(Stamp { conn, seq }, value))
     }
 
     /// Executes request `seq` of connection `conn` and makes its effect durable (stores,
     /// then `clwb`+`sfence` of the slot) before returning. A Put already executed (the
     /// object carries this stamp or a later one of the same connection) is skipped. A
-    /// request the store cannot hold (a key outside it, a value larger than a slot) is
-    /// refused: the reply says why and nothing changes.
+    /// request the store cannot hold (a key outside it, a value larger than a slot, a Scan
+    /// past [`with_max_scan`](Self::with_max_scan)) is refused: the reply says why and
+    /// nothing changes.
     pub async fn apply(&mut self, conn: u32, seq: u64, op: &Op) -> Reply {
         self.apply_checked(conn, seq, op, true).await
     }
@@ -199,6 +230,9 @@ impl<V: Verbs> KvStore<V> {
                 Ok(object) => Reply::ok(seq, object.map(|(_, v)| v).unwrap_or_default()),
                 Err(_) => outside,
             },
+            Op::Scan { count, .. } if self.max_scan.is_some_and(|m| *count > m) => {
+                Reply::refused(seq, ReplyStatus::ScanTooLarge)
+            }
             Op::Scan { key, count } => {
                 let mut value = Vec::new();
                 for k in *key..key.saturating_add(*count as u64).min(self.layout.objects) {

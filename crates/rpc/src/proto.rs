@@ -18,7 +18,7 @@
 //! | 28..32 | CRC-32C of header and value with this field zero |
 //!
 //! Reply layout: magic `RP`, status ([`ReplyStatus`]: 0 executed, 1 key outside the store,
-//! 2 value larger than a slot), 1 reserved byte (0), connection id u32, sequence u64, value
+//! 2 value larger than a slot, 3 Scan beyond the connection's `max_scan`), 1 reserved byte (0), connection id u32, sequence u64, value
 //! length u32, CRC-32C u32 (24 bytes), then the value (none when refused).
 
 use crate::api::{Op, Reply, ReplyStatus};
@@ -289,7 +289,7 @@ mod tests {
         fn replies_round_trip_and_reject_flips(
             conn in any::<u32>(), seq in any::<u64>(),
             value in proptest::collection::vec(any::<u8>(), 0..200), flip in any::<prop::sample::Index>(),
-            status in 0u8..3
+            status in 0u8..4
         ) {
             let reply = match ReplyStatus::from_code(status).unwrap() {
                 ReplyStatus::Ok => Reply::ok(seq, value),
@@ -320,7 +320,7 @@ mod tests {
             reply: Reply::ok(9, vec![7; 5]),
         }
         .to_bytes();
-        for (at, byte) in [(2, 3u8), (2, 0xff), (3, 1)] {
+        for (at, byte) in [(2, 4u8), (2, 0xff), (3, 1)] {
             let mut b = ok.clone();
             b[at] = byte;
             assert!(matches!(

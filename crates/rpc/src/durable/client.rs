@@ -566,12 +566,26 @@ impl<V: Verbs> DurableClient<V> {
         Ok(last)
     }
 
+    /// The doorbell's immediate for `seq`: a WRITE design's doorbell (WRITE_WITH_IMM) names
+    /// the last entry written in its 32-bit immediate, whole, so the server never has to
+    /// guess a wrapped number. A connection of a WRITE design therefore numbers at most
+    /// 2^32 - 1 requests; past that every call is refused with this error (a SEND design
+    /// has no doorbell and no such limit).
+    fn doorbell_imm(&self, seq: u64) -> Result<u32, RpcError> {
+        match self.plan {
+            Some(p) if p.carrier == Family::Write => {
+                u32::try_from(seq).map_err(|_| RpcError::Unsupported {
+                    design: self.opts.design.name(),
+                    what: format!("sequence number {seq} in a 32-bit doorbell"),
+                })
+            }
+            _ => Ok(0),
+        }
+    }
+
     fn post_doorbell(&mut self, info: &ConnInfo, seq: u64, fenced: bool) -> Result<(), RpcError> {
         let id = self.wr_id(WR_DOORBELL);
-        let imm = u32::try_from(seq).map_err(|_| RpcError::Unsupported {
-            design: self.opts.design.name(),
-            what: format!("sequence number {seq} in a 32-bit doorbell"),
-        })?;
+        let imm = self.doorbell_imm(seq)?;
         self.post(
             SendWr::new(
                 id,
@@ -695,6 +709,9 @@ impl<V: Verbs> DurableClient<V> {
         for chunk in ops.chunks(batch) {
             let first = self.next_seq;
             let last = first + chunk.len() as u64 - 1;
+            // Before anything of the chunk is posted: refused half-way, at its doorbell,
+            // an entry was already committed in the log though its call failed.
+            self.doorbell_imm(last)?;
             // Ring space, and the server's slow-down request (§4.2).
             self.pump_until(|c| {
                 last <= c.processed_known + cap && (!c.slow || c.pending.is_empty())

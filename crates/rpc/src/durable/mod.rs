@@ -43,7 +43,7 @@ use crate::api::{Completion, Op, Reply, RpcClient, RpcError, ServerCosts};
 use crate::baselines::ServerCpu;
 use crate::design::{Design, Family};
 use crate::flush::{FlushParams, FlushPlan, SenderFlush};
-use crate::kv::{ExecutionLog, KvLayout, KvStore};
+use crate::kv::{ExecutionLog, KvLayout, KvStore, SlotState};
 use crate::proto::{ReplyFrame, Request, REPLY_HEADER, REQUEST_HEADER};
 use crate::redolog::{
     judge_entry, Commit, EntryState, LogHeader, LogLayout, Operator, HEADER_BYTES,

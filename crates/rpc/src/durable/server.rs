@@ -120,7 +120,10 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
                         ..l
                     }
                 });
-                let mut kv = KvStore::new(v.clone(), kv_layout);
+                // The server bounds a Scan itself: its reply must fit the client's
+                // receive buffers (`DurableOptions::recv_bytes`), and a client writing its
+                // log directly can ask for any count.
+                let mut kv = KvStore::new(v.clone(), kv_layout).with_max_scan(opts.max_scan);
                 if let Some(log) = executions {
                     kv = kv.with_execution_log(log);
                 }
@@ -337,8 +340,8 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
         let guard = lock_store(&lock).await;
         // Under the lock, nothing changes the object between this look and the apply, which
         // then skips the Put (and counts it if it was not counted).
-        match self.kv.read(*key) {
-            Ok(Some((st, _))) if st.conn == self.opts.conn && st.seq == seq => {}
+        match self.kv.load(*key) {
+            Ok(SlotState::Written(st, _)) if st.conn == self.opts.conn && st.seq == seq => {}
             // A torn object (written, its checksum failing): the crash caught a Put's
             // write-back of it, this one's or another log's next Put of the key. Either
             // way no Put past any watermark is acknowledged as executed, so this one runs
@@ -346,7 +349,7 @@ impl<V: Verbs + Clone + 'static> DurableServer<V> {
             // (a Get would answer "no value", which the key never held since it was
             // first written). Should the torn Put be another log's, its own recovery
             // still runs it, after this one.
-            Ok(None) if self.kv.torn(*key) => {}
+            Ok(SlotState::Torn) => {}
             _ => return Ok(false),
         }
         let reply = self.kv.apply(self.opts.conn, seq, &r.op).await;
@@ -853,6 +856,8 @@ impl<V: Verbs> Core<V> {
                         wc.opcode
                     ));
                 }
+                // The immediate is the sequence number itself, never wrapped: the client
+                // refuses requests past 2^32 - 1 on a WRITE design (`doorbell_imm`).
                 Family::Write => wc.imm.unwrap_or(0) as u64,
             };
             // A doorbell names an entry within the ring ahead of what is processed: one
