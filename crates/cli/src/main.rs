@@ -4,6 +4,7 @@
 use clap::{Parser, Subcommand};
 use remora::Update;
 use remora_cli::{bench, configs, demo, killloop, paper, profiles, real, rpcreal};
+use remora_model::time::Duration;
 use remora_model::ServerConfig;
 use remora_soft::pool::PoolBytes;
 use remora_soft::server::Admission;
@@ -44,6 +45,67 @@ impl From<AdmissionArgs> for Admission {
             handshakes: a.max_handshakes as usize,
             per_address: a.max_handshakes_per_address as usize,
         }
+    }
+}
+
+/// `serve`'s RemoteLog garbage collector (seed 000 §4.1), off unless `--gc` is given.
+#[derive(clap::Args, Debug, Clone, Copy)]
+struct GcArgs {
+    /// Run RemoteLog's garbage collector in each client's region while the client is
+    /// connected, for a log of `singleton` or `compound` appends: the server persists the
+    /// log's head, then publishes it, so a client appends past the ring's capacity into the
+    /// slots collected. Off by default: `serve` serves any application.
+    #[arg(long, value_name = "UPDATE", value_parser = parse_update)]
+    gc: Option<Update>,
+    /// With --gc: the ring's records, 64 bytes each, after the log's 64-byte header
+    /// [default: as many as the region holds].
+    #[arg(long, requires = "gc", value_parser = clap::value_parser!(u64).range(1..))]
+    gc_records: Option<u64>,
+    /// With --gc: how often the collector runs, µs.
+    #[arg(long, default_value_t = 100, requires = "gc",
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    gc_interval_us: u64,
+    /// With --gc: how long the collector is descheduled between each store of the head and
+    /// its persist, µs (a preempted thread; the crash loop widens that window with it).
+    #[arg(long, default_value_t = 0, requires = "gc",
+          value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    gc_pause_us: u64,
+    /// With --gc: a negative control (for the crash checker only): publish the head before
+    /// making it durable.
+    #[arg(long, hide = true, requires = "gc")]
+    gc_head_visible_first: bool,
+}
+
+impl GcArgs {
+    /// The collector these flags ask for in `region_bytes`-byte regions, if any.
+    fn collector(self, region_bytes: u64) -> Result<Option<real::LogCollector>, String> {
+        let Some(update) = self.gc else {
+            return Ok(None);
+        };
+        let mut shape = real::shape_for(region_bytes);
+        if let Some(n) = self.gc_records {
+            if n > shape.capacity {
+                return Err(format!(
+                    "--gc-records {n}: a region of {region_bytes} bytes holds {} records of 64 \
+                     bytes after the log's header (raise --region-bytes)",
+                    shape.capacity
+                ));
+            }
+            shape.capacity = n;
+        }
+        if shape.capacity == 0 {
+            return Err(format!(
+                "--gc: a region of {region_bytes} bytes has no room for a record after the \
+                 log's 64-byte header (raise --region-bytes)"
+            ));
+        }
+        shape.gc_interval = Duration::from_micros(self.gc_interval_us);
+        shape.gc_pause = Duration::from_micros(self.gc_pause_us);
+        Ok(Some(real::LogCollector {
+            update,
+            shape,
+            head_visible_first: self.gc_head_visible_first,
+        }))
     }
 }
 
@@ -126,6 +188,8 @@ enum Cmd {
         /// A negative control (for the crash checker only).
         #[arg(long, hide = true)]
         fault: Option<remora_soft::server::ServeFault>,
+        #[command(flatten)]
+        gc: GcArgs,
     },
     /// Print seed 000 Tables 2 and 3 (every method of remote persistence), generated from
     /// taxonomy/methods.toml, in Markdown.
@@ -200,8 +264,10 @@ enum Cmd {
         #[arg(long, conflicts_with = "real")]
         no_variants: bool,
         /// Skip the runs that reuse RemoteLog's ring (`ring-reuse/…`: a four-record ring
-        /// through 24 appends, the collector descheduled between its stores and persists).
-        #[arg(long, conflicts_with = "real")]
+        /// through 24 appends, or with --real a four-record ring the server's collector
+        /// frees for the whole life; the collector descheduled between its stores and
+        /// persists).
+        #[arg(long)]
         no_reuse: bool,
         /// Latency profile: a built-in name or a TOML file.
         #[arg(long, value_name = "NAME|PATH", default_value = "default")]
@@ -736,6 +802,7 @@ fn run(cli: Cli) -> Result<(), String> {
             lease_secs,
             admission,
             fault,
+            gc,
         } => {
             let config = match (config, config_file) {
                 (Some(c), _) => c,
@@ -762,6 +829,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 lease: std::time::Duration::from_secs(lease_secs),
                 admission: admission.into(),
                 fault,
+                gc: gc.collector(region_bytes)?,
             };
             real::serve_blocking(&args)?;
         }
@@ -828,6 +896,7 @@ fn run(cli: Cli) -> Result<(), String> {
             only,
             profile,
             clients,
+            no_reuse,
             ..
         } => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -842,7 +911,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 server_listen,
                 server_log.as_deref(),
             )?;
-            let mut targets = real::real_targets(true, clients);
+            let mut targets = real::real_targets(true, clients, !no_reuse);
             killloop::select(
                 &mut targets,
                 &targets_sel,

@@ -11,11 +11,16 @@ use remora::{Primitive, Scenario, ServerSetup, Shape, Update};
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
 use remora_model::ServerConfig;
-use remora_remotelog::check::{log_violation, negative_controls, scenario_target, Target};
-use remora_remotelog::log::{read_records, recover, LogClient, LogShape, RECORDS_OFF};
+use remora_remotelog::check::{
+    log_violation, negative_controls, reuse_targets, scenario_target, Ring, Target,
+};
+use remora_remotelog::log::{
+    collect_garbage, collect_garbage_head_visible_first, is_log_full, read_records, recover,
+    LogClient, LogShape, RECORDS_OFF,
+};
 use remora_sim::crashcheck;
 use remora_soft::pool::PoolBytes;
-use remora_soft::server::{serve, ServeFault, ServeOptions};
+use remora_soft::server::{serve, ServeFault, ServeOptions, SlotTask};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -41,6 +46,66 @@ pub struct ServeArgs {
     pub admission: remora_soft::server::Admission,
     /// A negative control (for the crash checker only).
     pub fault: Option<ServeFault>,
+    /// RemoteLog's garbage collector in each client's region, if asked for.
+    pub gc: Option<LogCollector>,
+}
+
+/// RemoteLog's garbage collector as `serve` runs it in each client's region (`serve
+/// --gc`): [`collect_garbage`] on the server's CPU while the client is connected.
+#[derive(Copy, Clone, Debug)]
+pub struct LogCollector {
+    /// The log's update kind (a compound log's tail is its tail pointer).
+    pub update: Update,
+    /// The ring, the collector's interval and its pause.
+    pub shape: LogShape,
+    /// A negative control: [`collect_garbage_head_visible_first`] instead.
+    pub head_visible_first: bool,
+}
+
+impl LogCollector {
+    /// The task `serve` runs beside each connection's responder.
+    pub fn slot_task(self) -> SlotTask {
+        let LogCollector {
+            update,
+            shape,
+            head_visible_first,
+        } = self;
+        SlotTask {
+            name: "RemoteLog garbage collector".into(),
+            make: std::sync::Arc::new(move |node, region, running| {
+                let running = move || running.get();
+                if head_visible_first {
+                    Box::pin(collect_garbage_head_visible_first(
+                        node,
+                        region.addr,
+                        shape,
+                        update,
+                        running,
+                    ))
+                } else {
+                    Box::pin(collect_garbage(node, region.addr, shape, update, running))
+                }
+            }),
+        }
+    }
+
+    /// `serve`'s flags for this collector.
+    pub fn args(&self) -> Vec<String> {
+        let mut v = vec![
+            "--gc".to_string(),
+            self.update.name().to_string(),
+            "--gc-records".into(),
+            self.shape.capacity.to_string(),
+            "--gc-interval-us".into(),
+            (self.shape.gc_interval.as_nanos() / 1000).to_string(),
+            "--gc-pause-us".into(),
+            (self.shape.gc_pause.as_nanos() / 1000).to_string(),
+        ];
+        if self.head_visible_first {
+            v.push("--gc-head-visible-first".into());
+        }
+        v
+    }
 }
 
 /// What the platform says about its persistent memory: `/sys/bus/nd/devices/region*/
@@ -82,6 +147,7 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
         lease: args.lease,
         admission: args.admission,
         fault: args.fault,
+        slot_task: args.gc.map(LogCollector::slot_task),
     };
     let config = args.config;
     let node = std::cell::RefCell::new(None);
@@ -95,6 +161,9 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
             let _ = writeln!(o, "server configuration {config}");
             let _ = writeln!(o, "{} connection slots of {} KiB of PM: as many clients at once; a client's slot is kept for it for {:?} after it leaves (and after this start), and it comes back to it with its key; then a new client may have it, cleared", s.slots, s.slot_bytes / 1024, args.lease);
             let _ = writeln!(o, "{}", args.admission);
+            if let Some(gc) = &args.gc {
+                let _ = writeln!(o, "RemoteLog garbage collector in each client's region: a {} log of {} records, every {} µs, paused {} µs between each store of its head and the persist{}", gc.update.name(), gc.shape.capacity, gc.shape.gc_interval.as_nanos() / 1000, gc.shape.gc_pause.as_nanos() / 1000, if gc.head_visible_first { "; NEGATIVE CONTROL: the head is published before it is durable" } else { "" });
+            }
             let domains = platform_persistence_domains();
             if domains.is_empty() {
                 let _ = writeln!(o, "platform: no persistent-memory regions under /sys/bus/nd; the configured domain is modeled");
@@ -127,7 +196,7 @@ pub fn serve_blocking(args: &ServeArgs) -> Result<(), String> {
 }
 
 /// The log shape that fits a server's region.
-pub(crate) fn shape_for(region_len: u64) -> LogShape {
+pub fn shape_for(region_len: u64) -> LogShape {
     LogShape {
         capacity: (region_len - RECORDS_OFF) / 64,
         ..LogShape::default()
@@ -360,6 +429,7 @@ pub fn start_server(
     args: &KillArgs,
     fault: Option<ServeFault>,
     lease: Option<u64>,
+    gc: Option<&LogCollector>,
 ) -> Result<ServerProc, String> {
     let mut cmd = server_command(exe, &args.server_prefix);
     cmd.args(["serve", "--listen", &args.server_listen, "--pool"])
@@ -378,6 +448,9 @@ pub fn start_server(
     }
     if let Some(secs) = lease {
         cmd.args(["--lease-secs", &secs.to_string()]);
+    }
+    if let Some(gc) = gc {
+        cmd.args(gc.args());
     }
     ServerProc::start(&mut cmd, exe, "server", 0, &args.server_log)
 }
@@ -430,7 +503,7 @@ impl RealCrashReport {
 
 /// The targets of the real loop: one correct method per configuration and update kind
 /// (the WRITE column of the tables, as the library picks it), plus the negative controls.
-pub fn real_targets(negative: bool, clients: u32) -> Vec<RealTarget> {
+pub fn real_targets(negative: bool, clients: u32, reuse: bool) -> Vec<RealTarget> {
     let t = remora::Taxonomy::shipped();
     let mut v: Vec<Target> = Vec::new();
     for config in ServerConfig::table1() {
@@ -447,6 +520,9 @@ pub fn real_targets(negative: bool, clients: u32) -> Vec<RealTarget> {
     }
     if negative {
         v.extend(negative_controls());
+    }
+    if reuse {
+        v.extend(reuse_targets().into_iter().filter(|t| negative || !t.wrong));
     }
     let mut v: Vec<RealTarget> = v
         .into_iter()
@@ -528,6 +604,17 @@ fn takeover_targets(t: &remora::Taxonomy, negative: bool) -> Vec<RealTarget> {
 
 /// A client's mark on its region in a several-client crash loop: this, with the client's
 /// index in the low bits.
+/// Records in the ring of a reused-ring target (`ring-reuse/…`): a life of the real loop
+/// goes round it many times.
+pub const REAL_RING: u64 = 4;
+/// How long `serve`'s collector is descheduled between each store of the head and its
+/// persist in the reused-ring targets, µs: long enough that a good share of SIGKILLs land
+/// there (where the negative control's published head is not yet durable).
+pub const REAL_GC_PAUSE_US: u64 = 500;
+/// How long a client of the real loop waits for the collector to free a slot of a full
+/// ring before it calls the collector stopped.
+pub const RING_FULL_GIVE_UP: std::time::Duration = std::time::Duration::from_secs(2);
+
 const OWNER_TAG: u64 = 0x6f77_6e65_7200_0000;
 
 /// A target of the real crash loop: a RemoteLog target, and the server's negative control
@@ -560,15 +647,23 @@ pub fn real_crash(
     let target = &real.t;
     let pool = args.dir.join(format!("pool-{index}.pm"));
     let _ = std::fs::remove_file(&pool);
-    let region: u64 = 16 << 20;
+    let many = clients > 1;
+    let reused = target.ring != Ring::Fresh;
+    // A reused ring is small, so that every life goes round it (and a mark's slot more).
+    let region: u64 = if reused {
+        RECORDS_OFF + (REAL_RING + u64::from(many)) * 64
+    } else {
+        16 << 20
+    };
     // A slot per client: its region, its receive ring and its key fit in 4 MiB more.
     let pool_bytes = u64::from(clients.max(1)) * (region + (4 << 20));
     let mut shape = shape_for(region);
     let mut rng = Prng::from_seed(args.seed ^ index);
     let mut report = RealCrashReport::new(target);
-    // Each client's key (0 until the server gives it one) and acknowledged appends.
-    let mut who: Vec<(u64, Vec<u64>)> = vec![(0, Vec::new()); clients.max(1) as usize];
-    let many = who.len() > 1;
+    // Each client's key (0 until the server gives it one), acknowledged appends, and one
+    // past the highest record it has begun to write: a reused ring's slots below that less
+    // the capacity hold newer records, by design.
+    let mut who: Vec<(u64, Vec<u64>, u64)> = vec![(0, Vec::new(), 0); clients.max(1) as usize];
     // With several clients, each marks its region as its own in the region's last 64 bytes
     // (a record's place, 64-byte aligned as WRITE-with-immediate methods need), which the
     // log then leaves alone.
@@ -576,6 +671,18 @@ pub fn real_crash(
     if many {
         shape.capacity -= 1;
     }
+    // The server collects a reused ring, descheduled between each store of the head and
+    // its persist for long enough that SIGKILLs land there (the simulator's checker's
+    // pause, stretched to the wall clock's scale).
+    let gc = reused.then(|| LogCollector {
+        update: target.update,
+        shape: LogShape {
+            gc_interval: remora_model::time::Duration::from_micros(100),
+            gc_pause: remora_model::time::Duration::from_micros(REAL_GC_PAUSE_US),
+            ..shape
+        },
+        head_visible_first: target.ring == Ring::ReusedHeadVisibleFirst,
+    });
     for life in 0..=args.kills {
         let mut server = start_server(
             exe,
@@ -586,6 +693,7 @@ pub fn real_crash(
             args,
             real.serve_fault,
             None,
+            gc.as_ref(),
         )?;
         // The order the clients come back in (seeded; with one client no draw is made).
         let mut order: Vec<usize> = (0..who.len()).collect();
@@ -605,7 +713,7 @@ pub fn real_crash(
             let mut nodes = Vec::new();
             for &c in &order {
                 let back = async {
-                    let (key, acked) = &mut who[c];
+                    let (key, acked, started) = &mut who[c];
                     let conn = remora_soft::client::connect_as(&server.addr, &args.profile, *key)
                         .await
                         .map_err(|e| format!("client {c}: {e}"))?;
@@ -651,6 +759,9 @@ pub fn real_crash(
                     let read =
                         |off: u64, len: u64| image[off as usize..(off + len) as usize].to_vec();
                     let rec = recover(read, &shape, target.update);
+                    // What a correct log still holds: a reused ring's older records were
+                    // overwritten by newer ones.
+                    acked.retain(|&i| i + shape.capacity >= *started);
                     let client_name = if many {
                         format!("client {c}, ")
                     } else {
@@ -665,6 +776,11 @@ pub fn real_crash(
                     } else if let Some(v) = log_violation(&read, &shape, target.update, &rec, acked)
                     {
                         verdicts.push(format!("{client_name}life {life}: {}", v.describe(&rec)));
+                    } else if rec.head > rec.tail {
+                        verdicts.push(format!(
+                            "{client_name}life {life}: head {} is past the tail {}",
+                            rec.head, rec.tail
+                        ));
                     }
                     let next = rec.tail.max(acked.last().map_or(0, |i| i + 1));
                     nodes.push(conn.node);
@@ -691,6 +807,24 @@ pub fn real_crash(
             // Append until the server dies; the kill lands at a random moment (or when
             // drawn above). Every client appends until the server is gone (its connection
             // closes, the append fails).
+            // A reused ring goes round once in full before the first SIGKILL can land, so
+            // that every target reuses its slots however short its lives are.
+            let mut lap = std::collections::BTreeMap::new();
+            if reused && life == 0 && early.is_none() {
+                for (c, log) in &mut logs {
+                    let acked: &mut Vec<u64> = lap.entry(*c).or_default();
+                    while log.next_index() < 2 * shape.capacity {
+                        match append_waiting(log, *c).await? {
+                            Some(i) => acked.push(i),
+                            None => {
+                                return Err(format!(
+                                    "client {c}: an append failed before any SIGKILL"
+                                ))
+                            }
+                        }
+                    }
+                }
+            }
             let killer = match early.take() {
                 Some(k) => k,
                 None => server.kill_after(life_ms(&mut rng, args.max_life_ms)),
@@ -698,21 +832,27 @@ pub fn real_crash(
             let tasks: Vec<_> = logs
                 .into_iter()
                 .map(|(c, mut log)| {
+                    let mut now_acked = lap.remove(&c).unwrap_or_default();
                     remora_exec::spawn_local(async move {
-                        let mut now_acked = Vec::new();
-                        while log.next_index() < shape.capacity {
-                            match log.append().await {
-                                Ok(i) => now_acked.push(i),
-                                Err(_) => break,
+                        // A fresh ring is never filled; a reused one is gone round until
+                        // the server dies.
+                        while reused || log.next_index() < shape.capacity {
+                            let begun = log.next_index() + 1;
+                            match append_waiting(&mut log, c).await? {
+                                Some(i) => now_acked.push(i),
+                                None => return Ok((c, now_acked, begun)),
                             }
                         }
-                        (c, now_acked)
+                        Ok::<_, String>((c, now_acked, log.next_index()))
                     })
                 })
                 .collect();
             let mut next_acked = Vec::new();
             for t in tasks {
-                next_acked.push(t.await.map_err(|e| format!("a client's appends: {e:?}"))?);
+                next_acked.push(
+                    t.await
+                        .map_err(|e| format!("a client's appends: {e:?}"))??,
+                );
             }
             let killed = killer.join();
             Ok((verdicts, next_acked, killed))
@@ -728,9 +868,10 @@ pub fn real_crash(
         if cut_short.get() {
             report.early += 1;
         }
-        for (c, now) in next_acked {
+        for (c, now, begun) in next_acked {
             report.acked += now.len() as u64;
             who[c].1.extend(now);
+            who[c].2 = begun;
         }
         // A lost acknowledged append stays lost; keep only what a correct log must still hold.
         if report.violations > 0 && target.wrong {
@@ -739,6 +880,33 @@ pub fn real_crash(
     }
     let _ = std::fs::remove_file(&pool);
     Ok(report)
+}
+
+/// One append of a real loop's client: `Some(i)` once record `i` is acknowledged, `None`
+/// if the append failed (the server is gone). While the ring is full it waits for the
+/// server's collector, for so long that only a collector that stopped outlasts it (an
+/// error).
+async fn append_waiting<V: remora_verbs::Verbs>(
+    log: &mut LogClient<V>,
+    c: usize,
+) -> Result<Option<u64>, String> {
+    let mut full_since = None;
+    loop {
+        match log.append().await {
+            Ok(i) => return Ok(Some(i)),
+            Err(e) if is_log_full(&e) => {
+                let since = *full_since.get_or_insert_with(wall);
+                if wall().duration_since(since) > RING_FULL_GIVE_UP {
+                    return Err(format!(
+                        "client {c}: the ring stayed full for {RING_FULL_GIVE_UP:?}: the \
+                         server's collector stopped"
+                    ));
+                }
+                remora_exec::time::sleep(std::time::Duration::from_micros(50)).await;
+            }
+            Err(_) => return Ok(None),
+        }
+    }
 }
 
 /// The reports as Markdown.

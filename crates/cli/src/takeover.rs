@@ -391,6 +391,7 @@ pub fn takeover_crash(
             args,
             real.serve_fault,
             Some(0),
+            None,
         )?;
         let rt = runtime()?;
         let last = life == args.kills;

@@ -52,7 +52,6 @@ fn simulator_only_flags_are_refused_with_real() {
         &["--appends", "5"],
         &["--threads", "1"],
         &["--no-variants"],
-        &["--no-reuse"],
     ] {
         let mut args = vec!["crashcheck", "--real", "--only", "no-such-target"];
         args.extend(extra);
@@ -82,4 +81,54 @@ fn simulator_only_flags_are_refused_with_server() {
 fn the_simulators_checker_still_runs_with_its_own_flags() {
     let out = remora(&ONE);
     assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn no_reuse_also_leaves_out_the_real_loops_reused_rings() {
+    // With --real, `--no-reuse` drops the `ring-reuse/…` targets (which then match nothing).
+    let out = remora(&[
+        "crashcheck",
+        "--real",
+        "--only",
+        "ring-reuse/",
+        "--no-reuse",
+    ]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    assert!(err.contains("no target matches"), "{err}");
+}
+
+#[test]
+fn serve_refuses_collector_flags_without_gc_and_a_ring_past_its_region() {
+    let dir = std::env::temp_dir().join(format!("gc-flags-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pool = dir.join("pool.pm");
+    let pool = pool.to_str().unwrap();
+    let serve = ["serve", "--pool", pool, "--config", "DMP+noDDIO+PM-RQWRB"];
+    for extra in [
+        &["--gc-interval-us", "5"][..],
+        &["--gc-pause-us", "5"],
+        &["--gc-records", "4"],
+    ] {
+        let mut args = serve.to_vec();
+        args.extend(extra);
+        refused_naming(&args, "--gc");
+    }
+    // A region of 576 bytes holds the log's header and 8 records.
+    let mut args = serve.to_vec();
+    args.extend([
+        "--gc",
+        "singleton",
+        "--region-bytes",
+        "576",
+        "--gc-records",
+        "9",
+    ]);
+    refused_naming(&args, "holds 8 records");
+    let mut args = serve.to_vec();
+    args.extend(["--gc", "compound", "--region-bytes", "64"]);
+    refused_naming(&args, "no room for a record");
+    // Refused before the pool is made.
+    assert!(!std::path::Path::new(pool).exists());
+    std::fs::remove_dir_all(&dir).unwrap();
 }

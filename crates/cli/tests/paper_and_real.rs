@@ -289,8 +289,10 @@ fn a_pool_keeps_its_size_and_a_larger_one_asked_for_is_refused() {
 
 #[test]
 fn real_sigkill_loop_loses_no_acknowledged_append() {
-    // A small loop for CI: every configuration's WRITE singleton and compound methods,
-    // 2 SIGKILLs each (the full run is `remora crashcheck --real --targets correct`).
+    // A small loop for CI: every configuration's WRITE and WRITE-with-immediate singleton
+    // and compound methods (`/WRITE` matches both), with a fresh ring and with one the server's collector frees for reuse (`ring-reuse/…`,
+    // gone round twice before the first SIGKILL), 2 SIGKILLs each (the full run is `remora
+    // crashcheck --real --targets correct`).
     let out = remora(&[
         "crashcheck",
         "--real",
@@ -309,6 +311,16 @@ fn real_sigkill_loop_loses_no_acknowledged_append() {
     );
     let s = text(&out.stdout);
     assert!(s.contains("targets,") && !s.contains("FAIL"), "{s}");
+    // Each reused ring went round: its first life alone acknowledges two rings' worth.
+    let reused: Vec<&str> = s
+        .lines()
+        .filter(|l| l.starts_with("| ring-reuse/"))
+        .collect();
+    assert_eq!(reused.len(), 48, "{s}");
+    for row in reused {
+        let acked: u64 = row.split('|').nth(5).unwrap().trim().parse().unwrap();
+        assert!(acked >= 2 * remora_cli::real::REAL_RING, "{row}");
+    }
 }
 
 #[test]
@@ -429,6 +441,7 @@ fn real_sigkill_loop_catches_the_negative_controls() {
         "1000",
         "--profile",
         "slow-data-path",
+        "--no-reuse",
     ]);
     let s = text(&out.stdout);
     assert!(out.status.success(), "{s}\n{}", text(&out.stderr));
@@ -436,6 +449,27 @@ fn real_sigkill_loop_catches_the_negative_controls() {
     // clear a slot for a new client, one that clears it with the old key in place, one
     // that leaves its receive ring, one that stops a clear when its new client leaves).
     assert_eq!(s.matches("caught:").count(), 11, "{s}");
+    // The two collectors that publish the head of a reused ring before it is durable. Their
+    // window is the collector's pause, wide on the default profile; the slow one leaves a
+    // life too few appends to go round the ring.
+    let out = remora(&[
+        "crashcheck",
+        "--real",
+        "--targets",
+        "negative",
+        "--only",
+        "ring-reuse/",
+        "--kills",
+        "1000",
+    ]);
+    let s = text(&out.stdout);
+    assert!(out.status.success(), "{s}\n{}", text(&out.stderr));
+    assert_eq!(s.matches("caught:").count(), 2, "{s}");
+    assert_eq!(
+        s.matches("| ring-reuse/head-visible-first/").count(),
+        2,
+        "{s}"
+    );
 }
 
 #[test]

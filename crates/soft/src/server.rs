@@ -18,7 +18,7 @@ use remora::{CpuCosts, Footprint, Responder, ServerSetup};
 use remora_exec::net::{TcpListener, TcpStream};
 use remora_model::prng::Prng;
 use remora_model::profile::LatencyProfile;
-use remora_model::rnic::{Objects, Rnic};
+use remora_model::rnic::{MrInfo, Objects, Rnic};
 use remora_model::verbs::{NodeId, QpNum};
 use remora_model::{RqwrbPlacement, ServerConfig, Space};
 use remora_verbs::Verbs;
@@ -54,6 +54,39 @@ pub struct ServeOptions {
     pub admission: Admission,
     /// A negative control, for the crash checker only.
     pub fault: Option<ServeFault>,
+    /// An application's own server work in each client's region (RemoteLog's garbage
+    /// collector), if any.
+    pub slot_task: Option<SlotTask>,
+}
+
+/// The future a [`SlotTask`] makes for one connection.
+pub type SlotTaskFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
+
+/// What makes a [`SlotTask`]'s future: from the slot's node, the client's region, and a
+/// flag that turns false once the client's connection has ended.
+pub type SlotTaskFn = dyn Fn(PinnedNode, MrInfo, Rc<Cell<bool>>) -> SlotTaskFuture + Send + Sync;
+
+/// Server work an application runs on the server's CPU in each client's region while the
+/// client is connected, beside the responder: RemoteLog's garbage collector (seed 000
+/// §4.1), which reads the log and persists its head so the client can reuse the ring.
+/// `serve` itself knows no application; this is how one brings its own. Its loads, stores
+/// and persists go through the model (`PinnedNode`'s CPU verbs), so a SIGKILL loses of
+/// them what a power failure would.
+#[derive(Clone)]
+pub struct SlotTask {
+    /// What the task is, for logs.
+    pub name: String,
+    /// Makes one connection's task. Its future must end soon after the flag turns false:
+    /// the slot goes to no other connection before it has.
+    pub make: std::sync::Arc<SlotTaskFn>,
+}
+
+impl std::fmt::Debug for SlotTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotTask")
+            .field("name", &self.name)
+            .finish()
+    }
 }
 
 /// A deliberately wrong server: the crash checker's negative control for client identity
@@ -242,10 +275,18 @@ pub async fn serve(opts: ServeOptions, started: impl FnOnce(&Started)) -> Result
     accept_until_shutdown(listener, admitter, move |stream, place| {
         let id = free_peer_id(&next_id, |id| node.attached(id));
         let (node, setup, config, slots) = (node.clone(), opts.setup, opts.config, slots.clone());
-        let objects = objects.clone();
+        let (objects, task) = (objects.clone(), opts.slot_task.clone());
         async move {
             // A failed or malformed handshake only ends this connection.
-            let _ = handle(stream, place, node.clone(), id, config, setup, costs, slots).await;
+            let conn = Conn {
+                node: node.clone(),
+                id,
+                config,
+                setup,
+                costs,
+                task,
+            };
+            let _ = handle(stream, place, conn, slots).await;
             objects.set(node.with(|r, _| r.live_objects()));
         }
     })
@@ -893,17 +934,30 @@ async fn read_cm(s: &mut TcpStream) -> std::io::Result<Option<Cm>> {
     Ok(Cm::parse(&b).ok())
 }
 
-#[allow(clippy::too_many_arguments)] // one connection's every input, named
-async fn handle(
-    mut stream: TcpStream,
-    place: Handshaking,
+/// One connection's inputs besides its stream and the slots.
+struct Conn {
     node: RtNode,
     id: u32,
     config: ServerConfig,
     setup: ServerSetup,
     costs: CpuCosts,
+    task: Option<SlotTask>,
+}
+
+async fn handle(
+    mut stream: TcpStream,
+    place: Handshaking,
+    conn: Conn,
     slots: Rc<Slots>,
 ) -> std::io::Result<()> {
+    let Conn {
+        node,
+        id,
+        config,
+        setup,
+        costs,
+        task,
+    } = conn;
     let handshake = async {
         let Some(key) = cm_hello(&mut stream).await? else {
             return Ok(None);
@@ -992,7 +1046,20 @@ async fn handle(
         let _ = n.with(|r, now| r.fail_qp(now, qp));
     });
     let _ = node.now();
+    // The application's work in the region runs while the client is served, and has ended
+    // before the slot can go to anyone else (a new client's region is cleared first).
+    let running = Rc::new(Cell::new(true));
+    let beside = task.map(|t| {
+        let run = (t.make)(slot.node(), responder.region(), running.clone());
+        (t.name, remora_exec::spawn_local(run))
+    });
     responder.serve().await;
+    running.set(false);
+    if let Some((name, b)) = beside {
+        if b.await.is_err() {
+            eprintln!("client {id}: the server's {name} in its region panicked");
+        }
+    }
     // The QP failed. If the connection is still up, the client made it fail (a request
     // its RNIC refused, a bad response): the connection ends too, since it can carry
     // nothing more, so that it keeps no socket or buffers beyond its slot.

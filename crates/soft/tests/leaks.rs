@@ -37,6 +37,7 @@ fn options(pool: std::path::PathBuf) -> ServeOptions {
         lease: Duration::ZERO,
         admission: Admission::DEFAULT,
         fault: None,
+        slot_task: None,
     }
 }
 

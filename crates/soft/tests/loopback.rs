@@ -85,6 +85,7 @@ fn start_server_faulty(
         lease,
         admission: Admission::DEFAULT,
         fault,
+        slot_task: None,
     })
 }
 
@@ -1054,6 +1055,7 @@ fn a_refused_start_leaves_the_pool_as_it_was() {
             lease: LEASE,
             admission: Admission::DEFAULT,
             fault: None,
+            slot_task: None,
         };
         remora_exec::block_on(serve(opts, |_| panic!("it must not start")))
             .expect_err("the start is refused")
@@ -1589,6 +1591,7 @@ fn connections_past_the_handshake_bounds_are_refused_as_busy_at_once() {
             per_address: 3,
         },
         fault: None,
+        slot_task: None,
     });
     // A connection from 127.0.0.`host` (all of 127/8 is the loopback).
     let from = |host: u8| -> std::net::TcpStream {
@@ -1757,4 +1760,78 @@ fn a_returning_client_whose_reconnection_breaks_keeps_its_slot_for_a_lease() {
         (None, Ok(1)),
         "(what a new client found in the slot, what the returning client found)"
     );
+}
+
+#[test]
+fn a_slot_task_works_in_its_clients_region_while_the_client_is_connected() {
+    use remora_verbs::{Space, Verbs};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let dir = TestDir::new();
+    // The task counts in the first word of its client's region, and says when it ended.
+    let ended = Arc::new(AtomicU64::new(0));
+    let e = ended.clone();
+    let task = remora_soft::server::SlotTask {
+        name: "counter".into(),
+        make: Arc::new(move |node, region, running| {
+            let e = e.clone();
+            Box::pin(async move {
+                let mut n = 0u64;
+                while running.get() {
+                    n += 1;
+                    node.store(Space::Pm, region.addr, &n.to_le_bytes());
+                    node.persist_local(region.addr, 8).await;
+                    node.compute(remora_model::time::Duration::from_micros(200))
+                        .await;
+                }
+                e.fetch_add(1, Ordering::SeqCst);
+            })
+        }),
+    };
+    let shape = LogShape {
+        capacity: 16,
+        ..LogShape::default()
+    };
+    let (addr, _, _) = start_server_with(ServeOptions {
+        listen: "127.0.0.1:0".into(),
+        pool: dir.pool("task"),
+        pool_bytes: remora_soft::pool::PoolBytes::AtLeast(8 << 20),
+        config: "DMP+noDDIO+PM-RQWRB".parse().unwrap(),
+        profile: LatencyProfile::default_profile(),
+        setup: ServerSetup {
+            region_len: shape.region_len(),
+            ..ServerSetup::default()
+        },
+        lease: LEASE,
+        admission: Admission::DEFAULT,
+        fault: None,
+        slot_task: Some(task),
+    });
+    let addr = addr.to_string();
+    run_client(async {
+        let (node, mut client) = client_of(&addr, Primitive::Write).await;
+        // The count goes up while the client is connected: the task runs, in its region.
+        let word = |b: Vec<u8>| u64::from_le_bytes(b[..8].try_into().unwrap());
+        let first = word(client.read(0, 8).await.unwrap());
+        let mut later = first;
+        for _ in 0..500 {
+            remora_exec::time::sleep(std::time::Duration::from_millis(2)).await;
+            later = word(client.read(0, 8).await.unwrap());
+            if later > first {
+                break;
+            }
+        }
+        assert!(later > first, "the count stayed at {first}");
+        assert_eq!(ended.load(Ordering::SeqCst), 0, "the task ended early");
+        drop(client);
+        drop(node);
+    });
+    // The connection's end ends the task.
+    for _ in 0..500 {
+        if ended.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(ended.load(Ordering::SeqCst), 1, "the task outlived its connection");
 }
