@@ -29,6 +29,32 @@ pub mod rpcreal;
 pub mod softbench;
 pub mod takeover;
 
+/// Checks, before a run, that a results page may be written at `path`: the file is missing
+/// (it is created) or is a page of the same command, whose first line is `title`. Any other
+/// file (a typo naming a source file) is refused, not overwritten.
+pub fn check_results_page(path: &std::path::Path, title: &str) -> Result<(), String> {
+    match std::fs::read(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!(
+            "--results {}: cannot read it to check that it is a generated page: {e}",
+            path.display()
+        )),
+        Ok(bytes) if first_line(&bytes) == title.as_bytes() => Ok(()),
+        Ok(_) => Err(format!(
+            "--results {}: the file exists and is not a page this command generated (its \
+             first line is not `{title}`); refusing to overwrite it: name a new file or the \
+             page itself",
+            path.display()
+        )),
+    }
+}
+
+/// The bytes before the first line break (`\n` or `\r\n`).
+fn first_line(bytes: &[u8]) -> &[u8] {
+    let line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
 /// Formats nanoseconds as microseconds with three decimals (`2345` → `2.345`).
 pub fn micros(ns: u64) -> String {
     format!("{}.{:03}", ns / 1_000, ns % 1_000)

@@ -88,6 +88,10 @@ pub fn remotelog(
         shape: LogShape::default(),
         threads: args.threads,
     };
+    // A file that is not the page is refused before a run, not overwritten after it.
+    if let Some(page) = &args.results_page {
+        crate::check_results_page(page, report::RESULTS_TITLE)?;
+    }
     let rs = run_all(&opts, &Scenario::all(), progress)?;
     write_outputs(&rs, args)?;
     Ok(rs)

@@ -162,6 +162,10 @@ pub fn run(
     args: &RpcBenchArgs,
     progress: Arc<dyn Fn(usize, usize) + Send + Sync>,
 ) -> Result<Results, String> {
+    // A file that is not the page is refused before a run, not overwritten after it.
+    if let Some(page) = &args.results_page {
+        crate::check_results_page(page, bench::report::RESULTS_TITLE)?;
+    }
     let mut o = args.options();
     let total = o.total_runs();
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));

@@ -54,7 +54,8 @@ pub struct Rnic {
     pub pcie_gbps: u64,
     /// One-way PCIe latency between the RNIC and the IIO.
     pub pcie_ns: u64,
-    /// Delay before a requester retries after a receiver-not-ready NAK.
+    /// Delay before a requester retries after a receiver-not-ready NAK; positive, since it
+    /// is all that separates a refused request from its retry.
     pub rnr_retry_delay_ns: u64,
     /// How long a requester waits for an ACK before declaring the peer dead.
     pub ack_timeout_ns: u64,
@@ -104,10 +105,20 @@ pub struct Pm {
     /// Read latency seen by a reader.
     pub read_ns: u64,
     /// Write latency seen by a writer that waits for the media.
+    ///
+    /// Not used by the model, kept so the cited figure stays with its source: no writer
+    /// waits for the medium (a write is durable once in the ADR-protected WPQ, or earlier
+    /// under eADR and WSP, seed 000 §2), and the WPQ's drain to the medium is paced by the
+    /// banks' busy times, `row_hit_ns` and `write_conflict_ns` (seed 004 Table III), which
+    /// stand for the media write. Changing it changes no prediction.
     pub write_ns: u64,
     /// Bank busy time for an access that hits the open row.
     pub row_hit_ns: u64,
     /// Bank busy time for a read that must open a new row.
+    ///
+    /// Not used by the model, kept so the cited figure stays with its source: only writes
+    /// book the PM banks (their drain from the WPQ); a read takes `read_ns` and occupies no
+    /// bank, so no read meets a row conflict. Changing it changes no prediction.
     pub read_conflict_ns: u64,
     /// Bank busy time for a write that must open a new row.
     pub write_conflict_ns: u64,
@@ -184,7 +195,9 @@ impl LatencyProfile {
         toml::to_string_pretty(self).expect("profile serializes")
     }
 
-    fn validate(&self) -> Result<(), ProfileError> {
+    /// Checks every value's range, as [`from_toml`](Self::from_toml) does: for a profile
+    /// made or changed in code (a calibration from a measurement).
+    pub fn validate(&self) -> Result<(), ProfileError> {
         let bad = |field, why| {
             Err(ProfileError::Invalid {
                 profile: self.name.clone(),
@@ -227,6 +240,17 @@ impl LatencyProfile {
         }
         if self.cpu.memcpy_bytes_per_ns == 0 {
             return bad("cpu.memcpy_bytes_per_ns", "must be positive");
+        }
+        if self.rnic.rnr_retry_delay_ns == 0 {
+            // The only wait between an RNR NAK and the retry it causes: with none, a SEND
+            // refused on a free data path is retried at the instant it was refused, for
+            // ever, and the simulator's clock never reaches the receive it waits for.
+            return bad(
+                "rnic.rnr_retry_delay_ns",
+                "must be positive: a requester refused with an RNR NAK waits this long \
+                 before it retries, and with 0 it retries at once, back to back \
+                 (InfiniBand's shortest min_rnr_timer is 0.01 ms, 10000 ns)",
+            );
         }
         if self.rnic.ack_timeout_ns == 0 {
             return bad("rnic.ack_timeout_ns", "must be positive");
@@ -328,6 +352,30 @@ mod tests {
                         "value without a source: {line}"
                     );
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn every_field_the_model_does_not_read_says_so() {
+        // A user tuning one of these must not believe it changes a prediction: its comment
+        // in every shipped profile says the model does not use it.
+        for text in [DEFAULT_TOML, CX4_100G_TOML, SLOW_DATA_PATH_TOML] {
+            let lines: Vec<&str> = text.lines().collect();
+            for key in ["write_ns", "read_conflict_ns"] {
+                let at = lines
+                    .iter()
+                    .position(|l| l.starts_with(&format!("{key} = ")))
+                    .unwrap_or_else(|| panic!("no {key} in a shipped profile"));
+                let start = lines[..at]
+                    .iter()
+                    .rposition(|l| !l.starts_with('#'))
+                    .map_or(0, |i| i + 1);
+                let comment = lines[start..at].join(" ");
+                assert!(
+                    comment.to_lowercase().contains("not used by the model"),
+                    "pm.{key}: its comment does not say the model ignores it: {comment}"
+                );
             }
         }
     }

@@ -19,7 +19,6 @@ fn main() {
             "pcie" => p.rnic.pcie_gbps = 100_000,
             "link" => p.network.link_gbps = 100_000,
             "pm" => {
-                p.pm.write_ns = 1;
                 p.pm.row_hit_ns = 1;
                 p.pm.write_conflict_ns = 1;
                 p.pm.wpq_entries = 1 << 20;

@@ -1833,5 +1833,9 @@ fn a_slot_task_works_in_its_clients_region_while_the_client_is_connected() {
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    assert_eq!(ended.load(Ordering::SeqCst), 1, "the task outlived its connection");
+    assert_eq!(
+        ended.load(Ordering::SeqCst),
+        1,
+        "the task outlived its connection"
+    );
 }

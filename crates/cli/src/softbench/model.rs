@@ -31,12 +31,28 @@ pub(super) struct Calibration {
     pub(super) io_cpu_us: f64,
 }
 
-/// The default profile with its NIC round trip set to `rtt_us`.
-fn loopback(rtt_us: f64) -> LatencyProfile {
+/// The default profile with its NIC round trip set to `rtt_us`, validated as a profile
+/// file is: a round trip past the default's ACK time-out (a loopback loaded enough for
+/// a millisecond's mean) would fail every simulated request with RetryExcErr, not
+/// predict it.
+fn loopback(rtt_us: f64) -> Result<LatencyProfile, String> {
+    let ns = rtt_us * 1e3;
+    // `as` would make a NaN 0 ns and saturate an overflowing one.
+    if !(ns.is_finite() && ns >= 0.0 && ns < u64::MAX as f64) {
+        return Err(format!(
+            "a measured round trip of {rtt_us} µs is not a duration in nanoseconds"
+        ));
+    }
     let mut profile = LatencyProfile::default_profile();
     profile.name = "loopback".into();
-    profile.network.nic_rtt_ns = (rtt_us * 1e3) as u64;
-    profile
+    profile.network.nic_rtt_ns = ns as u64;
+    profile.validate().map_err(|e| {
+        format!(
+            "the `loopback` profile from a measured round trip of {rtt_us:.1} µs is not \
+             one the model can run: {e}"
+        )
+    })?;
+    Ok(profile)
 }
 
 /// The simulator's RemoteLog in each of `scenarios` with `profile`, in their order: the
@@ -175,8 +191,9 @@ fn preempted_us(ns: &[u64]) -> f64 {
 }
 
 /// Appends the model check to `out`: the calibration, a row per scenario of `rows` and the
-/// verdict. Fails if the simulator ran
-/// another method than the soft RNIC did in some scenario.
+/// verdict; only a line saying why, if a measured round trip makes no valid `loopback`
+/// profile. Fails if the simulator ran another method than the soft RNIC did in some
+/// scenario.
 pub(super) fn model_check(
     out: &mut String,
     rows: &[ScenarioRow],
@@ -186,16 +203,31 @@ pub(super) fn model_check(
     // ping-pong's *mean* is its mean; calibrating it from the p50 would make the model
     // miss the floor's own mean by the ping-pong's tail, before any of remora's cost.
     let scenarios: Vec<Scenario> = rows.iter().map(|r| r.scenario).collect();
-    let strict = predict_scenarios(&loopback(cal.raw_mean_us), &scenarios)?;
-    // Attribution of the model's miss: the same profile with the round trip of the I/O
-    // path the soft RNIC's packets actually take (the executor on both sides). What this
-    // prediction still misses is the soft RNIC's own CPU per packet and per message, which
-    // a model of a hardware RNIC does not have; the rest of the strict miss is the I/O path.
-    let via_io = predict_scenarios(&loopback(cal.io_mean_us), &scenarios)?;
-    let probe = predict_scenarios(
-        &loopback(cal.raw_mean_us + PROBE_RTT_NS as f64 / 1e3),
-        &scenarios,
-    )?;
+    // The prediction's round trip; then, for the attribution of the model's miss, the
+    // round trip of the I/O path the soft RNIC's packets actually take (the executor on
+    // both sides): what that prediction still misses is the soft RNIC's own CPU per packet
+    // and per message, which a model of a hardware RNIC does not have; the rest of the
+    // strict miss is the I/O path. Last, the probe that counts round trips.
+    let rtts = [
+        cal.raw_mean_us,
+        cal.io_mean_us,
+        cal.raw_mean_us + PROBE_RTT_NS as f64 / 1e3,
+    ];
+    let profiles = match rtts
+        .map(loopback)
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(p) => p,
+        Err(e) => {
+            // What was measured stays on the page; only the prediction cannot be made.
+            let _ = writeln!(out, "Model check (seed 000 §4): not run: {e}\n");
+            return Ok(());
+        }
+    };
+    let strict = predict_scenarios(&profiles[0], &scenarios)?;
+    let via_io = predict_scenarios(&profiles[1], &scenarios)?;
+    let probe = predict_scenarios(&profiles[2], &scenarios)?;
     let _ = writeln!(
         out,
         "Model check, {} (seed 000 §4; each measured in the same rounds as the ping-pongs): the `loopback` profile is the default one with its NIC round trip set to the raw ping-pong's mean, {:.1} µs (the only measured input); the simulator runs RemoteLog in each scenario with it ({PREDICT_APPENDS} appends, the method the soft RNIC ran) and predicts its mean latency. Round trips: how many network round trips an append waits for in the model (how much its prediction grows when the round trip is {} µs longer, over {} µs). Attribution (the I/O-path columns): the same profile with the round trip of the soft RNIC's own I/O path, the both-sides executor ping-pong's mean {:.1} µs; what that still misses is the soft RNIC's CPU per packet and message, which a model of hardware does not have. Beside that miss: the CPU both sides spent per append beyond what they spent on as many round trips of the both-sides executor ping-pong (the same I/O path without the model, {:.2} µs per round trip). Where that CPU covers the miss (verdict `outside: soft RNIC CPU`), the stage the model gets wrong is the RNIC's own processing, and the responder's, which here are software on the same two CPUs. Preemptions: the mean's share of appends that took a millisecond or more (the process lost its CPU to another for a scheduler slice), beyond the median; where that and the CPU together cover the miss, the verdict says so.\n",
@@ -280,6 +312,41 @@ fn summary(verdicts: &[Verdict]) -> String {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_calibrated_profile_is_a_valid_one_or_refused() {
+        // A loaded loopback's mean round trip can reach a millisecond (the page counts
+        // samples of 1 ms and more): past the default's ACK time-out, the profile made from
+        // it failed every simulated append with RetryExcErr, and the run with it.
+        let p = loopback(20.0).unwrap();
+        assert_eq!(LatencyProfile::from_toml(&p.to_toml()).unwrap(), p);
+        let e = loopback(2_000.0).unwrap_err();
+        assert!(
+            e.contains("2000.0 µs") && e.contains("rnic.ack_timeout_ns"),
+            "{e}"
+        );
+        for bad in [f64::NAN, f64::INFINITY, -1.0, 1e30] {
+            let e = loopback(bad).unwrap_err();
+            assert!(e.contains("not a duration"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_model_check_without_a_valid_profile_keeps_the_page() {
+        // The probe's round trip (the mean plus 100 µs) is the first past the time-out.
+        let mut out = String::new();
+        let cal = Calibration {
+            raw_mean_us: 960.0,
+            io_mean_us: 40.0,
+            io_cpu_us: 1.0,
+        };
+        model_check(&mut out, &[], &cal).unwrap();
+        assert!(
+            out.starts_with("Model check (seed 000 §4): not run: the `loopback` profile")
+                && out.contains("1060.0 µs"),
+            "{out}"
+        );
+    }
+
     fn verdict(name: &str, ratio: f64, miss_us: f64, model_cpu_us: f64) -> Verdict {
         Verdict {
             name: name.into(),
@@ -340,9 +407,9 @@ mod tests {
         // The probe that counts round trips, over every scenario: one round trip, or two
         // for the compound methods that wait for a first completion.
         let (base, probe) = (
-            predict_scenarios(&loopback(20.0), &Scenario::all()).unwrap(),
+            predict_scenarios(&loopback(20.0).unwrap(), &Scenario::all()).unwrap(),
             predict_scenarios(
-                &loopback(20.0 + PROBE_RTT_NS as f64 / 1e3),
+                &loopback(20.0 + PROBE_RTT_NS as f64 / 1e3).unwrap(),
                 &Scenario::all(),
             )
             .unwrap(),

@@ -216,10 +216,14 @@ pub fn keep_hand_written(old: &str, new: &str) -> String {
     out
 }
 
+/// The first line of the results page ([`markdown`]): how `remora bench rpc --results`
+/// knows a file is its own page, which it may rewrite.
+pub const RESULTS_TITLE: &str = "# RPC designs of seed 003 on the simulator";
+
 /// The results page.
 pub fn markdown(rs: &Results) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "# RPC designs of seed 003 on the simulator\n");
+    let _ = writeln!(s, "{RESULTS_TITLE}\n");
     if !rs.command.is_empty() {
         let _ = writeln!(
             s,
