@@ -28,9 +28,15 @@
 //! dies, so a restart after `kill -9` takes it at once. A new pool is made whole under a
 //! temporary name (header written and synced, every block allocated) and only then linked
 //! to its path, so no crash or concurrent start leaves a half-made file where a pool
-//! belongs. Its blocks are allocated up front, as PMDK's pools are: a file system too
-//! small for the pool says so at start-up, not with a `SIGBUS` when a store first touches
-//! a hole in the mapping under load.
+//! belongs; then its directory is synced, and a pool whose name cannot be made durable
+//! that way is unlinked again and not served ([`PoolError::NameNotDurable`]). Its blocks
+//! are allocated up front, as PMDK's pools are: a file system too small for the pool says
+//! so at start-up, not with a `SIGBUS` when a store first touches a hole in the mapping
+//! under load. Blocks a pool shares with another file (a reflinked copy, on XFS) are made
+//! its own at open, as a write would need them. On a copy-on-write file system (btrfs)
+//! allocated blocks hold only the first write into them, so a new pool is marked `nocow`
+//! before it is sized, and a pool that is not (an older one, or a copy) is reported at
+//! start-up ([`Durability::overwrite_space`]).
 
 mod file;
 mod header;
@@ -39,7 +45,8 @@ pub use header::{Header, HeaderError, HEADER_BYTES, LAYOUT_MAX, POOL_VERSION};
 
 use crate::dax::{SyncMap, WriteBack, CACHE_LINE};
 use file::{
-    allocate, create, dangling_link, in_memory, lock, mount_of, remove_stale_creations, unsafe_map,
+    allocate, create, dangling_link, fs_magic, in_memory, lock, mount_of, nocow,
+    remove_stale_creations, unreserved_overwrites, unsafe_map,
 };
 use header::LAYOUT_AT;
 use memmap2::MmapMut;
@@ -104,6 +111,24 @@ pub enum PoolError {
         need: u64,
         /// Bytes the file system has free for this user.
         free: u64,
+    },
+    /// A new pool was linked at its path, but its directory could not be synced, so its
+    /// name might not survive an OS crash: the pool is not served, and its name is removed
+    /// again (the pool held nothing), unless that failed too.
+    #[error(
+        "pool {path}: made, but syncing its directory {dir} failed ({err}), so its name \
+         might not survive an OS crash; {}",
+        name_left(unlink)
+    )]
+    NameNotDurable {
+        /// The pool file.
+        path: PathBuf,
+        /// Its directory.
+        dir: PathBuf,
+        /// Why the directory's sync failed.
+        err: std::io::Error,
+        /// Why the new name could not be removed again; `None`: it was.
+        unlink: Option<std::io::Error>,
     },
     /// The pool was laid out by a server with other options (or another protocol's server,
     /// or an older version of this one).
@@ -174,6 +199,19 @@ pub enum PoolError {
     },
 }
 
+/// What [`PoolError::NameNotDurable`] left at the pool's path.
+fn name_left(unlink: &Option<std::io::Error>) -> String {
+    match unlink {
+        None => "it was removed again (it held nothing) and is not served; \
+                 start again once the file system is sound"
+            .into(),
+        Some(e) => format!(
+            "removing it again failed too ({e}): a valid, empty pool is left there, which \
+             a later start serves as it is, its name perhaps not durable; remove it first"
+        ),
+    }
+}
+
 /// How writes reach stable storage.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum SyncMode {
@@ -197,10 +235,24 @@ pub struct Durability {
     pub dax_mount: bool,
     /// Why a `MAP_SYNC` mapping was not used, when one was asked for (the kernel's answer).
     pub map_sync_refused: Option<String>,
+    /// Why writes into the pool's allocated blocks may still need space (a copy-on-write
+    /// file system, the file not marked nocow), if they may: a full file system then
+    /// stops the server under load, not at start-up.
+    pub overwrite_space: Option<String>,
 }
 
 impl std::fmt::Display for Durability {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.fmt_mode(f)?;
+        match &self.overwrite_space {
+            Some(why) => write!(f, "; WARNING: space for writes is not reserved: {why}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Durability {
+    fn fmt_mode(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.mode {
             SyncMode::MapSync(w) => write!(
                 f,
@@ -355,7 +407,7 @@ impl Pool {
         }
         let dax_mount = mount_of(path).is_some_and(|m| m.dax);
         let in_memory = in_memory(&file).map_err(io)?;
-        let (map, durability) = map_for_durability(&file, in_memory, dax_mount).map_err(io)?;
+        let (map, mut durability) = map_for_durability(&file, in_memory, dax_mount).map_err(io)?;
         let header = Header::parse(&map[..]).map_err(|e| e.at(path))?;
         let data_len = header.data_len;
         if size < HEADER_BYTES + data_len {
@@ -374,6 +426,9 @@ impl Pool {
         }
         // A pool created sparse (by an older build, or copied) gets its holes filled now.
         allocate(path, &file, HEADER_BYTES + data_len)?;
+        // Allocated is not enough where blocks are copied on write: said at start-up.
+        let magic = fs_magic(&file).map_err(io)?;
+        durability.overwrite_space = unreserved_overwrites(magic, nocow(&file).unwrap_or(false));
         Ok(Pool {
             path: path.to_path_buf(),
             _file: file,
@@ -517,6 +572,7 @@ fn map_for_durability(
                 mode,
                 dax_mount,
                 map_sync_refused: refused,
+                overwrite_space: None,
             },
         ))
     };
@@ -536,6 +592,7 @@ fn map_for_durability(
                 mode: SyncMode::MapSync(insn),
                 dax_mount,
                 map_sync_refused: None,
+                overwrite_space: None,
             },
         )),
         Err(e) => plain(SyncMode::Msync, Some(e.to_string())),
@@ -826,6 +883,31 @@ mod tests {
             pool.snapshot().read_vec(PM_BASE + MIN_POOL_BYTES - 4, 4),
             b"kept"
         );
+    }
+
+    /// A new pool whose directory cannot be synced once the pool is linked there (an I/O
+    /// error) might lose its name in an OS crash, and with it every write acknowledged
+    /// into it: it is not served, the error says what happened and what is left, and the
+    /// name is removed again, so the next start makes the pool anew, its name synced,
+    /// rather than serving one whose name may not be durable.
+    #[test]
+    fn a_new_pool_whose_directory_cannot_be_synced_is_refused_and_leaves_nothing() {
+        let dir = tmp_dir();
+        let p = dir.path().join("unsynced");
+        super::file::fail_next_dir_sync(libc::EIO);
+        let e = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap_err();
+        assert!(matches!(e, PoolError::NameNotDurable { .. }), "{e}");
+        let msg = e.to_string();
+        for says in [
+            "might not survive an OS crash",
+            "removed again",
+            "Input/output error",
+        ] {
+            assert!(msg.contains(says), "{msg}");
+        }
+        assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
+        let pool = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
+        assert!(pool.created(), "the next start makes the pool anew");
     }
 
     #[test]

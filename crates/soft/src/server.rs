@@ -743,12 +743,11 @@ impl Told<'_> {
         }
         self.reported = done;
         if !self.gone {
-            let frame = Cm::Clearing { done, total }.emit();
             // A client that stops reading would stall the clear, and hold its slot, once
             // its socket's buffers fill: it gets as long as any handshake step.
-            let sent =
-                remora_exec::time::timeout(HANDSHAKE_TIMEOUT, self.stream.write_all(&frame)).await;
-            self.gone = !matches!(sent, Ok(Ok(())));
+            self.gone = send_cm(self.stream, Cm::Clearing { done, total })
+                .await
+                .is_err();
         }
     }
 }
@@ -875,9 +874,27 @@ pub async fn cm_hello(stream: &mut TcpStream) -> std::io::Result<Option<u64>> {
     Ok(None)
 }
 
-/// Refuses the connection with `code`.
+/// Refuses the connection with `code`. Like every handshake frame the server sends, it
+/// gives the client [`HANDSHAKE_TIMEOUT`] to take it (`send_cm`).
 pub async fn cm_refuse(stream: &mut TcpStream, code: RefuseCode) -> std::io::Result<()> {
-    stream.write_all(&Cm::Refused { code }.emit()).await
+    send_cm(stream, Cm::Refused { code }).await
+}
+
+/// Sends one handshake frame, failing with `TimedOut` if the client has not taken it
+/// within [`HANDSHAKE_TIMEOUT`], as a client waits for the server's frames. A client that
+/// stops reading fills its socket's buffers: a write without a bound would hold the
+/// connection, and its handshake place, until TCP gives up on the peer (its user time-out,
+/// [`crate::cm::DEAD_PEER_UNACKED`], where the kernel applies it to a closed window).
+async fn send_cm(stream: &mut TcpStream, frame: Cm) -> std::io::Result<()> {
+    match remora_exec::time::timeout(HANDSHAKE_TIMEOUT, stream.write_all(&frame.emit())).await {
+        Ok(sent) => sent,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "the client took no handshake frame for {HANDSHAKE_TIMEOUT:?}: it reads nothing"
+            ),
+        )),
+    }
 }
 
 /// Step 2: assigns the client its node id (the server is node 0) and sends the server's
@@ -887,16 +904,15 @@ pub async fn cm_assign(
     client: NodeId,
     config: ServerConfig,
 ) -> std::io::Result<()> {
-    stream
-        .write_all(
-            &Cm::Assign {
-                client,
-                server: 0,
-                config,
-            }
-            .emit(),
-        )
-        .await
+    send_cm(
+        stream,
+        Cm::Assign {
+            client,
+            server: 0,
+            config,
+        },
+    )
+    .await
 }
 
 /// Step 3: reads the client's `Ready` and connects `qp` to the client's QP. Gives `false`
@@ -925,7 +941,7 @@ pub async fn cm_ready(
 /// server that does not identify clients by key). Then exchange application frames, if
 /// any, and [`RtNode::attach`] the stream.
 pub async fn cm_accepted(stream: &mut TcpStream, qp: QpNum, key: u64) -> std::io::Result<()> {
-    stream.write_all(&Cm::Accepted { qp, key }.emit()).await
+    send_cm(stream, Cm::Accepted { qp, key }).await
 }
 
 async fn read_cm(s: &mut TcpStream) -> std::io::Result<Option<Cm>> {
@@ -986,7 +1002,7 @@ async fn handle(
         Err(NoSlot { code, why }) => {
             let who = if claimed == 0 { "new" } else { "returning" };
             eprintln!("client {id} ({who}) refused: {why}");
-            return cm_refuse(&mut stream, code).await;
+            return refuse(&mut stream, id, code).await;
         }
     };
     // A returning client knows its key: however this connection ends (it may break before
@@ -1014,27 +1030,31 @@ async fn handle(
         }
         Err(why) => {
             eprintln!("client {id} refused: {why}");
-            return cm_refuse(&mut stream, RefuseCode::Resources).await;
+            return refuse(&mut stream, id, RefuseCode::Resources).await;
         }
     };
     let Ok(mut responder) = Responder::create(slot.node(), setup, costs) else {
-        return cm_refuse(&mut stream, RefuseCode::Resources).await;
+        return refuse(&mut stream, id, RefuseCode::Resources).await;
     };
     let qp = responder.qp();
     if node.connect(qp, id, client_qp).is_err() {
         close(responder, id);
-        return cm_refuse(&mut stream, RefuseCode::Resources).await;
+        return refuse(&mut stream, id, RefuseCode::Resources).await;
     }
     // Recover the slot's receive ring (what a crash, or the slot's previous connection,
     // left there) before the client can send anything.
     responder.recover().await;
     if let Err(e) = cm_accepted(&mut stream, qp, key).await {
         close(responder, id);
-        if claimed == 0 {
+        let slot_left = if claimed == 0 {
             // Not all of `Accepted` was sent: the new client never learned its key, and
             // nothing was written into the slot since it was cleared (or found unused).
             slot.set_key(0).await;
-        }
+            "the slot is left nobody's for the next new client"
+        } else {
+            "the slot stays its own for its lease"
+        };
+        eprintln!("client {id}: `Accepted` was not sent ({e}); connection closed, {slot_left}");
         return Err(e);
     }
     // The client knows its key: the slot is kept for it once this connection ends.
@@ -1071,6 +1091,16 @@ async fn handle(
     }
     close(responder, id);
     Ok(())
+}
+
+/// Refuses client `id` with `code`; a refusal it does not take (it left, or reads nothing
+/// for [`HANDSHAKE_TIMEOUT`]) is logged, and the connection closes all the same.
+async fn refuse(stream: &mut TcpStream, id: u32, code: RefuseCode) -> std::io::Result<()> {
+    let sent = cm_refuse(stream, code).await;
+    if let Err(e) = &sent {
+        eprintln!("client {id}: its refusal ({code:?}) was not sent ({e}); connection closed");
+    }
+    sent
 }
 
 /// Frees a connection's RNIC objects (its slot's memory is freed when the slot drops).

@@ -23,8 +23,10 @@ pub(super) fn next_creation() -> u64 {
 }
 
 /// Makes a new pool at `path` under a temporary name in the same directory (created
-/// exclusively, locked, allocated, header written and synced), then links it to `path`.
-/// `None` if another process published a pool at `path` first (the caller opens that).
+/// exclusively, locked, allocated, header written and synced), then links it to `path`
+/// and syncs the directory ([`PoolError::NameNotDurable`], the link removed again, if
+/// that fails). `None` if another process published a pool at `path` first (the caller
+/// opens that).
 pub(super) fn create(path: &Path, len: u64) -> Result<Option<File>, PoolError> {
     let io = |err| PoolError::Io {
         path: path.to_path_buf(),
@@ -65,6 +67,12 @@ pub(super) fn create(path: &Path, len: u64) -> Result<Option<File>, PoolError> {
     }
     let _unlink = Unlink(&tmp);
     lock(path, &file)?;
+    // On a copy-on-write file system the blocks allocated below would hold only the first
+    // write into them; marked so while the file is still empty, they hold every write
+    // (`Pool::open` reports a pool where this did not take).
+    if copy_on_write(fs_magic(&file).map_err(io)?).is_some() {
+        let _ = set_nocow(&file);
+    }
     let size = HEADER_BYTES + len;
     // A file system that keeps no count of its blocks is not asked in advance; the
     // allocation below says whether the pool fits.
@@ -94,11 +102,43 @@ pub(super) fn create(path: &Path, len: u64) -> Result<Option<File>, PoolError> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(None),
         Err(e) => return Err(io(e)),
     }
-    // The new name is durable too (a no-op on file systems in memory).
-    File::open(parent_dir(path))
-        .and_then(|d| d.sync_all())
-        .map_err(io)?;
+    // The new name is durable too (a no-op on file systems in memory). If it cannot be
+    // made so, an OS crash could lose the name, and with it whatever a server acknowledged
+    // into the pool: the pool is not served, and its name goes again (nobody else has it
+    // open: this process holds its lock, and nothing was written into it). A later start
+    // then makes the pool anew and syncs its name; a pool left at `path` would be opened
+    // as it is, with nothing to say that its name was never made durable.
+    let dir = parent_dir(path);
+    if let Err(err) = sync_dir(dir) {
+        return Err(PoolError::NameNotDurable {
+            path: path.to_path_buf(),
+            dir: dir.to_path_buf(),
+            err,
+            unlink: std::fs::remove_file(path).err(),
+        });
+    }
     Ok(Some(file))
+}
+
+/// Makes `dir`'s entries durable (an `fsync` of the directory).
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    #[cfg(test)]
+    if let Some(errno) = FAIL_DIR_SYNC.with(|f| f.take()) {
+        return Err(std::io::Error::from_raw_os_error(errno));
+    }
+    File::open(dir).and_then(|d| d.sync_all())
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The error the next [`sync_dir`] of this thread fails with, instead of syncing.
+    static FAIL_DIR_SYNC: std::cell::Cell<Option<i32>> = const { std::cell::Cell::new(None) };
+}
+
+/// Makes this thread's next directory sync fail with `errno` (for tests).
+#[cfg(test)]
+pub(super) fn fail_next_dir_sync(errno: i32) {
+    FAIL_DIR_SYNC.with(|f| f.set(Some(errno)));
 }
 
 /// The directory `path` is named in (`.` for a bare file name).
@@ -120,16 +160,95 @@ pub(super) fn dangling_link(path: &Path) -> bool {
 /// magic number (`fstatfs`), not by its mount's name: a pool there needs no `msync` (the
 /// mapping is the file), and one anywhere else must never be taken for it.
 pub(super) fn in_memory(file: &File) -> std::io::Result<bool> {
-    use std::os::fd::AsRawFd;
+    // linux/magic.h (the libc crate names TMPFS_MAGIC, not RAMFS_MAGIC).
+    const RAMFS_MAGIC: u64 = 0x8584_58f6;
+    let magic = fs_magic(file)?;
+    Ok(magic == libc::TMPFS_MAGIC as u64 || magic == RAMFS_MAGIC)
+}
+
+/// The magic number of the file system `file` is on (`fstatfs`'s `f_type`).
+#[allow(unsafe_code)]
+pub(super) fn fs_magic(file: &File) -> std::io::Result<u64> {
     // SAFETY: `statfs` is plain data, filled by the kernel for an open descriptor.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    // linux/magic.h (the libc crate names TMPFS_MAGIC, not RAMFS_MAGIC).
-    const RAMFS_MAGIC: u64 = 0x8584_58f6;
-    let magic = st.f_type as u64;
-    Ok(magic == libc::TMPFS_MAGIC as u64 || magic == RAMFS_MAGIC)
+    Ok(st.f_type as u64)
+}
+
+/// File systems that write every new version of a block elsewhere (copy on write), by
+/// their magic numbers (linux/magic.h): blocks allocated in advance there hold the first
+/// write into them only, unless the file is marked not to be copied ([`nocow`]).
+const COPY_ON_WRITE: [(u64, &str); 3] = [
+    (0x9123_683e, "btrfs"),
+    (0xca45_1a4e, "bcachefs"),
+    (0x2fc1_2fc1, "zfs"),
+];
+
+/// The name of the copy-on-write file system of magic number `magic`, if it is one.
+pub(super) fn copy_on_write(magic: u64) -> Option<&'static str> {
+    COPY_ON_WRITE
+        .iter()
+        .find(|(m, _)| *m == magic)
+        .map(|(_, name)| *name)
+}
+
+/// `FS_NOCOW_FL` (linux/fs.h, `chattr +C`): the file's blocks are written in place.
+const FS_NOCOW_FL: libc::c_int = 0x0080_0000;
+
+/// Whether `file` is marked to have its blocks written in place (`FS_NOCOW_FL`).
+#[allow(unsafe_code)]
+pub(super) fn nocow(file: &File) -> std::io::Result<bool> {
+    let mut flags: libc::c_int = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes one int (the kernel's type, whatever the ioctl's
+    // name says) into `flags`.
+    if unsafe { libc::ioctl(file.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(flags & FS_NOCOW_FL != 0)
+}
+
+/// Marks `file` to have its blocks written in place (`chattr +C`). btrfs takes the mark
+/// only while the file is empty; [`nocow`] says whether it took.
+#[allow(unsafe_code)]
+fn set_nocow(file: &File) -> std::io::Result<()> {
+    let mut flags: libc::c_int = 0;
+    // SAFETY: as in `nocow`; FS_IOC_SETFLAGS reads one int.
+    unsafe {
+        if libc::ioctl(file.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        flags |= FS_NOCOW_FL;
+        if libc::ioctl(file.as_raw_fd(), libc::FS_IOC_SETFLAGS, &flags) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Why writes into a pool file's allocated blocks may still need space the file system
+/// no longer has (a full file system then fails a store with `SIGBUS`, or an `msync`,
+/// under load: the server stops before it acknowledges the write, but it stops), or
+/// `None` if they may not: the file is on a copy-on-write file system (by its magic
+/// number `magic`) and not marked `nocow`.
+pub(super) fn unreserved_overwrites(magic: u64, nocow: bool) -> Option<String> {
+    let fs = copy_on_write(magic)?;
+    if nocow {
+        return None;
+    }
+    let remedy = if fs == "btrfs" {
+        "a pool this server makes is marked so; an older one or a copy is not: copy it into \
+         an empty file marked `chattr +C` (or into a directory so marked), or keep the file \
+         system's free space above the pool's size"
+    } else {
+        "keep the file system's free space above the pool's size"
+    };
+    Some(format!(
+        "{fs} copies blocks on write and the pool file is not marked nocow, so the blocks \
+         allocated for it hold only the first write into them, and a later write fails if \
+         the file system is full ({remedy})"
+    ))
 }
 
 /// The temporary name a creator of the pool at `path` uses: `.<name>.creating-<pid>-<n>`
@@ -274,23 +393,138 @@ pub(super) fn free_bytes(path: &Path) -> std::io::Result<Option<u64>> {
 }
 
 /// Allocates every block of the pool file's first `size` bytes, so no store into the
-/// mapping can fault for want of space.
+/// mapping can fault for want of space, and gives the file blocks of its own where it
+/// shares some with another file (a copy by `cp --reflink`, `cp`'s default on XFS), which
+/// a write would otherwise copy into new space first. Only what the file lacks is asked
+/// for, where the file system says (`FIEMAP`): XFS reserves space for a whole `fallocate`
+/// before it looks at what is allocated, so a full file system refused to restart a server
+/// on a pool it holds whole.
 #[allow(unsafe_code)]
 pub(super) fn allocate(path: &Path, file: &File, size: u64) -> Result<(), PoolError> {
-    // SAFETY: posix_fallocate on a borrowed descriptor; it returns the error number.
-    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) };
-    match rc {
-        0 => Ok(()),
-        libc::ENOSPC => Err(PoolError::NoSpace {
-            path: path.to_path_buf(),
-            need: size,
-            free: free_bytes(path).ok().flatten().unwrap_or(0),
-        }),
-        e => Err(PoolError::Io {
-            path: path.to_path_buf(),
-            err: std::io::Error::from_raw_os_error(e),
-        }),
+    let no_space = || PoolError::NoSpace {
+        path: path.to_path_buf(),
+        need: size,
+        free: free_bytes(path).ok().flatten().unwrap_or(0),
+    };
+    let failed = |e| PoolError::Io {
+        path: path.to_path_buf(),
+        err: std::io::Error::from_raw_os_error(e),
+    };
+    let lacks = lacks(file, size).unwrap_or(Lacks {
+        holes: true,
+        shared: true,
+    });
+    if lacks.holes {
+        // SAFETY: posix_fallocate on a borrowed descriptor; it returns the error number.
+        match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) } {
+            0 => {}
+            libc::ENOSPC => return Err(no_space()),
+            e => return Err(failed(e)),
+        }
     }
+    if lacks.shared {
+        // SAFETY: fallocate on a borrowed descriptor; it returns -1 and sets errno.
+        let rc = unsafe {
+            libc::fallocate(
+                file.as_raw_fd(),
+                libc::FALLOC_FL_UNSHARE_RANGE,
+                0,
+                size as libc::off_t,
+            )
+        };
+        match if rc == 0 { 0 } else { errno() } {
+            // Done, or a file system that does not share blocks this way (btrfs: see
+            // `unreserved_overwrites`).
+            0 | libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS => {}
+            libc::ENOSPC => return Err(no_space()),
+            e => return Err(failed(e)),
+        }
+    }
+    Ok(())
+}
+
+/// The calling thread's last error number.
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// What a file's blocks lack for every write into them to have its space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Lacks {
+    /// Some bytes have no block (a hole).
+    pub(super) holes: bool,
+    /// Some blocks are shared with another file (a reflinked copy, a snapshot).
+    pub(super) shared: bool,
+}
+
+/// `struct fiemap` (linux/fiemap.h), with room for [`FIEMAP_EXTENTS`] extents.
+#[repr(C)]
+struct Fiemap {
+    start: u64,
+    length: u64,
+    flags: u32,
+    mapped_extents: u32,
+    extent_count: u32,
+    reserved: u32,
+    extents: [FiemapExtent; FIEMAP_EXTENTS],
+}
+
+/// `struct fiemap_extent`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct FiemapExtent {
+    logical: u64,
+    physical: u64,
+    length: u64,
+    reserved64: [u64; 2],
+    flags: u32,
+    reserved: [u32; 3],
+}
+
+/// Extents asked for at a time.
+const FIEMAP_EXTENTS: usize = 64;
+/// `FS_IOC_FIEMAP`: `_IOWR('f', 11, struct fiemap)`.
+const FS_IOC_FIEMAP: libc::c_ulong = 0xc020_660b;
+/// Write the file's dirty pages first, so what is mapped is what is allocated.
+const FIEMAP_FLAG_SYNC: u32 = 0x1;
+const FIEMAP_EXTENT_LAST: u32 = 0x1;
+const FIEMAP_EXTENT_SHARED: u32 = 0x2000;
+
+/// What `file`'s first `size` bytes lack (`FIEMAP`); an error where the file system maps
+/// no extents.
+#[allow(unsafe_code)]
+pub(super) fn lacks(file: &File, size: u64) -> std::io::Result<Lacks> {
+    let mut lacks = Lacks {
+        holes: false,
+        shared: false,
+    };
+    let mut at = 0;
+    while at < size {
+        // SAFETY: plain data, all zeroes valid.
+        let mut m: Box<Fiemap> = Box::new(unsafe { std::mem::zeroed() });
+        m.start = at;
+        m.length = size - at;
+        m.flags = FIEMAP_FLAG_SYNC;
+        m.extent_count = FIEMAP_EXTENTS as u32;
+        // SAFETY: FS_IOC_FIEMAP fills at most `extent_count` extents of the struct.
+        if unsafe { libc::ioctl(file.as_raw_fd(), FS_IOC_FIEMAP as _, &mut *m) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let n = (m.mapped_extents as usize).min(FIEMAP_EXTENTS);
+        if n == 0 {
+            break;
+        }
+        for e in &m.extents[..n] {
+            lacks.holes |= e.logical > at;
+            lacks.shared |= e.flags & FIEMAP_EXTENT_SHARED != 0;
+            at = at.max(e.logical.saturating_add(e.length));
+        }
+        if m.extents[n - 1].flags & FIEMAP_EXTENT_LAST != 0 {
+            break;
+        }
+    }
+    lacks.holes |= at < size;
+    Ok(lacks)
 }
 
 #[allow(unsafe_code)]
@@ -370,6 +604,58 @@ fn dax_option(opts: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file's holes are found, and a file allocated whole lacks nothing (so it is not
+    /// allocated again: XFS refuses that on a full file system).
+    #[test]
+    fn holes_are_found_and_a_whole_file_lacks_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&p)
+            .unwrap();
+        let size = 1 << 20;
+        f.set_len(size).unwrap();
+        f.write_all_at(b"start", 0).unwrap();
+        let Ok(sparse) = lacks(&f, size) else {
+            eprintln!("skipped: no FIEMAP on the test directory's file system");
+            return;
+        };
+        assert!(sparse.holes, "{sparse:?}");
+        allocate(&p, &f, size).unwrap();
+        let whole = lacks(&f, size).unwrap();
+        assert_eq!(
+            whole,
+            Lacks {
+                holes: false,
+                shared: false
+            }
+        );
+    }
+
+    /// Only a copy-on-write file system's pool without the nocow mark is reported.
+    #[test]
+    fn overwrites_are_unreserved_on_copy_on_write_file_systems_without_nocow() {
+        const EXT4: u64 = 0xef53;
+        const XFS: u64 = 0x5846_5342;
+        for magic in [EXT4, XFS, libc::TMPFS_MAGIC as u64] {
+            for nocow in [false, true] {
+                assert_eq!(unreserved_overwrites(magic, nocow), None, "{magic:#x}");
+            }
+        }
+        for (magic, name) in COPY_ON_WRITE {
+            assert_eq!(unreserved_overwrites(magic, true), None, "{name}");
+            let why = unreserved_overwrites(magic, false).expect(name);
+            assert!(why.starts_with(name), "{why}");
+            assert!(why.contains("hold only the first write"), "{why}");
+        }
+        assert!(unreserved_overwrites(0x9123_683e, false)
+            .unwrap()
+            .contains("chattr +C"));
+    }
 
     #[test]
     fn mount_points_are_unescaped_and_dax_options_read_whole() {
