@@ -8,7 +8,7 @@
 
 use remora_model::profile::LatencyProfile;
 use remora_model::time::Instant;
-use remora_rpc::durable::{read_entry, DurableClient, DurableOptions, DurablePair};
+use remora_rpc::durable::{read_entry, DurableOptions, DurablePair};
 use remora_rpc::harness::dmp;
 use remora_rpc::redolog::EntryState;
 use remora_rpc::{Design, Op, RpcClient, RpcError};
@@ -36,14 +36,7 @@ fn the_last_32_bit_doorbell_is_a_clear_limit() {
         pair.sim.crash_now(pair.server.id());
         let (server, _) = pair.recover_server().unwrap();
         let layout = server.conn_info().layout;
-        let mut client = DurableClient::create(pair.client.clone(), &pair.opts).unwrap();
-        pair.sim
-            .connect((&pair.client, client.qp()), (&pair.server, server.qp()))
-            .unwrap();
-        client.attach(server.conn_info()).unwrap();
-        pair.sim.spawn_on(&pair.server, async move {
-            let _why = server.serve().await;
-        });
+        let mut client = pair.serve_client(server, &pair.opts.clone()).unwrap();
         let put = |key: u64| Op::Put {
             key,
             value: vec![key as u8; 16],

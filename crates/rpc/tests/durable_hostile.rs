@@ -51,15 +51,7 @@ fn raw_qp(
     pair: &DurablePair,
     server: &DurableServer<remora_sim::NodeHandle>,
 ) -> (remora_model::verbs::QpNum, remora_model::verbs::CqId) {
-    let c = &pair.client;
-    let pd = c.alloc_pd().unwrap();
-    let cq = c.create_cq(64).unwrap();
-    let qp = c
-        .create_qp(pd, cq, cq, remora_model::rnic::QpAttr::default())
-        .unwrap();
-    pair.sim
-        .connect((&pair.client, qp), (&pair.server, server.qp()))
-        .unwrap();
+    let (qp, cq, _) = pair.bare_qp(server.qp()).unwrap();
     (qp, cq)
 }
 
@@ -225,15 +217,8 @@ fn a_request_the_store_cannot_hold_is_refused_never_answered_as_done() {
         let server = pair.fresh_server().unwrap();
         let mut wide = pair.opts.clone();
         wide.objects = 16;
-        let mut client = DurableClient::create(pair.client.clone(), &wide).unwrap();
-        pair.sim
-            .connect((&pair.client, client.qp()), (&pair.server, server.qp()))
-            .unwrap();
-        client.attach(server.conn_info()).unwrap();
         let layout = server.kv_layout();
-        pair.sim.spawn_on(&pair.server, async move {
-            let _why = server.serve().await;
-        });
+        let mut client = pair.serve_client(server, &wide).unwrap();
         let (got, replies) = pair
             .sim
             .block_on(Instant::NEVER, async move {

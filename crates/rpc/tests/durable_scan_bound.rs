@@ -9,7 +9,7 @@ use remora_model::time::Instant;
 use remora_model::verbs::{
     Access, Opcode, Payload, RecvWr, Remote, SendWr, Sge, WcOpcode, WcStatus,
 };
-use remora_rpc::durable::{ConnInfo, DurableClient, DurableOptions, DurablePair, ServerMsg};
+use remora_rpc::durable::{ConnInfo, DurableOptions, DurablePair, ServerMsg};
 use remora_rpc::harness::dmp;
 use remora_rpc::kv::KvStore;
 use remora_rpc::proto::{Request, REPLY_HEADER};
@@ -48,14 +48,7 @@ fn a_scan_beyond_max_scan_is_refused_by_the_server() {
         let server = pair.fresh_server().unwrap();
         let mut wide = pair.opts.clone();
         wide.max_scan = 4;
-        let mut client = DurableClient::create(pair.client.clone(), &wide).unwrap();
-        pair.sim
-            .connect((&pair.client, client.qp()), (&pair.server, server.qp()))
-            .unwrap();
-        client.attach(server.conn_info()).unwrap();
-        pair.sim.spawn_on(&pair.server, async move {
-            let _why = server.serve().await;
-        });
+        let mut client = pair.serve_client(server, &wide).unwrap();
         let got = pair
             .sim
             .block_on(Instant::NEVER, async move {
@@ -118,14 +111,7 @@ fn an_oversized_scan_written_into_the_log_does_not_end_the_connection() {
         })
         .unwrap();
     let c = pair.client.clone();
-    let pd = c.alloc_pd().unwrap();
-    let cq = c.create_cq(64).unwrap();
-    let qp = c
-        .create_qp(pd, cq, cq, remora_model::rnic::QpAttr::default())
-        .unwrap();
-    pair.sim
-        .connect((&pair.client, qp), (&pair.server, server.qp()))
-        .unwrap();
+    let (qp, cq, pd) = pair.bare_qp(server.qp()).unwrap();
     // Receive buffers as the library client sizes them: one reply of `max_scan` objects.
     let recv_bytes = (REPLY_HEADER as u64 + 64).max(64);
     let bufs = c.alloc(Space::Dram, 8 * recv_bytes, 64);

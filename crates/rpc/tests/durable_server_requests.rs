@@ -34,15 +34,7 @@ fn setup(
 ) {
     let pair = DurablePair::new(3, LatencyProfile::default_profile(), dmp(false), o);
     let server = pair.fresh_server().unwrap();
-    let c = &pair.client;
-    let pd = c.alloc_pd().unwrap();
-    let cq = c.create_cq(64).unwrap();
-    let qp = c
-        .create_qp(pd, cq, cq, remora_model::rnic::QpAttr::default())
-        .unwrap();
-    pair.sim
-        .connect((&pair.client, qp), (&pair.server, server.qp()))
-        .unwrap();
+    let (qp, cq, pd) = pair.bare_qp(server.qp()).unwrap();
     (pair, server, qp, cq, pd)
 }
 

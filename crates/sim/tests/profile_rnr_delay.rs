@@ -4,10 +4,11 @@
 //! finish once the receive is posted: either the profile is refused naming the field, or
 //! virtual time moves on between retries and the SEND completes.
 
-use remora_model::config::*;
+mod common;
+use common::{cfg, Opts};
 use remora_model::profile::{LatencyProfile, ProfileError, DEFAULT_TOML};
 use remora_model::time::{Duration, Instant};
-use remora_sim::{CrashAt, FaultPlan, Sim};
+use remora_sim::{CrashAt, FaultPlan};
 use remora_verbs::*;
 
 /// Events after which the run is cut (the client loses power): a SEND retried against a
@@ -22,43 +23,34 @@ fn send_before_receive(
     profile: LatencyProfile,
     len: usize,
 ) -> (Option<WorkCompletion>, u64, Option<Instant>) {
-    let sim = Sim::new(1, profile);
-    let cfg: ServerConfig = "DMP+DDIO+DRAM-RQWRB".parse().unwrap();
-    let server = sim.add_node("server", cfg);
-    let client = sim.add_node("client", cfg);
-    sim.set_faults(&FaultPlan::crash(client.id(), CrashAt::Event(EVENT_BOUND)));
-    let spd = server.alloc_pd().unwrap();
-    let base = server.alloc(Space::Dram, 4096, 4096);
-    let mr = server
-        .reg_mr(spd, Space::Dram, base, 4096, Access::ALL)
-        .unwrap();
-    let scq = server.create_cq(64).unwrap();
-    let sqp = server.create_qp(spd, scq, scq, QpAttr::default()).unwrap();
-    let cpd = client.alloc_pd().unwrap();
-    let ccq = client.create_cq(64).unwrap();
-    let cqp = client.create_qp(cpd, ccq, ccq, QpAttr::default()).unwrap();
-    sim.connect((&client, cqp), (&server, sqp)).unwrap();
-    let srv = server.clone();
-    sim.spawn_on(&server, async move {
+    let p = Opts::new(1, cfg("DMP+DDIO+DRAM-RQWRB"))
+        .profile(profile)
+        .build();
+    p.sim.set_faults(&FaultPlan::crash(
+        p.client.id(),
+        CrashAt::Event(EVENT_BOUND),
+    ));
+    let (srv, sqp, rmr) = (p.server.clone(), p.sqp, p.rmr);
+    p.sim.spawn_on(&p.server, async move {
         srv.sleep(Duration::from_micros(20)).await;
         let rwr = RecvWr {
             wr_id: 9,
             sge: Sge {
-                addr: mr.addr,
+                addr: rmr.addr,
                 len: 64,
-                lkey: mr.lkey,
+                lkey: rmr.lkey,
             },
         };
         srv.post_recv(sqp, rwr).unwrap();
     });
-    let c = client.clone();
-    let wc = sim.block_on(Instant::NEVER, async move {
+    let (c, cqp, ccq) = (p.client.clone(), p.cqp, p.ccq);
+    let wc = p.sim.block_on(Instant::NEVER, async move {
         let send = SendWr::new(1, Opcode::Send, Payload::inline(vec![5; len]), None);
         c.post_send(cqp, send).unwrap();
         next_completion(&c, ccq).await
     });
-    let naks = sim.with_rnic(server.id(), |r, _| r.stats().rnr_naks);
-    let cut = sim.crashed().first().map(|&(_, at)| at);
+    let naks = p.sim.with_rnic(p.server.id(), |r, _| r.stats().rnr_naks);
+    let cut = p.sim.crashed().first().map(|&(_, at)| at);
     (wc, naks, cut)
 }
 

@@ -414,12 +414,36 @@ impl DurablePair {
     /// starts serving. Run the client in a task on [`client`](Self::client).
     pub fn open(&self) -> Result<DurableClient<NodeHandle>, RpcError> {
         let server = self.fresh_server()?;
-        let mut client = DurableClient::create(self.client.clone(), &self.opts)?;
+        self.serve_client(server, &self.opts.clone())
+    }
+
+    /// Connects a new client built with `opts` to `server` and starts serving. `opts` may
+    /// differ from the server's: a client that believes another store, log or scan bound
+    /// (the tests of what the server does with requests it did not agree to).
+    pub fn serve_client(
+        &self,
+        server: DurableServer<NodeHandle>,
+        opts: &DurableOptions,
+    ) -> Result<DurableClient<NodeHandle>, RpcError> {
+        let mut client = DurableClient::create(self.client.clone(), opts)?;
         self.sim
             .connect((&self.client, client.qp()), (&self.server, server.qp()))?;
         client.attach(server.conn_info())?;
         self.start_serving(server);
         Ok(client)
+    }
+
+    /// A bare queue pair of the client node (its CQ and protection domain too), connected
+    /// to the server's queue pair `server_qp`: for tests that speak for the client
+    /// themselves, request by request.
+    pub fn bare_qp(&self, server_qp: QpNum) -> Result<(QpNum, CqId, PdId), RpcError> {
+        let c = &self.client;
+        let pd = c.alloc_pd()?;
+        let cq = c.create_cq(64)?;
+        let qp = c.create_qp(pd, cq, cq, remora_model::rnic::QpAttr::default())?;
+        self.sim
+            .connect((&self.client, qp), (&self.server, server_qp))?;
+        Ok((qp, cq, pd))
     }
 
     /// After a power failure of the server: powers it on, sets it up again at the same
