@@ -16,7 +16,7 @@ use remora_remotelog::check::{
 };
 use remora_remotelog::log::{
     collect_garbage, collect_garbage_head_visible_first, is_log_full, read_records, recover,
-    LogClient, LogShape, RECORDS_OFF,
+    LogClient, LogShape, Recovered, RECORDS_OFF,
 };
 use remora_sim::crashcheck;
 use remora_soft::pool::PoolBytes;
@@ -773,14 +773,10 @@ pub fn real_crash(
                              {:#018x})",
                             u64::from_le_bytes(found[..8].try_into().expect("8 bytes"))
                         ));
-                    } else if let Some(v) = log_violation(&read, &shape, target.update, &rec, acked)
+                    } else if let Some(v) =
+                        return_violation(&read, &shape, target.update, &rec, acked, *started)
                     {
-                        verdicts.push(format!("{client_name}life {life}: {}", v.describe(&rec)));
-                    } else if rec.head > rec.tail {
-                        verdicts.push(format!(
-                            "{client_name}life {life}: head {} is past the tail {}",
-                            rec.head, rec.tail
-                        ));
+                        verdicts.push(format!("{client_name}life {life}: {v}"));
                     }
                     let next = rec.tail.max(acked.last().map_or(0, |i| i + 1));
                     nodes.push(conn.node);
@@ -880,6 +876,35 @@ pub fn real_crash(
     }
     let _ = std::fs::remove_file(&pool);
     Ok(report)
+}
+
+/// What a client of the real loop, back after a restart, finds wrong with its log, if
+/// anything: `rec` is what it recovered from the region it read (`read`), `acked` the
+/// acknowledged appends a correct log still holds, and `started` one past the highest
+/// record it had begun to write.
+///
+/// A compound log's tail pointer is judged from `started` less the ring's capacity, not
+/// from the head `rec` holds: the server's collector runs as soon as the client is
+/// accepted, and may already have moved the head up to the tail pointer (over a record
+/// that did not survive) before the client reads the region. Every record from there to
+/// the tail pointer was written after its slot's last reuse, and a correct log made it
+/// durable before the tail pointer that covers it.
+pub fn return_violation(
+    read: &dyn Fn(u64, u64) -> Vec<u8>,
+    shape: &LogShape,
+    update: Update,
+    rec: &Recovered,
+    acked: &[u64],
+    started: u64,
+) -> Option<String> {
+    let judged = Recovered {
+        head: rec.head.min(started.saturating_sub(shape.capacity)),
+        ..rec.clone()
+    };
+    if let Some(v) = log_violation(read, shape, update, &judged, acked) {
+        return Some(v.describe(rec));
+    }
+    (rec.head > rec.tail).then(|| format!("head {} is past the tail {}", rec.head, rec.tail))
 }
 
 /// One append of a real loop's client: `Some(i)` once record `i` is acknowledged, `None`

@@ -232,8 +232,7 @@ pub fn recover(read: impl Fn(u64, u64) -> Vec<u8>, shape: &LogShape, update: Upd
     )
 }
 
-/// [`recover`] reading through `read(offset, buf)` into one reused buffer (the garbage
-/// collector runs it every few microseconds of simulated time).
+/// [`recover`] reading through `read(offset, buf)` into one reused buffer.
 pub fn recover_into(
     mut read: impl FnMut(u64, &mut [u8]),
     shape: &LogShape,
@@ -312,6 +311,10 @@ pub async fn collect_garbage_head_visible_first<V: Verbs>(
     .await
 }
 
+/// Records the collector checks before it lets the server's other work run (a region, and
+/// so a ring, may be gigabytes; the server has one thread).
+pub const GC_SCAN_CHUNK: u64 = 1024;
+
 /// The collector, storing and persisting the new head at the two offsets in `order`.
 async fn collect<V: Verbs>(
     v: V,
@@ -321,18 +324,45 @@ async fn collect<V: Verbs>(
     running: impl Fn() -> bool,
     order: [u64; 2],
 ) {
+    let word = |off: u64| {
+        let mut b = [0u8; 8];
+        v.load(Space::Pm, region_addr + off, &mut b);
+        u64::from_le_bytes(b)
+    };
+    // The head is the server's: read once (what a restart left durable), then the one this
+    // collector published. The client can write the header as any of its region, and a
+    // head it sets back must not make every tick scan the ring again.
+    let mut head = None;
+    let mut scratch = remora_model::bytes::Scratch::new();
+    let record = scratch.get(shape.record_bytes as usize);
     while running() {
         v.compute(shape.gc_interval).await;
-        let read = |off: u64, buf: &mut [u8]| v.load(Space::Pm, region_addr + off, buf);
-        let r = recover_into(read, &shape, update);
-        if r.tail > r.head {
+        let h = *head.get_or_insert_with(|| word(HEAD_DURABLE_OFF));
+        let tail = match update {
+            Update::Compound => word(TAIL_OFF),
+            Update::Singleton => {
+                let mut t = h;
+                while t - h < shape.capacity && t < u64::MAX && {
+                    v.load(Space::Pm, region_addr + shape.slot(t), record);
+                    is_record(record, t)
+                } {
+                    t += 1;
+                    if (t - h) % GC_SCAN_CHUNK == 0 {
+                        v.compute(Duration::ZERO).await;
+                    }
+                }
+                t
+            }
+        };
+        if tail > h {
             for off in order {
-                v.store(Space::Pm, region_addr + off, &r.tail.to_le_bytes());
+                v.store(Space::Pm, region_addr + off, &tail.to_le_bytes());
                 if shape.gc_pause > Duration::ZERO {
                     v.compute(shape.gc_pause).await;
                 }
                 v.persist_local(region_addr + off, 8).await;
             }
+            head = Some(tail);
         }
     }
 }
