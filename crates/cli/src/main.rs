@@ -61,14 +61,16 @@ struct GcArgs {
     /// [default: as many as the region holds].
     #[arg(long, requires = "gc", value_parser = clap::value_parser!(u64).range(1..))]
     gc_records: Option<u64>,
-    /// With --gc: how often the collector runs, µs.
+    /// With --gc: how often the collector runs, µs (at most 100 ms: a connection's end
+    /// waits for its collector's step, and a returning client waits 2 s for its slot).
     #[arg(long, default_value_t = 100, requires = "gc",
-          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
     gc_interval_us: u64,
     /// With --gc: how long the collector is descheduled between each store of the head and
-    /// its persist, µs (a preempted thread; the crash loop widens that window with it).
+    /// its persist, µs (a preempted thread; the crash loop widens that window with it; at
+    /// most 100 ms).
     #[arg(long, default_value_t = 0, requires = "gc",
-          value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+          value_parser = clap::value_parser!(u64).range(0..=100_000))]
     gc_pause_us: u64,
     /// With --gc: a negative control (for the crash checker only): publish the head before
     /// making it durable.

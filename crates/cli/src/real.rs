@@ -612,8 +612,9 @@ pub const REAL_RING: u64 = 4;
 /// there (where the negative control's published head is not yet durable).
 pub const REAL_GC_PAUSE_US: u64 = 500;
 /// How long a client of the real loop waits for the collector to free a slot of a full
-/// ring before it calls the collector stopped.
-pub const RING_FULL_GIVE_UP: std::time::Duration = std::time::Duration::from_secs(2);
+/// ring before it calls the collector stopped: as long as it gives an append
+/// ([`APPEND_TIMEOUT`]), so a loaded machine is not taken for a stopped collector.
+pub const RING_FULL_GIVE_UP: std::time::Duration = APPEND_TIMEOUT;
 
 const OWNER_TAG: u64 = 0x6f77_6e65_7200_0000;
 

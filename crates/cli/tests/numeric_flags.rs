@@ -141,3 +141,29 @@ fn bench_rpc_refuses_what_it_used_to_clamp() {
         );
     }
 }
+
+#[test]
+fn serve_refuses_a_collector_slower_than_a_returning_clients_wait() {
+    // A connection's end waits for its collector's step (an interval and two pauses); past
+    // 100 ms each, that step could outlast the 2 s a returning client waits for its slot.
+    for (flag, v) in [
+        ("--gc-interval-us", "0"),
+        ("--gc-interval-us", "100001"),
+        ("--gc-pause-us", "100001"),
+    ] {
+        refused_naming(
+            &[
+                "serve",
+                "--pool",
+                "/nonexistent/never-made.pm",
+                "--config",
+                "DMP+noDDIO+PM-RQWRB",
+                "--gc",
+                "singleton",
+                flag,
+                v,
+            ],
+            flag,
+        );
+    }
+}
