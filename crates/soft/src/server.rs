@@ -1069,6 +1069,9 @@ async fn handle(
     // The application's work in the region runs while the client is served, and has ended
     // before the slot can go to anyone else (a new client's region is cleared first).
     let running = Rc::new(Cell::new(true));
+    // However this task ends (a panic, or dropped at shutdown), the task beside it is told
+    // to stop before the slot is let go (declared after the slot: dropped before it).
+    let _stop = StopOnDrop(running.clone());
     let beside = task.map(|t| {
         let run = (t.make)(slot.node(), responder.region(), running.clone());
         (t.name, remora_exec::spawn_local(run))
@@ -1101,6 +1104,15 @@ async fn refuse(stream: &mut TcpStream, id: u32, code: RefuseCode) -> std::io::R
         eprintln!("client {id}: its refusal ({code:?}) was not sent ({e}); connection closed");
     }
     sent
+}
+
+/// Turns its flag false when dropped: a [`SlotTask`]'s "the connection is served".
+struct StopOnDrop(Rc<Cell<bool>>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
 }
 
 /// Frees a connection's RNIC objects (its slot's memory is freed when the slot drops).
