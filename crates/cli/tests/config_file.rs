@@ -2,9 +2,6 @@
 //! full is refused, before the pool is touched, rather than served with defaults.
 
 mod common;
-use common::text;
-use std::process::{Command, Stdio};
-use std::time::Duration;
 
 /// Runs `remora serve` with `file` as its configuration; a server that starts (and would
 /// run for ever) is killed after a few seconds and reported as started.
@@ -13,26 +10,20 @@ fn serve_with(file: &str) -> (bool, String, std::path::PathBuf, tempfile::TempDi
     let conf = dir.path().join("server.toml");
     std::fs::write(&conf, file).unwrap();
     let pool = dir.path().join("pool.pm");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_remora"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--pool"])
-        .arg(&pool)
-        .arg("--config-file")
-        .arg(&conf)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run remora");
-    for _ in 0..100 {
-        if let Some(status) = child.try_wait().unwrap() {
-            let out = child.wait_with_output().unwrap();
-            assert!(!status.success());
-            return (false, text(&out.stderr), pool, dir);
-        }
-        std::thread::sleep(Duration::from_millis(100));
+    let (pool_arg, conf_arg) = (pool.to_str().unwrap(), conf.to_str().unwrap());
+    let args = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--pool",
+        pool_arg,
+        "--config-file",
+        conf_arg,
+    ];
+    match common::server_refusal(args) {
+        Some((_, err)) => (false, err, pool, dir),
+        None => (true, String::new(), pool, dir),
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    (true, String::new(), pool, dir)
 }
 
 #[test]

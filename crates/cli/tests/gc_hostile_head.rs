@@ -1,10 +1,10 @@
 //! `serve --gc`'s collector against a client that rewrites its log's durable head.
 
-use remora::{Primitive, ServerSetup, Shape, Update};
+mod common;
+use remora::{Primitive, Shape, Update};
 use remora_cli::real::{shape_for, LogCollector};
 use remora_model::profile::LatencyProfile;
 use remora_remotelog::log::{record, HEAD_DURABLE_OFF};
-use remora_soft::server::{serve, Admission, ServeOptions};
 use std::time::{Duration, Instant};
 
 #[test]
@@ -17,26 +17,13 @@ fn a_client_rewriting_its_head_does_not_stall_the_server() {
         shape,
         head_visible_first: false,
     };
-    let opts = ServeOptions {
-        listen: "127.0.0.1:0".into(),
-        pool: dir.path().join("pool.pm"),
-        pool_bytes: remora_soft::pool::PoolBytes::AtLeast(64 << 20),
-        config: "MHP+noDDIO+PM-RQWRB".parse().unwrap(),
-        profile: LatencyProfile::default_profile(),
-        setup: ServerSetup {
-            region_len: region,
-            ..ServerSetup::default()
-        },
-        lease: Duration::from_secs(60),
-        admission: Admission::DEFAULT,
-        fault: None,
-        slot_task: Some(collector.slot_task()),
-    };
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = remora_exec::block_on(serve(opts, |s| tx.send(s.addr).unwrap()));
-    });
-    let addr = rx.recv().unwrap().to_string();
+    let addr = common::serve_collecting(
+        dir.path(),
+        "MHP+noDDIO+PM-RQWRB",
+        region,
+        64 << 20,
+        collector,
+    );
     remora_exec::block_on(async {
         let profile = LatencyProfile::default_profile();
         let (_hn, _, mut hostile) = remora_soft::client::connect(&addr, &profile).await.unwrap();

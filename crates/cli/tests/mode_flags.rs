@@ -2,7 +2,7 @@
 //! without `--real`, `remotelog` with and without `--server`.
 
 mod common;
-use common::{remora, text};
+use common::{refused_naming, remora, text};
 
 /// The one-target selection of the simulator's checker used below (quick).
 const ONE: [&str; 10] = [
@@ -17,17 +17,6 @@ const ONE: [&str; 10] = [
     "--no-reuse",
     "--threads=1",
 ];
-
-fn refused_naming(args: &[&str], flag: &str) {
-    let out = remora(args);
-    let err = text(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "{args:?} succeeded, {flag} ignored: {}",
-        text(&out.stdout)
-    );
-    assert!(err.contains(flag), "{args:?}: {err}");
-}
 
 #[test]
 fn real_only_flags_are_refused_without_real() {

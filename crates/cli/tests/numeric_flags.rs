@@ -2,19 +2,7 @@
 //! are refused with the flag named, not run as an empty success or silently raised to 1.
 
 mod common;
-use common::{remora, text};
-
-fn refused_naming(args: &[&str], flag: &str) {
-    let out = remora(args);
-    let err = text(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "{args:?} succeeded: {}",
-        text(&out.stdout)
-    );
-    assert_ne!(out.status.code(), Some(101), "{err}");
-    assert!(err.contains(flag), "{args:?}: {err}");
-}
+use common::{refused_naming, QUICK_BENCH_RPC};
 
 #[test]
 fn zero_appends_are_refused() {
@@ -57,22 +45,9 @@ fn zero_threads_are_refused() {
         ],
         "--threads",
     );
-    refused_naming(
-        &[
-            "bench",
-            "rpc",
-            "--quick",
-            "--sets",
-            "micro",
-            "--designs",
-            "SFlush-RPC",
-            "--threads",
-            "0",
-            "--out",
-            d,
-        ],
-        "--threads",
-    );
+    let mut a = QUICK_BENCH_RPC.to_vec();
+    a.extend(["--threads", "0", "--out", d]);
+    refused_naming(&a, "--threads");
 }
 
 #[test]
@@ -123,22 +98,9 @@ fn bench_rpc_refuses_what_it_used_to_clamp() {
         ("--cpu-load", "500"),
         ("--cpu-period-us", "0"),
     ] {
-        refused_naming(
-            &[
-                "bench",
-                "rpc",
-                "--quick",
-                "--sets",
-                "micro",
-                "--designs",
-                "SFlush-RPC",
-                flag,
-                v,
-                "--out",
-                d,
-            ],
-            flag,
-        );
+        let mut a = QUICK_BENCH_RPC.to_vec();
+        a.extend([flag, v, "--out", d]);
+        refused_naming(&a, flag);
     }
 }
 

@@ -4,7 +4,7 @@
 //! they were.
 
 mod common;
-use common::{remora, scratch, text};
+use common::{remora, scratch, text, QUICK_BENCH_RPC};
 use std::path::Path;
 
 /// The quickest run of each command, with its outputs in `out` and its page at `page`.
@@ -22,21 +22,11 @@ fn run(cmd: &str, out: &Path, page: &Path) -> std::process::Output {
             "--results",
             page,
         ]),
-        _ => remora(&[
-            "bench",
-            "rpc",
-            "--quick",
-            "--sets",
-            "micro",
-            "--designs",
-            "SFlush-RPC",
-            "--threads",
-            "1",
-            "--out",
-            out,
-            "--results",
-            page,
-        ]),
+        _ => {
+            let mut a = QUICK_BENCH_RPC.to_vec();
+            a.extend(["--threads", "1", "--out", out, "--results", page]);
+            remora(&a)
+        }
     }
 }
 

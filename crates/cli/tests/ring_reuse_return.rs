@@ -5,12 +5,12 @@
 //! that head covers nothing (it let a method that persists the tail pointer before its
 //! record pass, in most of the lives that caught it).
 
-use remora::{Primitive, ServerSetup, Shape, Update};
+mod common;
+use remora::{Primitive, Shape, Update};
 use remora_cli::real::{return_violation, LogCollector};
 use remora_model::profile::LatencyProfile;
 use remora_remotelog::check::log_violation;
 use remora_remotelog::log::{read_records, record, recover, LogShape, HEAD_OFF, TAIL_OFF};
-use remora_soft::server::{serve, Admission, ServeOptions};
 
 #[test]
 fn a_tail_pointer_past_a_lost_record_is_caught_after_the_collector_moved_the_head() {
@@ -25,26 +25,13 @@ fn a_tail_pointer_past_a_lost_record_is_caught_after_the_collector_moved_the_hea
         shape,
         head_visible_first: false,
     };
-    let opts = ServeOptions {
-        listen: "127.0.0.1:0".into(),
-        pool: dir.path().join("pool.pm"),
-        pool_bytes: remora_soft::pool::PoolBytes::AtLeast(8 << 20),
-        config: "DMP+noDDIO+DRAM-RQWRB".parse().unwrap(),
-        profile: LatencyProfile::default_profile(),
-        setup: ServerSetup {
-            region_len: shape.region_len(),
-            ..ServerSetup::default()
-        },
-        lease: std::time::Duration::from_secs(60),
-        admission: Admission::DEFAULT,
-        fault: None,
-        slot_task: Some(collector.slot_task()),
-    };
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = remora_exec::block_on(serve(opts, |s| tx.send(s.addr).unwrap()));
-    });
-    let addr = rx.recv().unwrap().to_string();
+    let addr = common::serve_collecting(
+        dir.path(),
+        "DMP+noDDIO+DRAM-RQWRB",
+        shape.region_len(),
+        8 << 20,
+        collector,
+    );
     remora_exec::block_on(async {
         let profile = LatencyProfile::default_profile();
         let (_node, _, mut client) = remora_soft::client::connect(&addr, &profile).await.unwrap();

@@ -3,45 +3,32 @@
 //! clients that are all turned away.
 
 mod common;
-use common::text;
-use std::process::{Command, Stdio};
-use std::time::Duration;
 
 /// Runs `rpc-serve --objects N`; a server that starts is killed after a few seconds and
 /// reported as started.
 fn rpc_serve_objects(objects: &str) -> (bool, String, bool) {
     let dir = common::scratch("rpc-serve-objects");
     let pool = dir.path().join("pool.pm");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_remora"))
-        .args([
-            "rpc-serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-            "DMP+noDDIO+PM-RQWRB",
-            "--design",
-            "SFlush-RPC",
-            "--objects",
-            objects,
-            "--pool",
-        ])
-        .arg(&pool)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run remora");
-    for _ in 0..100 {
-        if let Some(status) = child.try_wait().unwrap() {
-            let out = child.wait_with_output().unwrap();
-            assert!(!status.success());
-            assert_ne!(status.code(), Some(101), "{}", text(&out.stderr));
-            return (false, text(&out.stderr), pool.exists());
+    let pool_arg = pool.to_str().unwrap();
+    match common::server_refusal([
+        "rpc-serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        "DMP+noDDIO+PM-RQWRB",
+        "--design",
+        "SFlush-RPC",
+        "--objects",
+        objects,
+        "--pool",
+        pool_arg,
+    ]) {
+        Some((status, err)) => {
+            assert_ne!(status.code(), Some(101), "{err}");
+            (false, err, pool.exists())
         }
-        std::thread::sleep(Duration::from_millis(100));
+        None => (true, String::new(), pool.exists()),
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    (true, String::new(), pool.exists())
 }
 
 #[test]
