@@ -25,14 +25,6 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-/// The four durable designs.
-pub const DURABLE: [Design; 4] = [
-    Design::SFlushRpc,
-    Design::WFlushRpc,
-    Design::SRFlushRpc,
-    Design::WRFlushRpc,
-];
-
 /// Parses a durable design's name (case-insensitive); baselines and unknown names are
 /// refused with the list of durable designs.
 pub fn parse_durable(s: &str) -> Result<Design, String> {
@@ -40,7 +32,7 @@ pub fn parse_durable(s: &str) -> Result<Design, String> {
     if !d.is_durable_rpc() {
         return Err(format!(
             "{d} is a baseline without a redo log; durable designs: {}",
-            DURABLE.map(Design::name).join(", ")
+            Design::DURABLE.map(Design::name).join(", ")
         ));
     }
     Ok(d)
@@ -335,7 +327,7 @@ pub const RPC_CONFIGS: [&str; 3] = remora_rpc::check::CONFIGS;
 pub fn rpc_targets(negative: bool, clients: u32) -> Vec<RpcTarget> {
     let mut v = Vec::new();
     for c in RPC_CONFIGS {
-        for d in DURABLE {
+        for d in Design::DURABLE {
             v.push(RpcTarget {
                 name: format!("{d}/emulated/{c}"),
                 config: c.parse().expect("valid configuration"),

@@ -75,13 +75,6 @@ impl Default for CheckOptions {
 
 pub use remora_sim::crashcheck::CheckReport;
 
-const DESIGNS: [Design; 4] = [
-    Design::SFlushRpc,
-    Design::WFlushRpc,
-    Design::SRFlushRpc,
-    Design::WRFlushRpc,
-];
-
 /// Server configurations the checker covers: DMP without and with DDIO, MHP.
 pub const CONFIGS: [&str; 3] = [
     "DMP+noDDIO+PM-RQWRB",
@@ -111,7 +104,7 @@ pub fn targets() -> Vec<Target> {
     let mut v = Vec::new();
     for c in CONFIGS {
         for form in [FlushForm::Emulated, FlushForm::Native] {
-            for d in DESIGNS {
+            for d in Design::DURABLE {
                 v.push(Target {
                     name: format!("{d}/{}/{c}", form_name(form)),
                     config: config(c),
@@ -123,7 +116,7 @@ pub fn targets() -> Vec<Target> {
         }
     }
     for form in [FlushForm::Emulated, FlushForm::Native] {
-        for d in DESIGNS {
+        for d in Design::DURABLE {
             v.push(Target {
                 name: format!("{d}/{}/batch3/DMP+noDDIO+PM-RQWRB", form_name(form)),
                 config: config("DMP+noDDIO+PM-RQWRB"),

@@ -71,6 +71,15 @@ impl Design {
         Design::WFlushRpc,
     ];
 
+    /// Seed 003's four durable RPCs (§4.2): a PM redo log, early durability
+    /// acknowledgement.
+    pub const DURABLE: [Design; 4] = [
+        Design::SFlushRpc,
+        Design::WFlushRpc,
+        Design::SRFlushRpc,
+        Design::WRFlushRpc,
+    ];
+
     /// The name the paper uses.
     pub fn name(self) -> &'static str {
         match self {
@@ -99,10 +108,7 @@ impl Design {
 
     /// True for seed 003's durable RPCs (redo log, early durability acknowledgement).
     pub fn is_durable_rpc(self) -> bool {
-        matches!(
-            self,
-            Design::SFlushRpc | Design::WFlushRpc | Design::SRFlushRpc | Design::WRFlushRpc
-        )
+        Self::DURABLE.contains(&self)
     }
 
     /// The largest object the design carries, if limited (FaSST: a Put must fit one 4 KB

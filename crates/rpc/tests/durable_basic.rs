@@ -9,13 +9,6 @@ use remora_rpc::{Design, FlushForm, Op, RpcClient};
 use std::cell::RefCell;
 use std::rc::Rc;
 
-const DESIGNS: [Design; 4] = [
-    Design::SFlushRpc,
-    Design::WFlushRpc,
-    Design::SRFlushRpc,
-    Design::WRFlushRpc,
-];
-
 /// Options for `design` with a log of `capacity` entries, four objects, values up to
 /// `max_value` bytes and batches of `batch`.
 fn options(design: Design, capacity: u32, max_value: u32, batch: u32) -> DurableOptions {
@@ -89,7 +82,7 @@ fn run(design: Design, config: &str, batch: u32, heavy: bool) -> (u64, Vec<u64>,
 
 #[test]
 fn every_design_runs_on_dmp_ddio_and_mhp() {
-    for d in DESIGNS {
+    for d in Design::DURABLE {
         for c in [
             "DMP+noDDIO+PM-RQWRB",
             "DMP+DDIO+PM-RQWRB",
@@ -103,7 +96,7 @@ fn every_design_runs_on_dmp_ddio_and_mhp() {
 
 #[test]
 fn batching_and_heavy_load_with_slow_down() {
-    for d in DESIGNS {
+    for d in Design::DURABLE {
         let (_, seqs, slow) = run(d, "DMP+noDDIO+PM-RQWRB", 4, true);
         assert_eq!(seqs.len(), 12, "{d}");
         assert!(
@@ -116,7 +109,7 @@ fn batching_and_heavy_load_with_slow_down() {
 #[test]
 fn every_native_form_runs_and_a_nic_without_flush_refuses_them() {
     let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
-    for d in DESIGNS {
+    for d in Design::DURABLE {
         let mut opts = DurableOptions::new(d);
         opts.flush.form = FlushForm::Native;
         let pair = DurablePair::new(1, LatencyProfile::default_profile(), config, opts.clone());
@@ -149,7 +142,7 @@ fn every_native_form_runs_and_a_nic_without_flush_refuses_them() {
 #[test]
 fn durable_but_unprocessed_requests_are_reexecuted_from_the_log() {
     use remora_sim::{CrashAt, FaultPlan};
-    for d in DESIGNS {
+    for d in Design::DURABLE {
         let config: ServerConfig = "DMP+noDDIO+PM-RQWRB".parse().unwrap();
         let mut opts = DurableOptions::new(d);
         opts.capacity = 8;

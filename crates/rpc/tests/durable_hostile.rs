@@ -78,10 +78,7 @@ fn doorbell(seq: u32, info: &remora_rpc::durable::ConnInfo) -> SendWr {
         1,
         Opcode::WriteWithImm(seq),
         Payload::None,
-        Some(Remote {
-            addr: info.layout.entries_addr(),
-            rkey: info.log_rkey,
-        }),
+        Some(info.entries_remote()),
     )
 }
 
@@ -104,10 +101,7 @@ fn entry_write(frame: Vec<u8>, info: &remora_rpc::durable::ConnInfo) -> SendWr {
         2,
         Opcode::Write,
         Payload::inline(frame),
-        Some(Remote {
-            addr: info.layout.data_addr(1),
-            rkey: info.log_rkey,
-        }),
+        Some(info.data_remote(1)),
     )
 }
 

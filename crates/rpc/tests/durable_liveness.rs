@@ -14,13 +14,6 @@ use std::pin::pin;
 use std::rc::Rc;
 use std::task::Poll;
 
-const DESIGNS: [Design; 4] = [
-    Design::SFlushRpc,
-    Design::WFlushRpc,
-    Design::SRFlushRpc,
-    Design::WRFlushRpc,
-];
-
 /// `a` until `b` finishes: `Some(a's output)`, or `None` when `b` finished first.
 async fn until<T>(a: impl Future<Output = T>, b: impl Future<Output = ()>) -> Option<T> {
     let (mut a, mut b) = (pin!(a), pin!(b));
@@ -60,7 +53,7 @@ fn connect(
 
 #[test]
 fn a_client_whose_server_threads_died_fails_within_its_reply_timeout() {
-    for design in DESIGNS {
+    for design in Design::DURABLE {
         let pair = DurablePair::new(
             3,
             LatencyProfile::default_profile(),
@@ -137,7 +130,7 @@ fn server_objects(pair: &DurablePair) -> remora_model::rnic::Objects {
 /// connection's queue pair, CQs and regions.
 #[test]
 fn serve_returns_with_the_reason_when_its_queue_pair_fails() {
-    for design in DESIGNS {
+    for design in Design::DURABLE {
         let pair = pair_on_dmp(design);
         let live = || server_objects(&pair);
         let before = live();
@@ -186,7 +179,7 @@ fn serve_returns_with_the_reason_when_its_queue_pair_fails() {
 /// returned at once and left them all behind, a leak per such connection.
 #[test]
 fn serve_frees_a_connection_whose_queue_pair_failed_before_it_started() {
-    for design in DESIGNS {
+    for design in Design::DURABLE {
         let pair = pair_on_dmp(design);
         let live = || server_objects(&pair);
         let before = live();
@@ -216,7 +209,7 @@ fn serve_returns_when_the_client_dies_while_a_reply_is_due() {
     // The client's node loses power with a read queued behind 100 µs of processing: the
     // server's reply is never acknowledged, its QP fails after the transport's retries,
     // and `serve` returns instead of waiting for requests forever.
-    for design in DESIGNS {
+    for design in Design::DURABLE {
         let mut o = opts(design);
         o.costs.processing = Duration::from_micros(100);
         let pair = DurablePair::new(5, LatencyProfile::default_profile(), dmp(false), o);

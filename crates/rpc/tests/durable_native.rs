@@ -10,13 +10,6 @@ use remora_verbs::Verbs;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-const DESIGNS: [Design; 4] = [
-    Design::SFlushRpc,
-    Design::WFlushRpc,
-    Design::SRFlushRpc,
-    Design::WRFlushRpc,
-];
-
 const CONFIGS: [&str; 3] = [
     "DMP+noDDIO+PM-RQWRB",
     "DMP+DDIO+PM-RQWRB",
@@ -96,7 +89,7 @@ fn run(design: Design, form: FlushForm, config: &str, batch: u32) -> Outcome {
 #[test]
 fn native_and_emulated_forms_run_every_design_everywhere() {
     for c in CONFIGS {
-        for d in DESIGNS {
+        for d in Design::DURABLE {
             for form in [FlushForm::Native, FlushForm::Emulated] {
                 for batch in [1, 4] {
                     let o = run(d, form, c, batch);

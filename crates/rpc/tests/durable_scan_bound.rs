@@ -6,9 +6,7 @@
 
 use remora_model::profile::LatencyProfile;
 use remora_model::time::Instant;
-use remora_model::verbs::{
-    Access, Opcode, Payload, RecvWr, Remote, SendWr, Sge, WcOpcode, WcStatus,
-};
+use remora_model::verbs::{Access, Opcode, Payload, RecvWr, SendWr, Sge, WcOpcode, WcStatus};
 use remora_rpc::durable::{ConnInfo, DurableOptions, DurablePair, ServerMsg};
 use remora_rpc::harness::dmp;
 use remora_rpc::kv::KvStore;
@@ -17,13 +15,6 @@ use remora_rpc::{Design, Op, Reply, ReplyStatus, RpcClient, RpcError};
 use remora_verbs::{Space, Verbs};
 use std::cell::RefCell;
 use std::rc::Rc;
-
-const DESIGNS: [Design; 4] = [
-    Design::SFlushRpc,
-    Design::WFlushRpc,
-    Design::SRFlushRpc,
-    Design::WRFlushRpc,
-];
 
 fn opts(design: Design) -> DurableOptions {
     let mut o = DurableOptions::new(design);
@@ -38,7 +29,7 @@ fn opts(design: Design) -> DurableOptions {
 /// objects reaches the server, which refuses it; the connection serves the next requests.
 #[test]
 fn a_scan_beyond_max_scan_is_refused_by_the_server() {
-    for design in DESIGNS {
+    for design in Design::DURABLE {
         let pair = DurablePair::new(
             3,
             LatencyProfile::default_profile(),
@@ -174,10 +165,7 @@ fn doorbell(seq: u32, info: &ConnInfo) -> SendWr {
         1,
         Opcode::WriteWithImm(seq),
         Payload::None,
-        Some(Remote {
-            addr: info.layout.entries_addr(),
-            rkey: info.log_rkey,
-        }),
+        Some(info.entries_remote()),
     )
 }
 
@@ -186,9 +174,6 @@ fn entry_write(seq: u64, frame: Vec<u8>, info: &ConnInfo) -> SendWr {
         2,
         Opcode::Write,
         Payload::inline(frame),
-        Some(Remote {
-            addr: info.layout.data_addr(seq),
-            rkey: info.log_rkey,
-        }),
+        Some(info.data_remote(seq)),
     )
 }

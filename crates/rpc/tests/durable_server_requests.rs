@@ -4,7 +4,7 @@
 
 use remora_model::profile::LatencyProfile;
 use remora_model::time::Instant;
-use remora_model::verbs::{Opcode, Payload, Remote, SendWr};
+use remora_model::verbs::{Opcode, Payload, SendWr};
 use remora_rpc::durable::{DurableOptions, DurablePair, DurableServer};
 use remora_rpc::harness::dmp;
 use remora_rpc::proto::Request;
@@ -70,10 +70,7 @@ fn doorbell(seq: u32, info: &remora_rpc::durable::ConnInfo) -> SendWr {
         1,
         Opcode::WriteWithImm(seq),
         Payload::None,
-        Some(Remote {
-            addr: info.layout.entries_addr(),
-            rkey: info.log_rkey,
-        }),
+        Some(info.entries_remote()),
     )
 }
 
@@ -95,10 +92,7 @@ fn entry_write(seq: u64, frame: Vec<u8>, info: &remora_rpc::durable::ConnInfo) -
         2,
         Opcode::Write,
         Payload::inline(frame),
-        Some(Remote {
-            addr: info.layout.data_addr(seq),
-            rkey: info.log_rkey,
-        }),
+        Some(info.data_remote(seq)),
     )
 }
 
@@ -221,10 +215,7 @@ fn a_torn_entry_ends_the_connection_with_its_reason() {
         4,
         Opcode::Write,
         Payload::inline(Operator::of(&good).to_word().to_le_bytes().to_vec()),
-        Some(Remote {
-            addr: info.layout.entry_addr(1),
-            rkey: info.log_rkey,
-        }),
+        Some(info.entry_remote(1)),
     );
     let posts = vec![
         entry_write(1, one, &info),

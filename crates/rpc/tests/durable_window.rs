@@ -13,13 +13,6 @@ use remora_sim::{CrashAt, FaultPlan};
 use std::cell::RefCell;
 use std::rc::Rc;
 
-const DESIGNS: [Design; 4] = [
-    Design::SFlushRpc,
-    Design::WFlushRpc,
-    Design::SRFlushRpc,
-    Design::WRFlushRpc,
-];
-
 const CONFIGS: [&str; 3] = [
     "DMP+noDDIO+PM-RQWRB",
     "DMP+DDIO+PM-RQWRB",
@@ -54,7 +47,7 @@ fn puts() -> Vec<Op> {
 
 #[test]
 fn a_client_far_ahead_of_a_slow_server_never_overwrites_an_unprocessed_entry() {
-    for d in DESIGNS {
+    for d in Design::DURABLE {
         for form in [FlushForm::Emulated, FlushForm::Native] {
             for config in CONFIGS {
                 for (batch, workers) in [(1, 1), (5, 1), (5, 3)] {
@@ -102,7 +95,7 @@ fn a_client_far_ahead_of_a_slow_server_never_overwrites_an_unprocessed_entry() {
 /// would stop recovery early).
 #[test]
 fn a_crash_with_a_full_log_loses_no_acknowledged_put() {
-    for d in DESIGNS {
+    for d in Design::DURABLE {
         for form in [FlushForm::Emulated, FlushForm::Native] {
             for crash_us in [40u64, 95, 170] {
                 let what = format!("{d} {form:?} crash at {crash_us} us");

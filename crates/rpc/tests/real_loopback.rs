@@ -16,13 +16,6 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
-const DESIGNS: [Design; 4] = [
-    Design::SFlushRpc,
-    Design::WFlushRpc,
-    Design::SRFlushRpc,
-    Design::WRFlushRpc,
-];
-
 /// A directory for one test's pool files, removed with them when the test ends.
 struct TestDir(tempfile::TempDir);
 
@@ -184,7 +177,7 @@ async fn workload(c: &mut RealClient, first: u64, n: u64) -> Vec<u64> {
 fn every_durable_design_runs_over_tcp_on_dmp_with_and_without_ddio() {
     let dir = TestDir::new();
     for config in ["DMP+noDDIO+PM-RQWRB", "DMP+DDIO+PM-RQWRB"] {
-        for design in DESIGNS {
+        for design in Design::DURABLE {
             let name = format!("{design}-{config}");
             let s = start("127.0.0.1:0", config, dir.pool(&name), options(design)).unwrap();
             assert!(s.created);

@@ -154,12 +154,7 @@ mod tests {
     #[test]
     fn durable_designs_run_and_native_forms_the_model_lacks_are_unsupported() {
         use super::super::run;
-        for d in [
-            Design::SFlushRpc,
-            Design::WFlushRpc,
-            Design::SRFlushRpc,
-            Design::WRFlushRpc,
-        ] {
+        for d in Design::DURABLE {
             for senders in [1, 3] {
                 let r = run(&spec(d, FlushForm::Emulated, senders), None).unwrap();
                 assert!(r.skipped.is_none(), "{r:?}");
@@ -213,12 +208,7 @@ mod tests {
 
     #[test]
     fn replay_is_measured_for_every_durable_design() {
-        for d in [
-            Design::SFlushRpc,
-            Design::WFlushRpc,
-            Design::SRFlushRpc,
-            Design::WRFlushRpc,
-        ] {
+        for d in Design::DURABLE {
             let r = measure_replay(
                 d,
                 FlushForm::Emulated,

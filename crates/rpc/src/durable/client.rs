@@ -392,10 +392,7 @@ impl<V: Verbs> DurableClient<V> {
                             len: 8,
                             lkey: self.scratch.lkey,
                         }),
-                        Some(Remote {
-                            addr: info.layout.entries_addr(),
-                            rkey: info.log_rkey,
-                        }),
+                        Some(info.entries_remote()),
                     ),
                 )?;
             }
@@ -440,15 +437,7 @@ impl<V: Verbs> DurableClient<V> {
         });
         let id = self.wr_id(WR_DATA);
         let wr = match plan.carrier {
-            Family::Write => SendWr::new(
-                id,
-                Opcode::Write,
-                sge,
-                Some(Remote {
-                    addr: info.layout.data_addr(r.seq),
-                    rkey: info.log_rkey,
-                }),
-            ),
+            Family::Write => SendWr::new(id, Opcode::Write, sge, Some(info.data_remote(r.seq))),
             Family::Send => SendWr::new(id, Opcode::Send, sge, None),
         };
         self.post(wr.signaled(false))
@@ -532,10 +521,7 @@ impl<V: Verbs> DurableClient<V> {
         let mut last = 0;
         for (i, r) in reqs.iter().enumerate() {
             let word = Operator::of(r).to_word();
-            let remote = Some(Remote {
-                addr: info.layout.entry_addr(r.seq),
-                rkey: info.log_rkey,
-            });
+            let remote = Some(info.entry_remote(r.seq));
             last = self.wr_id(WR_OP);
             let wr = if atomic {
                 SendWr::new(
@@ -591,10 +577,7 @@ impl<V: Verbs> DurableClient<V> {
                 id,
                 Opcode::WriteWithImm(imm),
                 Payload::None,
-                Some(Remote {
-                    addr: info.layout.entries_addr(),
-                    rkey: info.log_rkey,
-                }),
+                Some(info.entries_remote()),
             )
             .signaled(false)
             .fenced(fenced),

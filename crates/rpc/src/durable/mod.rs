@@ -198,6 +198,33 @@ pub struct ConnInfo {
     pub processed_before_recovery: u64,
 }
 
+impl ConnInfo {
+    /// The log's entries area, where a WRITE design's doorbells (WRITE_WITH_IMM, the
+    /// immediate naming the entry) and operators go.
+    pub fn entries_remote(&self) -> Remote {
+        Remote {
+            addr: self.layout.entries_addr(),
+            rkey: self.log_rkey,
+        }
+    }
+
+    /// Entry `seq`'s operator word in the log (the commit record of the WRITE designs).
+    pub fn entry_remote(&self, seq: u64) -> Remote {
+        Remote {
+            addr: self.layout.entry_addr(seq),
+            rkey: self.log_rkey,
+        }
+    }
+
+    /// Entry `seq`'s data area in the log.
+    pub fn data_remote(&self, seq: u64) -> Remote {
+        Remote {
+            addr: self.layout.data_addr(seq),
+            rkey: self.log_rkey,
+        }
+    }
+}
+
 // ------------------------------------------------------------------ messages
 
 /// A message from server to client (RDMA SEND_WITH_IMM; the immediate is a [`Notice`]).

@@ -108,12 +108,6 @@ pub(super) fn design_code(d: Design) -> Option<u8> {
     })
 }
 
-const DESIGNS: [Design; 4] = [
-    Design::SFlushRpc,
-    Design::WFlushRpc,
-    Design::SRFlushRpc,
-    Design::WRFlushRpc,
-];
 const FAULTS: [Fault; 5] = [
     Fault::AckOnWriteCompletion,
     Fault::SkipResponderCpuFlush,
@@ -181,7 +175,10 @@ impl DurableHello {
         }
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
-        let Some(&design) = (b[6] as usize).checked_sub(1).and_then(|i| DESIGNS.get(i)) else {
+        let Some(&design) = (b[6] as usize)
+            .checked_sub(1)
+            .and_then(|i| Design::DURABLE.get(i))
+        else {
             return bad(format!("design code {}", b[6]));
         };
         let form = match b[7] {
@@ -387,7 +384,7 @@ mod tests {
 
     #[test]
     fn hello_round_trips_and_rejects_bad_bytes() {
-        for d in DESIGNS {
+        for d in Design::DURABLE {
             for f in [None, Some(Fault::OperatorBeforeData)] {
                 let h = hello(d, f);
                 let b = h.emit();
