@@ -250,14 +250,8 @@ pub fn recover_into(
         Update::Singleton => {
             let mut scratch = remora_model::bytes::Scratch::new();
             let record = scratch.get(shape.record_bytes as usize);
-            let mut t = head;
-            while t - head < shape.capacity && {
-                read(shape.slot(t), record);
-                is_record(record, t)
-            } {
-                t += 1;
-            }
-            t
+            let end = head.saturating_add(shape.capacity);
+            first_not_record(&mut read, shape, record, head, end)
         }
     };
     Recovered {
@@ -265,6 +259,26 @@ pub fn recover_into(
         tail,
         tail_pointer,
     }
+}
+
+/// The first index in `from..end` whose slot does not hold that record (`end` if all do):
+/// a singleton log's tail, scanned from `from`. `read(offset, buf)` reads the region;
+/// `record` is the scratch a slot is read into.
+fn first_not_record(
+    read: &mut impl FnMut(u64, &mut [u8]),
+    shape: &LogShape,
+    record: &mut [u8],
+    from: u64,
+    end: u64,
+) -> u64 {
+    let mut t = from;
+    while t < end && {
+        read(shape.slot(t), record);
+        is_record(record, t)
+    } {
+        t += 1;
+    }
+    t
 }
 
 /// The server's garbage collector: every `gc_interval` it takes the records between the
@@ -324,6 +338,7 @@ async fn collect<V: Verbs>(
     running: impl Fn() -> bool,
     order: [u64; 2],
 ) {
+    let mut read = |off: u64, buf: &mut [u8]| v.load(Space::Pm, region_addr + off, buf);
     let word = |off: u64| {
         let mut b = [0u8; 8];
         v.load(Space::Pm, region_addr + off, &mut b);
@@ -341,17 +356,20 @@ async fn collect<V: Verbs>(
         let tail = match update {
             Update::Compound => word(TAIL_OFF),
             Update::Singleton => {
+                // A chunk at a time, the server's other work let run after each whole one.
+                let end = h.saturating_add(shape.capacity);
                 let mut t = h;
-                while t - h < shape.capacity && t < u64::MAX && {
-                    v.load(Space::Pm, region_addr + shape.slot(t), record);
-                    is_record(record, t)
-                } {
-                    t += 1;
-                    if (t - h) % GC_SCAN_CHUNK == 0 {
-                        v.compute(Duration::ZERO).await;
+                loop {
+                    let stop = end.min(t.saturating_add(GC_SCAN_CHUNK));
+                    t = first_not_record(&mut read, &shape, record, t, stop);
+                    if t < stop {
+                        break t;
+                    }
+                    v.compute(Duration::ZERO).await;
+                    if t == end {
+                        break t;
                     }
                 }
-                t
             }
         };
         if tail > h {
