@@ -432,7 +432,7 @@ fn real_sigkill_loop_catches_the_negative_controls() {
     // stretches them past a loopback round trip. Each stops at its first catch: the cap
     // only bounds a control that is not caught. (Since remora-exec replaced tokio, the
     // write2-flush control takes 11-102 SIGKILLs on a quiet machine, 3-10 before, and
-    // more on a loaded one: docs/results/soft-rnic.md, fifteenth session.)
+    // more on a loaded one: docs/results/soft-rnic-history.md, fifteenth session.)
     let out = remora(&[
         "crashcheck",
         "--real",

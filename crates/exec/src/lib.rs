@@ -5,7 +5,7 @@
 //! becomes readable, a reader task steps the RNIC model and wakes the application task
 //! waiting for a completion, which posts the answer. A general-purpose runtime spends about
 //! 2,000 instructions per such wake-up in its reactor dispatch, its local task set's queue,
-//! the task harness and the time driver (`docs/results/soft-rnic.md`, fourteenth session),
+//! the task harness and the time driver (`docs/results/soft-rnic-history.md`, fourteenth session),
 //! a sixth of the stack's whole cost. Here a wake-up is a push onto a thread-local queue,
 //! and the reactor is polled only when no task is ready (or every [`EVENT_INTERVAL`] polls,
 //! so that a busy set of tasks cannot starve the sockets).

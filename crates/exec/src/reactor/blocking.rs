@@ -3,7 +3,7 @@
 //!
 //! **Why.** Waiting in `epoll_wait` and then reading costs a ping-pong about 1.1 µs more
 //! per side than one blocking `recv` (interleaved C ping-pongs on the 2-core VM, eighteenth
-//! session, `docs/results/soft-rnic.md`; `poll(2)` and a blocking `MSG_PEEK` save only
+//! session, `docs/results/soft-rnic-history.md`; `poll(2)` and a blocking `MSG_PEEK` save only
 //! half of it: it is the second system call and the wake-up through the poller). That was
 //! half of the soft RNIC's latency budget over the raw TCP ping-pong (issue 5: 1.3x).
 //!
