@@ -49,6 +49,65 @@ pub fn check_results_page(path: &std::path::Path, title: &str) -> Result<(), Str
     }
 }
 
+/// A data file a command writes beside its results page, and how its output from an
+/// earlier run is known: the file starts with `starts` and holds `holds`.
+#[derive(Clone, Copy, Debug)]
+pub struct Sibling {
+    /// The file's name, in the page's directory.
+    pub name: &'static str,
+    /// How the command's output of that name begins (a CSV header, an SVG's size).
+    pub starts: &'static str,
+    /// A string the command's output of that name holds (a plot's caption).
+    pub holds: &'static str,
+}
+
+/// The directory a results page at `page` is in (`.` for a bare file name).
+pub fn page_dir(page: &std::path::Path) -> &std::path::Path {
+    page.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."))
+}
+
+/// Checks, before a run, that each of `siblings` may be written beside the results page
+/// at `page`: it is missing, or an earlier output of the same command
+/// ([`Sibling::starts`], [`Sibling::holds`]). Any other file of that name is refused, not
+/// overwritten, as [`check_results_page`] refuses a page.
+pub fn check_results_siblings(page: &std::path::Path, siblings: &[Sibling]) -> Result<(), String> {
+    let dir = page_dir(page);
+    for s in siblings {
+        let path = dir.join(s.name);
+        match std::fs::read(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(format!(
+                    "--results {}: cannot read {} beside it to check that it is a file this \
+                     command wrote: {e}",
+                    page.display(),
+                    path.display()
+                ))
+            }
+            Ok(bytes)
+                if bytes.starts_with(s.starts.as_bytes())
+                    && contains(&bytes, s.holds.as_bytes()) => {}
+            Ok(_) => {
+                return Err(format!(
+                    "--results {}: the command writes {} beside the page, and that file \
+                     exists and is not one this command wrote; refusing to overwrite it: \
+                     move it, or name a page in another directory",
+                    page.display(),
+                    path.display()
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `needle` occurs in `bytes`.
+fn contains(bytes: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || bytes.windows(needle.len()).any(|w| w == needle)
+}
+
 /// The bytes before the first line break (`\n` or `\r\n`).
 fn first_line(bytes: &[u8]) -> &[u8] {
     let line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();

@@ -55,6 +55,26 @@ pub fn plan(
     Ok(planner::render(config, update, profile, &ranked))
 }
 
+/// The data and plot `remora remotelog --results PAGE` writes beside the page, each known
+/// by how it begins: the CSV header, the JSON's first key, the plot's size and first caption.
+pub const RESULTS_SIBLINGS: [crate::Sibling; 3] = [
+    crate::Sibling {
+        name: "remotelog.csv",
+        starts: "scenario,update,config,primitive,method,appends,mean_ns,",
+        holds: "",
+    },
+    crate::Sibling {
+        name: "remotelog.json",
+        starts: "[\n  {\n    \"scenario\": \"",
+        holds: "",
+    },
+    crate::Sibling {
+        name: "remotelog.svg",
+        starts: "<svg width=\"1500\" height=\"800\" viewBox=\"0 0 1500 800\" ",
+        holds: "(a) singleton, DMP",
+    },
+];
+
 /// Settings of `remora remotelog`.
 #[derive(Clone, Debug)]
 pub struct RemoteLogArgs {
@@ -88,9 +108,11 @@ pub fn remotelog(
         shape: LogShape::default(),
         threads: args.threads,
     };
-    // A file that is not the page is refused before a run, not overwritten after it.
+    // A file that is not the page, or not its data, is refused before a run, not
+    // overwritten after it.
     if let Some(page) = &args.results_page {
         crate::check_results_page(page, report::RESULTS_TITLE)?;
+        crate::check_results_siblings(page, &RESULTS_SIBLINGS)?;
     }
     let rs = run_all(&opts, &Scenario::all(), progress)?;
     write_outputs(&rs, args)?;
@@ -118,8 +140,8 @@ fn write_outputs(rs: &[ScenarioResult], args: &RemoteLogArgs) -> Result<(), Stri
             profile: args.profile_name.clone(),
         };
         write(page, &report::results_page(rs, &info))?;
-        // The plot and data sit beside the page, as the page says.
-        let dir = page.parent().unwrap_or(Path::new("."));
+        // The plot and data sit beside the page, as the page says ([`RESULTS_SIBLINGS`]).
+        let dir = crate::page_dir(page);
         write(&dir.join("remotelog.svg"), &report::svg(rs)?)?;
         write(&dir.join("remotelog.csv"), &report::csv(rs))?;
         write(&dir.join("remotelog.json"), &report::json(rs))?;

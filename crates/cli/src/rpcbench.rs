@@ -162,9 +162,11 @@ pub fn run(
     args: &RpcBenchArgs,
     progress: Arc<dyn Fn(usize, usize) + Send + Sync>,
 ) -> Result<Results, String> {
-    // A file that is not the page is refused before a run, not overwritten after it.
+    // A file that is not the page, or not its data, is refused before a run, not
+    // overwritten after it.
     if let Some(page) = &args.results_page {
         crate::check_results_page(page, bench::report::RESULTS_TITLE)?;
+        crate::check_results_siblings(page, &results_siblings(&args.sets))?;
     }
     let mut o = args.options();
     let total = o.total_runs();
@@ -185,26 +187,74 @@ pub fn run(
     Ok(rs)
 }
 
+/// The plots `bench rpc --results PAGE` writes beside the page, each with the experiment
+/// set that draws it ([`bench::report::svgs`]; a set that did not run draws none).
+const PLOTS: [(Set, &str); 14] = [
+    (Set::Micro, "rpc-micro-heavy.svg"),
+    (Set::Micro, "rpc-micro-light.svg"),
+    (Set::Micro, "rpc-p99-heavy.svg"),
+    (Set::Micro, "rpc-p99-light.svg"),
+    (Set::PageRank, "rpc-pagerank.svg"),
+    (Set::Ycsb, "rpc-ycsb.svg"),
+    (Set::Sizes, "rpc-sizes.svg"),
+    (Set::Senders, "rpc-senders.svg"),
+    (Set::ReadWrite, "rpc-read-write.svg"),
+    (Set::Load, "rpc-net-load.svg"),
+    (Set::Load, "rpc-server-cpu.svg"),
+    (Set::Load, "rpc-sender-cpu.svg"),
+    (Set::Breakdown, "rpc-breakdown.svg"),
+    (Set::Batch, "rpc-batch.svg"),
+];
+
+/// The files `bench rpc --results PAGE` writes beside the page when `sets` run, each known
+/// by how it begins: the CSV header, the JSON's first key, a plot's size and a caption
+/// citing a figure of seed 003.
+pub fn results_siblings(sets: &[Set]) -> Vec<crate::Sibling> {
+    let mut v = vec![
+        crate::Sibling {
+            name: "rpc.csv",
+            starts: "experiment,design,workload,object_bytes,senders,",
+            holds: "",
+        },
+        crate::Sibling {
+            name: "rpc.json",
+            starts: "{\n  \"quick\": ",
+            holds: "",
+        },
+    ];
+    v.extend(
+        PLOTS
+            .iter()
+            .filter(|(set, _)| sets.contains(set))
+            .map(|&(_, name)| crate::Sibling {
+                name,
+                starts: "<svg width=\"1100\" height=\"480\" viewBox=\"0 0 1100 480\" ",
+                holds: "(seed 003 Figure",
+            }),
+    );
+    v
+}
+
 /// Writes the results page at `page` with the data and plots in its directory; the
 /// hand-written sections of the page it replaces are kept (`keep_hand_written`).
 pub fn write_page(rs: &Results, page: &Path) -> Result<(), String> {
-    let dir = page
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = crate::page_dir(page);
     let old = std::fs::read_to_string(page).unwrap_or_default();
-    let files = bench::write_report(rs, dir)
-        .map_err(|e| format!("cannot write to {}: {e}", dir.display()))?;
-    let written = dir.join("rpc.md");
-    let text = std::fs::read_to_string(&written)
-        .map_err(|e| format!("cannot read {}: {e}", written.display()))?;
-    if written != page {
-        let _ = std::fs::remove_file(&written);
+    // Only the page and [`results_siblings`]: an `rpc.md` beside a page of another name
+    // is not this command's to write.
+    let mut files = vec![
+        ("rpc.csv".to_string(), bench::report::csv(rs)),
+        ("rpc.json".to_string(), bench::report::json(rs)),
+    ];
+    files.extend(bench::report::svgs(rs)?);
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    for (name, text) in files {
+        let p = dir.join(name);
+        std::fs::write(&p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
     }
+    let text = bench::report::markdown(rs);
     std::fs::write(page, bench::report::keep_hand_written(&old, &text))
-        .map_err(|e| format!("cannot write {}: {e}", page.display()))?;
-    debug_assert!(!files.is_empty());
-    Ok(())
+        .map_err(|e| format!("cannot write {}: {e}", page.display()))
 }
 
 /// A one-paragraph summary for the terminal: every claim and its verdict.
@@ -270,6 +320,38 @@ mod tests {
             let rs = run(&args, Arc::new(|_, _| {})).unwrap();
             let replays = rs.replay.len();
             assert_eq!(rs.runs().count() + replays, expected, "{}", set.name());
+        }
+    }
+
+    /// The files a set's page has beside it are the ones checked before a run, and each is
+    /// known as this command's own output when the page is written again.
+    #[test]
+    fn each_set_writes_beside_its_page_only_the_files_it_checks() {
+        let scratch = tempfile::Builder::new()
+            .prefix("remora-set-siblings-")
+            .tempdir()
+            .unwrap();
+        for set in Set::ALL {
+            let dir = scratch.path().join(set.name());
+            let page = dir.join("page.md");
+            let mut args = RpcBenchArgs::quick(scratch.path().join("out"));
+            args.designs = vec![Design::WFlushRpc];
+            args.sets = vec![set];
+            args.results_page = Some(page.clone());
+            run(&args, Arc::new(|_, _| {})).unwrap();
+            let mut written: Vec<String> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n != "page.md")
+                .collect();
+            written.sort();
+            let mut checked: Vec<String> = results_siblings(&[set])
+                .iter()
+                .map(|s| s.name.to_string())
+                .collect();
+            checked.sort();
+            assert_eq!(written, checked, "{}", set.name());
+            crate::check_results_siblings(&page, &results_siblings(&[set])).unwrap();
         }
     }
 
