@@ -56,6 +56,8 @@ pub struct BaselineClient<V: Verbs> {
     next_seq: u64,
     next_cell: u64,
     corrupt_next: bool,
+    /// Scans of more than `max_scan` objects are sent, not refused ([`Self::exceed_scan_bound`]).
+    unbounded_scans: bool,
 }
 
 const READ_TAG: u64 = u64::MAX - 1;
@@ -140,6 +142,7 @@ impl<V: Verbs> BaselineClient<V> {
             next_seq: 1,
             next_cell: 1,
             corrupt_next: false,
+            unbounded_scans: false,
         };
         if c.ud.is_some() {
             for i in 0..chunks {
@@ -218,6 +221,13 @@ impl<V: Verbs> BaselineClient<V> {
         self.corrupt_next = true;
     }
 
+    /// Sends Scans of more than `max_scan` objects from now on, as a client built with a
+    /// larger bound (or a hostile one) would; the server must refuse them and keep
+    /// serving (tests).
+    pub fn exceed_scan_bound(&mut self) {
+        self.unbounded_scans = true;
+    }
+
     fn post_slot(&self, slot: u64) -> Result<(), RpcError> {
         let sge = Sge {
             addr: self.replies + slot * self.p.reply_slot(),
@@ -268,7 +278,7 @@ impl<V: Verbs> BaselineClient<V> {
                 put_bytes += value.len() as u64;
             }
             if let Op::Scan { count, .. } = op {
-                if *count > self.p.max_scan {
+                if *count > self.p.max_scan && !self.unbounded_scans {
                     return Err(self.unsupported(format!("a scan of {count} objects")));
                 }
             }

@@ -464,8 +464,10 @@ impl<V: Verbs + Clone> BaselineServer<V> {
         // CPU work from here to the reply, except a warm-up's READ (the network's).
         let mut start = self.v.now();
         // Requests of different connections run on different workers: each has its own
-        // view of the shared store (no execution log on a baseline server).
-        let mut kv = KvStore::new(self.v.clone(), self.kv.layout());
+        // view of the shared store (no execution log on a baseline server). A Scan of
+        // more than `max_scan` objects is refused before any is read: its reply would not
+        // fit the reply buffers, and the client need not keep to the bound.
+        let mut kv = KvStore::new(self.v.clone(), self.kv.layout()).with_max_scan(self.p.max_scan);
         let mut hb = [0u8; 16];
         self.v.load(Space::Dram, at, &mut hb);
         let header = match Header::parse(&hb) {

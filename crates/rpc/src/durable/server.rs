@@ -619,6 +619,31 @@ pub fn read_entry_with<V: Verbs>(
     judge_entry(conn, seq, word, &data)
 }
 
+/// The sequence number of the request in `seq`'s slot when it is a later lap of that slot
+/// (`seq + k × capacity`, an intact frame of `conn`): entries are written in order into a
+/// slot whose earlier lap is processed, so it was written before `seq` was processed.
+fn later_lap<V: Verbs>(v: &V, layout: &LogLayout, conn: u32, seq: u64) -> Option<u64> {
+    // The header first (what a poll costs): magic, connection and sequence number
+    // (`Request::emit`); the whole frame only when they name a later lap.
+    let at = layout.data_addr(seq);
+    let mut h = [0u8; REQUEST_HEADER];
+    v.load(Space::Pm, at, &mut h);
+    let named = u64::from_le_bytes(h[8..16].try_into().unwrap());
+    if &h[0..2] != b"RQ"
+        || u32::from_le_bytes(h[4..8].try_into().unwrap()) != conn
+        || named <= seq
+        || layout.slot(named) != layout.slot(seq)
+    {
+        return None;
+    }
+    let mut frame = vec![0u8; layout.max_frame() as usize];
+    v.load(Space::Pm, at, &mut frame);
+    match Request::parse(&frame) {
+        Ok((r, _)) if r.conn == conn && r.seq == named => Some(named),
+        _ => None,
+    }
+}
+
 struct Core<V: Verbs> {
     v: V,
     opts: DurableOptions,
@@ -961,7 +986,27 @@ impl<V: Verbs> Core<V> {
                 let seen = self.notify.generation.get();
                 let giving_up =
                     polls > 0 && self.v.now().saturating_since(polling_since) >= POLL_GIVE_UP;
-                match read_entry_with(&self.v, &self.layout, self.opts.conn, next, frames) {
+                let state = read_entry_with(&self.v, &self.layout, self.opts.conn, next, frames);
+                // A later lap in the slot is a protocol violation no wait repairs (the client
+                // overwrote an entry the server has not processed, seed 003 §4.2): the
+                // connection ends now, once every earlier entry is processed, as for a torn
+                // one, instead of polling the slot for POLL_GIVE_UP.
+                if !matches!(state, EntryState::Committed(_)) {
+                    if let Some(later) = later_lap(&self.v, &self.layout, self.opts.conn, next) {
+                        loop {
+                            let seen = self.turn.generation.get();
+                            if self.processed.get() + 1 == next {
+                                break;
+                            }
+                            self.turn.wait(seen).await;
+                        }
+                        return RpcError::Malformed(format!(
+                            "entry {next}: its slot holds request {later}, a later lap of the \
+                             ring: the client wrote it before entry {next} was processed"
+                        ));
+                    }
+                }
+                match state {
                     EntryState::Committed(r) => {
                         polls = 0;
                         let worker = pool.acquire().await;
