@@ -5,7 +5,7 @@ use super::cell::{self, Header, Kind, Status, WarmUp};
 use super::{chunk_of, BaselineParams, ReplyPath, RequestPath, FLAG_BYTES, QKEY, UD_MTU};
 use crate::api::{Completion, Op, Reply, RpcClient, RpcError};
 use crate::design::Design;
-use crate::proto::Request;
+use crate::proto::{Request, REPLY_HEADER};
 use remora_verbs::{
     next_completion, Access, CqId, Duration, MrInfo, Opcode, Payload, QpAttr, QpNum, QpType,
     RecvWr, Remote, SendWr, Sge, Space, UdDest, Verbs, WcStatus,
@@ -61,6 +61,21 @@ pub struct BaselineClient<V: Verbs> {
 }
 
 const READ_TAG: u64 = u64::MAX - 1;
+
+/// The most bytes the replies to `ops` can take: a reply header each, and the values a Get
+/// or a Scan can return, each object up to `max_value` bytes.
+fn reply_bound(ops: &[Op], max_value: u64) -> u64 {
+    ops.iter()
+        .map(|op| {
+            let objects = match op {
+                Op::Get { .. } => 1,
+                Op::Put { .. } => 0,
+                Op::Scan { count, .. } => u64::from(*count),
+            };
+            REPLY_HEADER as u64 + objects * max_value
+        })
+        .sum()
+}
 
 impl<V: Verbs> BaselineClient<V> {
     /// Sets up the client's queue pair and buffers and posts its receive buffers. Called by
@@ -286,6 +301,16 @@ impl<V: Verbs> BaselineClient<V> {
         if put_bytes > limit {
             return Err(self.unsupported(format!(
                 "{put_bytes} bytes in one message (the UD MTU is {UD_MTU})"
+            )));
+        }
+        // The reply buffer holds `max_batch` Get replies or one full Scan, not a batch of
+        // Scans: a batch whose replies could outgrow it is refused here, as the server
+        // would refuse its reply after running it.
+        let replies = reply_bound(&ops, self.p.max_value);
+        if replies > self.p.max_reply_body() && !self.unbounded_scans {
+            return Err(self.unsupported(format!(
+                "a batch whose replies may take {replies} bytes (the reply buffer holds {})",
+                self.p.max_reply_body()
             )));
         }
         if self.req == RequestPath::Send && self.ud.is_some() {

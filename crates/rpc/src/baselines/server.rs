@@ -635,9 +635,10 @@ impl<V: Verbs + Clone> BaselineServer<V> {
     /// Sends the reply cell `seq` of connection `ci` the design's way.
     fn reply(&self, ci: usize, seq: u64, status: Status, body: &[u8]) -> Result<(), RpcError> {
         let p = self.p;
-        let mut body = body;
+        let (mut body, mut status) = (body, status);
         if body.len() as u64 > p.max_reply_body() {
-            body = b"reply exceeds the reply buffer";
+            // Not a reply the client can parse: it learns why, as for any refusal.
+            (body, status) = (b"the reply exceeds the reply buffer", Status::Unsupported);
         }
         let bytes = cell::encode(seq, Kind::Message, status, body);
         let mut conns = self.conns.borrow_mut();
