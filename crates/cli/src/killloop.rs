@@ -145,10 +145,7 @@ impl ServerProc {
         writeln!(header, "--- {what}: {} ---", argv.join(" "))
             .map_err(|e| format!("cannot write the servers' log {}: {e}", log.display()))?;
         let from = header.metadata().map_or(0, |m| m.len());
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(header)
-            .spawn()
+        let mut child = crate::interrupt::spawn(cmd.stdout(Stdio::piped()).stderr(header))
             .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
         // From here on, a failure drops `proc`, which kills the child.
         let mut proc = ServerProc {
@@ -163,6 +160,7 @@ impl ServerProc {
         let Some(addr) = line.trim().strip_prefix("listening on ") else {
             // Its stderr is complete once it has exited.
             if let Some(mut c) = proc.child.take() {
+                crate::interrupt::reaping(c.id());
                 let _ = c.kill();
                 let _ = c.wait();
             }
@@ -197,6 +195,7 @@ impl ServerProc {
             // When the SIGKILL was sent: what failed before it, the kill did not cause.
             #[allow(clippy::disallowed_methods)] // a real process's kill, on the wall clock
             let at = std::time::Instant::now();
+            crate::interrupt::reaping(child.id());
             let killed = child.kill().is_ok();
             let _ = child.wait();
             killed.then_some(at)
@@ -207,6 +206,7 @@ impl ServerProc {
 impl Drop for ServerProc {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
+            crate::interrupt::reaping(c.id());
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -305,8 +305,16 @@ pub struct Scratch {
 impl Scratch {
     /// Creates `<tmp>/<name>-<pid>`.
     pub fn new(name: &str) -> Result<Scratch, String> {
-        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        Scratch::under(&std::env::temp_dir(), name)
+    }
+
+    /// Creates `<parent>/<name>-<pid>` (and `parent` if missing); an interruption
+    /// removes it too ([`crate::interrupt`]).
+    pub fn under(parent: &Path, name: &str) -> Result<Scratch, String> {
+        let dir = parent.join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        crate::interrupt::dir_made(&dir);
         Ok(Scratch { dir })
     }
 }
@@ -314,6 +322,7 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+        crate::interrupt::dir_removed(&self.dir);
     }
 }
 

@@ -20,6 +20,7 @@
 pub mod bench;
 pub mod configs;
 pub mod demo;
+pub mod interrupt;
 pub mod killloop;
 pub mod paper;
 pub mod profiles;

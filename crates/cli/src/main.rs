@@ -3,7 +3,7 @@
 
 use clap::{Parser, Subcommand};
 use remora::Update;
-use remora_cli::{bench, configs, demo, killloop, paper, profiles, real, rpcreal};
+use remora_cli::{bench, configs, demo, interrupt, killloop, paper, profiles, real, rpcreal};
 use remora_model::time::Duration;
 use remora_model::ServerConfig;
 use remora_soft::pool::PoolBytes;
@@ -326,7 +326,8 @@ enum Cmd {
         /// Durable design: SFlush-RPC, WFlush-RPC, S-RFlush-RPC or W-RFlush-RPC.
         #[arg(long, value_parser = rpcreal::parse_durable)]
         design: remora_rpc::Design,
-        /// Flush form: emulated (seed 003 §4.1.3) or native (WFlush only).
+        /// Flush form: emulated (seed 003 §4.1.3) or native (the proposed primitives, §4.1,
+        /// for every design; refused on an RNIC without RDMA FLUSH).
         #[arg(long, default_value = "emulated", value_parser = rpcreal::parse_form)]
         form: remora_rpc::FlushForm,
         /// Redo-log entries.
@@ -484,7 +485,7 @@ enum BenchCmd {
     /// RemoteLog scenario.
     Soft {
         /// Ping-pongs per series, and appends in each RemoteLog scenario measured.
-        #[arg(long, default_value_t = 5000)]
+        #[arg(long, default_value_t = 5000, conflicts_with = "stream_only")]
         n: u64,
         /// 64-byte WRITEs streamed.
         #[arg(long, default_value_t = 100_000)]
@@ -493,12 +494,18 @@ enum BenchCmd {
         /// did; a disk-backed directory adds the disk's msync cost.
         #[arg(long, default_value = "/dev/shm")]
         pool_dir: PathBuf,
-        /// Only the streaming comparison (for profiling its path).
+        /// Only the streaming comparison (for profiling its path; unpinned, whatever
+        /// --placement says, so that flag is refused with it).
         #[arg(long)]
         stream_only: bool,
         /// CPU placement: `split` (this process's thread on CPU 0, the echo process and the
         /// servers on CPU 1, as two hosts), `shared` (all on CPU 0) or `free`.
-        #[arg(long, value_enum, default_value = "split")]
+        #[arg(
+            long,
+            value_enum,
+            default_value = "split",
+            conflicts_with = "stream_only"
+        )]
         placement: remora_cli::softbench::Placement,
         /// Also write the output into this results page (docs/results/soft-rnic.md), in the
         /// placement's section between its two markers; the rest of the page is kept.
@@ -506,7 +513,12 @@ enum BenchCmd {
         results: Option<PathBuf>,
         /// RemoteLog scenarios to measure: `all` 72 (the model check), or `latency`, the
         /// latency table's nine (a shorter run; the model check covers those nine).
-        #[arg(long, value_enum, default_value = "all")]
+        #[arg(
+            long,
+            value_enum,
+            default_value = "all",
+            conflicts_with = "stream_only"
+        )]
         scenarios: remora_cli::softbench::Scenarios,
     },
     /// A raw TCP echo server (the other process of `bench soft`'s ping-pong).
@@ -523,8 +535,10 @@ enum BenchCmd {
         /// Small sizes that run in seconds (what CI runs).
         #[arg(long)]
         quick: bool,
-        /// Divide the paper's sizes (50K objects, 300K operations, 30K per sender) by N.
-        #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        /// Divide the paper's sizes (50K objects, 300K operations, 30K per sender) by N
+        /// (not with --quick, which has sizes of its own).
+        #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u64).range(1..),
+              conflicts_with = "quick")]
         divisor: u64,
         /// Designs: comma-separated names, or all, baselines, durable.
         #[arg(long, default_value = "all", value_parser = remora_cli::rpcbench::parse_designs)]
@@ -1122,6 +1136,22 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
+    // The commands that start servers and keep pool files leave none of them behind when
+    // interrupted.
+    let starts_servers = matches!(
+        cli.cmd,
+        Cmd::Crashcheck { real: true, .. }
+            | Cmd::RpcCrashcheck { .. }
+            | Cmd::Bench {
+                what: BenchCmd::Soft { .. }
+            }
+    );
+    if starts_servers {
+        if let Err(e) = interrupt::clean_up_on_signals() {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     // Refused here, before anything is served, rather than by the first node made; a
     // slice set from the environment is said, since it changes how tasks interleave.
     match remora_soft::runtime::cpu_slice_from_env() {

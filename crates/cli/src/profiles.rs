@@ -29,7 +29,9 @@ pub fn load(spec: &str) -> Result<LatencyProfile, String> {
         return Ok(p);
     }
     let path = Path::new(spec);
-    if path.exists() {
+    // What names a file is read as one, so a mistyped path is told it cannot be read,
+    // not that it is no built-in name.
+    if path.exists() || spec.contains('/') || spec.ends_with(".toml") {
         return from_file(path);
     }
     builtin(spec)
@@ -55,5 +57,18 @@ mod tests {
     fn a_missing_file_is_named_in_the_error() {
         let e = from_file(Path::new("/nonexistent/p.toml")).unwrap_err();
         assert!(e.contains("/nonexistent/p.toml"), "{e}");
+    }
+
+    /// `--profile` given a path that does not exist says the file cannot be read, not that
+    /// the path is no built-in profile's name.
+    #[test]
+    fn a_missing_profile_file_is_not_called_an_unknown_name() {
+        for spec in ["/nonexistent/p.toml", "my-profile.toml", "profiles/nope"] {
+            let e = load(spec).unwrap_err();
+            assert!(
+                e.starts_with(&format!("cannot read latency profile {spec}: ")),
+                "{e}"
+            );
+        }
     }
 }

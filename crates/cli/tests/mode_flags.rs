@@ -121,3 +121,23 @@ fn serve_refuses_collector_flags_without_gc_and_a_ring_past_its_region() {
     assert!(!std::path::Path::new(pool).exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `bench rpc --quick` has sizes of its own, and `bench soft --stream-only` measures only
+/// the stream, unpinned: the flags they would ignore are refused.
+#[test]
+fn bench_flags_their_mode_ignores_are_refused() {
+    let dir = common::scratch("mode-flags-bench");
+    let out = dir.path().to_str().unwrap();
+    let mut args = common::QUICK_BENCH_RPC.to_vec();
+    args.extend(["--out", out, "--divisor", "10"]);
+    refused_naming(&args, "--divisor");
+    for extra in [
+        ["--n", "100"],
+        ["--placement", "shared"],
+        ["--scenarios", "latency"],
+    ] {
+        let stream_only = ["bench", "soft", "--stream-only", "--stream", "1000"];
+        let args = [&stream_only[..], &["--pool-dir", out], &extra[..]].concat();
+        refused_naming(&args, extra[0]);
+    }
+}

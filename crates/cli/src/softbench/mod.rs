@@ -218,18 +218,12 @@ pub fn run(
         }
     );
     let _ = writeln!(out, "CPU idle: {}\n", cpu_idle());
-    let pool_dir = pool_dir.join(format!("remora-softbench-{}", std::process::id()));
-    std::fs::create_dir_all(&pool_dir).map_err(|e| e.to_string())?;
+    let scratch = crate::killloop::Scratch::under(pool_dir, "remora-softbench")?;
+    let pool_dir = &scratch.dir;
     // 1–2. The raw ping-pong (the floor), the same through the executor, and RemoteLog appends
     // in each scenario measured, interleaved round by round.
-    let latency = latency_side_by_side(exe, n, &pool_dir, scenarios);
-    let (raw, via_exec, both_exec, rows, waits) = match latency {
-        Ok(l) => l,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&pool_dir);
-            return Err(e);
-        }
-    };
+    let (raw, via_exec, both_exec, rows, waits) =
+        latency_side_by_side(exe, n, pool_dir, scenarios)?;
     // Round trips of the executor in this process: its two ping-pongs and the appends.
     let round_trips = (via_exec.ns.len()
         + both_exec.ns.len()
@@ -245,8 +239,8 @@ pub fn run(
     let _ = writeln!(out, "The same with the echo on the executor too (both sides' I/O paths are the soft RNIC's, no model): mean {both_mean:.1} µs, p50 {both_p50:.1} µs ({:.2}x the raw p50), p99 {both_p99:.1} µs, {both_slow} of {n} ≥ 1 ms; CPU per round trip {:.2} µs client, {:.2} µs echo\n", both_p50 / raw_p50, both_cpu.0, both_cpu.1);
     let _ = writeln!(out, "How this process's executor waited over the {round_trips} round trips of the executor's ping-pongs and the appends: {waits}\n");
     // 3. Streaming, raw and soft RNIC runs interleaved.
-    let streams = stream_side_by_side(exe, stream_writes, &pool_dir);
-    let _ = std::fs::remove_dir_all(&pool_dir);
+    let streams = stream_side_by_side(exe, stream_writes, pool_dir);
+    drop(scratch);
     let streams = streams?;
     let _ = writeln!(out, "Client and server CPU: each process's CPU time (user + system) per append, to compare with the raw ping-pong's per round trip. The added microseconds (p50 − raw p50) are what the stack costs per round trip over the floor; the ratio also moves with the floor itself.\n");
     let _ = writeln!(
@@ -278,10 +272,9 @@ pub fn run(
 /// Only the streaming comparison (for profiling the streaming path).
 pub fn run_stream_only(exe: &Path, writes: u64, pool_dir: &Path) -> Result<String, String> {
     check_counts(None, writes)?;
-    let pool_dir = pool_dir.join(format!("remora-softbench-{}", std::process::id()));
-    std::fs::create_dir_all(&pool_dir).map_err(|e| e.to_string())?;
-    let r = stream_side_by_side(exe, writes, &pool_dir);
-    let _ = std::fs::remove_dir_all(&pool_dir);
+    let scratch = crate::killloop::Scratch::under(pool_dir, "remora-softbench")?;
+    let r = stream_side_by_side(exe, writes, &scratch.dir);
+    drop(scratch);
     let streams = r?;
     let mut out = format!("CPU idle: {}\n\n", cpu_idle());
     stream_report(&mut out, writes, &streams);

@@ -262,12 +262,9 @@ impl Proc {
                 });
             }
         }
-        let mut child = cmd
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot start {} {}: {e}", exe.display(), args.join(" ")))?;
+        let mut child =
+            crate::interrupt::spawn(cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped()))
+                .map_err(|e| format!("cannot start {} {}: {e}", exe.display(), args.join(" ")))?;
         // Drained as it comes, so a chatty peer never blocks on a full pipe.
         let mut err = child.stderr.take().expect("piped");
         let stderr = std::thread::spawn(move || {
@@ -285,6 +282,7 @@ impl Proc {
             }),
             _ => {
                 // It printed no address: it failed or is about to; its stderr says why.
+                crate::interrupt::reaping(child.id());
                 let _ = child.kill();
                 let _ = child.wait();
                 Err(format!(
@@ -322,6 +320,7 @@ impl Drop for Proc {
     fn drop(&mut self) {
         use std::os::unix::process::ExitStatusExt as _;
         let pid = self.child.id();
+        crate::interrupt::reaping(pid);
         let mut status = None;
         let mut asked = false;
         // One that has already ended is not signalled: once reaped, its pid may be

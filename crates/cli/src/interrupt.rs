@@ -1,0 +1,122 @@
+//! Ctrl-C or SIGTERM in the middle of a command that starts server processes and keeps
+//! scratch files (`crashcheck --real`, `rpc-crashcheck`, `bench soft`). The signals'
+//! default action ends the process at once, without its destructors: its servers would run
+//! on (a SIGTERM of this process alone never reaches them) and its pool files stay behind.
+//! So such a command waits for the signals on a thread of its own, which SIGKILLs the
+//! children still running, removes the scratch directories and exits as the signal would.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// What an interrupted command must not leave behind.
+struct Live {
+    /// Children started through [`spawn`] and not yet reaped.
+    children: Vec<u32>,
+    /// Scratch directories made and not yet removed.
+    dirs: Vec<PathBuf>,
+}
+
+static LIVE: Mutex<Live> = Mutex::new(Live {
+    children: Vec::new(),
+    dirs: Vec::new(),
+});
+
+fn live() -> MutexGuard<'static, Live> {
+    LIVE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// From here on, SIGINT and SIGTERM remove what [`spawn`] and [`dir_made`] registered
+/// and end the process with status 128 + the signal's number. Call it before the process
+/// starts any thread: the signals are blocked in the calling thread and in every thread
+/// started after, so only the waiting thread takes them (children start with them
+/// unblocked: [`spawn`] clears the mask, which they would otherwise inherit).
+pub fn clean_up_on_signals() -> Result<(), String> {
+    // SAFETY: the set is initialised by sigemptyset before use, and pthread_sigmask
+    // changes only this thread's mask.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        match libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) {
+            0 => set,
+            e => return Err(format!("cannot block SIGINT and SIGTERM: error {e}")),
+        }
+    };
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || loop {
+            let mut sig = 0;
+            // SAFETY: a valid signal set and a valid place for the signal's number.
+            if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
+                clean_up_and_exit(sig);
+            }
+        })
+        .map_err(|e| format!("cannot start the signal thread: {e}"))?;
+    Ok(())
+}
+
+fn clean_up_and_exit(sig: libc::c_int) -> ! {
+    // Held to the exit: meanwhile no child is started, and none of the list reaped.
+    let live = live();
+    for &pid in &live.children {
+        // SAFETY: kill(2) and waitpid(2) on a child not yet reaped (it leaves the list
+        // before it is), so the pid is still ours. Waited for, so that no server is still
+        // writing into a directory removed below.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+            libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), 0);
+        }
+    }
+    for dir in &live.dirs {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    let name = if sig == libc::SIGINT {
+        "SIGINT"
+    } else {
+        "SIGTERM"
+    };
+    eprintln!(
+        "\nerror: interrupted by {name}: servers killed: {}, scratch directories removed: {}",
+        live.children.len(),
+        live.dirs.len()
+    );
+    std::process::exit(128 + sig);
+}
+
+/// Starts `cmd`, registered until [`reaping`] says it is about to be reaped.
+pub fn spawn(cmd: &mut Command) -> std::io::Result<Child> {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: between fork and exec the closure makes async-signal-safe calls only and
+    // allocates nothing. A server must take SIGINT and SIGTERM itself.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+    // Locked across the start, so that no child starts unregistered.
+    let mut live = live();
+    let child = cmd.spawn()?;
+    live.children.push(child.id());
+    Ok(child)
+}
+
+/// `pid`, from [`spawn`], is about to be waited for: an interruption no longer kills it
+/// (once reaped, its pid may be another process's).
+pub fn reaping(pid: u32) {
+    live().children.retain(|&p| p != pid);
+}
+
+/// `dir` was made: an interruption removes it, with everything in it.
+pub fn dir_made(dir: &Path) {
+    live().dirs.push(dir.to_path_buf());
+}
+
+/// `dir` was removed.
+pub fn dir_removed(dir: &Path) {
+    live().dirs.retain(|d| d != dir);
+}
