@@ -187,11 +187,14 @@ impl ServerProc {
     }
 
     /// SIGKILLs the server after `ms` milliseconds, from a thread of its own: like a power
-    /// cut, the kill does not wait for the client to be at a convenient point.
+    /// cut, the kill does not wait for the client to be at a convenient point. A
+    /// [`Killer`] dropped before then kills at once.
     pub fn kill_after(&mut self, ms: u64) -> Killer {
         let mut child = self.child.take().expect("server running");
-        Killer(std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(ms));
+        let (now, wait) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            // Ends early when the Killer is dropped (its sender with it).
+            let _ = wait.recv_timeout(std::time::Duration::from_millis(ms));
             // When the SIGKILL was sent: what failed before it, the kill did not cause.
             #[allow(clippy::disallowed_methods)] // a real process's kill, on the wall clock
             let at = std::time::Instant::now();
@@ -199,7 +202,11 @@ impl ServerProc {
             let killed = child.kill().is_ok();
             let _ = child.wait();
             killed.then_some(at)
-        }))
+        });
+        Killer {
+            thread: Some(thread),
+            now: Some(now),
+        }
     }
 }
 
@@ -213,8 +220,24 @@ impl Drop for ServerProc {
     }
 }
 
-/// A pending SIGKILL ([`ServerProc::kill_after`]).
-pub struct Killer(std::thread::JoinHandle<Option<std::time::Instant>>);
+/// A pending SIGKILL ([`ServerProc::kill_after`]). Dropped without a join (a loop that
+/// ends on a verdict before the kill was due), it kills the server at once and waits for
+/// it: a detached thread would die with this process before its kill, and the server
+/// would run on.
+pub struct Killer {
+    thread: Option<std::thread::JoinHandle<Option<std::time::Instant>>>,
+    /// Dropped to have the kill sent now.
+    now: Option<std::sync::mpsc::Sender<()>>,
+}
+
+impl Drop for Killer {
+    fn drop(&mut self) {
+        drop(self.now.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
 
 impl Killer {
     /// Waits until the kill landed and the process was reaped; true if it was killed.
@@ -223,8 +246,9 @@ impl Killer {
     }
 
     /// [`join`](Self::join), giving when the SIGKILL was sent, if it was.
-    pub fn join_at(self) -> Option<std::time::Instant> {
-        self.0.join().ok().flatten()
+    pub fn join_at(mut self) -> Option<std::time::Instant> {
+        let t = self.thread.take().expect("joined once");
+        t.join().ok().flatten()
     }
 
     /// Waits for the kill; true if it was sent at or before `failed_at` (what failed then
@@ -398,6 +422,33 @@ pub fn result_cell(wrong: bool, violations: u64, example: Option<&str>) -> Strin
 
 #[cfg(test)]
 mod tests {
+    /// A pending kill dropped before it is due (a loop that ends on a verdict) kills the
+    /// server then: it used to leave it to a detached thread that this process's exit
+    /// could end first, and the server ran on with no parent.
+    #[test]
+    fn a_pending_kill_dropped_kills_the_server_at_once() {
+        let child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let mut server = super::ServerProc {
+            child: Some(child),
+            addr: String::new(),
+            said: Vec::new(),
+        };
+        let start = super::wall();
+        drop(server.kill_after(60_000));
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "the drop waited for the kill's time"
+        );
+        // Reaped by the drop: no process of that pid is our child any more.
+        let gone = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_or(true, |s| !s.contains("(sleep)"));
+        assert!(gone, "pid {pid} still runs after its Killer was dropped");
+    }
+
     #[test]
     fn select_filters_by_kind_and_name_and_refuses_an_empty_choice() {
         let all = || vec![("a/x", false), ("b/x", true), ("c/y", false)];
