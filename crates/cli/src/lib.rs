@@ -76,6 +76,14 @@ pub fn page_dir(page: &std::path::Path) -> &std::path::Path {
 pub fn check_results_siblings(page: &std::path::Path, siblings: &[Sibling]) -> Result<(), String> {
     let dir = page_dir(page);
     for s in siblings {
+        // The data would be written over the page just written.
+        if page.file_name() == Some(std::ffi::OsStr::new(s.name)) {
+            return Err(format!(
+                "--results {}: the command writes its data under that name beside the \
+                 page; name the page otherwise (e.g. a .md file)",
+                page.display()
+            ));
+        }
         let path = dir.join(s.name);
         match std::fs::read(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -336,8 +336,8 @@ enum Cmd {
         /// Objects in the store (keys 0..objects; at least one).
         #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
         objects: u64,
-        /// Largest value, bytes.
-        #[arg(long, default_value_t = 1024)]
+        /// Largest value, bytes (at least one: a store of empty objects holds nothing).
+        #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
         max_value: u32,
         /// Injected processing time per request, µs (seed 003 §5.2's heavy load: 100).
         #[arg(long, default_value_t = 0)]
@@ -636,10 +636,19 @@ fn run(cli: Cli) -> Result<(), String> {
             trace,
             appends,
         } => {
+            let profile = profiles::load(&profile)?;
+            // Opened before the run, so a path that cannot be written is said before it.
+            let trace_file = match &trace {
+                Some(path) => Some(
+                    std::fs::File::create(path)
+                        .map_err(|e| format!("cannot write trace {}: {e}", path.display()))?,
+                ),
+                None => None,
+            };
             let opts = demo::DemoOptions {
                 seed,
                 config,
-                profile: profiles::load(&profile)?,
+                profile,
                 appends,
                 record_trace: trace.is_some() || appends <= TIMELINE_LIMIT,
                 chrome_trace: trace.is_some(),
@@ -651,8 +660,11 @@ fn run(cli: Cli) -> Result<(), String> {
                     "  (the timeline is not recorded above {TIMELINE_LIMIT} appends unless --trace asks for it)"
                 );
             }
-            if let (Some(path), Some(json)) = (&trace, &report.chrome_trace) {
-                std::fs::write(path, json)
+            if let (Some(path), Some(mut file), Some(json)) =
+                (&trace, trace_file, &report.chrome_trace)
+            {
+                use std::io::Write as _;
+                file.write_all(json.as_bytes())
                     .map_err(|e| format!("cannot write trace {}: {e}", path.display()))?;
                 println!(
                     "trace written to {} ({} bytes): open it in https://ui.perfetto.dev (or chrome://tracing)",

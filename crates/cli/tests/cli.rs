@@ -70,6 +70,27 @@ fn demo_runs_and_writes_a_perfetto_trace() {
     assert!(json.contains("traceEvents"));
 }
 
+/// A trace that cannot be written is said before the run, not after it (with a large
+/// `--appends`, minutes later), and nothing of the run is printed.
+#[test]
+fn demo_refuses_an_unwritable_trace_before_it_runs() {
+    let out = remora(&[
+        "demo",
+        "--appends",
+        "50",
+        "--trace",
+        "/nonexistent/dir/demo.trace.json",
+    ]);
+    assert!(!out.status.success());
+    let e = text(&out.stderr);
+    assert!(
+        e.contains("cannot write trace /nonexistent/dir/demo.trace.json"),
+        "{e}"
+    );
+    let s = text(&out.stdout);
+    assert!(!s.contains("acknowledged appends"), "it ran first: {s}");
+}
+
 #[test]
 fn demo_warns_under_dmp_with_ddio_and_rejects_bad_configs() {
     let out = remora(&["demo", "--appends", "50", "--config", "DMP+DDIO+PM-RQWRB"]);

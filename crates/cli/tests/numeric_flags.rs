@@ -105,6 +105,24 @@ fn bench_rpc_refuses_what_it_used_to_clamp() {
 }
 
 #[test]
+fn rpc_serve_refuses_empty_objects() {
+    refused_naming(
+        &[
+            "rpc-serve",
+            "--pool",
+            "/nonexistent/never-made.pm",
+            "--config",
+            "DMP+noDDIO+PM-RQWRB",
+            "--design",
+            "WFlush-RPC",
+            "--max-value",
+            "0",
+        ],
+        "--max-value",
+    );
+}
+
+#[test]
 fn serve_refuses_a_collector_slower_than_a_returning_clients_wait() {
     // A connection's end waits for its collector's step (an interval and two pauses); past
     // 100 ms each, that step could outlast the 2 s a returning client waits for its slot.

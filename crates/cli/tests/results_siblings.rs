@@ -129,3 +129,18 @@ fn the_shipped_pages_data_are_known_as_their_commands_own() {
     )
     .unwrap();
 }
+
+/// A page named as one of its data files would be written over by that data once the run
+/// is done: refused before the run, and nothing is written.
+#[test]
+fn results_refuse_a_page_named_as_its_data() {
+    for (cmd, name) in [("remotelog", "remotelog.csv"), ("rpc", "rpc.json")] {
+        let dir = scratch("results-page-as-data");
+        let page = dir.path().join(name);
+        let out = run(cmd, &dir.path().join("out"), &page);
+        assert!(!out.status.success(), "{cmd} --results {name} ran");
+        let e = text(&out.stderr);
+        assert!(e.contains("name the page otherwise"), "{cmd}: {e}");
+        assert!(!page.exists(), "{cmd}: {name} was written");
+    }
+}
