@@ -26,11 +26,11 @@ fn live() -> MutexGuard<'static, Live> {
     LIVE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// From here on, SIGINT and SIGTERM remove what [`spawn`] and [`dir_made`] registered
-/// and end the process with status 128 + the signal's number. Call it before the process
-/// starts any thread: the signals are blocked in the calling thread and in every thread
-/// started after, so only the waiting thread takes them (children start with them
-/// unblocked: [`spawn`] clears the mask, which they would otherwise inherit).
+/// From here on, SIGINT and SIGTERM remove what [`spawn`] and [`dir_made`] registered,
+/// then end the process by the signal's default action (as a shell expects). Call it
+/// before the process starts any thread: the signals are blocked in the calling thread and
+/// in every thread started after, so only the waiting thread takes them (children start
+/// with them unblocked: [`spawn`] clears the mask, which they would otherwise inherit).
 pub fn clean_up_on_signals() -> Result<(), String> {
     // SAFETY: the set is initialised by sigemptyset before use, and pthread_sigmask
     // changes only this thread's mask.
@@ -58,12 +58,13 @@ pub fn clean_up_on_signals() -> Result<(), String> {
 }
 
 fn clean_up_and_exit(sig: libc::c_int) -> ! {
-    // Held to the exit: meanwhile no child is started, and none of the list reaped.
+    // Held to the exit: meanwhile no child is started or taken off the list.
     let live = live();
     for &pid in &live.children {
-        // SAFETY: kill(2) and waitpid(2) on a child not yet reaped (it leaves the list
-        // before it is), so the pid is still ours. Waited for, so that no server is still
-        // writing into a directory removed below.
+        // SAFETY: kill(2) and waitpid(2) on our children. One reaped an instant ago and not
+        // yet off the list ([`reaping`]) no longer exists (its pid is not reused so soon):
+        // kill finds nothing and waitpid returns at once. Waited for, so that no server is
+        // still writing into a directory removed below.
         unsafe {
             libc::kill(pid as libc::pid_t, libc::SIGKILL);
             libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), 0);
@@ -82,6 +83,20 @@ fn clean_up_and_exit(sig: libc::c_int) -> ! {
         live.children.len(),
         live.dirs.len()
     );
+    // Ended by the signal itself, not by an exit status of 128 + its number: a shell that
+    // runs this in a loop or a script stops at Ctrl-C only when its child died of SIGINT
+    // (one that exited is taken to have handled it, and the loop goes on). Its default
+    // action, unblocked in this thread, ends the process; the exit is the fallback.
+    // SAFETY: resets the signal's disposition, unblocks it in this thread only and sends
+    // it to this thread; none of them touches memory of ours.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+    }
     std::process::exit(128 + sig);
 }
 
@@ -105,8 +120,9 @@ pub fn spawn(cmd: &mut Command) -> std::io::Result<Child> {
     Ok(child)
 }
 
-/// `pid`, from [`spawn`], is about to be waited for: an interruption no longer kills it
-/// (once reaped, its pid may be another process's).
+/// `pid`, from [`spawn`], was just reaped: an interruption no longer kills it (its pid may
+/// become another process's). Called after the wait, not before, so that an interruption
+/// while the child is being stopped still kills it; a pid is not reused in that instant.
 pub fn reaping(pid: u32) {
     live().children.retain(|&p| p != pid);
 }

@@ -160,9 +160,9 @@ impl ServerProc {
         let Some(addr) = line.trim().strip_prefix("listening on ") else {
             // Its stderr is complete once it has exited.
             if let Some(mut c) = proc.child.take() {
-                crate::interrupt::reaping(c.id());
                 let _ = c.kill();
                 let _ = c.wait();
+                crate::interrupt::reaping(c.id());
             }
             let said = std::fs::read(log)
                 .ok()
@@ -198,9 +198,9 @@ impl ServerProc {
             // When the SIGKILL was sent: what failed before it, the kill did not cause.
             #[allow(clippy::disallowed_methods)] // a real process's kill, on the wall clock
             let at = std::time::Instant::now();
-            crate::interrupt::reaping(child.id());
             let killed = child.kill().is_ok();
             let _ = child.wait();
+            crate::interrupt::reaping(child.id());
             killed.then_some(at)
         });
         Killer {
@@ -213,9 +213,9 @@ impl ServerProc {
 impl Drop for ServerProc {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            crate::interrupt::reaping(c.id());
             let _ = c.kill();
             let _ = c.wait();
+            crate::interrupt::reaping(c.id());
         }
     }
 }

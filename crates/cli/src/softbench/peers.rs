@@ -282,9 +282,9 @@ impl Proc {
             }),
             _ => {
                 // It printed no address: it failed or is about to; its stderr says why.
-                crate::interrupt::reaping(child.id());
                 let _ = child.kill();
                 let _ = child.wait();
+                crate::interrupt::reaping(child.id());
                 Err(format!(
                     "`{} {}` did not start: {}",
                     exe.display(),
@@ -320,7 +320,6 @@ impl Drop for Proc {
     fn drop(&mut self) {
         use std::os::unix::process::ExitStatusExt as _;
         let pid = self.child.id();
-        crate::interrupt::reaping(pid);
         let mut status = None;
         let mut asked = false;
         // One that has already ended is not signalled: once reaped, its pid may be
@@ -355,6 +354,9 @@ impl Drop for Proc {
                 })
             }
         };
+        // Registered until reaped, so that an interruption meanwhile still kills it (a pid
+        // is not reused in the instant between the reaping and this).
+        crate::interrupt::reaping(pid);
         let stderr = self.take_stderr();
         if let Some(failure) = failure {
             eprintln!("{failure}; its stderr:\n{}", stderr.trim_end());
