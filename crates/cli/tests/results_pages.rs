@@ -4,31 +4,8 @@
 //! they were.
 
 mod common;
-use common::{remora, scratch, text, QUICK_BENCH_RPC};
+use common::{results_run as run, scratch, text};
 use std::path::Path;
-
-/// The quickest run of each command, with its outputs in `out` and its page at `page`.
-fn run(cmd: &str, out: &Path, page: &Path) -> std::process::Output {
-    let (out, page) = (out.to_str().unwrap(), page.to_str().unwrap());
-    match cmd {
-        "remotelog" => remora(&[
-            "remotelog",
-            "--appends",
-            "1",
-            "--threads",
-            "1",
-            "--out",
-            out,
-            "--results",
-            page,
-        ]),
-        _ => {
-            let mut a = QUICK_BENCH_RPC.to_vec();
-            a.extend(["--threads", "1", "--out", out, "--results", page]);
-            remora(&a)
-        }
-    }
-}
 
 #[test]
 fn results_refuse_a_file_that_is_not_their_page() {

@@ -4,31 +4,8 @@
 //! byte for byte; the command's own earlier output is rewritten, as the page is.
 
 mod common;
-use common::{remora, scratch, text, QUICK_BENCH_RPC};
+use common::{results_run as run, scratch, text};
 use std::path::Path;
-
-/// The quickest run of each command, with its outputs in `out` and its page at `page`.
-fn run(cmd: &str, out: &Path, page: &Path) -> std::process::Output {
-    let (out, page) = (out.to_str().unwrap(), page.to_str().unwrap());
-    match cmd {
-        "remotelog" => remora(&[
-            "remotelog",
-            "--appends",
-            "1",
-            "--threads",
-            "1",
-            "--out",
-            out,
-            "--results",
-            page,
-        ]),
-        _ => {
-            let mut a = QUICK_BENCH_RPC.to_vec();
-            a.extend(["--threads", "1", "--out", out, "--results", page]);
-            remora(&a)
-        }
-    }
-}
 
 /// The names in `dir`, sorted.
 fn names(dir: &Path) -> Vec<String> {

@@ -2,6 +2,7 @@
 // Each test file uses its own part of them.
 #![allow(dead_code)]
 
+use std::path::Path;
 use std::process::{Command, Output};
 
 /// Runs the built `remora` binary with `args` to completion.
@@ -109,4 +110,28 @@ pub fn serve_collecting(
         }));
     });
     rx.recv().unwrap().to_string()
+}
+
+/// The quickest `--results` run of `remotelog` (`cmd` "remotelog") or of `bench rpc`
+/// (any other `cmd`), with its outputs in `out` and its page at `page`.
+pub fn results_run(cmd: &str, out: &Path, page: &Path) -> std::process::Output {
+    let (out, page) = (out.to_str().unwrap(), page.to_str().unwrap());
+    match cmd {
+        "remotelog" => remora(&[
+            "remotelog",
+            "--appends",
+            "1",
+            "--threads",
+            "1",
+            "--out",
+            out,
+            "--results",
+            page,
+        ]),
+        _ => {
+            let mut a = QUICK_BENCH_RPC.to_vec();
+            a.extend(["--threads", "1", "--out", out, "--results", page]);
+            remora(&a)
+        }
+    }
 }
