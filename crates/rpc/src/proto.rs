@@ -86,6 +86,38 @@ fn need(have: usize, need: usize) -> Result<(), FrameError> {
     }
 }
 
+/// A request's header as read before its value: whose request it is and how long its frame
+/// is. Its checksum is not checked (it covers the value too): a frame is trusted only once
+/// [`Request::parse`] has read it whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestHead {
+    /// The operator byte (1 Get, 2 Put, 3 Scan; not checked here).
+    pub code: u8,
+    /// The connection.
+    pub conn: u32,
+    /// The sequence number.
+    pub seq: u64,
+    /// Bytes of the whole frame, header and value.
+    pub frame_len: usize,
+}
+
+impl RequestHead {
+    /// The header at the start of `b`: refused if truncated or without the magic.
+    pub fn parse(b: &[u8]) -> Result<RequestHead, FrameError> {
+        need(b.len(), REQUEST_HEADER)?;
+        if &b[0..2] != b"RQ" {
+            return Err(FrameError::BadMagic([b[0], b[1]]));
+        }
+        let arg = u32::from_le_bytes(b[24..28].try_into().unwrap());
+        Ok(RequestHead {
+            code: b[2],
+            conn: u32::from_le_bytes(b[4..8].try_into().unwrap()),
+            seq: u64::from_le_bytes(b[8..16].try_into().unwrap()),
+            frame_len: REQUEST_HEADER + if b[2] == 2 { arg as usize } else { 0 },
+        })
+    }
+}
+
 impl Request {
     /// Bytes [`emit`](Self::emit) writes.
     pub fn frame_len(&self) -> usize {
@@ -126,10 +158,12 @@ impl Request {
 
     /// Parses a frame at the start of `b`; returns it and the bytes it used.
     pub fn parse(b: &[u8]) -> Result<(Request, usize), FrameError> {
-        need(b.len(), REQUEST_HEADER)?;
-        if &b[0..2] != b"RQ" {
-            return Err(FrameError::BadMagic([b[0], b[1]]));
-        }
+        let RequestHead {
+            conn,
+            seq,
+            frame_len: len,
+            ..
+        } = RequestHead::parse(b)?;
         if b[3] != 0 {
             return Err(FrameError::Unknown {
                 what: "request flags",
@@ -137,9 +171,8 @@ impl Request {
             });
         }
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
-        let (conn, seq, key, arg) = (u32_at(4), u64_at(8), u64_at(16), u32_at(24));
-        let len = REQUEST_HEADER + if b[2] == 2 { arg as usize } else { 0 };
+        let key = u64::from_le_bytes(b[16..24].try_into().unwrap());
+        let arg = u32_at(24);
         need(b.len(), len)?;
         let stored = u32_at(28);
         let computed = crc_with_zero_field(&b[..len], 28..32);

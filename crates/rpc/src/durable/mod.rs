@@ -44,7 +44,7 @@ use crate::baselines::ServerCpu;
 use crate::design::{Design, Family};
 use crate::flush::{FlushParams, FlushPlan, SenderFlush};
 use crate::kv::{ExecutionLog, KvLayout, KvStore, SlotState};
-use crate::proto::{ReplyFrame, Request, REPLY_HEADER, REQUEST_HEADER};
+use crate::proto::{ReplyFrame, Request, RequestHead, REPLY_HEADER, REQUEST_HEADER};
 use crate::redolog::{
     judge_entry, Commit, EntryState, LogHeader, LogLayout, Operator, HEADER_BYTES,
 };

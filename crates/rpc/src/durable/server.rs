@@ -623,20 +623,20 @@ pub fn read_entry_with<V: Verbs>(
 /// (`seq + k × capacity`, an intact frame of `conn`): entries are written in order into a
 /// slot whose earlier lap is processed, so it was written before `seq` was processed.
 fn later_lap<V: Verbs>(v: &V, layout: &LogLayout, conn: u32, seq: u64) -> Option<u64> {
-    // The header first (what a poll costs): magic, connection and sequence number
-    // (`Request::emit`); the whole frame only when they name a later lap.
+    // The header first (what a poll costs); the whole frame only when it names a later lap.
     let at = layout.data_addr(seq);
     let mut h = [0u8; REQUEST_HEADER];
     v.load(Space::Pm, at, &mut h);
-    let named = u64::from_le_bytes(h[8..16].try_into().unwrap());
-    if &h[0..2] != b"RQ"
-        || u32::from_le_bytes(h[4..8].try_into().unwrap()) != conn
+    let head = RequestHead::parse(&h).ok()?;
+    let named = head.seq;
+    if head.conn != conn
         || named <= seq
         || layout.slot(named) != layout.slot(seq)
+        || head.frame_len as u64 > layout.max_frame()
     {
         return None;
     }
-    let mut frame = vec![0u8; layout.max_frame() as usize];
+    let mut frame = vec![0u8; head.frame_len];
     v.load(Space::Pm, at, &mut frame);
     match Request::parse(&frame) {
         Ok((r, _)) if r.conn == conn && r.seq == named => Some(named),
@@ -800,13 +800,19 @@ impl<V: Verbs> Core<V> {
     async fn cpu_persist(&self, seq: u64) -> bool {
         let mut h = [0u8; REQUEST_HEADER];
         self.v.load(Space::Pm, self.layout.data_addr(seq), &mut h);
-        let code = h[2];
-        let arg = u32::from_le_bytes(h[24..28].try_into().unwrap()) as u64;
-        let len = REQUEST_HEADER as u64 + if code == 2 { arg } else { 0 };
-        if &h[0..2] != b"RQ" || !(1..=3).contains(&code) || len > self.layout.max_frame() {
+        let head = RequestHead::parse(&h).ok().filter(|head| {
+            (1..=3).contains(&head.code) && head.frame_len as u64 <= self.layout.max_frame()
+        });
+        let Some(RequestHead {
+            code,
+            frame_len: len,
+            ..
+        }) = head
+        else {
             self.bump(|s| s.bad_entries += 1);
             return false;
-        }
+        };
+        let len = len as u64;
         // The whole frame, checksum included, must be this connection's request `seq`
         // before its operator makes it committed: a corrupt entry acknowledged as durable
         // would stop recovery there, and with it every entry acknowledged after it.
