@@ -242,16 +242,8 @@ pub fn write_page(rs: &Results, page: &Path) -> Result<(), String> {
     let old = std::fs::read_to_string(page).unwrap_or_default();
     // Only the page and [`results_siblings`]: an `rpc.md` beside a page of another name
     // is not this command's to write.
-    let mut files = vec![
-        ("rpc.csv".to_string(), bench::report::csv(rs)),
-        ("rpc.json".to_string(), bench::report::json(rs)),
-    ];
-    files.extend(bench::report::svgs(rs)?);
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    for (name, text) in files {
-        let p = dir.join(name);
-        std::fs::write(&p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
-    }
+    bench::report::write_data(rs, dir)
+        .map_err(|e| format!("cannot write to {}: {e}", dir.display()))?;
     let text = bench::report::markdown(rs);
     std::fs::write(page, bench::report::keep_hand_written(&old, &text))
         .map_err(|e| format!("cannot write {}: {e}", page.display()))

@@ -858,8 +858,18 @@ fn plot(
 /// missing); returns the paths written.
 pub fn write_report(rs: &Results, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
+    let md = dir.join("rpc.md");
+    std::fs::write(&md, markdown(rs))?;
+    let mut out = vec![md];
+    out.extend(write_data(rs, dir)?);
+    Ok(out)
+}
+
+/// Writes the report's data and plots (`rpc.csv`, `rpc.json`, the `rpc-*.svg` plots), not
+/// its page, into `dir` (created if missing); returns the paths written.
+pub fn write_data(rs: &Results, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
     let mut files = vec![
-        ("rpc.md".to_string(), markdown(rs)),
         ("rpc.csv".to_string(), csv(rs)),
         ("rpc.json".to_string(), json(rs)),
     ];
