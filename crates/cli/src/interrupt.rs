@@ -4,6 +4,11 @@
 //! on (a SIGTERM of this process alone never reaches them) and its pool files stay behind.
 //! So such a command waits for the signals on a thread of its own, which SIGKILLs the
 //! children still running, removes the scratch directories and exits as the signal would.
+//!
+//! Each child starts in a process group of its own and is killed as a group
+//! ([`kill_group`]): a server started through a prefix that forks it (`timeout 600`,
+//! `strace -f`, `unshare --fork`) rather than exec'ing it is the prefix's child, and a
+//! SIGKILL of the prefix alone would leave it running, holding its pool file.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -61,13 +66,18 @@ fn clean_up_and_exit(sig: libc::c_int) -> ! {
     // Held to the exit: meanwhile no child is started or taken off the list.
     let live = live();
     for &pid in &live.children {
-        // SAFETY: kill(2) and waitpid(2) on our children. One reaped an instant ago and not
-        // yet off the list ([`reaping`]) no longer exists (its pid is not reused so soon):
-        // kill finds nothing and waitpid returns at once. Waited for, so that no server is
-        // still writing into a directory removed below.
+        // SAFETY: kill(2) and waitpid(2) on our children and their groups. One reaped an
+        // instant ago and not yet off the list ([`reaping`]) no longer exists (its pid is
+        // not reused so soon): kill finds nothing and waitpid returns at once. Waited for,
+        // so that no server is still writing into a directory removed below.
         unsafe {
-            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+            libc::kill(-(pid as libc::pid_t), libc::SIGKILL);
             libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), 0);
+        }
+        // What the group's leader forked dies too; a group that outlives the bound is
+        // said (the exit cannot wait for ever).
+        if let Err(e) = reap_group(pid) {
+            eprintln!("\nerror: {e}");
         }
     }
     for dir in &live.dirs {
@@ -100,9 +110,14 @@ fn clean_up_and_exit(sig: libc::c_int) -> ! {
     std::process::exit(128 + sig);
 }
 
-/// Starts `cmd`, registered until [`reaping`] says it is about to be reaped.
+/// Starts `cmd` in a process group of its own (whose id is the child's pid), registered
+/// until [`reaping`] says it is about to be reaped. From the first call on, this process
+/// adopts the orphans of its descendants ([`adopt_orphans`]), so that [`kill_group`] can
+/// reap what a child forked.
 pub fn spawn(cmd: &mut Command) -> std::io::Result<Child> {
     use std::os::unix::process::CommandExt as _;
+    adopt_orphans();
+    cmd.process_group(0);
     // SAFETY: between fork and exec the closure makes async-signal-safe calls only and
     // allocates nothing. A server must take SIGINT and SIGTERM itself.
     unsafe {
@@ -120,6 +135,12 @@ pub fn spawn(cmd: &mut Command) -> std::io::Result<Child> {
     Ok(child)
 }
 
+/// Runs `f` while no child is started through [`spawn`].
+pub fn no_spawn_during<T>(f: impl FnOnce() -> T) -> T {
+    let _live = live();
+    f()
+}
+
 /// `pid`, from [`spawn`], was just reaped: an interruption no longer kills it (its pid may
 /// become another process's). Called after the wait, not before, so that an interruption
 /// while the child is being stopped still kills it; a pid is not reused in that instant.
@@ -135,4 +156,67 @@ pub fn dir_made(dir: &Path) {
 /// `dir` was removed.
 pub fn dir_removed(dir: &Path) {
     live().dirs.retain(|d| d != dir);
+}
+
+/// How long [`kill_group`] waits for a group's last process to be gone.
+const GROUP_GONE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Makes this process the child subreaper of its descendants (Linux): a process whose
+/// parent dies (a server whose prefix was SIGKILLed with it) is reparented here rather
+/// than to init, so [`reap_group`] can reap it, and it is never a zombie that a container's
+/// init leaves for ever. Done once; where it fails, init reaps them.
+fn adopt_orphans() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        #[cfg(target_os = "linux")]
+        // SAFETY: prctl(2) with an integer option; it touches no memory of ours.
+        unsafe {
+            libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        }
+    });
+}
+
+/// SIGKILLs the process group of `child`, a child from [`spawn`] not yet reaped (so the
+/// group exists and its id is no other's), reaps it, and waits until nothing of its group
+/// is left ([`reap_group`]). The caller then calls [`reaping`].
+pub fn kill_group(child: &mut Child) -> Result<(), String> {
+    // SAFETY: kill(2) on the group of an unreaped child of ours: the group's id stays ours
+    // while its leader is at least a zombie.
+    unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+    // And by its pid, should it have left its group.
+    let _ = child.kill();
+    let _ = child.wait();
+    reap_group(child.id())
+}
+
+/// Waits, for up to [`GROUP_GONE`], until no process is left in the group `pgid` (just
+/// SIGKILLed, its leader reaped), reaping those this process adopted ([`adopt_orphans`]):
+/// the next life must not start while a server of the last one still holds the pool.
+fn reap_group(pgid: u32) -> Result<(), String> {
+    let pgid = pgid as libc::pid_t;
+    #[allow(clippy::disallowed_methods)] // a bound on waiting for real processes
+    let deadline = std::time::Instant::now() + GROUP_GONE;
+    loop {
+        // SAFETY: waitpid(2) and kill(2) on a group of ours, which no other group can
+        // take the id of while any process of it exists (zombies included).
+        unsafe {
+            // Adopted members that died are reaped; a zombie still counts as a member.
+            while libc::waitpid(-pgid, std::ptr::null_mut(), libc::WNOHANG) > 0 {}
+            if libc::kill(-pgid, 0) != 0
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+            {
+                return Ok(());
+            }
+            // One forked after the SIGKILL, or not yet reparented: killed again.
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+        #[allow(clippy::disallowed_methods)] // see above
+        if std::time::Instant::now() >= deadline {
+            return Err(format!(
+                "process group {pgid} still has processes {} s after its SIGKILL",
+                GROUP_GONE.as_secs()
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }

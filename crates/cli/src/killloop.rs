@@ -110,8 +110,9 @@ pub fn server_command(exe: &Path, prefix: &[String]) -> Command {
     }
 }
 
-/// A server child process; killed (and reaped) when dropped, so no process outlives the
-/// loop, whichever way it ends.
+/// A server child process, in a process group of its own with whatever its prefix forked;
+/// the group is killed (and reaped) when dropped, so no process outlives the loop,
+/// whichever way it ends.
 pub struct ServerProc {
     child: Option<Child>,
     /// The address its first line (`listening on ADDR`) named.
@@ -125,7 +126,8 @@ impl ServerProc {
     /// its stderr appended to `log` under a header line, reads its `listening on ADDR` line
     /// and then `lines` more. The pipe is closed after that: the servers print only at
     /// start-up. A server that does not start is waited for, and what it wrote to `log`
-    /// is in the error.
+    /// is in the error; one a prefix moved out of its process group is refused
+    /// (`left_group`).
     pub fn start(
         cmd: &mut Command,
         exe: &Path,
@@ -134,6 +136,10 @@ impl ServerProc {
         log: &Path,
     ) -> Result<ServerProc, String> {
         use std::io::Write;
+        // A group the last kill could not clear may still hold what this life would use.
+        if let Some(e) = UNKILLED.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            return Err(e);
+        }
         // The header goes first, the server's own lines after it (appended: the file is
         // every life's).
         let mut header = std::fs::OpenOptions::new()
@@ -160,8 +166,7 @@ impl ServerProc {
         let Some(addr) = line.trim().strip_prefix("listening on ") else {
             // Its stderr is complete once it has exited.
             if let Some(mut c) = proc.child.take() {
-                let _ = c.kill();
-                let _ = c.wait();
+                let _ = crate::interrupt::kill_group(&mut c);
                 crate::interrupt::reaping(c.id());
             }
             let said = std::fs::read(log)
@@ -178,6 +183,13 @@ impl ServerProc {
             return Err(format!("{what} did not start: {line:?}; it said {said}"));
         };
         proc.addr = addr.to_string();
+        if cmd.get_program() != exe.as_os_str() {
+            // Without a prefix the server is the child itself, in its group.
+            let pgid = proc.child.as_ref().map_or(0, Child::id);
+            // No child starts meanwhile: between its fork and its exec it would hold this
+            // pipe too, outside the group, and be taken for the server.
+            crate::interrupt::no_spawn_during(|| left_group(cmd, exe, out.get_ref(), pgid))?;
+        }
         for _ in 0..lines {
             let mut l = String::new();
             out.read_line(&mut l).map_err(|e| e.to_string())?;
@@ -186,7 +198,8 @@ impl ServerProc {
         Ok(proc)
     }
 
-    /// SIGKILLs the server after `ms` milliseconds, from a thread of its own: like a power
+    /// SIGKILLs the server's process group after `ms` milliseconds, from a thread of its
+    /// own (a group that outlives it fails the next [`start`](Self::start)): like a power
     /// cut, the kill does not wait for the client to be at a convenient point. A
     /// [`Killer`] dropped before then kills at once.
     pub fn kill_after(&mut self, ms: u64) -> Killer {
@@ -198,10 +211,12 @@ impl ServerProc {
             // When the SIGKILL was sent: what failed before it, the kill did not cause.
             #[allow(clippy::disallowed_methods)] // a real process's kill, on the wall clock
             let at = std::time::Instant::now();
-            let killed = child.kill().is_ok();
-            let _ = child.wait();
+            let killed = crate::interrupt::kill_group(&mut child);
             crate::interrupt::reaping(child.id());
-            killed.then_some(at)
+            if let Err(e) = &killed {
+                *UNKILLED.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.clone());
+            }
+            killed.is_ok().then_some(at)
         });
         Killer {
             thread: Some(thread),
@@ -213,11 +228,90 @@ impl ServerProc {
 impl Drop for ServerProc {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+            if let Err(e) = crate::interrupt::kill_group(&mut c) {
+                eprintln!("error: {e}");
+            }
             crate::interrupt::reaping(c.id());
         }
     }
+}
+
+/// Why a server's process group outlived its SIGKILL ([`ServerProc::kill_after`]), for
+/// the next [`ServerProc::start`] to fail with: a server of the last life may still hold
+/// the pool.
+static UNKILLED: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Fails, naming the prefix, when a process that holds the server's standard output
+/// (`pipe`, its read end) is outside the process group `pgid` the server was started in:
+/// a prefix that starts its command in a session or group of its own (`setsid`, `sudo`
+/// with a pty) puts the server where a SIGKILL of the group does not reach. Those
+/// processes are killed here (the caller kills the group), so none runs on. Processes of
+/// another user cannot be seen unless this one runs as root.
+fn left_group(
+    cmd: &Command,
+    exe: &Path,
+    pipe: &std::process::ChildStdout,
+    pgid: u32,
+) -> Result<(), String> {
+    use std::os::fd::AsRawFd as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let ino = std::fs::metadata(format!("/proc/self/fd/{}", pipe.as_raw_fd()))
+        .map_err(|e| format!("cannot inspect the server's standard output: {e}"))?
+        .ino();
+    let link = std::ffi::OsString::from(format!("pipe:[{ino}]"));
+    let me = std::process::id();
+    let mut outside = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        // Only the server's side holds the write end; this process holds the read end.
+        if pid == me {
+            continue;
+        }
+        let holds = std::fs::read_dir(e.path().join("fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == link));
+        // `pid (comm) state ppid pgrp ...`; comm may hold spaces, so split after its `)`.
+        let group = std::fs::read_to_string(e.path().join("stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')?
+                    .1
+                    .split_whitespace()
+                    .nth(2)?
+                    .parse()
+                    .ok()
+            });
+        if holds && group.is_some_and(|g: u32| g != pgid) {
+            let line = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let line = String::from_utf8_lossy(&line).replace('\0', " ");
+            outside.push(format!("{pid} `{}`", line.trim_end()));
+            // SAFETY: kill(2) of a process just seen holding our pipe; reaped here if it
+            // was adopted ([`crate::interrupt`]), else by its parent or init.
+            unsafe {
+                libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), 0);
+            }
+        }
+    }
+    if outside.is_empty() {
+        return Ok(());
+    }
+    let prefix: Vec<_> = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args().take_while(|a| *a != exe.as_os_str()))
+        .map(|a| a.to_string_lossy())
+        .collect();
+    Err(format!(
+        "--server-prefix {:?} moved the server out of the process group it was started \
+         in ({}; killed), where its SIGKILL would not reach it: use a prefix that runs its \
+         command in the group it was started in (one that execs it, as `ip netns exec \
+         NS`, or forks it, as `timeout`)",
+        prefix.join(" "),
+        outside.join(", ")
+    ))
 }
 
 /// A pending SIGKILL ([`ServerProc::kill_after`]). Dropped without a join (a loop that
@@ -422,15 +516,13 @@ pub fn result_cell(wrong: bool, violations: u64, example: Option<&str>) -> Strin
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
     /// A pending kill dropped before it is due (a loop that ends on a verdict) kills the
     /// server then: it used to leave it to a detached thread that this process's exit
     /// could end first, and the server ran on with no parent.
     #[test]
     fn a_pending_kill_dropped_kills_the_server_at_once() {
-        let child = std::process::Command::new("sleep")
-            .arg("60")
-            .spawn()
-            .unwrap();
+        let child = crate::interrupt::spawn(std::process::Command::new("sleep").arg("60")).unwrap();
         let pid = child.id();
         let mut server = super::ServerProc {
             child: Some(child),
@@ -447,6 +539,81 @@ mod tests {
         let gone = std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .map_or(true, |s| !s.contains("(sleep)"));
         assert!(gone, "pid {pid} still runs after its Killer was dropped");
+    }
+
+    /// The processes whose command line is `args`, not zombies.
+    fn running(args: &[&str]) -> Vec<u32> {
+        let want = args.join("\0") + "\0";
+        let mut found = Vec::new();
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let line = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let zombie = std::fs::read_to_string(e.path().join("stat"))
+                .map_or(true, |s| s.rsplit_once(") Z ").is_some());
+            if line == want.as_bytes() && !zombie {
+                found.push(pid);
+            }
+        }
+        found
+    }
+
+    /// A prefix that forks its command (here a shell that runs it and then something
+    /// else) is the child: killing it alone used to leave the server running. Both ways a
+    /// server is killed, its pending kill and its drop, reach what the prefix forked.
+    #[test]
+    fn a_server_forked_by_its_prefix_is_killed_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("servers.log");
+        for by_killer in [true, false] {
+            // A duration no other process has: the server's command line.
+            let secs = format!("600.{}{}", std::process::id(), u8::from(by_killer));
+            let script = format!("echo listening on here; exec sleep {secs}");
+            let mut cmd = std::process::Command::new("sh");
+            cmd.args(["-c", "\"$@\"; true", "sh", "/bin/sh", "-c", &script]);
+            let mut server =
+                super::ServerProc::start(&mut cmd, Path::new("/bin/sh"), "server", 0, &log)
+                    .unwrap();
+            assert_eq!(server.addr, "here");
+            // Its line comes before its `exec`: polled until the server is `sleep`.
+            let started = (0..500).any(|_| {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                running(&["sleep", &secs]).len() == 1
+            });
+            assert!(started, "the server did not start");
+            if by_killer {
+                assert!(server.kill_after(0).join(), "the kill was not sent");
+            } else {
+                drop(server);
+            }
+            let left = running(&["sleep", &secs]);
+            assert!(
+                left.is_empty(),
+                "server {left:?} runs on (by_killer {by_killer})"
+            );
+        }
+    }
+
+    /// A prefix that starts its command in a session of its own takes it out of the group
+    /// its SIGKILL goes to: refused, naming the prefix, and the server is not left running.
+    #[test]
+    fn a_prefix_that_leaves_the_group_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("servers.log");
+        let secs = format!("600.{}9", std::process::id());
+        let script = format!("echo listening on here; exec sleep {secs}");
+        let mut cmd = std::process::Command::new("setsid");
+        cmd.args(["/bin/sh", "-c", &script]);
+        let e = super::ServerProc::start(&mut cmd, Path::new("/bin/sh"), "server", 0, &log)
+            .err()
+            .expect("setsid was accepted");
+        assert!(
+            e.contains("--server-prefix \"setsid\" moved the server out of the process group"),
+            "{e}"
+        );
+        let left = running(&["sleep", &secs]);
+        assert!(left.is_empty(), "server {left:?} runs on");
     }
 
     #[test]

@@ -291,7 +291,10 @@ enum Cmd {
         /// With --real: which targets: correct, negative, or all.
         #[arg(long, default_value = "all")]
         targets: String,
-        /// With --real: start servers through this command, e.g. "ip netns exec NS".
+        /// With --real: start servers through this command, e.g. "ip netns exec NS" (split at
+        /// whitespace). A server is SIGKILLed with its process group, so a prefix may fork
+        /// it (timeout, strace -f); one that moves it out of the group (setsid, sudo with a
+        /// pty) is refused, or cannot be seen doing so if it runs it as another user.
         #[arg(long, default_value = "")]
         server_prefix: String,
         /// With --real: address the servers listen on.
@@ -409,8 +412,11 @@ enum Cmd {
         /// controls need past a loopback round trip).
         #[arg(long, value_name = "NAME|PATH", default_value = "default")]
         profile: String,
-        /// Start servers through this command, e.g. "ip netns exec NS" (the checker and its
-        /// clients stay here).
+        /// Start servers through this command, e.g. "ip netns exec NS" (split at whitespace;
+        /// the checker and its clients stay here). A server is SIGKILLed with its process
+        /// group, so a prefix may fork it (timeout, strace -f); one that moves it out of the
+        /// group (setsid, sudo with a pty) is refused, or cannot be seen doing so if it runs
+        /// it as another user.
         #[arg(long, default_value = "")]
         server_prefix: String,
         /// Address the servers listen on.

@@ -1,0 +1,187 @@
+//! `--server-prefix` with a prefix that forks the server rather than exec'ing it: the
+//! server is the prefix's child, and its SIGKILLs (each life's, the interruption's) must
+//! reach it, not only the prefix. A prefix that moves the server out of reach is refused.
+
+mod common;
+use common::*;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// The processes of this build's `remora` whose command line names `dir` (where the test's
+/// loop keeps its pools): its servers. Those found are killed, so that a failing test
+/// leaves none behind.
+fn servers_left(dir: &Path) -> Vec<String> {
+    let exe = env!("CARGO_BIN_EXE_remora");
+    let dir = dir.to_str().unwrap();
+    let mut left = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(line) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = String::from_utf8_lossy(&line)
+            .split('\0')
+            .map(String::from)
+            .collect();
+        let zombie = std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.split_whitespace().next() == Some("Z"))
+        });
+        if !zombie && args[0] == exe && args.iter().any(|a| a.contains(dir)) {
+            left.push(format!("{pid}: {}", args.join(" ")));
+            // SAFETY: kill(2) of a server this test's loop started and left running.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
+    }
+    left
+}
+
+/// Runs `remora` with `args` and `TMPDIR` set to `tmp`: its exit status, stdout, stderr.
+fn run_in(tmp: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_remora"))
+        .args(args)
+        .env("TMPDIR", tmp)
+        .output()
+        .expect("run remora");
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn a_forking_prefix_does_not_keep_the_real_loops_servers_alive() {
+    let tmp = scratch("prefix-crashcheck");
+    let (ok, out, err) = run_in(
+        tmp.path(),
+        &[
+            "crashcheck",
+            "--real",
+            "--targets",
+            "correct",
+            "--no-reuse",
+            "--kills",
+            "3",
+            "--only",
+            "singleton/DMP+noDDIO+PM-RQWRB/SEND",
+            "--server-prefix",
+            "timeout 600",
+        ],
+    );
+    let left = servers_left(tmp.path());
+    assert!(
+        left.is_empty(),
+        "servers left running: {left:#?}\n{out}\n{err}"
+    );
+    assert!(ok && out.contains("| pass |"), "{out}\n{err}");
+}
+
+#[test]
+fn a_forking_prefix_does_not_keep_the_rpc_loops_servers_alive() {
+    let tmp = scratch("prefix-rpc-crashcheck");
+    let (ok, out, err) = run_in(
+        tmp.path(),
+        &[
+            "rpc-crashcheck",
+            "--targets",
+            "correct",
+            "--kills",
+            "3",
+            "--only",
+            "WFlush-RPC/emulated/DMP+noDDIO+PM-RQWRB",
+            "--server-prefix",
+            "timeout 600",
+        ],
+    );
+    let left = servers_left(tmp.path());
+    assert!(
+        left.is_empty(),
+        "servers left running: {left:#?}\n{out}\n{err}"
+    );
+    assert!(ok && out.contains("| pass |"), "{out}\n{err}");
+}
+
+#[test]
+fn a_prefix_that_moves_the_server_out_of_its_group_is_refused() {
+    // `setsid` forks its command into a session of its own, out of the process group a
+    // SIGKILL reaches: refused at the first start, naming the prefix, and nothing left.
+    let tmp = scratch("prefix-setsid");
+    let (ok, out, err) = run_in(
+        tmp.path(),
+        &[
+            "rpc-crashcheck",
+            "--targets",
+            "correct",
+            "--kills",
+            "3",
+            "--only",
+            "WFlush-RPC/emulated/DMP+noDDIO+PM-RQWRB",
+            "--server-prefix",
+            "setsid",
+        ],
+    );
+    let left = servers_left(tmp.path());
+    assert!(
+        left.is_empty(),
+        "servers left running: {left:#?}\n{out}\n{err}"
+    );
+    assert!(!ok, "succeeded: {out}");
+    assert!(
+        err.contains("--server-prefix \"setsid\"") && err.contains("out of the process group"),
+        "{err}"
+    );
+}
+
+#[test]
+fn sigterm_of_a_loop_with_a_forking_prefix_leaves_no_server() {
+    let tmp = scratch("prefix-interrupt");
+    let mut run = Command::new(env!("CARGO_BIN_EXE_remora"))
+        .args([
+            "crashcheck",
+            "--real",
+            "--targets",
+            "correct",
+            "--no-reuse",
+            "--server-prefix",
+            "timeout 600",
+        ])
+        .env("TMPDIR", tmp.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run remora");
+    // A server of this build on the test's pools runs: the loop is under way. Polled every
+    // 20 ms, for up to 60 s (without killing: `servers_left` kills what it finds).
+    let exe = env!("CARGO_BIN_EXE_remora");
+    let serving = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|l| {
+                let l = String::from_utf8_lossy(&l);
+                l.starts_with(&format!("{exe}\0serve")) && l.contains(tmp.path().to_str().unwrap())
+            })
+        })
+    };
+    let mut started = false;
+    for _ in 0..3000 {
+        started = serving();
+        if started {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
+    assert_eq!(
+        unsafe { libc::kill(run.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    let mut err = String::new();
+    std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let status = run.wait().unwrap();
+    // What the loop killed has a moment to go.
+    std::thread::sleep(Duration::from_millis(200));
+    let left = servers_left(tmp.path());
+    assert!(started, "no server started within 60 s: {err}");
+    assert!(left.is_empty(), "servers left running: {left:#?}\n{err}");
+    assert!(!status.success() && err.contains("interrupted"), "{err}");
+}
