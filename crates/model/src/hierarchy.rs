@@ -40,27 +40,28 @@
 //! the RNIC's side (DMA writes and reads, FLUSH) and the records' bookkeeping; `memctl` the
 //! way to PM (LLC write-backs, the mesh, each channel's WPQ, the banks); `cpu` the CPU's
 //! loads, stores, `clwb` and `sfence`; `crash` power failure; `held` the writes WSP holds in
-//! the RNIC buffer; `persist_queue` the queue to the WPQ; `clear` a server's clearing of
-//! memory nothing writes any more.
+//! the RNIC buffer; `persist_queue` the queue to the WPQ; `lines` the table of per-line
+//! state; `clear` a server's clearing of memory nothing writes any more.
 
 use crate::config::PersistenceDomain;
 use crate::mem::{PmMedia, SparseMem};
 use crate::prng::Prng;
 use crate::profile::LatencyProfile;
 use crate::time::{Duration, Instant};
-use std::cmp::Reverse;
-use std::collections::hash_map::Entry;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::hash::BuildHasherDefault;
+use std::collections::VecDeque;
 
 mod clear;
 mod cpu;
 mod crash;
 mod held;
+mod lines;
 mod memctl;
 mod persist_queue;
+mod queue;
 use held::HeldWrites;
+use lines::LineTable;
 use persist_queue::PersistQueue;
+use queue::SliceQueue;
 
 /// Cache-line size.
 pub const LINE: u64 = 64;
@@ -168,16 +169,16 @@ struct LineState {
 
 #[derive(Debug)]
 struct Channel {
-    /// Times at which admitted WPQ entries drain to a bank (min-heap).
-    draining: BinaryHeap<Reverse<Instant>>,
+    /// Times at which admitted WPQ entries drain to a bank, ascending. Only the earliest
+    /// and the count are asked for, as of a min-heap; a new entry's time is most often the
+    /// latest (a bank's row hits in a stream), and a sorted queue takes it at its back
+    /// where a heap would sift twice per line through its levels.
+    draining: SliceQueue<Instant>,
     banks: Vec<(Instant, u64)>, // (free at, open row)
 }
 
 /// A record's slot and sequence number (the sequence detects a reused slot).
 type RecRef = (u32, u64);
-
-/// Per-line state, looked up by line address and never iterated.
-type LineMap<V> = HashMap<u64, V, BuildHasherDefault<crate::mem::U64Hasher>>;
 
 /// One server's memory system: RNIC buffer and PCIe timing, IIO, LLC with DDIO, the
 /// memory controllers' WPQs under ADR, PM banks, and DRAM.
@@ -197,10 +198,10 @@ pub struct MemoryHierarchy {
     next_seq: u64,
     /// Records waiting to become visible, in `t_visible` order, each with its `t_visible`
     /// (so [`advance`](Self::advance) sees whether one is due without looking it up).
-    vis_fifo: VecDeque<(Instant, u32, u64)>,
+    vis_fifo: SliceQueue<(Instant, u32, u64)>,
     /// PM records waiting to reach the WPQ (lazy deletion on change).
     persist: PersistQueue,
-    lines: LineMap<LineState>,
+    lines: LineTable<LineState>,
     llc_fifo: VecDeque<(u32, u64)>,
     llc_count: u64,
     /// Writes waiting in the RNIC buffer under WSP (see [`hold`](Self::hold)), in arrival
@@ -246,6 +247,9 @@ struct Params {
     pcie_gbps: u64,
     miss_every: u64,
     miss: Duration,
+    /// The geometry's shifts (interleave, channels, row bytes, banks) when every one of
+    /// them is a power of two, as in every shipped profile (see `pm_location`).
+    pow2: Option<[u32; 4]>,
 }
 
 impl MemoryHierarchy {
@@ -286,10 +290,18 @@ impl MemoryHierarchy {
             pcie_gbps: profile.rnic.pcie_gbps,
             miss_every: profile.rnic.translation_miss_every,
             miss: Duration::from_nanos(profile.rnic.translation_miss_ns),
+            pow2: None,
+        };
+        let p = Params {
+            pow2: match [p.interleave, p.channels, p.row_bytes, p.banks].map(|d| d.shift) {
+                [Some(i), Some(c), Some(r), Some(b)] => Some([i, c, r, b]),
+                _ => None,
+            },
+            ..p
         };
         let channels = (0..p.channels.d)
             .map(|_| Channel {
-                draining: BinaryHeap::new(),
+                draining: SliceQueue::default(),
                 banks: vec![(Instant::ZERO, u64::MAX); p.banks.d as usize],
             })
             .collect();
@@ -304,9 +316,9 @@ impl MemoryHierarchy {
             records: Vec::new(),
             free: Vec::new(),
             next_seq: 0,
-            vis_fifo: VecDeque::new(),
+            vis_fifo: SliceQueue::default(),
             persist: PersistQueue::default(),
-            lines: LineMap::default(),
+            lines: LineTable::default(),
             llc_fifo: VecDeque::new(),
             llc_count: 0,
             held: HeldWrites::default(),
@@ -338,8 +350,21 @@ impl MemoryHierarchy {
     }
 
     /// PM channel and bank of a byte address (for bank-aware schedulers, seed 004).
+    #[inline]
     pub fn pm_location(&self, addr: u64) -> PmLocation {
         let p = &self.p;
+        if let Some([i, c, r, b]) = p.pow2 {
+            // The same arithmetic as below in shifts and masks, without a branch per step:
+            // this runs once per line a stream writes.
+            let unit = addr >> i;
+            let local = ((unit >> c) << i) + (addr & (p.interleave.d - 1));
+            let row_global = local >> r;
+            return PmLocation {
+                channel: (unit & (p.channels.d - 1)) as u32,
+                bank: (row_global & (p.banks.d - 1)) as u32,
+                row: row_global >> b,
+            };
+        }
         let unit = p.interleave.div(addr);
         let channel = p.channels.rem(unit);
         let local = p.channels.div(unit) * p.interleave.d + p.interleave.rem(addr);
@@ -373,27 +398,27 @@ impl MemoryHierarchy {
     /// [`advance`](Self::advance) with records in flight.
     fn advance_records(&mut self, now: Instant) {
         while let Some(&(_, id, seq)) = self.vis_fifo.front() {
-            let Some(r) = self.rec(id, seq) else {
+            // Field by field, so the record is looked up once and its bytes are borrowed,
+            // not copied.
+            let Some(r) = self.records[id as usize].as_ref().filter(|r| r.seq == seq) else {
                 self.vis_fifo.pop_front();
                 continue;
             };
             if r.t_visible > now {
                 break;
             }
-            let (space, addr) = (r.space, r.addr());
             self.vis_fifo.pop_front();
-            // Field by field, so the record's bytes are borrowed, not copied.
-            let bytes = self.records[id as usize].as_ref().unwrap().bytes();
-            match space {
+            match r.space {
                 Space::Pm => {
-                    self.pm_visible.write_over(addr, bytes, &*self.media);
+                    self.pm_visible
+                        .write_over(r.addr(), r.bytes(), &*self.media);
                     // Under MHP visibility is entry into the persistence domain.
                     if self.domain == PersistenceDomain::Mhp {
                         self.write_media(id);
                     }
                 }
                 Space::Dram => {
-                    self.dram.write(addr, bytes);
+                    self.dram.write(r.addr(), r.bytes());
                     self.release(id);
                 }
             }
@@ -411,7 +436,7 @@ impl MemoryHierarchy {
             }
             // The line's write-back: every record still dirty in it shares this `t_wpq`
             // (see `enter_llc`) and enters the WPQ now, in version order.
-            let ls = self.lines.get_mut(&line).expect("pending line has state");
+            let ls = self.lines.get_mut(line).expect("pending line has state");
             let mut group = std::mem::take(&mut ls.llc);
             // Version order is visibility order (a CPU store can be created after, yet
             // become visible before, an inbound DMA still crossing PCIe).
@@ -633,7 +658,7 @@ impl MemoryHierarchy {
         let len = out.len();
         self.read_visible(space, addr, out);
         let end = addr + len as u64;
-        for &(_, id, seq) in &self.vis_fifo {
+        for &(_, id, seq) in self.vis_fifo.as_slice() {
             let Some(r) = self.records[id as usize].as_ref().filter(|r| r.seq == seq) else {
                 continue;
             };
@@ -660,23 +685,41 @@ impl MemoryHierarchy {
     }
 
     /// Writes a record into the medium: it has entered the persistence domain.
+    #[inline]
     fn write_media(&mut self, id: u32) {
         let now = self.now;
         let r = self.records[id as usize].as_mut().expect("live record");
-        if !r.in_media {
-            r.in_media = true;
-            let (addr, len, early) = (r.addr(), r.len as usize, r.t_visible > now);
-            if early {
-                // Durable before visible (WSP).
-                self.pin_visible(addr, len);
-            }
-            let r = self.records[id as usize].as_ref().unwrap();
-            if self.held.is_empty() {
-                self.media.write(addr, r.bytes());
-            } else {
-                let bytes = r.bytes().to_vec();
-                self.write_under_held(addr, &bytes);
-            }
+        if r.in_media {
+            return;
+        }
+        r.in_media = true;
+        if r.t_visible <= now && self.held.is_empty() {
+            // A line visible before it persists, with nothing held (every line of a DMP
+            // stream): written as it is, inline, with no second look at the record.
+            self.media.write(r.addr(), r.bytes());
+            return;
+        }
+        self.write_media_unusual(id);
+    }
+
+    /// [`write_media`](Self::write_media) of a record durable before it is visible (WSP),
+    /// or written under held writes. Out of line, so that the common case saves no
+    /// registers for it.
+    #[inline(never)]
+    fn write_media_unusual(&mut self, id: u32) {
+        let now = self.now;
+        let r = self.records[id as usize].as_ref().expect("live record");
+        let (addr, len, early) = (r.addr(), r.len as usize, r.t_visible > now);
+        if early {
+            // Durable before visible (WSP).
+            self.pin_visible(addr, len);
+        }
+        let r = self.records[id as usize].as_ref().unwrap();
+        if self.held.is_empty() {
+            self.media.write(addr, r.bytes());
+        } else {
+            let bytes = r.bytes().to_vec();
+            self.write_under_held(addr, &bytes);
         }
     }
 
@@ -698,7 +741,7 @@ impl MemoryHierarchy {
 
     /// Inbound DMA records of `line` not yet visible at `now`, oldest first.
     fn inflight_dmas(&self, line: u64, now: Instant) -> Vec<u32> {
-        let Some(ls) = self.lines.get(&line) else {
+        let Some(ls) = self.lines.get(line) else {
             return Vec::new();
         };
         let in_flight = |&(id, seq): &RecRef| {
@@ -739,19 +782,15 @@ impl MemoryHierarchy {
     /// point); its bookkeeping ends.
     fn persist_one(&mut self, line: u64, id: u32) {
         self.write_media(id);
-        match self.lines.entry(line) {
-            Entry::Occupied(mut ls) => {
-                // Every PM record is counted once when it is made (`pend`, `schedule_wpq`).
-                let pending = &mut ls.get_mut().pending;
-                *pending = pending
-                    .checked_sub(1)
-                    .expect("a persisted record was counted");
-                if ls.get().pending == 0 {
-                    let group = ls.remove().llc;
-                    self.recycle_group(group);
-                }
-            }
-            Entry::Vacant(_) => panic!("pending line has state"),
+        let ls = self.lines.get_mut(line).expect("pending line has state");
+        // Every PM record is counted once when it is made (`pend`, `schedule_wpq`).
+        ls.pending = ls
+            .pending
+            .checked_sub(1)
+            .expect("a persisted record was counted");
+        if ls.pending == 0 {
+            let group = self.lines.remove(line).unwrap().llc;
+            self.recycle_group(group);
         }
         self.release(id);
     }
@@ -806,7 +845,7 @@ impl MemoryHierarchy {
     /// Counts a new pending PM record of `addr`'s line (a record that is not yet in the
     /// medium keeps its line's state alive).
     fn pend(&mut self, addr: u64) {
-        self.lines.entry(addr / LINE * LINE).or_default().pending += 1;
+        self.lines.get_or_default(addr / LINE * LINE).pending += 1;
     }
 
     /// A record of `bytes` at `addr` (within one line) in a free slot, made by an inbound
@@ -847,7 +886,7 @@ impl MemoryHierarchy {
             in_media: false,
             dma,
         });
-        r.data[off..off + bytes.len()].copy_from_slice(bytes);
+        crate::mem::copy_bytes(&mut r.data[off..off + bytes.len()], bytes);
         id
     }
 }

@@ -606,7 +606,7 @@ impl PmMedia for Pool {
     }
     fn write(&mut self, addr: u64, data: &[u8]) {
         let r = self.range(addr, data.len());
-        self.map[r.clone()].copy_from_slice(data);
+        remora_model::mem::copy_bytes(&mut self.map[r.clone()], data);
         match self.durability.mode {
             SyncMode::Memory => {}
             SyncMode::Msync => {

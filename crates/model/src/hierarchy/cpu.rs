@@ -88,7 +88,6 @@ impl MemoryHierarchy {
             let mut pending: Vec<u64> = self
                 .lines
                 .keys()
-                .copied()
                 .filter(|l| (first..=last).contains(l))
                 .collect();
             pending.sort_unstable();
@@ -106,7 +105,7 @@ impl MemoryHierarchy {
     /// [`clwb`](Self::clwb) of `line`, the `i`-th of its range (its write-back issues after
     /// the `i` before it).
     pub(super) fn clwb_line(&mut self, now: Instant, i: u64, line: u64) {
-        let Some(ls) = self.lines.get_mut(&line) else {
+        let Some(ls) = self.lines.get_mut(line) else {
             return;
         };
         // A write of this line already on its way to the memory controller (an inbound
@@ -135,7 +134,7 @@ impl MemoryHierarchy {
             !visible
         });
         if recs.is_empty() {
-            self.lines.get_mut(&line).unwrap().llc = later;
+            self.lines.get_mut(line).unwrap().llc = later;
             self.clwb_scratch = recs;
             return;
         }
@@ -145,10 +144,10 @@ impl MemoryHierarchy {
             let t = self.records[lid as usize].as_ref().unwrap().t_wpq;
             self.schedule_persist(t, lid);
         }
-        self.lines.get_mut(&line).unwrap().llc = later;
+        self.lines.get_mut(line).unwrap().llc = later;
         let t_imc = self.imc_arrival(now + self.p.clwb.mul(i + 1), line);
         let t = self.admit_wpq(t_imc, line);
-        let ls = self.lines.get_mut(&line).unwrap();
+        let ls = self.lines.get_mut(line).unwrap();
         let t = t.max(ls.floor_wpq);
         ls.floor_wpq = t;
         for &(id, seq) in &recs {

@@ -4,7 +4,6 @@
 
 use super::MemoryHierarchy;
 use crate::time::{Duration, Instant};
-use std::cmp::Reverse;
 
 impl MemoryHierarchy {
     /// The record sits dirty in the LLC from `t`; it is written back with its line's other
@@ -15,7 +14,7 @@ impl MemoryHierarchy {
         let (line, seq) = (r.line, r.seq);
         r.in_llc = true;
         self.llc_count += 1;
-        let ls = self.lines.get_mut(&line).unwrap();
+        let ls = self.lines.get_mut(line).unwrap();
         // A dirty line is written back whole: earlier dirty records of the line go with it,
         // which includes an inbound DMA still crossing PCIe (it lands in the line first).
         let landed = ls
@@ -91,18 +90,18 @@ impl MemoryHierarchy {
         let (row_hit, conflict, cap) = (self.p.row_hit, self.p.write_conflict, self.p.wpq);
         let ch = &mut self.channels[loc.channel as usize];
         let mut t = t;
-        while ch.draining.peek().is_some_and(|Reverse(d)| *d <= t) {
-            ch.draining.pop();
+        while ch.draining.front().is_some_and(|d| *d <= t) {
+            ch.draining.pop_front();
         }
         if ch.draining.len() >= cap {
-            let Reverse(d) = ch.draining.pop().unwrap();
+            let d = ch.draining.pop_front().unwrap();
             t = t.max(d);
         }
         let bank = &mut ch.banks[loc.bank as usize];
         let service = if bank.1 == loc.row { row_hit } else { conflict };
         let drained = t.max(bank.0) + service;
         *bank = (drained, loc.row);
-        ch.draining.push(Reverse(drained));
+        ch.draining.insert(drained);
         t
     }
 
@@ -113,7 +112,7 @@ impl MemoryHierarchy {
         let r = self.records[id as usize].as_ref().unwrap();
         let (line, seq, t_visible) = (r.line, r.seq, r.t_visible);
         let t = self.admit_wpq(t_imc, line);
-        let ls = self.lines.entry(line).or_default();
+        let ls = self.lines.get_or_default(line);
         ls.pending += 1;
         ls.last_dma = Some((id, seq));
         let t = t.max(ls.floor_wpq);

@@ -1,9 +1,10 @@
 //! The queue of PM records waiting to enter a memory controller's WPQ (see
 //! [`PersistQueue`]), apart from the hierarchy that fills and drains it.
 
+use super::queue::SliceQueue;
 use crate::time::Instant;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::BinaryHeap;
 
 /// A PM record's place in the queue to the WPQ: (`t_wpq`, `t_visible`, seq, slot). Lines
 /// entering the WPQ at the same instant reach the medium in visibility order, which is
@@ -15,7 +16,7 @@ const SORTED_SCAN: usize = 16;
 
 /// Records waiting to enter the WPQ, popped in [`PersistKey`] order. Inbound DMAs that
 /// bypass the LLC are scheduled in nearly that order (their visibility is in IIO order and
-/// the mesh adds at most `imc_jitter_ns`), so they go to a sorted deque, placed from its
+/// the mesh adds at most `imc_jitter_ns`), so they go to a sorted queue, placed from its
 /// back in a step or two; everything else (LLC write-backs at seeded eviction times, and
 /// a DMA that would have to pass more than [`SORTED_SCAN`] entries, as one held back by a
 /// full WPQ or by an earlier write of its line can be) goes to a heap. A pop
@@ -25,7 +26,7 @@ const SORTED_SCAN: usize = 16;
 #[derive(Debug, Default)]
 pub(super) struct PersistQueue {
     heap: BinaryHeap<Reverse<PersistKey>>,
-    sorted: VecDeque<PersistKey>,
+    sorted: SliceQueue<PersistKey>,
 }
 
 impl PersistQueue {
@@ -35,17 +36,9 @@ impl PersistQueue {
 
     /// Pushes an entry that most likely belongs at or near the back.
     pub(super) fn push_nearly_sorted(&mut self, k: PersistKey) {
-        if self.sorted.back().is_none_or(|b| *b <= k) {
-            return self.sorted.push_back(k);
+        if !self.sorted.insert_near_back(k, SORTED_SCAN) {
+            self.push(k);
         }
-        let mut at = self.sorted.len() - 1;
-        while at > 0 && self.sorted[at - 1] > k {
-            if self.sorted.len() - at == SORTED_SCAN {
-                return self.push(k);
-            }
-            at -= 1;
-        }
-        self.sorted.insert(at, k);
     }
 
     /// The first entry, and whether it is the sorted part's (else the heap's).
@@ -76,7 +69,13 @@ impl PersistQueue {
     /// to its first match (its times only fall), the heap whole (a few out-of-order
     /// entries). A FLUSH asks this once per FLUSH, over every line in flight.
     pub(super) fn latest(&self, mut matches: impl FnMut(&PersistKey) -> bool) -> Option<Instant> {
-        let sorted = self.sorted.iter().rev().find(|k| matches(k)).map(|k| k.0);
+        let sorted = self
+            .sorted
+            .as_slice()
+            .iter()
+            .rev()
+            .find(|k| matches(k))
+            .map(|k| k.0);
         let heap = self
             .heap
             .iter()
