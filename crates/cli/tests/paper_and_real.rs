@@ -392,8 +392,10 @@ fn crash_loops_keep_their_servers_words_in_a_log_and_show_them_when_they_fail() 
         "correct",
         "--only",
         "takeover/DMP+noDDIO+PM-RQWRB",
+        // Enough lives that one refuses a returning client (its slot taken over) however
+        // the kills fall: CI once saw five lives with none.
         "--kills",
-        "4",
+        "12",
         "--clients",
         "2",
         "--server-log",
@@ -403,7 +405,7 @@ fn crash_loops_keep_their_servers_words_in_a_log_and_show_them_when_they_fail() 
     let _ = std::fs::remove_file(&log);
     let (s, err) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{s}\n{err}");
-    assert_eq!(kept.matches("--- server: serve ").count(), 5, "{kept}");
+    assert_eq!(kept.matches("--- server: serve ").count(), 13, "{kept}");
     assert!(
         kept.lines().any(|l| l.starts_with("client ")),
         "the servers said nothing of their clients: {kept}"
