@@ -388,8 +388,8 @@ impl MemoryHierarchy {
         // round trips; the WRITEs of one train arrive at one instant), and the call sites
         // are many: no call, no frame, for it. (A queue's stale entry, whose record is
         // gone, keeps its time and is dropped once that time comes.)
-        let due = self.vis_fifo.front().is_some_and(|&(t, _, _)| t <= now)
-            || self.persist.peek().is_some_and(|(t, _, _, _)| t <= now);
+        let due =
+            self.vis_fifo.front().is_some_and(|&(t, _, _)| t <= now) || self.persist.any_due(now);
         if due {
             self.advance_records(now);
         }
@@ -514,25 +514,48 @@ impl MemoryHierarchy {
             visible = (t_iio + self.p.iio).max(self.last_visible);
             self.last_visible = visible;
             self.max_dma_visible = self.max_dma_visible.max(visible);
-            let id = self.new_record(space, addr_i, &data[done..done + n], arrive, visible, true);
-            self.vis_fifo
-                .push_back((visible, id, self.records[id as usize].as_ref().unwrap().seq));
+            let bytes = &data[done..done + n];
+            if space == Space::Pm && !self.ddio {
+                // The streaming path (DDIO off): the record's `t_wpq` is known before it
+                // is made, so it is written once, in its slot; its line is looked up once.
+                let t_imc = self.imc_arrival(visible, addr_i);
+                let (id, seq) = self.alloc_record();
+                let line = addr_i / LINE * LINE;
+                let t_wpq = self.schedule_wpq(id, seq, line, visible, t_imc);
+                self.put_record(
+                    (id, seq),
+                    space,
+                    addr_i,
+                    bytes,
+                    arrive,
+                    visible,
+                    t_wpq,
+                    true,
+                );
+                self.vis_fifo.push_back((visible, id, seq));
+                self.stats.dma_lines += 1;
+                // Under WSP reaching the RNIC is entry into the persistence domain. (The
+                // medium and the visible image are no part of the WPQ's scheduling, so
+                // writing it after that changes nothing.)
+                if self.domain == PersistenceDomain::Wsp {
+                    self.write_media(id);
+                }
+                self.max_dma_wpq = self.max_dma_wpq.max(t_wpq);
+                done += n;
+                continue;
+            }
+            let (id, seq) =
+                self.new_record(space, addr_i, bytes, arrive, visible, Instant::NEVER, true);
+            self.vis_fifo.push_back((visible, id, seq));
             if space == Space::Pm {
                 self.stats.dma_lines += 1;
                 // Under WSP reaching the RNIC is entry into the persistence domain.
                 if self.domain == PersistenceDomain::Wsp {
                     self.write_media(id);
                 }
-                let t_wpq = if self.ddio {
-                    self.pend(addr_i);
-                    self.enter_llc(id, visible + self.p.llc)
-                } else {
-                    let t = self.imc_arrival(visible, addr_i);
-                    self.schedule_wpq(id, t)
-                };
-                if !self.ddio {
-                    self.max_dma_wpq = self.max_dma_wpq.max(t_wpq);
-                }
+                // DDIO on (off is the path above).
+                self.pend(addr_i);
+                self.enter_llc(id, visible + self.p.llc);
             }
             done += n;
         }
@@ -779,7 +802,9 @@ impl MemoryHierarchy {
     }
 
     /// Record `id` of `line` reached the WPQ: durable under every domain (DMP's entry
-    /// point); its bookkeeping ends.
+    /// point); its bookkeeping ends. Inlined always into `advance_records`, where every
+    /// line of a stream ends (a plain `#[inline]` was not taken).
+    #[inline(always)]
     fn persist_one(&mut self, line: u64, id: u32) {
         self.write_media(id);
         let ls = self.lines.get_mut(line).expect("pending line has state");
@@ -837,6 +862,7 @@ impl MemoryHierarchy {
         self.records[id as usize].as_ref().filter(|r| r.seq == seq)
     }
 
+    #[inline]
     fn release(&mut self, id: u32) {
         self.records[id as usize] = None;
         self.free.push(id);
@@ -849,7 +875,10 @@ impl MemoryHierarchy {
     }
 
     /// A record of `bytes` at `addr` (within one line) in a free slot, made by an inbound
-    /// DMA if `dma` (else a CPU store). A PM record's line counts it through [`pend`](Self::pend) or [`schedule_wpq`](Self::schedule_wpq).
+    /// DMA if `dma` (else a CPU store), with `t_wpq` (`Instant::NEVER` until it is
+    /// scheduled). Returns its slot and sequence number. A PM record's line counts it
+    /// through [`pend`](Self::pend) or [`schedule_wpq`](Self::schedule_wpq).
+    #[allow(clippy::too_many_arguments)]
     fn new_record(
         &mut self,
         space: Space,
@@ -857,11 +886,18 @@ impl MemoryHierarchy {
         bytes: &[u8],
         arrive: Instant,
         visible: Instant,
+        t_wpq: Instant,
         dma: bool,
-    ) -> u32 {
-        let line = addr / LINE * LINE;
-        let off = (addr - line) as usize;
-        assert!(off + bytes.len() <= LINE as usize, "record crosses a line");
+    ) -> RecRef {
+        let at = self.alloc_record();
+        self.put_record(at, space, addr, bytes, arrive, visible, t_wpq, dma);
+        at
+    }
+
+    /// A free slot for a new record and the record's sequence number; the slot stays
+    /// empty until [`put_record`](Self::put_record) fills it.
+    #[inline]
+    fn alloc_record(&mut self) -> RecRef {
         let seq = self.next_seq;
         self.next_seq += 1;
         let id = match self.free.pop() {
@@ -871,23 +907,51 @@ impl MemoryHierarchy {
                 (self.records.len() - 1) as u32
             }
         };
-        // Built in its slot, bytes copied in last: no 100-byte record moved about.
-        let r = self.records[id as usize].insert(Record {
+        (id, seq)
+    }
+
+    /// Fills slot `id` from [`alloc_record`](Self::alloc_record) (see
+    /// [`new_record`](Self::new_record)).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn put_record(
+        &mut self,
+        (id, seq): RecRef,
+        space: Space,
+        addr: u64,
+        bytes: &[u8],
+        arrive: Instant,
+        visible: Instant,
+        t_wpq: Instant,
+        dma: bool,
+    ) {
+        let line = addr / LINE * LINE;
+        let off = (addr - line) as usize;
+        assert!(off + bytes.len() <= LINE as usize, "record crosses a line");
+        // Built in its slot: no 100-byte record moved about. A whole line (every write of
+        // a stream) is its data as it is; a part of one is copied over zeros.
+        let data = match <&[u8; LINE as usize]>::try_from(bytes) {
+            Ok(whole) => *whole,
+            Err(_) => {
+                let mut data = [0u8; LINE as usize];
+                data[off..off + bytes.len()].copy_from_slice(bytes);
+                data
+            }
+        };
+        self.records[id as usize] = Some(Record {
             seq,
             space,
             line,
             off: off as u8,
             len: bytes.len() as u8,
-            data: [0u8; LINE as usize],
+            data,
             t_arrive: arrive,
             t_visible: visible,
-            t_wpq: Instant::NEVER,
+            t_wpq,
             in_llc: false,
             in_media: false,
             dma,
         });
-        crate::mem::copy_bytes(&mut r.data[off..off + bytes.len()], bytes);
-        id
     }
 }
 

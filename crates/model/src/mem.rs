@@ -179,6 +179,9 @@ impl SparseMem {
 
     /// Like [`write`](Self::write), but a page this memory does not hold yet starts as
     /// `base`'s copy of it (copy-on-write overlay).
+    /// Inlined for its common case, the page written last (every line of a stream but
+    /// the first of each page); the rest is out of line.
+    #[inline]
     pub fn write_over(&mut self, addr: u64, data: &[u8], base: &dyn PmMedia) {
         let off = (addr & (PAGE_BYTES - 1)) as usize;
         if off + data.len() <= PAGE_BYTES as usize && self.last.0 == addr >> PAGE_SHIFT {
@@ -189,6 +192,12 @@ impl SparseMem {
             );
             return;
         }
+        self.write_over_pages(addr, data, base);
+    }
+
+    /// [`write_over`](Self::write_over) page by page, through the page index.
+    #[inline(never)]
+    fn write_over_pages(&mut self, addr: u64, data: &[u8], base: &dyn PmMedia) {
         let mut done = 0usize;
         while done < data.len() {
             let a = addr + done as u64;

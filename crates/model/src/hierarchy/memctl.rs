@@ -84,7 +84,10 @@ impl MemoryHierarchy {
     }
 
     /// Admission into the channel's WPQ at or after `t`, waiting for a free entry; books
-    /// the bank that the entry drains to. Returns the admission time.
+    /// the bank that the entry drains to. Returns the admission time. Inlined always: it
+    /// runs once per streamed line, and a call's saved registers are a noticeable part
+    /// of it (a plain `#[inline]` was not taken).
+    #[inline(always)]
     pub(super) fn admit_wpq(&mut self, t: Instant, addr: u64) -> Instant {
         let loc = self.pm_location(addr);
         let (row_hit, conflict, cap) = (self.p.row_hit, self.p.write_conflict, self.p.wpq);
@@ -105,12 +108,19 @@ impl MemoryHierarchy {
         t
     }
 
-    /// Schedules an inbound DMA's PM record (DDIO off) into the WPQ, keeping same-line
-    /// order; it becomes its line's latest in-flight DMA. Counts the record as pending in
-    /// its line: one lookup of the line per record on this, the streaming path.
-    pub(super) fn schedule_wpq(&mut self, id: u32, t_imc: Instant) -> Instant {
-        let r = self.records[id as usize].as_ref().unwrap();
-        let (line, seq, t_visible) = (r.line, r.seq, r.t_visible);
+    /// Schedules an inbound DMA's PM record (DDIO off), slot `id` and sequence `seq`, of
+    /// `line`, visible at `t_visible`, into the WPQ, keeping same-line order; it becomes
+    /// its line's latest in-flight DMA. Counts the record as pending in its line: one
+    /// lookup of the line per record on this, the streaming path. Returns the record's
+    /// `t_wpq`; the caller makes the record with it (the slot may still be empty here).
+    pub(super) fn schedule_wpq(
+        &mut self,
+        id: u32,
+        seq: u64,
+        line: u64,
+        t_visible: Instant,
+        t_imc: Instant,
+    ) -> Instant {
         let t = self.admit_wpq(t_imc, line);
         let ls = self.lines.get_or_default(line);
         ls.pending += 1;
@@ -125,7 +135,6 @@ impl MemoryHierarchy {
             }
             self.recycle_group(group);
         }
-        self.records[id as usize].as_mut().unwrap().t_wpq = t;
         self.persist.push_nearly_sorted((t, t_visible, seq, id));
         t
     }

@@ -54,6 +54,15 @@ impl PersistQueue {
         self.front().map(|(k, _)| k)
     }
 
+    /// Whether an entry is due by `now`: [`peek`](Self::peek)'s time is at most `now`,
+    /// asked of the two parts' times alone (the earlier of the two fronts is the first
+    /// entry, and its time the earlier time), without ordering their whole keys.
+    #[inline]
+    pub(super) fn any_due(&self, now: Instant) -> bool {
+        self.sorted.front().is_some_and(|k| k.0 <= now)
+            || self.heap.peek().is_some_and(|Reverse(k)| k.0 <= now)
+    }
+
     /// Takes the first entry if it is due by `now`.
     pub(super) fn pop_due(&mut self, now: Instant) -> Option<PersistKey> {
         let (k, sorted) = self.front().filter(|(k, _)| k.0 <= now)?;
@@ -127,6 +136,10 @@ mod tests {
                 for _ in 0..pops {
                     now += 40;
                     let due = Instant::from_nanos(now);
+                    proptest::prop_assert_eq!(
+                        q.any_due(due),
+                        q.peek().is_some_and(|k| k.0 <= due)
+                    );
                     while let Some(k) = q.pop_due(due) {
                         popped.0.push(k);
                     }

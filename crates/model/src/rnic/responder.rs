@@ -23,23 +23,34 @@ impl Rnic {
         if let Some((space, lo, hi)) = self.train_target(train) {
             self.hier.advance(now);
             let qpn = train.dst_qp;
-            for w in writes.by_ref() {
-                let q = &mut self.qps[qpn.0 as usize];
-                let in_bounds = w.addr >= lo
-                    && w.addr
-                        .checked_add(w.data.len() as u64)
-                        .is_some_and(|end| end <= hi);
-                if w.psn != q.expected_psn || q.deferred_nak.is_some() || !in_bounds {
-                    rest = Some(w);
-                    break;
+            let q = &self.qps[qpn.0 as usize];
+            // Only the hierarchy runs between the train's WRITEs: the QP's expected PSN is
+            // kept here and its refusal looked at once, and both (and the count of executed
+            // requests) are written back before anything else can look at them.
+            if q.deferred_nak.is_none() {
+                let mut expected = q.expected_psn;
+                let mut executed = 0;
+                for w in writes.by_ref() {
+                    let in_bounds = w.addr >= lo
+                        && w.addr
+                            .checked_add(w.data.len() as u64)
+                            .is_some_and(|end| end <= hi);
+                    if w.psn != expected || !in_bounds {
+                        rest = Some(w);
+                        break;
+                    }
+                    expected = expected.wrapping_add(1);
+                    self.hier.dma_write(now, space, w.addr, w.data);
+                    if w.ack_req {
+                        acked = Some(w.psn);
+                    }
+                    executed += 1;
+                    self.event(now, EventKind::Executed, qpn, w.psn as u64);
                 }
-                q.expected_psn = q.expected_psn.wrapping_add(1);
-                self.hier.dma_write(now, space, w.addr, w.data);
-                if w.ack_req {
-                    acked = Some(w.psn);
-                }
-                self.stats.requests_executed += 1;
-                self.event(now, EventKind::Executed, qpn, w.psn as u64);
+                self.qps[qpn.0 as usize].expected_psn = expected;
+                self.stats.requests_executed += executed;
+            } else {
+                rest = writes.next();
             }
         } else {
             rest = writes.next();
