@@ -29,7 +29,7 @@ use std::task::{Poll, Waker};
 mod conn;
 mod reader;
 mod verbs;
-use conn::{held_bytes, queue_on, queue_write_on, Conn};
+use conn::{held_bytes, queue_on, Conn};
 pub use reader::{Limits, BACKLOG_HIGH, HELD_HIGH, NODE_FACTOR, SHARE_FLOOR, WAITING_HIGH};
 
 /// Longest the driver waits for its turn while tasks do CPU work (`compute`, `memcpy`,
@@ -214,22 +214,54 @@ impl State {
     /// way.
     /// Returns how many were queued; what is left goes by the held queue.
     fn send_in_order(&mut self, now: &mut Instant, horizon: Instant) -> usize {
+        // Nothing below holds a packet, so the held queue stays as it is.
+        if !self.held.is_empty() {
+            return 0;
+        }
+        let State {
+            rnic,
+            model_now,
+            peers,
+            stats,
+            ..
+        } = self;
         let mut queued = 0;
-        while self.held.is_empty() {
-            let Some((ready, true)) = self.rnic.next_departure() else {
-                break;
-            };
+        // The connection the last packet went to: a run of packets to one peer (a
+        // stream's) looks it up once.
+        let mut to: Option<(NodeId, Option<&Conn>)> = None;
+        while let Some((ready, true)) = rnic.next_departure() {
             if ready > horizon {
                 break;
             }
             // What this makes goes behind the packet (a packet that would overtake it
-            // breaks the order, and the rest goes by the held queue).
-            self.depart_at(now, ready);
-            match self.rnic.peek_transmit().expect("peeked") {
-                Tx::Packet(p) => queue_on(&self.peers, &mut self.stats, p),
-                Tx::Write(w) => queue_write_on(&self.peers, &mut self.stats, &w),
+            // breaks the order, and the rest goes by the held queue). As `depart_at`.
+            if ready > *now {
+                *now = ready;
+                *model_now = ready;
+                rnic.handle_timeout(ready);
             }
-            self.rnic.discard_transmit();
+            let tx = rnic.peek_transmit().expect("peeked");
+            let dst = match &tx {
+                Tx::Packet(p) => p.dst,
+                Tx::Write(w) => w.dst,
+            };
+            let conn = match to {
+                Some((d, c)) if d == dst => c,
+                _ => {
+                    let c = peers.get(&dst).map(|c| &**c);
+                    to = Some((dst, c));
+                    c
+                }
+            };
+            // A peer not (or no longer) connected gets nothing, as `queue_on`.
+            if let Some(conn) = conn {
+                match tx {
+                    Tx::Packet(p) => conn.queue(p),
+                    Tx::Write(w) => conn.queue_write(&w),
+                }
+                stats.sent += 1;
+            }
+            rnic.discard_transmit();
             queued += 1;
         }
         queued

@@ -9,19 +9,21 @@ use super::*;
 impl Rnic {
     pub(super) fn pump(&mut self, now: Instant, qpn: QpNum) {
         let iwarp = self.config.transport == Transport::IWarp;
+        // Whether the requests before the next one may all be done (see `idle` below).
+        let mut idle_possible = true;
         loop {
             let q = &self.qps[qpn.0 as usize];
-            if q.state != QpState::Rts || q.rnr_waiting || q.next_send >= q.sq.len() {
+            if q.state != QpState::Rts || q.rnr_waiting {
                 break;
             }
             let idx = q.next_send;
-            let w = &q.sq[idx];
+            let Some(w) = q.sq.get(idx) else { break };
             if w.wr.fence && q.outstanding_np > 0 {
                 break;
             }
-            let op = w.wr.opcode;
+            let (op, len, fetched) = (w.wr.opcode, w.len, w.fetched);
             // Fetch the payload from local memory (a DMA read over PCIe) unless inline.
-            let fetch = if w.fetched {
+            let fetch = if fetched {
                 Duration::ZERO
             } else {
                 let Some(fetch) = self.fetch_payload(now, qpn, idx) else {
@@ -44,15 +46,20 @@ impl Rnic {
             // this model), over its PCIe: an answer behind it (the ACK of a FLUSH or READ
             // after a large WRITE) is that much later. A real RNIC places MTU packets as
             // they arrive, and its time-out runs per packet.
-            let placing = self
-                .hier
-                .pcie_time_of_write(self.qps[qpn.0 as usize].sq[idx].len);
+            let placing = self.hier.pcie_time_of_write(len);
+            let tx_done = ready + self.ext.wire_time(len);
             let q = &mut self.qps[qpn.0 as usize];
             let unreliable = q.attr.qp_type != QpType::Rc;
             let last = idx + 1 == q.sq.len();
             let connected = q.remote;
+            // The transport timer runs from when the last byte left, and a request sent
+            // while nothing else was outstanding is judged from its own departure, not by
+            // progress made before an idle period. Nothing in this loop finishes an
+            // earlier request and goes on, so once one is outstanding it stays so for the
+            // rest of the call, and the queue need not be looked at again.
+            idle_possible = idle_possible && q.sq.range(..idx).all(|w| w.done.is_some());
+            let idle = idle_possible;
             let w = &mut q.sq[idx];
-            let tx_done = ready + self.ext.wire_time(w.len);
             let (remote_node, remote_qp) = match w.wr.ud {
                 Some(d) => (d.node, d.qpn),
                 None => connected.expect("RTS QP is connected"),
@@ -67,6 +74,8 @@ impl Rnic {
                 // UC/UD: complete once the last byte is transmitted (seed 003 §2.4).
                 w.done = Some((WcStatus::Success, tx_done));
             }
+            // This request counts for the next one's `idle` from now on.
+            idle_possible = idle_possible && w.done.is_some();
             // A WRITE without immediate data that stays in the send queue until it is
             // acknowledged is built from it when taken (a runtime encodes it where it
             // lies: a stream's WRITEs); anything else, and a request that may leave the
@@ -78,10 +87,6 @@ impl Rnic {
                 q.outstanding_np += 1;
             }
             q.next_send += 1;
-            // The transport timer runs from when the last byte left, and a request sent
-            // while nothing else was outstanding is judged from its own departure, not by
-            // progress made before an idle period.
-            let idle = q.sq.iter().take(idx).all(|w| w.done.is_some());
             match body {
                 Some(body) => self.outbox.push(
                     ready,
@@ -205,10 +210,12 @@ impl Rnic {
         // branch, which rewinds only requests not done and would leave the responder
         // waiting for ever for the refused PSN while the QP stays in RTS.
         let nak = matches!(pkt.body, Body::Nak(_));
-        let Some(idx) =
-            q.sq.iter()
-                .position(|w| w.psn == pkt.psn && w.sent && !(nak && w.done.is_some()))
-        else {
+        // The queue's PSNs are distinct (consecutive, fewer than 2^32 queued): the one
+        // request with the response's PSN, found by its place.
+        let Some(idx) = sq_position(q, pkt.psn).filter(|&i| {
+            let w = &q.sq[i];
+            w.sent && !(nak && w.done.is_some())
+        }) else {
             // A late response for a retired or rewound request. On iWARP, requests are
             // retired (completed) when the transport has them, so a refusal can only come
             // afterwards: like an RDMAP Terminate it fails the connection, and the
@@ -467,19 +474,23 @@ impl Rnic {
     }
 }
 
-/// Work request `psn` of `q`'s send queue (found by its place: the queue's PSNs are
-/// consecutive).
+/// Where work request `psn` is in `q`'s send queue (found by its place: the queue's PSNs
+/// are consecutive), if it is there.
+#[inline]
+fn sq_position(q: &Qp, psn: Psn) -> Option<usize> {
+    let first = q.sq.front()?.psn;
+    let at = psn.wrapping_sub(first) as usize;
+    match q.sq.get(at) {
+        Some(w) if w.psn == psn => Some(at),
+        _ => q.sq.iter().position(|w| w.psn == psn),
+    }
+}
+
+/// Work request `psn` of `q`'s send queue.
 #[inline]
 fn request_wqe(q: &Qp, psn: Psn) -> &Wqe {
-    let first = q.sq.front().map_or(psn, |w| w.psn);
-    match q.sq.get(psn.wrapping_sub(first) as usize) {
-        Some(w) if w.psn == psn => w,
-        _ => {
-            q.sq.iter()
-                .find(|w| w.psn == psn)
-                .expect("a request the outbox holds is in its send queue")
-        }
-    }
+    let at = sq_position(q, psn).expect("a request the outbox holds is in its send queue");
+    &q.sq[at]
 }
 
 /// The packet of reliable-connection request `psn` of QP `qpn` (`q`), on node `id`, as

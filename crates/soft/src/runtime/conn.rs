@@ -27,16 +27,6 @@ pub(super) fn queue_on(peers: &BTreeMap<NodeId, Rc<Conn>>, stats: &mut NetStats,
     to_peer(peers, stats, pkt.dst, |c| c.queue(pkt));
 }
 
-/// [`queue_on`] for a WRITE where it lies (a streamed WRITE is encoded from its work
-/// request, without a packet).
-pub(super) fn queue_write_on(
-    peers: &BTreeMap<NodeId, Rc<Conn>>,
-    stats: &mut NetStats,
-    w: &WriteRef<'_>,
-) {
-    to_peer(peers, stats, w.dst, |c| c.queue_write(w));
-}
-
 /// Queues on the connection to `dst`, counted; a peer not (or no longer) connected gets
 /// nothing.
 #[inline]
