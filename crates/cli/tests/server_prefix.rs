@@ -39,21 +39,47 @@ fn servers_left(dir: &Path) -> Vec<String> {
     left
 }
 
-/// Runs `remora` with `args` and `TMPDIR` set to `tmp`: its exit status, stdout, stderr.
-fn run_in(tmp: &Path, args: &[&str]) -> (bool, String, String) {
+/// Runs `remora` with `args` and `TMPDIR` set to a scratch directory named `name` (where
+/// the loop keeps its pools), then fails if a server of it is left running: its exit
+/// status, stdout and stderr.
+fn run_leaving_no_server(name: &str, args: &[&str]) -> (bool, String, String) {
+    let tmp = scratch(name);
     let out = Command::new(env!("CARGO_BIN_EXE_remora"))
         .args(args)
-        .env("TMPDIR", tmp)
+        .env("TMPDIR", tmp.path())
         .output()
         .expect("run remora");
-    (out.status.success(), text(&out.stdout), text(&out.stderr))
+    let (ok, out, err) = (out.status.success(), text(&out.stdout), text(&out.stderr));
+    let left = servers_left(tmp.path());
+    assert!(
+        left.is_empty(),
+        "servers left running: {left:#?}\n{out}\n{err}"
+    );
+    (ok, out, err)
+}
+
+/// The RPC loop's three lives on one target, its servers started through `prefix`.
+fn rpc_loop(name: &str, prefix: &str) -> (bool, String, String) {
+    run_leaving_no_server(
+        name,
+        &[
+            "rpc-crashcheck",
+            "--targets",
+            "correct",
+            "--kills",
+            "3",
+            "--only",
+            "WFlush-RPC/emulated/DMP+noDDIO+PM-RQWRB",
+            "--server-prefix",
+            prefix,
+        ],
+    )
 }
 
 #[test]
 fn a_forking_prefix_does_not_keep_the_real_loops_servers_alive() {
-    let tmp = scratch("prefix-crashcheck");
-    let (ok, out, err) = run_in(
-        tmp.path(),
+    let (ok, out, err) = run_leaving_no_server(
+        "prefix-crashcheck",
         &[
             "crashcheck",
             "--real",
@@ -68,36 +94,12 @@ fn a_forking_prefix_does_not_keep_the_real_loops_servers_alive() {
             "timeout 600",
         ],
     );
-    let left = servers_left(tmp.path());
-    assert!(
-        left.is_empty(),
-        "servers left running: {left:#?}\n{out}\n{err}"
-    );
     assert!(ok && out.contains("| pass |"), "{out}\n{err}");
 }
 
 #[test]
 fn a_forking_prefix_does_not_keep_the_rpc_loops_servers_alive() {
-    let tmp = scratch("prefix-rpc-crashcheck");
-    let (ok, out, err) = run_in(
-        tmp.path(),
-        &[
-            "rpc-crashcheck",
-            "--targets",
-            "correct",
-            "--kills",
-            "3",
-            "--only",
-            "WFlush-RPC/emulated/DMP+noDDIO+PM-RQWRB",
-            "--server-prefix",
-            "timeout 600",
-        ],
-    );
-    let left = servers_left(tmp.path());
-    assert!(
-        left.is_empty(),
-        "servers left running: {left:#?}\n{out}\n{err}"
-    );
+    let (ok, out, err) = rpc_loop("prefix-rpc-crashcheck", "timeout 600");
     assert!(ok && out.contains("| pass |"), "{out}\n{err}");
 }
 
@@ -105,26 +107,7 @@ fn a_forking_prefix_does_not_keep_the_rpc_loops_servers_alive() {
 fn a_prefix_that_moves_the_server_out_of_its_group_is_refused() {
     // `setsid` forks its command into a session of its own, out of the process group a
     // SIGKILL reaches: refused at the first start, naming the prefix, and nothing left.
-    let tmp = scratch("prefix-setsid");
-    let (ok, out, err) = run_in(
-        tmp.path(),
-        &[
-            "rpc-crashcheck",
-            "--targets",
-            "correct",
-            "--kills",
-            "3",
-            "--only",
-            "WFlush-RPC/emulated/DMP+noDDIO+PM-RQWRB",
-            "--server-prefix",
-            "setsid",
-        ],
-    );
-    let left = servers_left(tmp.path());
-    assert!(
-        left.is_empty(),
-        "servers left running: {left:#?}\n{out}\n{err}"
-    );
+    let (ok, out, err) = rpc_loop("prefix-setsid", "setsid");
     assert!(!ok, "succeeded: {out}");
     assert!(
         err.contains("--server-prefix \"setsid\"") && err.contains("out of the process group"),
