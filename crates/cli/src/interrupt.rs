@@ -31,7 +31,7 @@ fn live() -> MutexGuard<'static, Live> {
     LIVE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// From here on, SIGINT and SIGTERM remove what [`spawn`] and [`dir_made`] registered,
+/// From here on, SIGINT, SIGTERM, SIGHUP and SIGQUIT remove what [`spawn`] and [`dir_made`] registered,
 /// then end the process by the signal's default action (as a shell expects). Call it
 /// before the process starts any thread: the signals are blocked in the calling thread and
 /// in every thread started after, so only the waiting thread takes them (children start
@@ -44,9 +44,13 @@ pub fn clean_up_on_signals() -> Result<(), String> {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
+        // A terminal's hangup and quit go to the foreground process group, which the
+        // children (each in a group of its own) are not in: they reach them through this.
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::sigaddset(&mut set, libc::SIGQUIT);
         match libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) {
             0 => set,
-            e => return Err(format!("cannot block SIGINT and SIGTERM: error {e}")),
+            e => return Err(format!("cannot block the terminating signals: error {e}")),
         }
     };
     std::thread::Builder::new()
@@ -83,10 +87,11 @@ fn clean_up_and_exit(sig: libc::c_int) -> ! {
     for dir in &live.dirs {
         let _ = std::fs::remove_dir_all(dir);
     }
-    let name = if sig == libc::SIGINT {
-        "SIGINT"
-    } else {
-        "SIGTERM"
+    let name = match sig {
+        libc::SIGINT => "SIGINT",
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGQUIT => "SIGQUIT",
+        _ => "SIGTERM",
     };
     eprintln!(
         "\nerror: interrupted by {name}: servers killed: {}, scratch directories removed: {}",

@@ -115,6 +115,29 @@ fn a_prefix_that_moves_the_server_out_of_its_group_is_refused() {
     );
 }
 
+/// Whether a server of this build on the pools in `dir` runs within 60 s (polled every
+/// 20 ms, without killing: `servers_left` kills what it finds): the loop is under way.
+/// Then 300 ms more, so that the loop is in the middle of its lives.
+fn serving_soon(dir: &Path) -> bool {
+    let exe = env!("CARGO_BIN_EXE_remora");
+    let serving = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|l| {
+                let l = String::from_utf8_lossy(&l);
+                l.starts_with(&format!("{exe}\0serve")) && l.contains(dir.to_str().unwrap())
+            })
+        })
+    };
+    let started = (0..3000).any(|_| {
+        serving() || {
+            std::thread::sleep(Duration::from_millis(20));
+            false
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    started
+}
+
 #[test]
 fn sigterm_of_a_loop_with_a_forking_prefix_leaves_no_server() {
     let tmp = scratch("prefix-interrupt");
@@ -133,26 +156,7 @@ fn sigterm_of_a_loop_with_a_forking_prefix_leaves_no_server() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run remora");
-    // A server of this build on the test's pools runs: the loop is under way. Polled every
-    // 20 ms, for up to 60 s (without killing: `servers_left` kills what it finds).
-    let exe = env!("CARGO_BIN_EXE_remora");
-    let serving = || {
-        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-            std::fs::read(e.path().join("cmdline")).is_ok_and(|l| {
-                let l = String::from_utf8_lossy(&l);
-                l.starts_with(&format!("{exe}\0serve")) && l.contains(tmp.path().to_str().unwrap())
-            })
-        })
-    };
-    let mut started = false;
-    for _ in 0..3000 {
-        started = serving();
-        if started {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
+    let started = serving_soon(tmp.path());
     // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
     assert_eq!(
         unsafe { libc::kill(run.id() as libc::pid_t, libc::SIGTERM) },
@@ -167,4 +171,37 @@ fn sigterm_of_a_loop_with_a_forking_prefix_leaves_no_server() {
     assert!(started, "no server started within 60 s: {err}");
     assert!(left.is_empty(), "servers left running: {left:#?}\n{err}");
     assert!(!status.success() && err.contains("interrupted"), "{err}");
+}
+
+/// A terminal's hangup reaches the loop's whole process group (a shell sends its jobs
+/// SIGHUP when the terminal goes away). The servers used to be in that group and died of
+/// it with the loop; in groups of their own they are reached only through the loop, which
+/// must then kill them rather than die of SIGHUP and leave them running on their pools.
+#[test]
+fn a_hangup_of_the_loops_group_leaves_no_server() {
+    use std::os::unix::process::CommandExt as _;
+    let tmp = scratch("prefix-hangup");
+    let mut run = Command::new(env!("CARGO_BIN_EXE_remora"))
+        .args(["crashcheck", "--real", "--targets", "correct", "--no-reuse"])
+        .env("TMPDIR", tmp.path())
+        .process_group(0)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run remora");
+    let started = serving_soon(tmp.path());
+    // SAFETY: kill(2) on the process group of a child this test started in a group of its
+    // own and has not reaped.
+    assert_eq!(
+        unsafe { libc::kill(-(run.id() as libc::pid_t), libc::SIGHUP) },
+        0
+    );
+    let mut err = String::new();
+    std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let status = run.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let left = servers_left(tmp.path());
+    assert!(started, "no server started within 60 s: {err}");
+    assert!(left.is_empty(), "servers left running: {left:#?}\n{err}");
+    assert!(!status.success(), "{err}");
 }
