@@ -138,30 +138,33 @@ fn serving_soon(dir: &Path) -> bool {
     started
 }
 
-#[test]
-fn sigterm_of_a_loop_with_a_forking_prefix_leaves_no_server() {
-    let tmp = scratch("prefix-interrupt");
-    let mut run = Command::new(env!("CARGO_BIN_EXE_remora"))
-        .args([
-            "crashcheck",
-            "--real",
-            "--targets",
-            "correct",
-            "--no-reuse",
-            "--server-prefix",
-            "timeout 600",
-        ])
+/// Starts `remora` with `args` (a crash loop) with `TMPDIR` a scratch directory named
+/// `name`, sends it `sig` once its servers run (to its whole process group, as a terminal
+/// does, if `group`; else to it alone), and fails unless a server had started and none is
+/// left after the loop ended: its exit status and standard error.
+fn signalled_loop(
+    name: &str,
+    args: &[&str],
+    sig: libc::c_int,
+    group: bool,
+) -> (std::process::ExitStatus, String) {
+    use std::os::unix::process::CommandExt as _;
+    let tmp = scratch(name);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_remora"));
+    cmd.args(args)
         .env("TMPDIR", tmp.path())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run remora");
+        .stderr(Stdio::piped());
+    if group {
+        cmd.process_group(0);
+    }
+    let mut run = cmd.spawn().expect("run remora");
     let started = serving_soon(tmp.path());
-    // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
-    assert_eq!(
-        unsafe { libc::kill(run.id() as libc::pid_t, libc::SIGTERM) },
-        0
-    );
+    let pid = run.id() as libc::pid_t;
+    let target = if group { -pid } else { pid };
+    // SAFETY: kill(2) on a child this test started and has not reaped (or on its group,
+    // which it leads).
+    assert_eq!(unsafe { libc::kill(target, sig) }, 0);
     let mut err = String::new();
     std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut err).unwrap();
     let status = run.wait().unwrap();
@@ -170,6 +173,21 @@ fn sigterm_of_a_loop_with_a_forking_prefix_leaves_no_server() {
     let left = servers_left(tmp.path());
     assert!(started, "no server started within 60 s: {err}");
     assert!(left.is_empty(), "servers left running: {left:#?}\n{err}");
+    (status, err)
+}
+
+#[test]
+fn sigterm_of_a_loop_with_a_forking_prefix_leaves_no_server() {
+    let args = [
+        "crashcheck",
+        "--real",
+        "--targets",
+        "correct",
+        "--no-reuse",
+        "--server-prefix",
+        "timeout 600",
+    ];
+    let (status, err) = signalled_loop("prefix-interrupt", &args, libc::SIGTERM, false);
     assert!(!status.success() && err.contains("interrupted"), "{err}");
 }
 
@@ -179,29 +197,7 @@ fn sigterm_of_a_loop_with_a_forking_prefix_leaves_no_server() {
 /// must then kill them rather than die of SIGHUP and leave them running on their pools.
 #[test]
 fn a_hangup_of_the_loops_group_leaves_no_server() {
-    use std::os::unix::process::CommandExt as _;
-    let tmp = scratch("prefix-hangup");
-    let mut run = Command::new(env!("CARGO_BIN_EXE_remora"))
-        .args(["crashcheck", "--real", "--targets", "correct", "--no-reuse"])
-        .env("TMPDIR", tmp.path())
-        .process_group(0)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run remora");
-    let started = serving_soon(tmp.path());
-    // SAFETY: kill(2) on the process group of a child this test started in a group of its
-    // own and has not reaped.
-    assert_eq!(
-        unsafe { libc::kill(-(run.id() as libc::pid_t), libc::SIGHUP) },
-        0
-    );
-    let mut err = String::new();
-    std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut err).unwrap();
-    let status = run.wait().unwrap();
-    std::thread::sleep(Duration::from_millis(200));
-    let left = servers_left(tmp.path());
-    assert!(started, "no server started within 60 s: {err}");
-    assert!(left.is_empty(), "servers left running: {left:#?}\n{err}");
+    let args = ["crashcheck", "--real", "--targets", "correct", "--no-reuse"];
+    let (status, err) = signalled_loop("prefix-hangup", &args, libc::SIGHUP, true);
     assert!(!status.success(), "{err}");
 }
