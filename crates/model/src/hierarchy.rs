@@ -267,7 +267,7 @@ impl MemoryHierarchy {
         rng: Prng,
         media: Box<dyn PmMedia>,
     ) -> Self {
-        let p = Params {
+        let mut p = Params {
             proc: Duration::from_nanos(profile.rnic.proc_ns),
             pcie: Duration::from_nanos(profile.rnic.pcie_ns),
             iio: Duration::from_nanos(profile.host.iio_ns),
@@ -292,12 +292,9 @@ impl MemoryHierarchy {
             miss: Duration::from_nanos(profile.rnic.translation_miss_ns),
             pow2: None,
         };
-        let p = Params {
-            pow2: match [p.interleave, p.channels, p.row_bytes, p.banks].map(|d| d.shift) {
-                [Some(i), Some(c), Some(r), Some(b)] => Some([i, c, r, b]),
-                _ => None,
-            },
-            ..p
+        p.pow2 = match [p.interleave, p.channels, p.row_bytes, p.banks].map(|d| d.shift) {
+            [Some(i), Some(c), Some(r), Some(b)] => Some([i, c, r, b]),
+            _ => None,
         };
         let channels = (0..p.channels.d)
             .map(|_| Channel {
@@ -544,8 +541,7 @@ impl MemoryHierarchy {
                 done += n;
                 continue;
             }
-            let (id, seq) =
-                self.new_record(space, addr_i, bytes, arrive, visible, Instant::NEVER, true);
+            let (id, seq) = self.new_record(space, addr_i, bytes, arrive, visible, true);
             self.vis_fifo.push_back((visible, id, seq));
             if space == Space::Pm {
                 self.stats.dma_lines += 1;
@@ -875,10 +871,9 @@ impl MemoryHierarchy {
     }
 
     /// A record of `bytes` at `addr` (within one line) in a free slot, made by an inbound
-    /// DMA if `dma` (else a CPU store), with `t_wpq` (`Instant::NEVER` until it is
-    /// scheduled). Returns its slot and sequence number. A PM record's line counts it
-    /// through [`pend`](Self::pend) or [`schedule_wpq`](Self::schedule_wpq).
-    #[allow(clippy::too_many_arguments)]
+    /// DMA if `dma` (else a CPU store), not yet scheduled into a WPQ (`t_wpq` is
+    /// `Instant::NEVER`). Returns its slot and sequence number. A PM record's line counts
+    /// it through [`pend`](Self::pend) or [`schedule_wpq`](Self::schedule_wpq).
     fn new_record(
         &mut self,
         space: Space,
@@ -886,10 +881,10 @@ impl MemoryHierarchy {
         bytes: &[u8],
         arrive: Instant,
         visible: Instant,
-        t_wpq: Instant,
         dma: bool,
     ) -> RecRef {
         let at = self.alloc_record();
+        let t_wpq = Instant::NEVER;
         self.put_record(at, space, addr, bytes, arrive, visible, t_wpq, dma);
         at
     }

@@ -25,15 +25,8 @@ impl MemoryHierarchy {
                 while done < data.len() {
                     let a = addr + done as u64;
                     let n = ((LINE - a % LINE) as usize).min(data.len() - done);
-                    let (id, _) = self.new_record(
-                        Space::Pm,
-                        a,
-                        &data[done..done + n],
-                        now,
-                        now,
-                        Instant::NEVER,
-                        false,
-                    );
+                    let (id, _) =
+                        self.new_record(Space::Pm, a, &data[done..done + n], now, now, false);
                     self.pend(a);
                     // Under MHP and WSP a store is durable once visible, which is now.
                     if self.domain != PersistenceDomain::Dmp {
