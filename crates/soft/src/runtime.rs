@@ -234,12 +234,8 @@ impl State {
                 break;
             }
             // What this makes goes behind the packet (a packet that would overtake it
-            // breaks the order, and the rest goes by the held queue). As `depart_at`.
-            if ready > *now {
-                *now = ready;
-                *model_now = ready;
-                rnic.handle_timeout(ready);
-            }
+            // breaks the order, and the rest goes by the held queue).
+            depart(rnic, model_now, now, ready);
             let tx = rnic.peek_transmit().expect("peeked");
             let dst = match &tx {
                 Tx::Packet(p) => p.dst,
@@ -271,17 +267,24 @@ impl State {
     /// running what falls due by then: the hierarchy reaches the departure first (writing
     /// the pool file, synced before the packet leaves).
     fn depart_at(&mut self, now: &mut Instant, ready: Instant) {
-        if ready > *now {
-            *now = ready;
-            self.model_now = ready;
-            self.rnic.handle_timeout(ready);
-        }
+        depart(&mut self.rnic, &mut self.model_now, now, ready);
     }
 
     /// Encodes a packet that is due onto its connection's output. It leaves at the next
     /// flush, which comes after the step's `sync_media`.
     fn queue(&mut self, pkt: &Packet) {
         queue_on(&self.peers, &mut self.stats, pkt);
+    }
+}
+
+/// [`State::depart_at`] on the state's fields, for a caller that holds other fields of it
+/// borrowed (`send_in_order`, its connections).
+#[inline]
+fn depart(rnic: &mut Rnic, model_now: &mut Instant, now: &mut Instant, ready: Instant) {
+    if ready > *now {
+        *now = ready;
+        *model_now = ready;
+        rnic.handle_timeout(ready);
     }
 }
 
