@@ -70,17 +70,11 @@ fn clean_up_and_exit(sig: libc::c_int) -> ! {
     // Held to the exit: meanwhile no child is started or taken off the list.
     let live = live();
     for &pid in &live.children {
-        // SAFETY: kill(2) and waitpid(2) on our children and their groups. One reaped an
-        // instant ago and not yet off the list ([`reaping`]) no longer exists (its pid is
-        // not reused so soon): kill finds nothing and waitpid returns at once. Waited for,
-        // so that no server is still writing into a directory removed below.
-        unsafe {
-            libc::kill(-(pid as libc::pid_t), libc::SIGKILL);
-            libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), 0);
-        }
-        // What the group's leader forked dies too; a group that outlives the bound is
-        // said (the exit cannot wait for ever).
-        if let Err(e) = reap_group(pid) {
+        // One reaped an instant ago and not yet off the list ([`reaping`]) no longer exists
+        // (its pid is not reused so soon): the kills find nothing and the wait returns at
+        // once. Waited for, so that no server is still writing into a directory removed
+        // below; a group that outlives the bound is said (the exit cannot wait for ever).
+        if let Err(e) = kill_and_reap(pid) {
             eprintln!("\nerror: {e}");
         }
     }
@@ -185,13 +179,22 @@ fn adopt_orphans() {
 /// group exists and its id is no other's), reaps it, and waits until nothing of its group
 /// is left ([`reap_group`]). The caller then calls [`reaping`].
 pub fn kill_group(child: &mut Child) -> Result<(), String> {
-    // SAFETY: kill(2) on the group of an unreaped child of ours: the group's id stays ours
-    // while its leader is at least a zombie.
-    unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
-    // And by its pid, should it have left its group.
-    let _ = child.kill();
-    let _ = child.wait();
-    reap_group(child.id())
+    kill_and_reap(child.id())
+}
+
+/// [`kill_group`] of the child whose pid is `pid` (the interruption's clean-up has only
+/// the pids).
+fn kill_and_reap(pid: u32) -> Result<(), String> {
+    let pid_t = pid as libc::pid_t;
+    // SAFETY: kill(2) and waitpid(2) on an unreaped child of ours and its group: the ids
+    // stay ours while the leader is at least a zombie. Killed by its pid too, should it
+    // have left its group.
+    unsafe {
+        libc::kill(-pid_t, libc::SIGKILL);
+        libc::kill(pid_t, libc::SIGKILL);
+        libc::waitpid(pid_t, std::ptr::null_mut(), 0);
+    }
+    reap_group(pid)
 }
 
 /// Waits, for up to [`GROUP_GONE`], until no process is left in the group `pgid` (just
