@@ -45,7 +45,7 @@
 
 use crate::config::PersistenceDomain;
 use crate::mem::{PmMedia, SparseMem};
-use crate::prng::Prng;
+use crate::prng::{Prng, Span};
 use crate::profile::LatencyProfile;
 use crate::time::{Duration, Instant};
 use std::collections::VecDeque;
@@ -230,8 +230,6 @@ struct Params {
     iio: Duration,
     llc: Duration,
     imc: Duration,
-    imc_jitter: u64,
-    residency: u64,
     ddio_lines: u64,
     dram: Duration,
     pm_read: Duration,
@@ -245,11 +243,26 @@ struct Params {
     clwb: Duration,
     sfence: Duration,
     pcie_gbps: u64,
-    miss_every: u64,
     miss: Duration,
-    /// The geometry's shifts (interleave, channels, row bytes, banks) when every one of
-    /// them is a power of two, as in every shipped profile (see `pm_location`).
-    pow2: Option<[u32; 4]>,
+    /// What a translation miss is drawn from (`0..miss_every`; a miss is a 0), if misses
+    /// happen.
+    miss_span: Option<Span>,
+    /// The mesh's jitter (`0..=imc_jitter`), if there is any.
+    jitter_span: Option<Span>,
+    /// An LLC residency's spread (`0..=2 * residency`).
+    evict_span: Span,
+    /// The geometry as shifts and masks when every divisor is a power of two, as in every
+    /// shipped profile (see `pm_location`).
+    pow2: Option<Pow2Geometry>,
+}
+
+/// The PM geometry's shifts and masks (see [`MemoryHierarchy::pm_location`]).
+#[derive(Copy, Clone, Debug)]
+struct Pow2Geometry {
+    /// log2 of the interleave, channels, row bytes and banks.
+    shifts: [u32; 4],
+    /// Interleave, channels and banks, less one.
+    masks: [u64; 3],
 }
 
 impl MemoryHierarchy {
@@ -273,8 +286,6 @@ impl MemoryHierarchy {
             iio: Duration::from_nanos(profile.host.iio_ns),
             llc: Duration::from_nanos(profile.host.llc_ns),
             imc: Duration::from_nanos(profile.host.imc_ns),
-            imc_jitter: profile.host.imc_jitter_ns,
-            residency: profile.host.llc_residency_ns,
             ddio_lines: profile.host.ddio_lines,
             dram: Duration::from_nanos(profile.host.dram_ns),
             pm_read: Duration::from_nanos(profile.pm.read_ns),
@@ -288,12 +299,19 @@ impl MemoryHierarchy {
             clwb: Duration::from_nanos(profile.cpu.clwb_ns),
             sfence: Duration::from_nanos(profile.cpu.sfence_ns),
             pcie_gbps: profile.rnic.pcie_gbps,
-            miss_every: profile.rnic.translation_miss_every,
             miss: Duration::from_nanos(profile.rnic.translation_miss_ns),
+            miss_span: (profile.rnic.translation_miss_every > 0)
+                .then(|| Span::below(profile.rnic.translation_miss_every)),
+            jitter_span: (profile.host.imc_jitter_ns > 0)
+                .then(|| Span::upto(profile.host.imc_jitter_ns)),
+            evict_span: Span::upto(2 * profile.host.llc_residency_ns),
             pow2: None,
         };
         p.pow2 = match [p.interleave, p.channels, p.row_bytes, p.banks].map(|d| d.shift) {
-            [Some(i), Some(c), Some(r), Some(b)] => Some([i, c, r, b]),
+            [Some(i), Some(c), Some(r), Some(b)] => Some(Pow2Geometry {
+                shifts: [i, c, r, b],
+                masks: [p.interleave.d - 1, p.channels.d - 1, p.banks.d - 1],
+            }),
             _ => None,
         };
         let channels = (0..p.channels.d)
@@ -347,21 +365,33 @@ impl MemoryHierarchy {
     }
 
     /// PM channel and bank of a byte address (for bank-aware schedulers, seed 004).
-    #[inline]
+    /// Inlined always: it runs once per line a stream writes, and a call cost more than
+    /// its arithmetic.
+    #[inline(always)]
     pub fn pm_location(&self, addr: u64) -> PmLocation {
-        let p = &self.p;
-        if let Some([i, c, r, b]) = p.pow2 {
-            // The same arithmetic as below in shifts and masks, without a branch per step:
-            // this runs once per line a stream writes.
+        if let Some(Pow2Geometry {
+            shifts: [i, c, r, b],
+            masks: [im, cm, bm],
+        }) = self.p.pow2
+        {
+            // The same arithmetic as `pm_location_div` in shifts and masks, without a
+            // branch per step.
             let unit = addr >> i;
-            let local = ((unit >> c) << i) + (addr & (p.interleave.d - 1));
+            let local = ((unit >> c) << i) + (addr & im);
             let row_global = local >> r;
             return PmLocation {
-                channel: (unit & (p.channels.d - 1)) as u32,
-                bank: (row_global & (p.banks.d - 1)) as u32,
+                channel: (unit & cm) as u32,
+                bank: (row_global & bm) as u32,
                 row: row_global >> b,
             };
         }
+        self.pm_location_div(addr)
+    }
+
+    /// [`pm_location`](Self::pm_location) of a geometry not all in powers of two.
+    #[inline(never)]
+    fn pm_location_div(&self, addr: u64) -> PmLocation {
+        let p = &self.p;
         let unit = p.interleave.div(addr);
         let channel = p.channels.rem(unit);
         let local = p.channels.div(unit) * p.interleave.d + p.interleave.rem(addr);
@@ -483,79 +513,115 @@ impl MemoryHierarchy {
         addr: u64,
         data: &[u8],
     ) -> DmaTiming {
+        self.dma_write_inlined(arrive, space, addr, data)
+    }
+
+    /// [`dma_write`](Self::dma_write), inlined into a responder's loop over a train's
+    /// WRITEs (one call per streamed line: its saved registers were a noticeable part of
+    /// the line's cost).
+    #[inline(always)]
+    pub(crate) fn dma_write_inlined(
+        &mut self,
+        arrive: Instant,
+        space: Space,
+        addr: u64,
+        data: &[u8],
+    ) -> DmaTiming {
         self.advance(arrive);
         let mut start = (arrive + self.p.proc).max(self.rnic_dma_free);
-        if self.p.miss_every > 0
-            && self
-                .rng
-                .chance(crate::prng::Ratio::new(1, self.p.miss_every))
-        {
+        // `chance(1 / miss_every)`, the same draw through a span worked out once.
+        if self.p.miss_span.is_some_and(|s| self.rng.draw(s) == 0) {
             // A translation-cache miss: the DMA (and those queued behind it) waits.
             start += self.p.miss;
         }
         let whole = self.pcie_time_of_write(data.len() as u64);
         self.rnic_dma_free = start + whole;
+        // A stream's WRITE is one whole line: no split, and the line's PCIe time is the
+        // whole write's.
+        if data.len() == LINE as usize && addr.is_multiple_of(LINE) {
+            let visible = self.dma_line(arrive, space, addr, data, start + whole);
+            return DmaTiming { visible };
+        }
         let mut done = 0usize;
         let mut visible = self.last_visible;
         while done < data.len() {
             let addr_i = addr + done as u64;
             let n = ((LINE - addr_i % LINE) as usize).min(data.len() - done);
-            // The last line's is the whole write's, already known (one division, not two,
-            // for the one-line writes a stream is made of).
+            // The last line's is the whole write's, already known (one division, not two).
             let crossed = if done + n == data.len() {
                 whole
             } else {
                 self.pcie_time((done + n) as u64)
             };
-            let t_iio = start + crossed + self.p.pcie;
-            visible = (t_iio + self.p.iio).max(self.last_visible);
-            self.last_visible = visible;
-            self.max_dma_visible = self.max_dma_visible.max(visible);
-            let bytes = &data[done..done + n];
-            if space == Space::Pm && !self.ddio {
-                // The streaming path (DDIO off): the record's `t_wpq` is known before it
-                // is made, so it is written once, in its slot; its line is looked up once.
-                let t_imc = self.imc_arrival(visible, addr_i);
-                let (id, seq) = self.alloc_record();
-                let line = addr_i / LINE * LINE;
-                let t_wpq = self.schedule_wpq(id, seq, line, visible, t_imc);
-                self.put_record(
-                    (id, seq),
-                    space,
-                    addr_i,
-                    bytes,
-                    arrive,
-                    visible,
-                    t_wpq,
-                    true,
-                );
-                self.vis_fifo.push_back((visible, id, seq));
-                self.stats.dma_lines += 1;
-                // Under WSP reaching the RNIC is entry into the persistence domain. (The
-                // medium and the visible image are no part of the WPQ's scheduling, so
-                // writing it after that changes nothing.)
-                if self.domain == PersistenceDomain::Wsp {
-                    self.write_media(id);
-                }
-                self.max_dma_wpq = self.max_dma_wpq.max(t_wpq);
-                done += n;
-                continue;
-            }
-            let (id, seq) = self.new_record(space, addr_i, bytes, arrive, visible, true);
-            self.vis_fifo.push_back((visible, id, seq));
-            if space == Space::Pm {
-                self.stats.dma_lines += 1;
-                // Under WSP reaching the RNIC is entry into the persistence domain.
-                if self.domain == PersistenceDomain::Wsp {
-                    self.write_media(id);
-                }
-                // DDIO on (off is the path above).
-                self.pend(addr_i);
-                self.enter_llc(id, visible + self.p.llc);
-            }
+            visible = self.dma_line(
+                arrive,
+                space,
+                addr_i,
+                &data[done..done + n],
+                start + crossed,
+            );
             done += n;
         }
         DmaTiming { visible }
+    }
+
+    /// The line of an inbound DMA write at `addr` (`bytes`, within one line) that has
+    /// crossed PCIe by `crossed`: its record and its way to visibility and to the WPQ.
+    /// Returns when it is visible.
+    #[inline(always)]
+    fn dma_line(
+        &mut self,
+        arrive: Instant,
+        space: Space,
+        addr_i: u64,
+        bytes: &[u8],
+        crossed: Instant,
+    ) -> Instant {
+        let t_iio = crossed + self.p.pcie;
+        let visible = (t_iio + self.p.iio).max(self.last_visible);
+        self.last_visible = visible;
+        self.max_dma_visible = self.max_dma_visible.max(visible);
+        if space == Space::Pm && !self.ddio {
+            // The streaming path (DDIO off): the record's `t_wpq` is known before it
+            // is made, so it is written once, in its slot; its line is looked up once.
+            let t_imc = self.imc_arrival(visible, addr_i);
+            let (id, seq) = self.alloc_record();
+            let line = addr_i / LINE * LINE;
+            let t_wpq = self.schedule_wpq(id, seq, line, visible, t_imc);
+            self.put_record(
+                (id, seq),
+                space,
+                addr_i,
+                bytes,
+                arrive,
+                visible,
+                t_wpq,
+                true,
+            );
+            self.vis_fifo.push_back((visible, id, seq));
+            self.stats.dma_lines += 1;
+            // Under WSP reaching the RNIC is entry into the persistence domain. (The
+            // medium and the visible image are no part of the WPQ's scheduling, so
+            // writing it after that changes nothing.)
+            if self.domain == PersistenceDomain::Wsp {
+                self.write_media(id);
+            }
+            self.max_dma_wpq = self.max_dma_wpq.max(t_wpq);
+            return visible;
+        }
+        let (id, seq) = self.new_record(space, addr_i, bytes, arrive, visible, true);
+        self.vis_fifo.push_back((visible, id, seq));
+        if space == Space::Pm {
+            self.stats.dma_lines += 1;
+            // Under WSP reaching the RNIC is entry into the persistence domain.
+            if self.domain == PersistenceDomain::Wsp {
+                self.write_media(id);
+            }
+            // DDIO on (off is the path above).
+            self.pend(addr_i);
+            self.enter_llc(id, visible + self.p.llc);
+        }
+        visible
     }
 
     /// When an RNIC FLUSH of `range` that the RNIC starts at `now` has pushed every
@@ -810,8 +876,10 @@ impl MemoryHierarchy {
             .checked_sub(1)
             .expect("a persisted record was counted");
         if ls.pending == 0 {
-            let group = self.lines.remove(line).unwrap().llc;
-            self.recycle_group(group);
+            let group = self
+                .lines
+                .remove_with(line, |ls| std::mem::take(&mut ls.llc));
+            self.recycle_group(group.unwrap());
         }
         self.release(id);
     }

@@ -9,7 +9,7 @@ impl MemoryHierarchy {
     /// The record sits dirty in the LLC from `t`; it is written back with its line's other
     /// dirty records at a seeded eviction time (or earlier by `clwb` or capacity pressure).
     pub(super) fn enter_llc(&mut self, id: u32, t: Instant) -> Instant {
-        let evict = t + Duration::from_nanos(self.rng.range_inclusive(0, 2 * self.p.residency));
+        let evict = t + Duration::from_nanos(self.rng.draw(self.p.evict_span));
         let r = self.records[id as usize].as_mut().unwrap();
         let (line, seq) = (r.line, r.seq);
         r.in_llc = true;
@@ -73,12 +73,13 @@ impl MemoryHierarchy {
     }
 
     /// Time a write leaving the IIO/LLC at `t` reaches its channel's memory controller:
-    /// mesh latency plus a seeded per-write spread.
+    /// mesh latency plus a seeded per-write spread. Inlined always (once per streamed
+    /// line; a call cost as much as the draw).
+    #[inline(always)]
     pub(super) fn imc_arrival(&mut self, t: Instant, _addr: u64) -> Instant {
-        let jitter = if self.p.imc_jitter == 0 {
-            0
-        } else {
-            self.rng.range_inclusive(0, self.p.imc_jitter)
+        let jitter = match self.p.jitter_span {
+            Some(s) => self.rng.draw(s),
+            None => 0,
         };
         t + self.p.imc + Duration::from_nanos(jitter)
     }
@@ -113,6 +114,9 @@ impl MemoryHierarchy {
     /// its line's latest in-flight DMA. Counts the record as pending in its line: one
     /// lookup of the line per record on this, the streaming path. Returns the record's
     /// `t_wpq`; the caller makes the record with it (the slot may still be empty here).
+    /// Inlined always into the streaming path, its one caller; the line's snoop out of the
+    /// LLC, which a stream never needs, is a call.
+    #[inline(always)]
     pub(super) fn schedule_wpq(
         &mut self,
         id: u32,
@@ -130,12 +134,19 @@ impl MemoryHierarchy {
         // A DMA write to a line dirty in the LLC snoops it out: the old data goes first.
         if !ls.llc.is_empty() {
             let group = std::mem::take(&mut ls.llc);
-            for &(gid, gseq) in &group {
-                self.leave_llc(gid, gseq, t);
-            }
-            self.recycle_group(group);
+            self.snoop_llc(group, t);
         }
         self.persist.push_nearly_sorted((t, t_visible, seq, id));
         t
+    }
+
+    /// The records of `group`, a line's dirty records in the LLC, leave it to reach the
+    /// WPQ by `t` (see [`schedule_wpq`](Self::schedule_wpq)).
+    #[inline(never)]
+    fn snoop_llc(&mut self, group: Vec<super::RecRef>, t: Instant) {
+        for &(gid, gseq) in &group {
+            self.leave_llc(gid, gseq, t);
+        }
+        self.recycle_group(group);
     }
 }

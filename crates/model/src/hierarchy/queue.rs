@@ -62,11 +62,23 @@ impl<T: Copy> SliceQueue<T> {
     }
 
     /// Makes room for one more entry without growing while half the vector is taken.
-    #[inline]
+    #[inline(always)]
     fn reserve_one(&mut self) {
-        if self.v.len() == self.v.capacity() && self.head >= self.v.len() / 2 {
+        if self.v.len() == self.v.capacity() {
+            self.make_room();
+        }
+    }
+
+    /// [`reserve_one`](Self::reserve_one) of a full vector: compacted if at least half of
+    /// it is taken, else grown. Out of line: once per so many entries.
+    #[cold]
+    #[inline(never)]
+    fn make_room(&mut self) {
+        if self.head >= self.v.len() / 2 {
             self.v.drain(..self.head);
             self.head = 0;
+        } else {
+            self.v.reserve(1);
         }
     }
 
@@ -79,43 +91,63 @@ impl<T: Copy> SliceQueue<T> {
 
 impl<T: Ord + Copy> SliceQueue<T> {
     /// Inserts `x` after every entry not greater than it, if that place is at most `scan`
-    /// entries from the back (the last entry greater than `x` is at most `scan` - 1 from
-    /// it); else leaves the queue as it was and returns false.
+    /// entries from the back (at most `scan` entries are greater than `x`); else leaves
+    /// the queue as it was and returns false.
     #[inline]
     pub(super) fn insert_near_back(&mut self, x: T, scan: usize) -> bool {
         let live = self.as_slice();
         let n = live.len();
-        if n == 0 || live[n - 1] <= x {
-            self.reserve_one();
-            self.v.push(x);
-            return true;
+        // Sorted: more than `scan` entries are greater than `x` if the one `scan` + 1
+        // from the back is.
+        if n > scan && live[n - scan - 1] > x {
+            return false;
         }
-        let mut at = n - 1;
-        while at > 0 && live[at - 1] > x {
-            if n - at == scan {
-                return false;
-            }
-            at -= 1;
-        }
-        self.reserve_one();
-        // `reserve_one` may have moved the live entries to the vector's start.
-        self.v.insert(self.head + at, x);
+        self.push_sorted(x);
         true
     }
 
     /// Inserts `x` after every entry not greater than it: at the back in one comparison
-    /// when it is the greatest, else where a binary search puts it.
-    #[inline]
+    /// when it is the greatest, by moving the entries it passes one place back when they
+    /// are few (the places are found and made in one pass, with no call to `memmove`),
+    /// else where a binary search puts it.
+    #[inline(always)]
     pub(super) fn insert(&mut self, x: T) {
         let live = self.as_slice();
-        let at = match live.last() {
-            Some(b) if *b > x => live.partition_point(|y| *y <= x),
-            _ => live.len(),
-        };
+        let n = live.len();
+        if n > SHORT_PASS && live[n - SHORT_PASS - 1] > x {
+            self.insert_far(x);
+            return;
+        }
+        self.push_sorted(x);
+    }
+
+    /// [`insert`](Self::insert) of an entry more than [`SHORT_PASS`] places from the back.
+    #[inline(never)]
+    fn insert_far(&mut self, x: T) {
+        let at = self.as_slice().partition_point(|y| *y <= x);
         self.reserve_one();
         self.v.insert(self.head + at, x);
     }
+
+    /// Inserts `x` after every entry not greater than it, passing the greater ones from
+    /// the back (the caller knows they are few).
+    #[inline(always)]
+    fn push_sorted(&mut self, x: T) {
+        self.reserve_one();
+        self.v.push(x);
+        let live = &mut self.v[self.head..];
+        let mut at = live.len() - 1;
+        while at > 0 && live[at - 1] > x {
+            live[at] = live[at - 1];
+            at -= 1;
+        }
+        live[at] = x;
+    }
 }
+
+/// Most entries [`SliceQueue::insert`] passes one by one; past that, a binary search finds
+/// the place.
+const SHORT_PASS: usize = 8;
 
 #[cfg(test)]
 mod tests {
@@ -149,6 +181,30 @@ mod tests {
                 proptest::prop_assert_eq!(q.len(), reference.len());
                 proptest::prop_assert_eq!(q.front().copied(), reference.peek().map(|r| r.0));
                 proptest::prop_assert!(q.as_slice().windows(2).all(|w| w[0] <= w[1]));
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// `insert_near_back` places an entry as `insert` does when at most `scan` entries
+        /// are greater than it, and otherwise refuses it, leaving the queue as it was.
+        #[test]
+        fn insert_near_back_refuses_only_what_lies_too_far_back(
+            ops in proptest::collection::vec((0u64..60, 0usize..20, proptest::bool::ANY), 1..400)
+        ) {
+            let (mut q, mut reference) = (SliceQueue::default(), Vec::new());
+            for (x, scan, pop) in ops {
+                let greater = reference.iter().filter(|&&y| y > x).count();
+                let placed = q.insert_near_back(x, scan);
+                proptest::prop_assert_eq!(placed, greater <= scan);
+                if placed {
+                    let at = reference.len() - greater;
+                    reference.insert(at, x);
+                }
+                if pop && !reference.is_empty() {
+                    proptest::prop_assert_eq!(q.pop_front(), Some(reference.remove(0)));
+                }
+                proptest::prop_assert_eq!(q.as_slice(), &reference[..]);
             }
         }
     }

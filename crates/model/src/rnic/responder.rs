@@ -40,7 +40,7 @@ impl Rnic {
                         break;
                     }
                     expected = expected.wrapping_add(1);
-                    self.hier.dma_write(now, space, w.addr, w.data);
+                    self.hier.dma_write_inlined(now, space, w.addr, w.data);
                     if w.ack_req {
                         acked = Some(w.psn);
                     }
