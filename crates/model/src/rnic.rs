@@ -864,47 +864,31 @@ impl Rnic {
         if q.sq.len() >= q.attr.sq_depth {
             return Err(VerbsError::QueueFull("send", qp, q.attr.sq_depth));
         }
-        // A WRITE on a connected QP (every one of a stream's) can fail only the checks of
-        // its remote address and length; the opcode's own checks are skipped for it.
-        let plain_write =
-            wr.opcode == Opcode::Write && wr.ud.is_none() && q.attr.qp_type != QpType::Ud;
-        if !plain_write {
-            match wr.opcode {
-                Opcode::Flush { .. } if !caps.native_flush => {
-                    return Err(VerbsError::Unsupported("RDMA FLUSH"))
-                }
-                Opcode::AtomicWrite { .. } if !caps.atomic_write => {
-                    return Err(VerbsError::Unsupported("RDMA ATOMIC WRITE"))
-                }
-                Opcode::NonPostedWrite if !caps.non_posted_write => {
-                    return Err(VerbsError::Unsupported("non-posted RDMA WRITE"))
-                }
-                _ => {}
-            }
-            self.check_post(qp, &wr)?;
+        if wr.opcode == Opcode::Write && wr.ud.is_none() && q.attr.qp_type != QpType::Ud {
+            // A WRITE on a connected QP (a stream's): of the checks below, only the remote
+            // address's and the length's can fail; it is no SEND (for `flush.posted`).
+            let len = self.check_remote_and_len(&wr, true)?;
+            self.enqueue(now, qp, wr, len, 0);
+            return Ok(());
         }
+        match wr.opcode {
+            Opcode::Flush { .. } if !caps.native_flush => {
+                return Err(VerbsError::Unsupported("RDMA FLUSH"))
+            }
+            Opcode::AtomicWrite { .. } if !caps.atomic_write => {
+                return Err(VerbsError::Unsupported("RDMA ATOMIC WRITE"))
+            }
+            Opcode::NonPostedWrite if !caps.non_posted_write => {
+                return Err(VerbsError::Unsupported("non-posted RDMA WRITE"))
+            }
+            _ => {}
+        }
+        self.check_post(qp, &wr)?;
         let needs_remote = !matches!(
             wr.opcode,
             Opcode::Send | Opcode::SendWithImm(_) | Opcode::SFlush | Opcode::RFlush { .. }
         );
-        if needs_remote && wr.remote.is_none() {
-            return Err(VerbsError::Invalid(
-                "operation needs a remote address and rkey",
-            ));
-        }
-        let len = wr.local.len();
-        if len > self.max_message {
-            return Err(VerbsError::TooLong {
-                len,
-                max: self.max_message,
-                what: "a message on this port (its max_msg_sz)",
-            });
-        }
-        if plain_write {
-            // No SEND, so no SFlush's (`QpFlush::posted`).
-            self.enqueue(now, qp, wr, len, 0);
-            return Ok(());
-        }
+        let len = self.check_remote_and_len(&wr, needs_remote)?;
         let needs_result_buffer = matches!(
             wr.opcode,
             Opcode::Read | Opcode::CompareSwap { .. } | Opcode::FetchAdd { .. }
@@ -932,6 +916,26 @@ impl Rnic {
         let sflush_of = self.qps[qp.0 as usize].flush.posted(wr.opcode, psn);
         self.enqueue(now, qp, wr, len, sflush_of);
         Ok(())
+    }
+
+    /// `wr`'s payload length, once `wr` names a remote address if it `needs_remote` and
+    /// its payload fits in a message of the port.
+    #[inline(always)]
+    fn check_remote_and_len(&self, wr: &SendWr, needs_remote: bool) -> Result<u64, VerbsError> {
+        if needs_remote && wr.remote.is_none() {
+            return Err(VerbsError::Invalid(
+                "operation needs a remote address and rkey",
+            ));
+        }
+        let len = wr.local.len();
+        if len > self.max_message {
+            return Err(VerbsError::TooLong {
+                len,
+                max: self.max_message,
+                what: "a message on this port (its max_msg_sz)",
+            });
+        }
+        Ok(len)
     }
 
     /// Queues the checked request `wr` (of `len` bytes; `sflush_of` as `QpFlush::posted`
