@@ -543,17 +543,37 @@ impl Pool {
         }
     }
 
+    /// The mapping's bytes of the PM access `addr..addr + len`; panics outside the pool.
+    /// Inlined with its checks, the panics out of line: the medium's every line comes
+    /// here, and their formatting made every call save registers and set up a frame.
+    #[inline]
     fn range(&self, addr: u64, len: usize) -> std::ops::Range<usize> {
-        let off = addr
-            .checked_sub(PM_BASE)
-            .expect("PM address below the PM base");
+        let Some(off) = addr.checked_sub(PM_BASE) else {
+            below_pm_base()
+        };
         let end = off + len as u64;
-        assert!(
-            end <= self.len(),
-            "PM access {off:#x}+{len} beyond the {}-byte pool",
-            self.len()
-        );
+        if end > self.len() {
+            beyond_the_pool(off, len, self.len());
+        }
         (HEADER_BYTES + off) as usize..(HEADER_BYTES + end) as usize
+    }
+
+    /// [`PmMedia::write`] of any length but a whole line.
+    #[inline(never)]
+    fn write_bytes(&mut self, addr: u64, data: &[u8]) {
+        let r = self.range(addr, data.len());
+        self.map[r.clone()].copy_from_slice(data);
+        self.written(r);
+    }
+
+    /// Notes the mapping's bytes `r` as written, if the sync mode asks: a pool in memory
+    /// (the streaming benchmark's) notes nothing, and the rest is out of line, so that a
+    /// write, once per line the hierarchy persists, saves no registers for it.
+    #[inline(always)]
+    fn written(&mut self, r: std::ops::Range<usize>) {
+        if !matches!(self.durability.mode, SyncMode::Memory) {
+            self.note_written(r);
+        }
     }
 
     /// Notes that the mapping's bytes `r` were written, for the next
@@ -627,19 +647,38 @@ fn map_for_durability(
     }
 }
 
+/// [`Pool::range`]'s refusal of an address below the PM base.
+#[cold]
+#[inline(never)]
+fn below_pm_base() -> ! {
+    panic!("PM address below the PM base")
+}
+
+/// [`Pool::range`]'s refusal of an access that ends past the pool's `pool_len` bytes.
+#[cold]
+#[inline(never)]
+fn beyond_the_pool(off: u64, len: usize, pool_len: u64) -> ! {
+    panic!("PM access {off:#x}+{len} beyond the {pool_len}-byte pool")
+}
+
 impl PmMedia for Pool {
     fn read(&self, addr: u64, buf: &mut [u8]) {
         let r = self.range(addr, buf.len());
         buf.copy_from_slice(&self.map[r]);
     }
     fn write(&mut self, addr: u64, data: &[u8]) {
-        let r = self.range(addr, data.len());
-        remora_model::mem::copy_bytes(&mut self.map[r.clone()], data);
-        // A pool in memory (the streaming benchmark's) notes nothing: the rest is out of
-        // line, so that this, once per line the hierarchy persists, saves no registers
-        // for it.
-        if !matches!(self.durability.mode, SyncMode::Memory) {
-            self.note_written(r);
+        // A whole line (every line a stream persists) is a fixed-size copy with nothing
+        // live across a call; any other length is out of line, so that the line's path
+        // saves no registers for its `memcpy`.
+        match <&[u8; 64]>::try_from(data) {
+            Ok(line) => {
+                let r = self.range(addr, line.len());
+                // A range of 64 bytes: the conversion cannot fail.
+                let dst: &mut [u8; 64] = (&mut self.map[r.clone()]).try_into().unwrap();
+                *dst = *line;
+                self.written(r);
+            }
+            Err(_) => self.write_bytes(addr, data),
         }
     }
     fn sync(&mut self) {
@@ -796,6 +835,31 @@ mod tests {
         assert_eq!(&bytes[h..h + 64], &[1u8; 64]);
         assert_eq!(&bytes[h + 64..h + 128], &[2u8; 64]);
         assert_eq!(&bytes[h + 100_060..h + 100_068], &[4u8; 8]);
+    }
+
+    /// A write that ends past the pool is refused with the pool's size, whether it is a
+    /// whole line (its own path) or not; one below the PM base likewise.
+    #[test]
+    fn writes_outside_the_pool_are_refused() {
+        let dir = tmp_dir();
+        let p = dir.path().join("outside");
+        let mut pool = Pool::open_or_create(&p, MIN_POOL_BYTES).unwrap();
+        let end = PM_BASE + pool.len();
+        pool.write(end - 64, &[7u8; 64]); // the last line: in
+        let message = |f: &mut dyn FnMut()| {
+            let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_err();
+            e.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap()
+        };
+        let beyond = format!("beyond the {}-byte pool", pool.len());
+        assert!(message(&mut || pool.write(end - 32, &[7u8; 64])).ends_with(&beyond));
+        assert!(message(&mut || pool.write(end - 4, &[7u8; 8])).ends_with(&beyond));
+        let below = "PM address below the PM base";
+        assert_eq!(message(&mut || pool.write(PM_BASE - 64, &[7u8; 64])), below);
+        assert_eq!(message(&mut || pool.write(0, &[7u8; 3])), below);
+        assert_eq!(pool.snapshot().read_vec(end - 64, 64), vec![7u8; 64]);
     }
 
     /// Entries of a test directory (to see that nothing else was left in it).
