@@ -558,14 +558,6 @@ impl Pool {
         (HEADER_BYTES + off) as usize..(HEADER_BYTES + end) as usize
     }
 
-    /// [`PmMedia::write`] of any length but a whole line.
-    #[inline(never)]
-    fn write_bytes(&mut self, addr: u64, data: &[u8]) {
-        let r = self.range(addr, data.len());
-        self.map[r.clone()].copy_from_slice(data);
-        self.written(r);
-    }
-
     /// Notes the mapping's bytes `r` as written, if the sync mode asks: a pool in memory
     /// (the streaming benchmark's) notes nothing, and the rest is out of line, so that a
     /// write, once per line the hierarchy persists, saves no registers for it.
@@ -667,19 +659,10 @@ impl PmMedia for Pool {
         buf.copy_from_slice(&self.map[r]);
     }
     fn write(&mut self, addr: u64, data: &[u8]) {
-        // A whole line (every line a stream persists) is a fixed-size copy with nothing
-        // live across a call; any other length is out of line, so that the line's path
-        // saves no registers for its `memcpy`.
-        match <&[u8; 64]>::try_from(data) {
-            Ok(line) => {
-                let r = self.range(addr, line.len());
-                // A range of 64 bytes: the conversion cannot fail.
-                let dst: &mut [u8; 64] = (&mut self.map[r.clone()]).try_into().unwrap();
-                *dst = *line;
-                self.written(r);
-            }
-            Err(_) => self.write_bytes(addr, data),
-        }
+        let r = self.range(addr, data.len());
+        // A whole line (every line a stream persists) is a fixed-size copy, inline.
+        remora_model::mem::copy_bytes(&mut self.map[r.clone()], data);
+        self.written(r);
     }
     fn sync(&mut self) {
         match self.durability.mode {
@@ -838,7 +821,7 @@ mod tests {
     }
 
     /// A write that ends past the pool is refused with the pool's size, whether it is a
-    /// whole line (its own path) or not; one below the PM base likewise.
+    /// whole line or not; one below the PM base likewise.
     #[test]
     fn writes_outside_the_pool_are_refused() {
         let dir = tmp_dir();

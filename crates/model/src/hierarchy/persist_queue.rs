@@ -78,13 +78,7 @@ impl PersistQueue {
     /// to its first match (its times only fall), the heap whole (a few out-of-order
     /// entries). A FLUSH asks this once per FLUSH, over every line in flight.
     pub(super) fn latest(&self, mut matches: impl FnMut(&PersistKey) -> bool) -> Option<Instant> {
-        let sorted = self
-            .sorted
-            .as_slice()
-            .iter()
-            .rev()
-            .find(|k| matches(k))
-            .map(|k| k.0);
+        let sorted = self.sorted.iter().rev().find(|k| matches(k)).map(|k| k.0);
         let heap = self
             .heap
             .iter()
