@@ -892,9 +892,7 @@ impl TrainTail {
             // built in place and copied into the buffer as one array of a known size,
             // which takes a few moves where appending slices takes two calls of `memcpy`.
             let mut entry = [0u8; TRAIN_ENTRY + 64];
-            entry[..8].copy_from_slice(&w.addr.to_le_bytes());
-            entry[8..12].copy_from_slice(&64u32.to_le_bytes());
-            entry[12] = w.ack_req as u8;
+            entry[..TRAIN_ENTRY].copy_from_slice(&entry_head(w));
             entry[TRAIN_ENTRY..].copy_from_slice(line);
             out.reserve(entry.len());
             let len = out.len();
@@ -911,10 +909,7 @@ impl TrainTail {
         } else {
             // The entry's head built apart and appended with its data after one
             // reservation: one capacity check, not four.
-            let mut head = [0u8; TRAIN_ENTRY];
-            head[..8].copy_from_slice(&w.addr.to_le_bytes());
-            head[8..12].copy_from_slice(&(w.data.len() as u32).to_le_bytes());
-            head[12] = w.ack_req as u8;
+            let head = entry_head(w);
             out.reserve(head.len() + w.data.len());
             out.extend_from_slice(&head);
             out.extend_from_slice(w.data);
@@ -929,6 +924,17 @@ impl TrainTail {
         h[WIRE_HEADER + 4..].copy_from_slice(&self.count.to_le_bytes());
         true
     }
+}
+
+/// A train entry's head for `w`: its address, its length and its flags (see
+/// [`WriteTrain`]).
+#[inline(always)]
+fn entry_head(w: &WriteRef<'_>) -> [u8; TRAIN_ENTRY] {
+    let mut head = [0u8; TRAIN_ENTRY];
+    head[..8].copy_from_slice(&w.addr.to_le_bytes());
+    head[8..12].copy_from_slice(&(w.data.len() as u32).to_le_bytes());
+    head[12] = w.ack_req as u8;
+    head
 }
 
 /// One frame of the soft wire: a [`Packet`] or a [`WriteTrain`].
