@@ -63,9 +63,14 @@ fn interrupted_leaves_nothing(args: &[&str], tmp: &Path, sig: libc::c_int) {
     let mut kids: Vec<u32> = kids.into_iter().chain(children_of(pid)).collect();
     kids.sort_unstable();
     kids.dedup();
-    // Its servers take SIGINT and SIGTERM themselves (the mask is not inherited).
+    // Its servers take SIGINT and SIGTERM themselves (the mask is not inherited). A child
+    // caught between its fork and its exec still runs the command's image, with the
+    // command's mask until its `pre_exec` clears it: it is no server yet, so it is not
+    // judged (its command line is still the command's).
+    let cmdline = |p: u32| std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+    let own = cmdline(pid);
     let mut blocking = Vec::new();
-    for &k in &kids {
+    for &k in kids.iter().filter(|&&k| cmdline(k) != own) {
         let status = std::fs::read_to_string(format!("/proc/{k}/status")).unwrap_or_default();
         if let Some(blocked) = status.lines().find_map(|l| l.strip_prefix("SigBlk:")) {
             let blocked = u64::from_str_radix(blocked.trim(), 16).unwrap();
